@@ -1,0 +1,21 @@
+//! Portico's control-plane model, shared by the gateway and the registry.
+//!
+//! - [`v1`]: the external documents of the configuration tree (DESIGN.md §3.3).
+//! - [`tree`]: a raw tree of documents as read from a source (paths → bytes).
+//! - [`template`]: `google.api.http` path templates (parse, match).
+//! - [`validate`]: a [`Tree`] → one immutable [`Snapshot`], rejecting bad documents one by one.
+//! - [`source`]: the [`ConfigSource`] trait and the directory source (`--config-dir`).
+//! - [`store`]: the last-known-good snapshot on disk (`--snapshot-dir`).
+
+pub mod snapshot;
+pub mod source;
+pub mod store;
+pub mod template;
+pub mod tree;
+pub mod v1;
+pub mod validate;
+
+pub use snapshot::{Api, Binding, BackendKind, ConfigVersion, IpAclRules, Rejection, Snapshot};
+pub use source::{ConfigSource, DirSource};
+pub use tree::{DocKind, Tree};
+pub use validate::build_snapshot;

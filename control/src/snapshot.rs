@@ -1,0 +1,97 @@
+//! The validated, immutable configuration a gateway serves from. Built by
+//! [`crate::validate::build_snapshot`]; never mutated after it is built.
+
+use crate::template::PathTemplate;
+use crate::v1;
+use ipnet::IpNet;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Which configuration a snapshot is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ConfigVersion {
+    /// Grows with every change the source reports (see [`crate::Tree::generation`]).
+    pub generation: u64,
+    /// First 16 hex digits of the SHA-256 over the accepted documents (path, bytes): equal
+    /// digests mean equal configuration, whichever node or source built them.
+    pub digest: String,
+}
+
+/// A document that was refused, and why. Its last good version (if any) is still served.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Rejection {
+    /// The tree path, e.g. `apis/order.get`.
+    pub path: String,
+    /// What is wrong, naming the field, e.g. `backend.timeout_ms: must be between 1 and 600000`.
+    pub reason: String,
+    /// Whether an older good version of the document is being served in its place.
+    pub kept_previous: bool,
+}
+
+/// One HTTP binding of an API: the main rule or one of its `additional_bindings`.
+#[derive(Debug, Clone)]
+pub struct Binding {
+    /// Upper-case HTTP method (`GET`, `POST`, ...; `*` for a custom rule matching any).
+    pub method: String,
+    pub template: PathTemplate,
+    /// `None`: no body; `Some("*")`: the whole message; `Some(field)`: that field.
+    pub body: Option<String>,
+    pub response_body: Option<String>,
+}
+
+/// What kind of backend an API calls.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendKind {
+    Http {
+        /// Upstream path rewrite (may use `{var}`s of the matched binding).
+        path: Option<String>,
+    },
+    Grpc {
+        service: String,
+        method: String,
+        /// The SHA-256 (hex) naming `descriptors/<sha256>`.
+        descriptor: String,
+    },
+}
+
+/// A validated API.
+#[derive(Debug, Clone)]
+pub struct Api {
+    pub id: String,
+    pub version: u64,
+    /// The main binding first, then `additional_bindings` in order.
+    pub bindings: Vec<Binding>,
+    pub backend: BackendKind,
+    pub cluster: String,
+    pub timeout_ms: u64,
+    pub auth: v1::AuthMode,
+    pub policy: v1::Policy,
+    /// The document as published, for `/status` and the registry.
+    pub definition: v1::ApiDefinition,
+}
+
+/// The parsed IP ACL.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IpAclRules {
+    pub deny: Vec<IpNet>,
+    pub allow: Vec<IpNet>,
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+/// One immutable, validated configuration.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub version: ConfigVersion,
+    pub apis: BTreeMap<String, Arc<Api>>,
+    pub clusters: BTreeMap<String, Arc<v1::Cluster>>,
+    pub apps: BTreeMap<String, Arc<v1::App>>,
+    pub switches: BTreeMap<String, Arc<v1::Switch>>,
+    pub ipacl: Arc<IpAclRules>,
+    /// Descriptor sha256 → the FileDescriptorSet bytes (already checked to decode).
+    pub descriptors: BTreeMap<String, Arc<Vec<u8>>>,
+    /// Every accepted document (path → bytes), including last-good versions kept in place of
+    /// rejected ones: exactly what the disk snapshot writes.
+    pub accepted: BTreeMap<String, Arc<Vec<u8>>>,
+    /// Documents refused in this build.
+    pub rejected: Vec<Rejection>,
+}

@@ -1,0 +1,24 @@
+//! Where configuration comes from. A [`ConfigSource`] reads the whole tree and then reports
+//! the whole tree again after every change; the gateway builds and validates a new
+//! [`crate::Snapshot`] from each report and swaps it in. Sources never block the request path.
+
+use crate::tree::Tree;
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+/// A source of configuration trees.
+#[async_trait]
+pub trait ConfigSource: Send + Sync + 'static {
+    /// Human-readable identity for logs and `/status`, e.g. `dir:/etc/portico`,
+    /// `zk:127.0.0.1:2181/portico`.
+    fn describe(&self) -> String;
+
+    /// Runs until `updates` is closed: sends the whole tree once it has first been read, then
+    /// again after every change. Transient failures (an unreadable file, a lost ZooKeeper
+    /// session) are logged and retried inside; they never end the loop.
+    async fn run(&self, updates: mpsc::Sender<Tree>);
+}
+
+pub use dir::DirSource;
+
+mod dir;

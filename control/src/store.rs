@@ -1,0 +1,1 @@
+//! The last-known-good snapshot on disk. (Being written.)

@@ -1,0 +1,179 @@
+//! The one error type of the data plane. Every refusal or failure on the request path is a
+//! [`GatewayError`]; the rescue point in `proxy.rs` turns it into the envelope of
+//! DESIGN.md §3.2: `{"code", "message", "request_id"}`.
+
+use std::fmt;
+
+/// Which side a failure came from (as Pingora's `ErrorSource`): it decides what is counted as
+/// a backend failure by the breaker and how the access log reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The caller sent something the gateway refuses (4xx).
+    Client,
+    /// The gateway itself refused or could not serve (a limit, a switch, an open breaker).
+    Gateway,
+    /// The backend failed, timed out or answered an error.
+    Upstream,
+}
+
+/// The error codes of the v1 contract (§3.2), plus gRPC status names passed through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Code {
+    BadRequest,
+    SignatureMissing,
+    SignatureInvalid,
+    SignatureExpired,
+    NonceReplayed,
+    AppUnknown,
+    IpBlocked,
+    AppForbidden,
+    AppDisabled,
+    ApiNotFound,
+    MethodNotAllowed,
+    BodyTooLarge,
+    HeaderTooLarge,
+    RateLimited,
+    ApiDegraded,
+    CircuitOpen,
+    BulkheadFull,
+    NoHealthyUpstream,
+    UpstreamError,
+    UpstreamTimeout,
+    Internal,
+    /// A gRPC backend's non-OK status, by name (`NOT_FOUND`), with its mapped HTTP status.
+    Grpc { name: &'static str, http_status: u16 },
+}
+
+impl Code {
+    /// The HTTP status this code answers with.
+    pub fn status(&self) -> u16 {
+        match self {
+            Code::BadRequest => 400,
+            Code::SignatureMissing
+            | Code::SignatureInvalid
+            | Code::SignatureExpired
+            | Code::NonceReplayed
+            | Code::AppUnknown => 401,
+            Code::IpBlocked | Code::AppForbidden | Code::AppDisabled => 403,
+            Code::ApiNotFound => 404,
+            Code::MethodNotAllowed => 405,
+            Code::BodyTooLarge => 413,
+            Code::HeaderTooLarge => 431,
+            Code::RateLimited => 429,
+            Code::ApiDegraded | Code::CircuitOpen | Code::BulkheadFull | Code::NoHealthyUpstream => {
+                503
+            }
+            Code::UpstreamError => 502,
+            Code::UpstreamTimeout => 504,
+            Code::Internal => 500,
+            Code::Grpc { http_status, .. } => *http_status,
+        }
+    }
+
+    /// The code string of the envelope.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Code::BadRequest => "BAD_REQUEST",
+            Code::SignatureMissing => "SIGNATURE_MISSING",
+            Code::SignatureInvalid => "SIGNATURE_INVALID",
+            Code::SignatureExpired => "SIGNATURE_EXPIRED",
+            Code::NonceReplayed => "NONCE_REPLAYED",
+            Code::AppUnknown => "APP_UNKNOWN",
+            Code::IpBlocked => "IP_BLOCKED",
+            Code::AppForbidden => "APP_FORBIDDEN",
+            Code::AppDisabled => "APP_DISABLED",
+            Code::ApiNotFound => "API_NOT_FOUND",
+            Code::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            Code::BodyTooLarge => "BODY_TOO_LARGE",
+            Code::HeaderTooLarge => "HEADER_TOO_LARGE",
+            Code::RateLimited => "RATE_LIMITED",
+            Code::ApiDegraded => "API_DEGRADED",
+            Code::CircuitOpen => "CIRCUIT_OPEN",
+            Code::BulkheadFull => "BULKHEAD_FULL",
+            Code::NoHealthyUpstream => "NO_HEALTHY_UPSTREAM",
+            Code::UpstreamError => "UPSTREAM_ERROR",
+            Code::UpstreamTimeout => "UPSTREAM_TIMEOUT",
+            Code::Internal => "INTERNAL",
+            Code::Grpc { name, .. } => name,
+        }
+    }
+
+    /// The side a code is blamed on.
+    pub fn side(&self) -> Side {
+        match self.status() {
+            502 | 504 => Side::Upstream,
+            _ if matches!(self, Code::Grpc { .. }) => Side::Upstream,
+            400..=499 => Side::Client,
+            _ => Side::Gateway,
+        }
+    }
+}
+
+/// A refusal or failure on the request path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayError {
+    pub code: Code,
+    pub message: String,
+    /// Seconds for `Retry-After` (rate limits, open breakers).
+    pub retry_after: Option<u64>,
+}
+
+impl GatewayError {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        GatewayError { code, message: message.into(), retry_after: None }
+    }
+
+    pub fn with_retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(Code::BadRequest, message)
+    }
+
+    pub fn status(&self) -> u16 {
+        self.code.status()
+    }
+
+    /// The §3.2 envelope body.
+    pub fn envelope(&self, request_id: &str) -> Vec<u8> {
+        let body = serde_json::json!({
+            "code": self.code.as_str(),
+            "message": self.message,
+            "request_id": request_id,
+        });
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for GatewayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}: {}", self.status(), self.code.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for GatewayError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_follow_the_contract() {
+        assert_eq!(Code::NonceReplayed.status(), 401);
+        assert_eq!(Code::IpBlocked.status(), 403);
+        assert_eq!(Code::RateLimited.status(), 429);
+        assert_eq!(Code::BulkheadFull.status(), 503);
+        assert_eq!(Code::UpstreamTimeout.status(), 504);
+        assert_eq!(Code::Grpc { name: "NOT_FOUND", http_status: 404 }.as_str(), "NOT_FOUND");
+    }
+
+    #[test]
+    fn envelope_is_json() {
+        let e = GatewayError::new(Code::ApiNotFound, "no API for GET /x");
+        let v: serde_json::Value = serde_json::from_slice(&e.envelope("rid-1")).unwrap();
+        assert_eq!(v["code"], "API_NOT_FOUND");
+        assert_eq!(v["request_id"], "rid-1");
+    }
+}
