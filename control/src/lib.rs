@@ -7,6 +7,7 @@
 //! - [`source`]: the [`ConfigSource`] trait and the directory source (`--config-dir`).
 //! - [`store`]: the last-known-good snapshot on disk (`--snapshot-dir`).
 
+pub mod sign;
 pub mod snapshot;
 pub mod source;
 pub mod store;
