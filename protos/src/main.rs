@@ -1,1 +1,93 @@
-fn main() {}
+//! `portico-demo-backend --http ADDR [--grpc ADDR] [--verbose]`: Portico's demo backend.
+//!
+//! Binds every listener first, then prints one readiness line on stdout and serves:
+//!
+//! ```text
+//! portico-demo-backend http=127.0.0.1:41234 grpc=127.0.0.1:41235
+//! ```
+//!
+//! Port 0 picks a free port; the line reports the real one. See `portico_demo::http` for the
+//! HTTP demo API and its fault injection, `portico_demo::grpc` for the gRPC demo services.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Parser;
+use portico_demo::{grpc, http, READY_PREFIX};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "portico-demo-backend",
+    about = "Portico's demo backend (HTTP + gRPC, with fault injection)"
+)]
+struct Args {
+    /// Address of the HTTP demo API (e.g. 127.0.0.1:18081; port 0 = any free port).
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// Address of the gRPC demo services (e.g. 127.0.0.1:50051; port 0 = any free port).
+    #[arg(long)]
+    grpc: Option<SocketAddr>,
+    /// Log one line per request to stderr (off by default: this is also the benchmark backend).
+    #[arg(long)]
+    verbose: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.http.is_none() && args.grpc.is_none() {
+        anyhow::bail!("give --http ADDR and/or --grpc ADDR");
+    }
+
+    let http_listener = match args.http {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding --http {addr}"))?,
+        ),
+        None => None,
+    };
+    let grpc_listener = match args.grpc {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding --grpc {addr}"))?,
+        ),
+        None => None,
+    };
+
+    let mut line = String::from(READY_PREFIX);
+    if let Some(l) = &http_listener {
+        line.push_str(&format!(" http={}", l.local_addr()?));
+    }
+    if let Some(l) = &grpc_listener {
+        line.push_str(&format!(" grpc={}", l.local_addr()?));
+    }
+
+    let mut tasks = JoinSet::new();
+    if let Some(l) = http_listener {
+        let options = http::Options {
+            verbose: args.verbose,
+        };
+        tasks.spawn(http::serve(l, Arc::new(http::Stats::default()), options));
+    }
+    if let Some(l) = grpc_listener {
+        tasks.spawn(grpc::serve_grpc(l));
+    }
+
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}")?;
+        out.flush()?;
+    }
+
+    // Runs until every server has ended; the first error ends the process.
+    while let Some(done) = tasks.join_next().await {
+        done.context("server task panicked")??;
+    }
+    Ok(())
+}
