@@ -1,0 +1,423 @@
+//! Test support shared by Portico's integration tests: a real ZooKeeper server (the Debian
+//! `zookeeper` package) on a free loopback port with a private data directory, its `zkCli.sh`
+//! client, and free ports.
+//!
+//! ```no_run
+//! let zk = portico_testkit::ZooKeeper::start();
+//! let out = portico_testkit::zkcli(&zk.connect_string(), &["create", "/portico", ""]);
+//! assert!(out.success, "{}", out.stderr);
+//! ```
+//!
+//! The ZooKeeper installation is `/usr/share/zookeeper` unless `PORTICO_ZK_HOME` names another.
+//! Everything here panics with a clear message on failure: it is for tests and start-up only.
+#![allow(clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long [`ZooKeeper::start`] and [`ZooKeeper::restart`] wait for the server to accept a session.
+pub const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The ZooKeeper installation directory (`PORTICO_ZK_HOME`, default `/usr/share/zookeeper`).
+pub fn zk_home() -> PathBuf {
+    std::env::var_os("PORTICO_ZK_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/share/zookeeper"))
+}
+
+/// A free TCP port on 127.0.0.1 (bound once and released, so it is free at the time of the call).
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0 to find a free port");
+    listener
+        .local_addr()
+        .expect("local_addr of a bound listener")
+        .port()
+}
+
+/// Polls `condition` every 10 ms until it holds or `timeout` passes; returns whether it held.
+pub fn wait_for(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A ZooKeeper server process owned by a test. Killed (and its data directory removed) on drop.
+pub struct ZooKeeper {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Option<Child>,
+    paused: bool,
+}
+
+impl ZooKeeper {
+    /// Starts a standalone server on a free 127.0.0.1 port with a fresh data directory, and
+    /// returns once a client session can be established. Panics if it cannot start.
+    pub fn start() -> ZooKeeper {
+        Self::try_start().unwrap_or_else(|e| panic!("cannot start ZooKeeper: {e}"))
+    }
+
+    /// Like [`ZooKeeper::start`], with the failure as an error.
+    pub fn try_start() -> Result<ZooKeeper, String> {
+        let script = zk_home().join("bin/zkServer.sh");
+        if !script.exists() {
+            return Err(format!(
+                "{} is missing: install ZooKeeper with `apt-get install -y zookeeper`",
+                script.display()
+            ));
+        }
+        let mut last_error = String::new();
+        // A port found free can be taken before ZooKeeper binds it: try a few.
+        for _ in 0..3 {
+            let mut zk = ZooKeeper {
+                dir: tempfile::Builder::new()
+                    .prefix("portico-zk-")
+                    .tempdir()
+                    .map_err(|e| format!("cannot create a temporary directory: {e}"))?,
+                port: free_port(),
+                child: None,
+                paused: false,
+            };
+            match zk.write_config().and_then(|()| zk.spawn()) {
+                Ok(()) => return Ok(zk),
+                Err(e) => last_error = e,
+            }
+        }
+        Err(last_error)
+    }
+
+    /// `127.0.0.1:PORT`, for a client's connect string.
+    pub fn connect_string(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's private directory (`zoo.cfg`, `data/`, `zookeeper.out`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The process id of the running server, if it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the server process is running (paused counts as running).
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Stops the server gracefully (SIGTERM, then SIGKILL after 10 s) and waits for it to exit.
+    /// The data directory is kept for [`ZooKeeper::restart`].
+    pub fn stop(&mut self) {
+        self.resume_if_paused();
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), "TERM");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash would. The data directory is kept.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.paused = false;
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open but nothing is answered, so client
+    /// sessions time out. Use to force a session expiry: pause longer than the session timeout.
+    pub fn pause(&mut self) {
+        if let Some(pid) = self.pid() {
+            signal(pid, "STOP");
+            self.paused = true;
+        }
+    }
+
+    /// Unfreezes a paused server (SIGCONT).
+    pub fn resume(&mut self) {
+        if let Some(pid) = self.pid() {
+            signal(pid, "CONT");
+        }
+        self.paused = false;
+    }
+
+    /// Starts the server again on the same port and data directory (stopping it first if it
+    /// runs), and returns once it accepts sessions. Sessions and data survive.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn()
+            .unwrap_or_else(|e| panic!("cannot restart ZooKeeper: {e}"));
+    }
+
+    /// Starts a stopped or killed server again (same port and data); no-op if it runs.
+    pub fn start_again(&mut self) {
+        if self.is_running() {
+            return;
+        }
+        self.spawn()
+            .unwrap_or_else(|e| panic!("cannot start ZooKeeper again: {e}"));
+    }
+
+    /// Blocks until a client session can be established, or `timeout` passes.
+    pub fn wait_ready(&self, timeout: Duration) -> bool {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        wait_for(timeout, || session_handshake(addr).is_ok())
+    }
+
+    /// The server's console output so far (for failure messages).
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("zookeeper.out")).unwrap_or_default()
+    }
+
+    fn resume_if_paused(&mut self) {
+        if self.paused {
+            self.resume();
+        }
+    }
+
+    fn write_config(&self) -> Result<(), String> {
+        let data = self.dir.path().join("data");
+        std::fs::create_dir_all(&data).map_err(|e| format!("create {}: {e}", data.display()))?;
+        // tickTime 500 ms lets tests use short session timeouts (1 s .. 60 s).
+        let cfg = format!(
+            "tickTime=500\n\
+             initLimit=10\n\
+             syncLimit=5\n\
+             dataDir={}\n\
+             clientPort={}\n\
+             clientPortAddress=127.0.0.1\n\
+             admin.enableServer=false\n\
+             minSessionTimeout=1000\n\
+             maxSessionTimeout=60000\n\
+             maxClientCnxns=0\n\
+             4lw.commands.whitelist=ruok,srvr,stat,mntr\n",
+            data.display(),
+            self.port
+        );
+        let path = self.dir.path().join("zoo.cfg");
+        std::fs::write(&path, cfg).map_err(|e| format!("write {}: {e}", path.display()))
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let dir = self.dir.path().to_path_buf();
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("zookeeper.out"))
+            .map_err(|e| format!("open zookeeper.out: {e}"))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| format!("clone zookeeper.out: {e}"))?;
+        let child = Command::new(zk_home().join("bin/zkServer.sh"))
+            .arg("start-foreground")
+            .arg(dir.join("zoo.cfg"))
+            .env("ZOOCFGDIR", &dir)
+            .env("ZOO_LOG_DIR", &dir)
+            .env("JMXDISABLE", "true")
+            .env(
+                "JVMFLAGS",
+                format!(
+                    "-Xmx256m -XX:+UseSerialGC -Dzookeeper.log.dir={} -Dzookeeper.root.logger=INFO,CONSOLE",
+                    dir.display()
+                ),
+            )
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("spawn zkServer.sh: {e}"))?;
+        self.child = Some(child);
+        self.paused = false;
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if session_handshake(addr).is_ok() {
+                return Ok(());
+            }
+            if !self.is_running() {
+                self.child = None;
+                return Err(format!(
+                    "ZooKeeper exited during start-up on port {}:\n{}",
+                    self.port,
+                    self.output()
+                ));
+            }
+            if Instant::now() >= deadline {
+                self.kill();
+                return Err(format!(
+                    "ZooKeeper did not accept a session on port {} within {:?}:\n{}",
+                    self.port,
+                    START_TIMEOUT,
+                    self.output()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+impl Drop for ZooKeeper {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn signal(pid: u32, name: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Opens a ZooKeeper session with a raw ConnectRequest and closes it again: proof that the
+/// server is up and serving, not just listening.
+fn session_handshake(addr: SocketAddr) -> std::io::Result<()> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut req = Vec::with_capacity(49);
+    req.extend_from_slice(&0i32.to_be_bytes()); // protocolVersion
+    req.extend_from_slice(&0i64.to_be_bytes()); // lastZxidSeen
+    req.extend_from_slice(&2000i32.to_be_bytes()); // timeOut (ms)
+    req.extend_from_slice(&0i64.to_be_bytes()); // sessionId
+    req.extend_from_slice(&16i32.to_be_bytes()); // passwd length
+    req.extend_from_slice(&[0u8; 16]); // passwd
+    req.push(0); // readOnly
+    let mut framed = (req.len() as i32).to_be_bytes().to_vec();
+    framed.extend_from_slice(&req);
+    stream.write_all(&framed)?;
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len)?;
+    let len = i32::from_be_bytes(len);
+    if !(16..=1024).contains(&len) {
+        return Err(std::io::Error::other("bad ConnectResponse length"));
+    }
+    let mut resp = vec![0u8; len as usize];
+    stream.read_exact(&mut resp)?;
+    let timeout = i32::from_be_bytes([resp[4], resp[5], resp[6], resp[7]]);
+    let mut sid = [0u8; 8];
+    sid.copy_from_slice(&resp[8..16]);
+    let session_id = i64::from_be_bytes(sid);
+    if timeout <= 0 || session_id == 0 {
+        return Err(std::io::Error::other("session refused"));
+    }
+    // closeSession: xid 1, type -11.
+    let mut close = 8i32.to_be_bytes().to_vec();
+    close.extend_from_slice(&1i32.to_be_bytes());
+    close.extend_from_slice(&(-11i32).to_be_bytes());
+    stream.write_all(&close)?;
+    let mut reply = [0u8; 20];
+    let _ = stream.read_exact(&mut reply);
+    Ok(())
+}
+
+/// What a `zkCli.sh` run printed.
+#[derive(Debug, Clone)]
+pub struct ZkCliOutput {
+    /// Whether zkCli exited with status 0 (a failed command, e.g. `get` of a missing node, is not).
+    pub success: bool,
+    /// Standard output without zkCli's own connection chatter.
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl ZkCliOutput {
+    /// The last line of output: the data for a `get`.
+    pub fn last_line(&self) -> &str {
+        self.stdout
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+    }
+}
+
+/// Runs `zkCli.sh -server CONNECT ARGS...`, e.g. `zkcli(&zk.connect_string(), &["set",
+/// "/portico/switches/order.get", r#"{"degraded":true}"#])`. Each argument is passed as is
+/// (JSON with spaces needs no quoting).
+pub fn zkcli(connect: &str, args: &[&str]) -> ZkCliOutput {
+    let output = Command::new(zk_home().join("bin/zkCli.sh"))
+        .arg("-server")
+        .arg(connect)
+        .args(args)
+        .env("JMXDISABLE", "true")
+        .env("CLIENT_JVMFLAGS", "-Xmx128m -XX:+UseSerialGC")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run zkCli.sh: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| {
+            !(l.starts_with("Connecting to ")
+                || l.starts_with("WATCHER::")
+                || l.starts_with("WatchedEvent state:"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    ZkCliOutput {
+        success: output.status.success(),
+        stdout,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_zkcli_pause_restart() {
+        let mut zk = ZooKeeper::start();
+        let connect = zk.connect_string();
+        let out = zkcli(&connect, &["create", "/t", r#"{"a": 1}"#]);
+        assert!(out.success, "{out:?}");
+        let out = zkcli(&connect, &["get", "/t"]);
+        assert!(out.success, "{out:?}");
+        assert_eq!(out.last_line(), r#"{"a": 1}"#);
+        assert!(!zkcli(&connect, &["get", "/missing"]).success);
+
+        zk.pause();
+        assert!(session_handshake(SocketAddr::from(([127, 0, 0, 1], zk.port()))).is_err());
+        zk.resume();
+        assert!(zk.wait_ready(Duration::from_secs(10)));
+
+        let port = zk.port();
+        zk.restart();
+        assert_eq!(zk.port(), port);
+        assert_eq!(zkcli(&connect, &["get", "/t"]).last_line(), r#"{"a": 1}"#);
+
+        zk.kill();
+        assert!(!zk.is_running());
+        zk.start_again();
+        assert!(zk.is_running());
+    }
+}
