@@ -1,1 +1,178 @@
-fn main() {}
+//! `portico-gateway`: the data plane. See `--help` and docs/OPERATIONS.md.
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use pingora_core::server::configuration::ServerConf;
+use pingora_core::server::Server;
+use portico_control::{ConfigSource, DirSource};
+use portico_gateway::admin::{self, AdminState};
+use portico_gateway::config;
+use portico_gateway::invoke::grpc::GrpcInvoker;
+use portico_gateway::invoke::http::HttpInvoker;
+use portico_gateway::observe::access_log::{AccessLog, LogTarget};
+use portico_gateway::observe::metrics::Metrics;
+use portico_gateway::proxy::Gateway;
+use portico_gateway::runtime::{system_clock, Plane, PlaneKind, Shared};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Portico's gateway: signed open APIs over HTTP/JSON, proxied to HTTP backends or
+/// transcoded to gRPC, configured from ZooKeeper or a directory.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// ZooKeeper hosts (`127.0.0.1:2181,...`): the live configuration source.
+    #[arg(long, conflicts_with = "config_dir")]
+    zk: Option<String>,
+    /// Root of Portico's tree in ZooKeeper.
+    #[arg(long, default_value = "/portico")]
+    zk_root: String,
+    /// Last-known-good snapshot directory (written on every applied config; booted from
+    /// when ZooKeeper is unreachable at start).
+    #[arg(long)]
+    snapshot_dir: Option<PathBuf>,
+    /// Standalone mode: serve the configuration tree in this directory (reloaded on change).
+    #[arg(long, required_unless_present = "zk")]
+    config_dir: Option<PathBuf>,
+    /// Merchant traffic listener.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: String,
+    /// Sandbox listener, serving the `sandbox/` tree (drafts and sandbox apps).
+    #[arg(long)]
+    sandbox_listen: Option<String>,
+    /// Admin listener: /metrics, /healthz, /readyz, /status.
+    #[arg(long, default_value = "127.0.0.1:9180")]
+    admin_listen: String,
+    /// This node's id (default: hostname-pid).
+    #[arg(long)]
+    node_id: Option<String>,
+    /// Worker threads for traffic (default: the number of CPUs).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Access log: `-` for stdout, `off`, or a file path.
+    #[arg(long, default_value = "-")]
+    access_log: LogTarget,
+    /// Default request body limit in bytes (an API's policy.max_body_bytes overrides it).
+    #[arg(long, default_value_t = 1024 * 1024)]
+    max_body_bytes: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PORTICO_LOG").unwrap_or_else(|_| "info,pingora=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    let node_id = args.node_id.clone().unwrap_or_else(default_node_id);
+    let metrics = Metrics::new().context("registering metrics")?;
+    let access_log = AccessLog::start(args.access_log.clone(), metrics.access_log_dropped.clone())
+        .context("opening the access log")?;
+    let shared = Arc::new(Shared {
+        metrics,
+        access_log,
+        http: HttpInvoker::new(),
+        grpc: GrpcInvoker::new(),
+        clock: system_clock(),
+        node_id: node_id.clone(),
+        default_max_body: args.max_body_bytes,
+    });
+    let live = Arc::new(Plane::new(PlaneKind::Live, shared.clone()));
+    let sandbox = args.sandbox_listen.as_ref().map(|_| Arc::new(Plane::new(PlaneKind::Sandbox, shared.clone())));
+
+    // The control side (config loops, admin listener, housekeeping) runs on its own runtime,
+    // so it never competes with traffic and traffic never waits on it.
+    let control_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("portico-control")
+        .enable_all()
+        .build()
+        .context("starting the control runtime")?;
+
+    let mut sources: Vec<(Arc<Plane>, Arc<dyn ConfigSource>)> = Vec::new();
+    if let Some(dir) = &args.config_dir {
+        boot_from_dir(&live, dir, "dir")?;
+        sources.push((live.clone(), Arc::new(DirSource::new(dir.clone()))));
+        if let Some(sb) = &sandbox {
+            let sdir = dir.join("sandbox");
+            if sdir.is_dir() {
+                boot_from_dir(sb, &sdir, "dir")?;
+            }
+            sources.push((sb.clone(), Arc::new(DirSource::new(sdir))));
+        }
+    } else if let Some(_hosts) = &args.zk {
+        bail!("ZooKeeper mode is not available in this build yet; use --config-dir");
+    }
+
+    let admin_state = AdminState {
+        live: live.clone(),
+        sandbox: sandbox.clone(),
+        started_at_ms: portico_gateway::pipeline::now_ms(),
+        listen: args.listen.clone(),
+    };
+    let admin_listener = control_rt
+        .block_on(tokio::net::TcpListener::bind(&args.admin_listen))
+        .with_context(|| format!("binding the admin listener {}", args.admin_listen))?;
+    let snapshot_dir = args.snapshot_dir.clone();
+    let planes: Vec<Arc<Plane>> = std::iter::once(live.clone()).chain(sandbox.clone()).collect();
+    control_rt.spawn(async move {
+        if let Err(e) = axum::serve(admin_listener, admin::router(admin_state)).await {
+            tracing::error!(error = %e, "admin listener failed");
+        }
+    });
+    for (plane, source) in sources {
+        let dir = if plane.kind == PlaneKind::Live { snapshot_dir.clone() } else { None };
+        control_rt.spawn(config::run(plane, source, dir, None));
+    }
+    control_rt.spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            for p in &planes {
+                p.housekeeping();
+            }
+        }
+    });
+
+    // Traffic: Pingora.
+    let conf = ServerConf {
+        threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
+        grace_period_seconds: Some(0),
+        graceful_shutdown_timeout_seconds: Some(1),
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+    let mut svc = pingora_proxy::http_proxy_service_with_name(&server.configuration, Gateway { plane: live }, "portico-live");
+    svc.add_tcp(&args.listen);
+    server.add_service(svc);
+    if let (Some(addr), Some(sb)) = (&args.sandbox_listen, sandbox) {
+        let mut svc = pingora_proxy::http_proxy_service_with_name(&server.configuration, Gateway { plane: sb }, "portico-sandbox");
+        svc.add_tcp(addr);
+        server.add_service(svc);
+    }
+    tracing::info!(node_id = %node_id, listen = %args.listen, admin = %args.admin_listen, sandbox = ?args.sandbox_listen, "portico-gateway starting");
+    // Keep the control runtime alive for the life of the process.
+    let _control = control_rt;
+    server.run_forever()
+}
+
+/// Reads `dir` once and applies it, so the gateway is ready before it accepts traffic.
+fn boot_from_dir(plane: &Plane, dir: &std::path::Path, what: &str) -> anyhow::Result<()> {
+    let tree = portico_control::source::dir::read_tree(dir).with_context(|| format!("reading {}", dir.display()))?;
+    config::apply_tree(plane, &tree);
+    plane.source.store(Arc::new(format!("{what}:{}", dir.display())));
+    Ok(())
+}
+
+fn default_node_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_default();
+    let host = if host.is_empty() { "gateway".to_owned() } else { host };
+    format!("{host}-{}", std::process::id())
+}

@@ -1,0 +1,100 @@
+//! The admin listener: `/metrics` (Prometheus text), `/healthz`, `/readyz` (200 once a
+//! snapshot is loaded), `/status` (JSON: node, config source and version, APIs, breakers).
+
+use crate::runtime::Plane;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// What the admin handlers read.
+#[derive(Clone)]
+pub struct AdminState {
+    pub live: Arc<Plane>,
+    pub sandbox: Option<Arc<Plane>>,
+    pub started_at_ms: u64,
+    pub listen: String,
+}
+
+/// The admin router.
+pub fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/status", get(status))
+        .with_state(state)
+}
+
+async fn metrics(State(s): State<AdminState>) -> Response {
+    s.live.housekeeping();
+    if let Some(sb) = &s.sandbox {
+        sb.housekeeping();
+    }
+    let text = s.live.shared.metrics.render();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+async fn readyz(State(s): State<AdminState>) -> Response {
+    if s.live.ready.load(Ordering::Acquire) {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "no configuration loaded yet\n").into_response()
+    }
+}
+
+fn plane_status(plane: &Plane) -> serde_json::Value {
+    let rt = plane.current.load();
+    let snap = &rt.snapshot;
+    let applied_at = plane.applied_at_ms.load(Ordering::Relaxed);
+    let now = crate::pipeline::now_ms();
+    let breakers: serde_json::Map<String, serde_json::Value> = rt
+        .apis
+        .iter()
+        .map(|(id, a)| {
+            (
+                id.clone(),
+                serde_json::json!({
+                    "breaker": a.breaker.state().as_str(),
+                    "in_flight": a.bulkhead.in_flight(),
+                    "max_concurrent": a.bulkhead.capacity(),
+                }),
+            )
+        })
+        .collect();
+    serde_json::json!({
+        "ready": plane.ready.load(Ordering::Acquire),
+        "config_source": plane.source.load().as_str(),
+        "config_version": snap.version,
+        "applied_at_ms": applied_at,
+        "config_age_ms": if applied_at > 0 { now.saturating_sub(applied_at) } else { 0 },
+        "apis_loaded": snap.apis.len(),
+        "apis": snap.apis.keys().collect::<Vec<_>>(),
+        "apps_loaded": snap.apps.len(),
+        "switches_degraded": snap.switches.iter().filter(|(_, s)| s.degraded).map(|(k, _)| k).collect::<Vec<_>>(),
+        "rejected_documents": snap.rejected,
+        "invoke": breakers,
+    })
+}
+
+async fn status(State(s): State<AdminState>) -> Json<serde_json::Value> {
+    let mut body = serde_json::json!({
+        "node_id": s.live.shared.node_id,
+        "listen": s.listen,
+        "started_at_ms": s.started_at_ms,
+        "version": env!("CARGO_PKG_VERSION"),
+    });
+    let live = plane_status(&s.live);
+    if let (Some(obj), Some(l)) = (body.as_object_mut(), live.as_object()) {
+        for (k, v) in l {
+            obj.insert(k.clone(), v.clone());
+        }
+        if let Some(sb) = &s.sandbox {
+            obj.insert("sandbox".into(), plane_status(sb));
+        }
+    }
+    Json(body)
+}

@@ -1,0 +1,217 @@
+//! Portico's Pingora `ProxyHttp`: `request_filter` runs the whole pipeline and is the one
+//! rescue point that turns any failure into the §3.2 envelope; `logging` writes the access
+//! log line and the metrics. The gateway answers every request itself (HTTP backends are
+//! called through Pingora's upstream pool inside the pipeline), so `upstream_peer` is never
+//! reached.
+
+use crate::edge::Reply;
+use crate::error::{Code, GatewayError};
+use crate::invoke::Answer;
+use crate::observe::access_log::{now_rfc3339, AccessRecord};
+use crate::pipeline::{self, Handled, RequestCtx};
+use crate::runtime::Plane;
+use async_trait::async_trait;
+use bytes::Bytes;
+use pingora_core::upstreams::peer::HttpPeer;
+use pingora_error::{Error, ErrorType};
+use pingora_http::ResponseHeader;
+use pingora_proxy::{ProxyHttp, Session};
+use std::sync::Arc;
+
+/// The request id header, on every response.
+pub const REQUEST_ID_HEADER: &str = "x-portico-request-id";
+
+/// One listener's proxy: a plane (live or sandbox) behind Pingora.
+pub struct Gateway {
+    pub plane: Arc<Plane>,
+}
+
+#[async_trait]
+impl ProxyHttp for Gateway {
+    type CTX = RequestCtx;
+
+    fn new_ctx(&self) -> RequestCtx {
+        RequestCtx::new()
+    }
+
+    /// Request phase: assigns the request id, runs the pipeline and writes the answer.
+    /// Always returns `Ok(true)`: the response has been written here (or the connection is
+    /// beyond saving), so Pingora never proxies on its own.
+    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> pingora_error::Result<bool> {
+        ctx.request_id = request_id(session);
+        let result = pipeline::handle(&self.plane, session, ctx).await;
+        let written = match result {
+            Ok(Handled::Streamed(status)) => {
+                ctx.status = status;
+                Ok(())
+            }
+            Ok(Handled::Answer(answer)) => {
+                ctx.status = answer.status;
+                write_answer(session, &answer, &ctx.request_id).await
+            }
+            Ok(Handled::Reply(Reply::Canned { status, headers, body })) => {
+                ctx.status = status;
+                let answer = Answer { status, headers, body };
+                write_answer(session, &answer, &ctx.request_id).await
+            }
+            Ok(Handled::Reply(Reply::Error(e))) | Err(e) => self.rescue(session, ctx, e).await,
+        };
+        if let Err(e) = written {
+            // The merchant is gone or the response broke half-way: close the connection.
+            tracing::debug!(request_id = %ctx.request_id, error = %e, "response not completed");
+            session.set_keepalive(None);
+        }
+        Ok(true)
+    }
+
+    /// Never called: every request is answered in `request_filter`.
+    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut RequestCtx) -> pingora_error::Result<Box<HttpPeer>> {
+        Error::e_explain(ErrorType::InternalError, "portico answers every request in request_filter")
+    }
+
+    /// Pingora-level failures (bad request line, ...) get the envelope too.
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        ctx: &mut RequestCtx,
+    ) -> pingora_proxy::FailToProxy {
+        if ctx.request_id.is_empty() {
+            ctx.request_id = request_id(session);
+        }
+        let err = match e.etype() {
+            ErrorType::InvalidHTTPHeader | ErrorType::H2Error => GatewayError::bad_request(format!("{}", e.etype().as_str())),
+            _ => GatewayError::new(Code::Internal, "internal error"),
+        };
+        let code = err.status();
+        let ok = session.response_written().is_none() && self.rescue(session, ctx, err).await.is_ok();
+        pingora_proxy::FailToProxy { error_code: code, can_reuse_downstream: ok }
+    }
+
+    /// Logging phase: the access log line and the per-API metrics.
+    async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut RequestCtx) {
+        let latency = ctx.started.elapsed();
+        let shared = &self.plane.shared;
+        let plane = self.plane.kind.as_str();
+        let api = ctx.edge.api().map(|a| a.id.as_str());
+        let status = if ctx.status == 0 { session.response_written().map_or(0, |r| r.status.as_u16()) } else { ctx.status };
+        let status_str = status_label(status);
+        shared.metrics.requests.with_label_values(&[plane, api.unwrap_or("-"), status_str, ctx.code]).inc();
+        if let Some(api) = api {
+            shared.metrics.latency.with_label_values(&[plane, api]).observe(latency.as_secs_f64());
+            if let Some(up) = ctx.upstream_latency {
+                shared.metrics.upstream_latency.with_label_values(&[plane, api]).observe(up.as_secs_f64());
+            }
+        }
+        if ctx.code != "OK" {
+            shared.metrics.rejections.with_label_values(&[plane, ctx.code]).inc();
+        }
+        let req = session.req_header();
+        let upstream = ctx.upstream.map(|a| a.to_string());
+        shared.access_log.write(&AccessRecord {
+            ts: now_rfc3339(),
+            plane,
+            request_id: &ctx.request_id,
+            method: req.method.as_str(),
+            path: req.uri.path(),
+            api,
+            app_key: ctx.edge.app_key.as_deref(),
+            client: ctx.edge.client_ip.or_else(|| session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())).map(|ip| ip.to_string()),
+            status,
+            code: ctx.code,
+            latency_us: latency.as_micros() as u64,
+            upstream: upstream.as_deref(),
+        });
+    }
+}
+
+impl Gateway {
+    /// The one rescue point: a refusal or failure becomes the §3.2 envelope.
+    async fn rescue(&self, session: &mut Session, ctx: &mut RequestCtx, e: GatewayError) -> pingora_error::Result<()> {
+        ctx.status = e.status();
+        ctx.code = e.code.as_str();
+        if session.response_written().is_some() {
+            // Half-way through a streamed response: nothing more can be said.
+            return Error::e_explain(ErrorType::WriteError, format!("failure after response started: {e}"));
+        }
+        // A refusal before the body was read must not leave the body on the connection.
+        if !session.is_body_done() {
+            session.set_keepalive(None);
+        }
+        let mut headers = Vec::new();
+        if let Some(secs) = e.retry_after {
+            headers.push(("retry-after".to_owned(), secs.to_string()));
+        }
+        let answer = Answer { status: e.status(), headers, body: Bytes::from(e.envelope(&ctx.request_id)) };
+        write_answer(session, &answer, &ctx.request_id).await
+    }
+}
+
+/// Writes a whole JSON answer with the request id.
+async fn write_answer(session: &mut Session, answer: &Answer, request_id: &str) -> pingora_error::Result<()> {
+    let mut head = ResponseHeader::build(answer.status, Some(answer.headers.len() + 3))?;
+    let mut has_type = false;
+    for (name, value) in &answer.headers {
+        has_type |= name.eq_ignore_ascii_case("content-type");
+        head.append_header(name.clone(), value.as_str())?;
+    }
+    if !has_type {
+        head.insert_header("content-type", "application/json")?;
+    }
+    head.insert_header("content-length", answer.body.len().to_string())?;
+    head.insert_header(REQUEST_ID_HEADER, request_id)?;
+    let head_only = session.req_header().method == http::Method::HEAD;
+    session.write_response_header(Box::new(head), head_only).await?;
+    if !head_only {
+        session.write_response_body(Some(answer.body.clone()), true).await?;
+    }
+    Ok(())
+}
+
+/// Keeps a well-formed incoming `X-Portico-Request-Id` (1–64 of `[A-Za-z0-9._-]`), or makes one.
+fn request_id(session: &Session) -> String {
+    if let Some(v) = session.req_header().headers.get(REQUEST_ID_HEADER) {
+        let b = v.as_bytes();
+        if (1..=64).contains(&b.len()) && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-')) {
+            if let Ok(s) = v.to_str() {
+                return s.to_owned();
+            }
+        }
+    }
+    new_request_id()
+}
+
+/// A fresh 32-hex-digit request id.
+pub fn new_request_id() -> String {
+    format!("{:032x}", fastrand::u128(..))
+}
+
+fn status_label(status: u16) -> &'static str {
+    // Avoid an allocation per request for the common statuses.
+    match status {
+        200 => "200",
+        201 => "201",
+        204 => "204",
+        301 => "301",
+        302 => "302",
+        304 => "304",
+        400 => "400",
+        401 => "401",
+        403 => "403",
+        404 => "404",
+        409 => "409",
+        413 => "413",
+        429 => "429",
+        500 => "500",
+        501 => "501",
+        502 => "502",
+        503 => "503",
+        504 => "504",
+        0 => "0",
+        s if s < 200 => "1xx",
+        s if s < 300 => "2xx",
+        s if s < 400 => "3xx",
+        s if s < 500 => "4xx",
+        _ => "5xx",
+    }
+}
