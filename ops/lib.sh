@@ -1,0 +1,194 @@
+# shellcheck shell=bash
+# Shared functions of the ops scripts. Source it: `. "$(dirname "$0")/lib.sh"`.
+# Sets ROOT (the checkout) and RUN (its state dir, .run/, git-ignored).
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RUN="${PORTICO_RUN_DIR:-$ROOT/.run}"
+ZK_BIN="${PORTICO_ZK_BIN:-/usr/share/zookeeper/bin}"
+
+# cargo may live in ~/.cargo/bin without being on PATH (CI, sudo, cron).
+if ! command -v cargo >/dev/null 2>&1 && [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]; then
+    PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+    export PATH
+fi
+
+log() { printf '==> %s\n' "$*" >&2; }
+warn() { printf 'warning: %s\n' "$*" >&2; }
+die() {
+    printf 'error: %s\n' "$*" >&2
+    exit 1
+}
+
+# ensure_packages PKG...: installs the Debian packages that are missing (as root, or
+# through sudo); runs `apt-get update` only when something has to be installed.
+ensure_packages() {
+    local missing=() p
+    for p in "$@"; do
+        if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+            missing+=("$p")
+        fi
+    done
+    [ "${#missing[@]}" -eq 0 ] && return 0
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 || die "need root to install: ${missing[*]}"
+        sudo=(sudo)
+    fi
+    log "installing ${missing[*]}"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq ||
+        die "apt-get update failed"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+        die "apt-get install ${missing[*]} failed"
+}
+
+# port_is_free PORT: whether 127.0.0.1:PORT can be bound now.
+port_is_free() {
+    python3 - "$1" <<'EOF'
+import socket, sys
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError:
+    sys.exit(1)
+finally:
+    s.close()
+EOF
+}
+
+# free_port: prints a port that is free on 127.0.0.1 now.
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# pick_port PREFERRED: PREFERRED when free, else any free port.
+pick_port() {
+    if port_is_free "$1"; then echo "$1"; else free_port; fi
+}
+
+# wait_tcp PORT SECONDS: waits until something accepts on 127.0.0.1:PORT.
+wait_tcp() {
+    local port="$1" secs="${2:-30}" i
+    for ((i = 0; i < secs * 10; i++)); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# wait_http URL SECONDS [PIDFILE]: waits until URL answers 2xx; gives up early when the
+# process of PIDFILE has died.
+wait_http() {
+    local url="$1" secs="${2:-30}" pidfile="${3:-}" i
+    for ((i = 0; i < secs * 10; i++)); do
+        if curl -fsS -o /dev/null --max-time 2 --noproxy '*' "$url" 2>/dev/null; then return 0; fi
+        if [ -n "$pidfile" ] && ! pid_alive "$pidfile"; then return 1; fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# start_bg NAME LOGFILE CMD...: starts CMD in its own session (so the whole group can be
+# stopped), output to LOGFILE, pid in $RUN/pids/NAME.pid.
+start_bg() {
+    local name="$1" logfile="$2"
+    shift 2
+    mkdir -p "$RUN/pids"
+    setsid "$@" >"$logfile" 2>&1 </dev/null &
+    echo "$!" >"$RUN/pids/$name.pid"
+}
+
+# pid_alive PIDFILE
+pid_alive() {
+    [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+}
+
+# stop_pidfile PIDFILE: stops the process group started by start_bg (INT, then TERM, then
+# KILL), and removes the pid file.
+stop_pidfile() {
+    local pidfile="$1" pid i sig
+    [ -f "$pidfile" ] || return 0
+    pid="$(cat "$pidfile")"
+    for sig in INT TERM KILL; do
+        kill -0 "$pid" 2>/dev/null || break
+        kill -"$sig" -- "-$pid" 2>/dev/null || kill -"$sig" "$pid" 2>/dev/null || true
+        for ((i = 0; i < 50; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+    done
+    rm -f "$pidfile"
+}
+
+# zk_ok PORT: whether the ZooKeeper on 127.0.0.1:PORT serves requests (four-letter `srvr`).
+zk_ok() {
+    python3 - "$1" <<'EOF'
+import socket, sys
+try:
+    with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2) as s:
+        s.sendall(b"srvr")
+        data = b""
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+except OSError:
+    sys.exit(1)
+sys.exit(0 if b"Mode:" in data else 1)
+EOF
+}
+
+# start_zookeeper DIR PORT: a private ZooKeeper (Debian's package) with its config, data and
+# logs in DIR, on 127.0.0.1:PORT; pid in $RUN/pids/zookeeper.pid. Waits until it serves.
+start_zookeeper() {
+    local dir="$1" port="$2" i
+    [ -x "$ZK_BIN/zkServer.sh" ] || die "ZooKeeper not found at $ZK_BIN (apt-get install zookeeper)"
+    mkdir -p "$dir/data" "$dir/logs"
+    cat >"$dir/zoo.cfg" <<EOF
+tickTime=2000
+initLimit=10
+syncLimit=5
+dataDir=$dir/data
+clientPort=$port
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=srvr,ruok
+maxClientCnxns=200
+EOF
+    start_bg zookeeper "$dir/logs/stdout.log" \
+        env ZOOCFGDIR="$dir" ZOO_LOG_DIR="$dir/logs" JMXDISABLE=true \
+        SERVER_JVMFLAGS="-Xmx256m" \
+        "$ZK_BIN/zkServer.sh" start-foreground "$dir/zoo.cfg"
+    for ((i = 0; i < 300; i++)); do
+        if zk_ok "$port"; then return 0; fi
+        pid_alive "$RUN/pids/zookeeper.pid" || break
+        sleep 0.1
+    done
+    tail -n 30 "$dir/logs/stdout.log" >&2 || true
+    die "ZooKeeper did not start on 127.0.0.1:$port (log: $dir/logs/stdout.log)"
+}
+
+# wait_ready_line LOGFILE PREFIX SECONDS PIDFILE: waits for a line starting with PREFIX in
+# LOGFILE and prints it.
+wait_ready_line() {
+    local logfile="$1" prefix="$2" secs="$3" pidfile="$4" i line
+    for ((i = 0; i < secs * 10; i++)); do
+        line="$(grep -m1 "^$prefix " "$logfile" 2>/dev/null || true)"
+        if [ -n "$line" ]; then
+            echo "$line"
+            return 0
+        fi
+        pid_alive "$pidfile" || return 1
+        sleep 0.1
+    done
+    return 1
+}
+
+# ready_field LINE KEY: the value of KEY=VALUE in a readiness line.
+ready_field() {
+    local word
+    for word in $1; do
+        case "$word" in "$2="*) echo "${word#*=}" ;; esac
+    done
+}

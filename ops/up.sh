@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Brings up a local Portico: builds the binaries, then starts a private ZooKeeper, the demo
+# backend, the gateway (standalone, on a copy of ops/examples/standalone) and, when it is
+# built, the registry. State, logs and pids go to .run/; ./ops/down.sh stops everything.
+#
+#   ./ops/up.sh [--debug] [--no-build]
+#
+#   --debug      use the debug build (faster to compile; the default is --release, for
+#                realistic latency and throughput)
+#   --no-build   do not run cargo build (use what target/ has)
+#
+# Preferred ports (any free port instead when taken; the summary prints the real ones):
+# gateway 8080, admin 9180, registry 9000, demo backend HTTP 18081 / gRPC 50051.
+# Override with PORTICO_LISTEN_PORT, PORTICO_ADMIN_PORT, PORTICO_REGISTRY_PORT.
+set -euo pipefail
+# shellcheck source=ops/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+profile="${PORTICO_PROFILE:-release}"
+build=1
+for arg in "$@"; do
+    case "$arg" in
+    --debug) profile=debug ;;
+    --release) profile=release ;;
+    --no-build) build=0 ;;
+    -h | --help)
+        sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *) die "unknown argument: $arg (see --help)" ;;
+    esac
+done
+bindir="$ROOT/target/$profile"
+
+ensure_packages cmake zookeeper curl python3
+
+if [ "$build" = 1 ]; then
+    log "cargo build --workspace --bins ($profile)"
+    if [ "$profile" = release ]; then
+        (cd "$ROOT" && cargo build --release --workspace --bins)
+    else
+        (cd "$ROOT" && cargo build --workspace --bins)
+    fi
+fi
+[ -x "$bindir/portico-demo-backend" ] || die "$bindir/portico-demo-backend is missing (build failed?)"
+
+# A second `up` replaces the first.
+if compgen -G "$RUN/pids/*.pid" >/dev/null; then
+    log "stopping the previous run"
+    "$ROOT/ops/down.sh" >/dev/null
+fi
+mkdir -p "$RUN/logs" "$RUN/pids"
+
+# --- ZooKeeper -----------------------------------------------------------------------
+zk_port="$(pick_port "${PORTICO_ZK_PORT:-2181}")"
+log "ZooKeeper on 127.0.0.1:$zk_port"
+rm -rf "$RUN/zookeeper"
+start_zookeeper "$RUN/zookeeper" "$zk_port"
+zk_hosts="127.0.0.1:$zk_port"
+
+# --- demo backend --------------------------------------------------------------------
+demo_http_port="$(pick_port 18081)"
+demo_grpc_port="$(pick_port 50051)"
+log "demo backend"
+start_bg demo-backend "$RUN/logs/demo-backend.log" \
+    "$bindir/portico-demo-backend" --http "127.0.0.1:$demo_http_port" --grpc "127.0.0.1:$demo_grpc_port"
+ready="$(wait_ready_line "$RUN/logs/demo-backend.log" portico-demo-backend 30 "$RUN/pids/demo-backend.pid")" ||
+    {
+        cat "$RUN/logs/demo-backend.log" >&2
+        die "the demo backend did not start"
+    }
+demo_http="$(ready_field "$ready" http)"
+demo_grpc="$(ready_field "$ready" grpc)"
+
+# --- configuration: a private copy of the example tree, pointed at the backend -----------
+rm -rf "$RUN/config"
+cp -R "$ROOT/ops/examples/standalone" "$RUN/config"
+find "$RUN/config" -name '*.json' -exec sed -i \
+    -e "s/127\.0\.0\.1:18081/$demo_http/g" -e "s/127\.0\.0\.1:50051/$demo_grpc/g" {} +
+
+# --- gateway ---------------------------------------------------------------------------
+gw_port="$(pick_port "${PORTICO_LISTEN_PORT:-8080}")"
+admin_port="$(pick_port "${PORTICO_ADMIN_PORT:-9180}")"
+[ -x "$bindir/portico-gateway" ] || die "$bindir/portico-gateway is missing (build failed?)"
+gw_args=(--config-dir "$RUN/config" --listen "127.0.0.1:$gw_port" --admin-listen "127.0.0.1:$admin_port")
+if "$bindir/portico-gateway" --help 2>/dev/null | grep -q -- '--access-log'; then
+    gw_args+=(--access-log "$RUN/logs/access.log")
+fi
+log "gateway on 127.0.0.1:$gw_port (admin 127.0.0.1:$admin_port)"
+start_bg gateway "$RUN/logs/gateway.log" "$bindir/portico-gateway" "${gw_args[@]}"
+if ! wait_http "http://127.0.0.1:$admin_port/readyz" 60 "$RUN/pids/gateway.pid"; then
+    tail -n 40 "$RUN/logs/gateway.log" >&2 || true
+    die "the gateway did not become ready (log: $RUN/logs/gateway.log)"
+fi
+
+# --- registry (when built) -------------------------------------------------------------
+registry_url=""
+if [ -x "$bindir/portico-registry" ] &&
+    "$bindir/portico-registry" --help 2>/dev/null | grep -q -- '--zk'; then
+    reg_port="$(pick_port "${PORTICO_REGISTRY_PORT:-9000}")"
+    log "registry on 127.0.0.1:$reg_port"
+    start_bg registry "$RUN/logs/registry.log" \
+        "$bindir/portico-registry" --zk "$zk_hosts" --listen "127.0.0.1:$reg_port"
+    if wait_tcp "$reg_port" 30 && pid_alive "$RUN/pids/registry.pid"; then
+        registry_url="http://127.0.0.1:$reg_port"
+    else
+        tail -n 20 "$RUN/logs/registry.log" >&2 || true
+        warn "the registry did not start (log: $RUN/logs/registry.log); going on without it"
+        stop_pidfile "$RUN/pids/registry.pid"
+    fi
+else
+    log "registry: not built yet, skipped"
+fi
+
+gateway_url="http://127.0.0.1:$gw_port"
+admin_url="http://127.0.0.1:$admin_port"
+cat >"$RUN/env" <<EOF
+# Written by ops/up.sh: the addresses of this run. Source it: . .run/env
+PORTICO_GATEWAY=$gateway_url
+PORTICO_ADMIN=$admin_url
+PORTICO_REGISTRY=$registry_url
+PORTICO_ZK=$zk_hosts
+PORTICO_CONFIG_DIR=$RUN/config
+DEMO_HTTP=http://$demo_http
+DEMO_GRPC=$demo_grpc
+EOF
+
+cat <<EOF
+
+Portico is up ($profile build).
+  gateway        $gateway_url
+  admin          $admin_url   (/metrics /healthz /readyz /status)
+  registry       ${registry_url:-not running (not built yet)}
+  ZooKeeper      $zk_hosts
+  demo backend   http://$demo_http   (gRPC $demo_grpc)
+  config         $RUN/config   (edit a file there; the gateway reloads it)
+  logs           $RUN/logs/
+  addresses      $RUN/env
+
+Try:
+  curl -s $gateway_url/v1/health
+  python3 ops/sign.py --key merchant-1 --secret s3cr3t-value GET $gateway_url/v1/orders/42
+  python3 ops/sign.py --key merchant-1 --secret s3cr3t-value --body '{"item":"book","qty":2}' POST $gateway_url/v1/orders
+  python3 ops/sign.py --key merchant-1 --secret s3cr3t-value --curl GET $gateway_url/v1/orders/42
+  curl -s $admin_url/status
+  curl -s $admin_url/metrics | grep portico_
+
+Stop with ./ops/down.sh
+EOF
