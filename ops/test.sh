@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Portico's test run (what CI runs, through .ci/run):
 #   1. installs what the tests need and is missing (Debian packages; as root or via sudo);
-#   2. checks the signing vectors of ops/sign.py (the merchants' reference snippet);
+#   2. checks the signing vectors of ops/sign.py and that docs/PROTOCOL.md's worked examples
+#      and Python snippet agree with them (ops/check_docs.py);
 #   3. cargo fmt --check;
 #   4. cargo build --workspace --all-targets (so every binary the tests launch exists:
 #      portico-gateway, portico-demo-backend, portico-registry, ... in target/debug/);
@@ -53,11 +54,17 @@ export PORTICO_ZK_BIN="$ZK_BIN"
 
 # --- 2..6 ----------------------------------------------------------------------------------
 step sign-vectors python3 ops/sign.py --self-test || true
+step protocol-doc python3 ops/check_docs.py || true
 if [ "${PORTICO_SKIP_LINT:-0}" != 1 ]; then
     step fmt cargo fmt --all -- --check || true
 fi
 if step build cargo build --workspace --all-targets; then
-    step test cargo test --workspace --no-fail-fast "$@" || true
+    if [ "$#" -eq 0 ]; then
+        step test cargo test --workspace --no-fail-fast || true
+    else
+        # A virtual workspace tests every member unless -p narrows it.
+        step test cargo test --no-fail-fast "$@" || true
+    fi
 else
     warn "build failed: tests not run"
 fi
