@@ -19,6 +19,6 @@ pub trait ConfigSource: Send + Sync + 'static {
     async fn run(&self, updates: mpsc::Sender<Tree>);
 }
 
-pub use dir::DirSource;
+pub use dir::{file_path_for, read_tree, DirSource};
 
 mod dir;

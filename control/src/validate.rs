@@ -1,7 +1,1270 @@
-//! Validation of a raw tree into a Snapshot. (Being written.)
-use crate::{Snapshot, Tree};
+//! Validation of a raw [`Tree`] into one immutable [`Snapshot`].
+//!
+//! Every document is parsed and checked on its own; errors name the field
+//! (`backend.timeout_ms: must be between 1 and 600000`). A refused document never affects
+//! the others: its last good version (from `previous`) is served in its place when that
+//! version is still consistent with the new tree (its cluster still exists, ...), otherwise
+//! the document is simply absent.
+//!
+//! Documents are checked in dependency order: descriptors, clusters, the IP ACL, apps,
+//! switches, then APIs (which need their cluster and descriptor). Two APIs binding the same
+//! method to the same path shape: the one later by id is refused, naming the other.
+
+use crate::snapshot::{Api, BackendKind, Binding, ConfigVersion, IpAclRules, Rejection, Snapshot};
+use crate::template::{is_field_path, PathTemplate, Rewrite, Segment};
+use crate::tree::{DocKind, Tree};
+use crate::v1;
+use ipnet::IpNet;
+use prost_reflect::{DescriptorPool, Kind, MessageDescriptor};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+/// The largest backend deadline, in milliseconds.
+pub const MAX_TIMEOUT_MS: u64 = 600_000;
+/// The HTTP methods an API may bind.
+pub const METHODS: [&str; 7] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"];
+/// The shortest app secret.
+pub const MIN_SECRET_CHARS: usize = 8;
 
 /// Builds a snapshot from `tree`, keeping `previous`'s good documents in place of bad ones.
-pub fn build_snapshot(_tree: &Tree, _previous: Option<&Snapshot>) -> Snapshot {
-    Snapshot::default()
+pub fn build_snapshot(tree: &Tree, previous: Option<&Snapshot>) -> Snapshot {
+    let mut by_kind: BTreeMap<DocKind, Vec<Doc<'_>>> = BTreeMap::new();
+    for (path, bytes) in &tree.docs {
+        if let Some((kind, name)) = DocKind::classify(path) {
+            by_kind
+                .entry(kind)
+                .or_default()
+                .push((path.as_str(), name, bytes.as_slice()));
+        }
+    }
+    let mut b = Builder {
+        snap: Snapshot::default(),
+        previous,
+        pools: HashMap::new(),
+        routes: HashMap::new(),
+    };
+    let docs = |k: DocKind| by_kind.get(&k).cloned().unwrap_or_default();
+
+    for (path, name, bytes) in docs(DocKind::Descriptor) {
+        if let Some((pool, kept)) = b.consider(path, bytes, |_, raw| check_descriptor(name, raw)) {
+            b.pools.insert(name.to_owned(), pool);
+            b.snap.descriptors.insert(name.to_owned(), kept);
+        }
+    }
+    for (path, name, bytes) in docs(DocKind::Cluster) {
+        if let Some((c, _)) = b.consider(path, bytes, |_, raw| check_cluster(name, raw)) {
+            b.snap.clusters.insert(name.to_owned(), Arc::new(c));
+        }
+    }
+    for (path, _, bytes) in docs(DocKind::IpAcl) {
+        if let Some((acl, _)) = b.consider(path, bytes, |_, raw| check_ipacl(raw)) {
+            b.snap.ipacl = Arc::new(acl);
+        }
+    }
+    for (path, name, bytes) in docs(DocKind::App) {
+        if let Some((app, _)) = b.consider(path, bytes, |_, raw| check_app(name, raw)) {
+            b.snap.apps.insert(name.to_owned(), Arc::new(app));
+        }
+    }
+    for (path, name, bytes) in docs(DocKind::Switch) {
+        if let Some((sw, _)) = b.consider(path, bytes, |_, raw| check_switch(name, raw)) {
+            b.snap.switches.insert(name.to_owned(), Arc::new(sw));
+        }
+    }
+    for (path, name, bytes) in docs(DocKind::Api) {
+        if let Some((api, _)) = b.consider(path, bytes, |b, raw| b.check_api(name, raw)) {
+            for binding in &api.bindings {
+                b.routes.insert(
+                    route_key(binding),
+                    (api.id.clone(), binding.template.raw.clone()),
+                );
+            }
+            b.snap.apis.insert(name.to_owned(), Arc::new(api));
+        }
+    }
+
+    let digest = config_digest(
+        b.snap
+            .accepted
+            .iter()
+            .map(|(p, d)| (p.as_str(), d.as_slice())),
+    );
+    b.snap.version = ConfigVersion {
+        generation: tree.generation,
+        digest,
+    };
+    b.snap
+}
+
+/// The digest of a configuration: the first 16 hex digits of the SHA-256 over its documents
+/// (path length, path, byte length, bytes; lengths as big-endian u64), in path order.
+pub fn config_digest<'a>(docs: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> String {
+    let mut h = Sha256::new();
+    for (path, bytes) in docs {
+        h.update((path.len() as u64).to_be_bytes());
+        h.update(path.as_bytes());
+        h.update((bytes.len() as u64).to_be_bytes());
+        h.update(bytes);
+    }
+    let mut hex = hex::encode(h.finalize());
+    hex.truncate(16);
+    hex
+}
+
+/// (tree path, document name, bytes).
+type Doc<'a> = (&'a str, &'a str, &'a [u8]);
+
+type RouteKey = (String, Vec<Segment>, Option<String>);
+
+fn route_key(b: &Binding) -> RouteKey {
+    (
+        b.method.clone(),
+        b.template.segments().to_vec(),
+        b.template.verb().map(str::to_owned),
+    )
+}
+
+struct Builder<'p> {
+    snap: Snapshot,
+    previous: Option<&'p Snapshot>,
+    /// Decoded descriptor pools of the accepted descriptors, by sha256.
+    pools: HashMap<String, DescriptorPool>,
+    /// Accepted bindings: (method, shape, verb) → (API id, template as written).
+    routes: HashMap<RouteKey, (String, String)>,
+}
+
+impl Builder<'_> {
+    /// Checks a document; on failure records the rejection and falls back to the previous
+    /// snapshot's accepted version of the same path if that still checks out. Returns the
+    /// parsed document and the bytes now accepted for `path`.
+    fn consider<T>(
+        &mut self,
+        path: &str,
+        bytes: &[u8],
+        check: impl Fn(&Self, &[u8]) -> Result<T, String>,
+    ) -> Option<(T, Arc<Vec<u8>>)> {
+        let reason = match check(self, bytes) {
+            Ok(v) => {
+                let kept = Arc::new(bytes.to_vec());
+                self.snap.accepted.insert(path.to_owned(), kept.clone());
+                return Some((v, kept));
+            }
+            Err(reason) => reason,
+        };
+        let mut previous_problem = None;
+        let fallback = self
+            .previous
+            .and_then(|p| p.accepted.get(path))
+            .filter(|old| old.as_slice() != bytes)
+            .and_then(|old| match check(self, old) {
+                Ok(v) => Some((v, old.clone())),
+                Err(e) => {
+                    previous_problem = Some(e);
+                    None
+                }
+            });
+        let kept_previous = fallback.is_some();
+        match &previous_problem {
+            Some(prev) => tracing::warn!(
+                path,
+                reason = %reason,
+                previous = %prev,
+                "configuration document rejected; its previous version no longer fits either"
+            ),
+            None => {
+                tracing::warn!(path, reason = %reason, kept_previous, "configuration document rejected")
+            }
+        }
+        self.snap.rejected.push(Rejection {
+            path: path.to_owned(),
+            reason,
+            kept_previous,
+        });
+        let (v, old) = fallback?;
+        self.snap.accepted.insert(path.to_owned(), old.clone());
+        Some((v, old))
+    }
+
+    fn check_api(&self, name: &str, raw: &[u8]) -> Result<Api, String> {
+        let def: v1::ApiDefinition = parse_json(raw)?;
+        check_name(&def.id).map_err(|e| format!("id: {e}"))?;
+        if def.id != name {
+            return Err(format!(
+                "id: {:?} must equal the document name {name:?}",
+                def.id
+            ));
+        }
+
+        // Bindings.
+        let mut bindings = Vec::with_capacity(1 + def.http.additional_bindings.len());
+        bindings.push(check_binding(
+            "http",
+            &def.http.method,
+            &def.http.path,
+            def.http.body.as_deref(),
+            def.http.response_body.as_deref(),
+        )?);
+        for (i, ab) in def.http.additional_bindings.iter().enumerate() {
+            let field = format!("http.additional_bindings[{i}]");
+            bindings.push(check_binding(
+                &field,
+                &ab.method,
+                &ab.path,
+                ab.body.as_deref(),
+                ab.response_body.as_deref(),
+            )?);
+        }
+        for (i, b) in bindings.iter().enumerate() {
+            let field = binding_field(i);
+            let key = route_key(b);
+            if let Some(j) = bindings[..i].iter().position(|o| route_key(o) == key) {
+                return Err(format!(
+                    "{field}.path: {} {} duplicates {}",
+                    b.method,
+                    b.template,
+                    binding_field(j)
+                ));
+            }
+            if let Some((other, tpl)) = self.routes.get(&key) {
+                return Err(format!(
+                    "{field}.path: {} {} is already bound by API {other} ({} {tpl})",
+                    b.method, b.template, b.method
+                ));
+            }
+        }
+
+        // Backend.
+        let be = &def.backend;
+        if !(1..=MAX_TIMEOUT_MS).contains(&be.timeout_ms) {
+            return Err(format!(
+                "backend.timeout_ms: must be between 1 and {MAX_TIMEOUT_MS}"
+            ));
+        }
+        let Some(cluster) = self.snap.clusters.get(&be.cluster) else {
+            return Err(format!("backend.cluster: no cluster {:?}", be.cluster));
+        };
+        let backend = match (&be.grpc, &be.http) {
+            (Some(g), None) => {
+                if cluster.protocol != v1::Protocol::Grpc {
+                    return Err(format!(
+                        "backend.cluster: cluster {:?} is http, the backend is grpc",
+                        be.cluster
+                    ));
+                }
+                self.check_grpc(g, &bindings)?;
+                BackendKind::Grpc {
+                    service: g.service.clone(),
+                    method: g.method.clone(),
+                    descriptor: g.descriptor.clone(),
+                }
+            }
+            (None, Some(h)) => {
+                if cluster.protocol != v1::Protocol::Http {
+                    return Err(format!(
+                        "backend.cluster: cluster {:?} is grpc, the backend is http",
+                        be.cluster
+                    ));
+                }
+                if let Some(p) = &h.path {
+                    let rw = Rewrite::parse(p).map_err(|e| format!("backend.http.path: {e}"))?;
+                    for f in rw.fields() {
+                        for (i, b) in bindings.iter().enumerate() {
+                            if b.template.variable(f).is_none() {
+                                return Err(format!(
+                                    "backend.http.path: {{{f}}} is not a variable of {}.path",
+                                    binding_field(i)
+                                ));
+                            }
+                        }
+                    }
+                }
+                BackendKind::Http {
+                    path: h.path.clone(),
+                }
+            }
+            _ => return Err("backend: set exactly one of grpc and http".to_owned()),
+        };
+
+        check_policy(&def.policy)?;
+
+        Ok(Api {
+            id: def.id.clone(),
+            version: def.version,
+            bindings,
+            backend,
+            cluster: be.cluster.clone(),
+            timeout_ms: be.timeout_ms,
+            auth: def.auth,
+            policy: def.policy.clone(),
+            definition: def,
+        })
+    }
+
+    fn check_grpc(&self, g: &v1::GrpcBackend, bindings: &[Binding]) -> Result<(), String> {
+        let Some(pool) = self.pools.get(&g.descriptor) else {
+            return Err(format!(
+                "backend.grpc.descriptor: no descriptor {:?}",
+                g.descriptor
+            ));
+        };
+        let Some(service) = pool.get_service_by_name(&g.service) else {
+            return Err(format!(
+                "backend.grpc.service: {:?} is not in descriptor {}",
+                g.service,
+                short(&g.descriptor)
+            ));
+        };
+        let Some(method) = service.methods().find(|m| m.name() == g.method) else {
+            return Err(format!(
+                "backend.grpc.method: {} has no method {:?}",
+                g.service, g.method
+            ));
+        };
+        if method.is_client_streaming() || method.is_server_streaming() {
+            return Err(format!(
+                "backend.grpc.method: {}.{} is streaming; only unary methods are supported",
+                g.service, g.method
+            ));
+        }
+        let input = method.input();
+        for (i, b) in bindings.iter().enumerate() {
+            let field = binding_field(i);
+            for v in b.template.variables() {
+                resolve_field(&input, &v.field_path, true)
+                    .map_err(|e| format!("{field}.path: variable {{{}}}: {e}", v.field_path))?;
+            }
+            if let Some(body) = b.body.as_deref().filter(|b| *b != "*") {
+                resolve_field(&input, body, false).map_err(|e| format!("{field}.body: {e}"))?;
+            }
+            if let Some(rb) = &b.response_body {
+                resolve_field(&method.output(), rb, false)
+                    .map_err(|e| format!("{field}.response_body: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn binding_field(i: usize) -> String {
+    if i == 0 {
+        "http".to_owned()
+    } else {
+        format!("http.additional_bindings[{}]", i - 1)
+    }
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..12).unwrap_or(sha)
+}
+
+/// Resolves a field path in a message; a path variable's leaf must be a singular scalar
+/// (or a well-known google.protobuf type).
+fn resolve_field(msg: &MessageDescriptor, path: &str, path_variable: bool) -> Result<(), String> {
+    let mut cur = msg.clone();
+    let parts: Vec<&str> = path.split('.').collect();
+    for (i, part) in parts.iter().enumerate() {
+        let Some(f) = cur.get_field_by_name(part) else {
+            return Err(format!("{} has no field {part:?}", cur.full_name()));
+        };
+        let last = i + 1 == parts.len();
+        if !last {
+            match f.kind() {
+                Kind::Message(m) if !f.is_list() && !f.is_map() => cur = m,
+                _ => {
+                    return Err(format!(
+                        "{}.{part} is not a singular message field",
+                        cur.full_name()
+                    ))
+                }
+            }
+        } else if path_variable {
+            if f.is_list() || f.is_map() {
+                return Err(format!("{}.{part} is repeated", cur.full_name()));
+            }
+            if let Kind::Message(m) = f.kind() {
+                if !m.full_name().starts_with("google.protobuf.") {
+                    return Err(format!(
+                        "{}.{part} is a message, not a scalar",
+                        cur.full_name()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_binding(
+    field: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    response_body: Option<&str>,
+) -> Result<Binding, String> {
+    let m = method.to_ascii_uppercase();
+    if !METHODS.contains(&m.as_str()) {
+        return Err(format!(
+            "{field}.method: {method:?} is not one of {}",
+            METHODS.join("/")
+        ));
+    }
+    let template = PathTemplate::parse(path).map_err(|e| format!("{field}.path: {path:?}: {e}"))?;
+    if m == "POST"
+        && template.verb().is_none()
+        && template.segments() == [Segment::Literal("router".to_owned())]
+    {
+        return Err(format!(
+            "{field}.path: POST /router is reserved for the router style"
+        ));
+    }
+    if let Some(b) = body {
+        if b != "*" && !is_field_path(b) {
+            return Err(format!("{field}.body: {b:?} must be \"*\" or a field path"));
+        }
+    }
+    if let Some(rb) = response_body {
+        if !is_field_path(rb) {
+            return Err(format!("{field}.response_body: {rb:?} must be a field path (omit it for the whole message)"));
+        }
+    }
+    Ok(Binding {
+        method: m,
+        template,
+        body: body.map(str::to_owned),
+        response_body: response_body.map(str::to_owned),
+    })
+}
+
+fn check_policy(p: &v1::Policy) -> Result<(), String> {
+    if let Some(bh) = &p.bulkhead {
+        if bh.max_concurrent == 0 {
+            return Err("policy.bulkhead.max_concurrent: must be at least 1".to_owned());
+        }
+        if bh.max_wait_ms.is_some_and(|w| w > MAX_TIMEOUT_MS) {
+            return Err(format!(
+                "policy.bulkhead.max_wait_ms: must be at most {MAX_TIMEOUT_MS}"
+            ));
+        }
+    }
+    if let Some(br) = &p.breaker {
+        let at_least_one = [
+            (
+                "consecutive_failures",
+                br.consecutive_failures.map(u64::from),
+            ),
+            (
+                "consecutive_slow_calls",
+                br.consecutive_slow_calls.map(u64::from),
+            ),
+            ("half_open_probes", br.half_open_probes.map(u64::from)),
+            ("min_calls", br.min_calls.map(u64::from)),
+        ];
+        for (name, v) in at_least_one {
+            if v == Some(0) {
+                return Err(format!("policy.breaker.{name}: must be at least 1"));
+            }
+        }
+        const DAY_MS: u64 = 86_400_000;
+        let durations = [
+            ("slow_call_ms", br.slow_call_ms, MAX_TIMEOUT_MS),
+            ("open_ms", br.open_ms, DAY_MS),
+            ("window_ms", br.window_ms, DAY_MS),
+        ];
+        for (name, v, max) in durations {
+            if let Some(v) = v {
+                if !(1..=max).contains(&v) {
+                    return Err(format!(
+                        "policy.breaker.{name}: must be between 1 and {max}"
+                    ));
+                }
+            }
+        }
+        if let Some(r) = br.error_ratio {
+            if !(r > 0.0 && r <= 1.0) {
+                return Err("policy.breaker.error_ratio: must be in (0, 1]".to_owned());
+            }
+        }
+    }
+    for (i, rl) in p.rate_limits.iter().enumerate() {
+        let field = format!("policy.rate_limits[{i}]");
+        check_rate_key(&rl.key).map_err(|e| format!("{field}.key: {e}"))?;
+        if rl.limit == 0 {
+            return Err(format!("{field}.limit: must be at least 1"));
+        }
+        if rl.burst == Some(0) {
+            return Err(format!("{field}.burst: must be at least 1"));
+        }
+    }
+    if p.max_body_bytes == Some(0) {
+        return Err("policy.max_body_bytes: must be at least 1".to_owned());
+    }
+    Ok(())
+}
+
+fn check_rate_key(k: &v1::RateKey) -> Result<(), String> {
+    let parts = k.parts();
+    if parts.is_empty() {
+        return Err("must not be an empty list".to_owned());
+    }
+    for (i, p) in parts.iter().enumerate() {
+        let ok = match *p {
+            "api" | "app" | "ip" => true,
+            other => other.strip_prefix("header:").is_some_and(is_header_name),
+        };
+        if !ok {
+            return Err(format!("{p:?} is not one of api, app, ip, header:<Name>"));
+        }
+        if parts[..i].iter().any(|q| q.eq_ignore_ascii_case(p)) {
+            return Err(format!("{p:?} appears twice"));
+        }
+    }
+    Ok(())
+}
+
+/// An HTTP header name: an RFC 9110 token.
+fn is_header_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c))
+}
+
+/// A document name (API id, cluster name, app key, switch id): 1–128 of `[A-Za-z0-9._-]`,
+/// not starting with `.` (a dot-file is invisible in the directory layout).
+fn check_name(s: &str) -> Result<(), String> {
+    if s.is_empty() || s.len() > 128 {
+        return Err(format!("{s:?} must be 1 to 128 characters"));
+    }
+    if !s
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+    {
+        return Err(format!("{s:?} may only hold A-Z a-z 0-9 . _ -"));
+    }
+    if s.starts_with('.') {
+        return Err(format!("{s:?} must not start with '.'"));
+    }
+    Ok(())
+}
+
+/// Parses JSON into `T`, naming the field of the first error.
+fn parse_json<T: serde::de::DeserializeOwned>(raw: &[u8]) -> Result<T, String> {
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    let v = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." || path == "?" || path.is_empty() {
+            format!("invalid document: {}", e.inner())
+        } else {
+            format!("{path}: {}", e.inner())
+        }
+    })?;
+    de.end().map_err(|e| format!("invalid document: {e}"))?;
+    Ok(v)
+}
+
+fn check_descriptor(name: &str, raw: &[u8]) -> Result<DescriptorPool, String> {
+    if name.len() != 64 || !name.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
+        return Err(
+            "name: must be the 64 lower-case hex digits of the SHA-256 of its bytes".to_owned(),
+        );
+    }
+    let sha = hex::encode(Sha256::digest(raw));
+    if sha != name {
+        return Err(format!("bytes: their SHA-256 is {sha}, not the name"));
+    }
+    DescriptorPool::decode(raw).map_err(|e| format!("bytes: not a FileDescriptorSet: {e}"))
+}
+
+fn check_cluster(name: &str, raw: &[u8]) -> Result<v1::Cluster, String> {
+    check_name(name).map_err(|e| format!("name: {e}"))?;
+    let c: v1::Cluster = parse_json(raw)?;
+    if c.endpoints.is_empty() {
+        return Err("endpoints: must list at least one endpoint".to_owned());
+    }
+    for (i, ep) in c.endpoints.iter().enumerate() {
+        check_addr(&ep.addr).map_err(|e| format!("endpoints[{i}].addr: {e}"))?;
+        if ep.weight == 0 {
+            return Err(format!("endpoints[{i}].weight: must be at least 1"));
+        }
+        if let Some(j) = c.endpoints[..i].iter().position(|o| o.addr == ep.addr) {
+            return Err(format!(
+                "endpoints[{i}].addr: {:?} repeats endpoints[{j}]",
+                ep.addr
+            ));
+        }
+    }
+    if c.balancing.as_deref().is_some_and(str::is_empty) {
+        return Err("balancing: must not be empty".to_owned());
+    }
+    Ok(c)
+}
+
+/// `ip:port` (`[v6]:port`) or `hostname:port`.
+fn check_addr(addr: &str) -> Result<(), String> {
+    if addr.parse::<SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let bad = || format!("{addr:?} is not host:port");
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => {}
+        _ => return Err(format!("{addr:?}: port must be 1..65535")),
+    }
+    if host.parse::<IpAddr>().is_ok() || host.starts_with('[') {
+        return Err(bad());
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+    };
+    if host.is_empty() || host.len() > 253 || !host.split('.').all(label_ok) {
+        return Err(format!(
+            "{addr:?}: {host:?} is not a hostname or IP address"
+        ));
+    }
+    Ok(())
+}
+
+fn check_app(name: &str, raw: &[u8]) -> Result<v1::App, String> {
+    check_name(name).map_err(|e| format!("app key: {e}"))?;
+    let app: v1::App = parse_json(raw)?;
+    if app.secret.chars().count() < MIN_SECRET_CHARS {
+        return Err(format!(
+            "secret: must be at least {MIN_SECRET_CHARS} characters"
+        ));
+    }
+    for (i, a) in app.apis.iter().enumerate() {
+        if a != "*" {
+            check_name(a).map_err(|e| format!("apis[{i}]: must be \"*\" or an API id: {e}"))?;
+        }
+    }
+    for (i, rl) in app.rate_limits.iter().enumerate() {
+        if rl.limit == 0 {
+            return Err(format!("rate_limits[{i}].limit: must be at least 1"));
+        }
+        if rl.burst == Some(0) {
+            return Err(format!("rate_limits[{i}].burst: must be at least 1"));
+        }
+    }
+    Ok(app)
+}
+
+fn check_switch(name: &str, raw: &[u8]) -> Result<v1::Switch, String> {
+    check_name(name).map_err(|e| format!("name: {e}"))?;
+    let sw: v1::Switch = parse_json(raw)?;
+    if let Some(fb) = &sw.fallback {
+        if !(100..=599).contains(&fb.status) {
+            return Err("fallback.status: must be between 100 and 599".to_owned());
+        }
+        for (k, v) in &fb.headers {
+            if !is_header_name(k) {
+                return Err(format!("fallback.headers: {k:?} is not a header name"));
+            }
+            let reserved = ["content-length", "transfer-encoding", "connection"];
+            if reserved.iter().any(|r| r.eq_ignore_ascii_case(k)) {
+                return Err(format!("fallback.headers.{k}: set by the gateway itself"));
+            }
+            if v.chars()
+                .any(|c| (c.is_control() && c != '\t') || c == '\u{7f}')
+            {
+                return Err(format!(
+                    "fallback.headers.{k}: control characters are not allowed"
+                ));
+            }
+        }
+    }
+    Ok(sw)
+}
+
+fn check_ipacl(raw: &[u8]) -> Result<IpAclRules, String> {
+    let acl: v1::IpAcl = parse_json(raw)?;
+    let parse_list = |field: &str, list: &[String]| -> Result<Vec<IpNet>, String> {
+        list.iter()
+            .enumerate()
+            .map(|(i, s)| {
+                parse_net(s)
+                    .ok_or_else(|| format!("{field}[{i}]: {s:?} is not a CIDR or IP address"))
+            })
+            .collect()
+    };
+    Ok(IpAclRules {
+        deny: parse_list("deny", &acl.deny)?,
+        allow: parse_list("allow", &acl.allow)?,
+        trusted_proxies: parse_list("trusted_proxies", &acl.trusted_proxies)?,
+    })
+}
+
+/// A CIDR (`10.0.0.0/8`, host bits cleared) or a bare address (`/32` or `/128`).
+pub fn parse_net(s: &str) -> Option<IpNet> {
+    let s = s.trim();
+    if let Ok(n) = s.parse::<IpNet>() {
+        return Some(n.trunc());
+    }
+    s.parse::<IpAddr>().ok().map(IpNet::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost_reflect::prost_types::{
+        field_descriptor_proto::{Label, Type},
+        DescriptorProto, FieldDescriptorProto, FileDescriptorProto, MethodDescriptorProto,
+        ServiceDescriptorProto,
+    };
+    use serde_json::json;
+
+    fn field(name: &str, number: i32, ty: Type, type_name: Option<&str>) -> FieldDescriptorProto {
+        FieldDescriptorProto {
+            name: Some(name.into()),
+            number: Some(number),
+            label: Some(Label::Optional as i32),
+            r#type: Some(ty as i32),
+            type_name: type_name.map(str::to_owned),
+            ..Default::default()
+        }
+    }
+
+    /// A FileDescriptorSet with `demo.order.v1.OrderService/GetOrder(GetOrderRequest{order_id,
+    /// page{size}, tags[]}) -> Order{id}` and a streaming `Watch`.
+    fn descriptor() -> Vec<u8> {
+        let file = FileDescriptorProto {
+            name: Some("demo/order.proto".into()),
+            package: Some("demo.order.v1".into()),
+            syntax: Some("proto3".into()),
+            message_type: vec![
+                DescriptorProto {
+                    name: Some("Page".into()),
+                    field: vec![field("size", 1, Type::Int32, None)],
+                    ..Default::default()
+                },
+                DescriptorProto {
+                    name: Some("GetOrderRequest".into()),
+                    field: vec![
+                        field("order_id", 1, Type::String, None),
+                        field("page", 2, Type::Message, Some(".demo.order.v1.Page")),
+                        FieldDescriptorProto {
+                            label: Some(Label::Repeated as i32),
+                            ..field("tags", 3, Type::String, None)
+                        },
+                    ],
+                    ..Default::default()
+                },
+                DescriptorProto {
+                    name: Some("Order".into()),
+                    field: vec![field("id", 1, Type::String, None)],
+                    ..Default::default()
+                },
+            ],
+            service: vec![ServiceDescriptorProto {
+                name: Some("OrderService".into()),
+                method: vec![
+                    MethodDescriptorProto {
+                        name: Some("GetOrder".into()),
+                        input_type: Some(".demo.order.v1.GetOrderRequest".into()),
+                        output_type: Some(".demo.order.v1.Order".into()),
+                        ..Default::default()
+                    },
+                    MethodDescriptorProto {
+                        name: Some("Watch".into()),
+                        input_type: Some(".demo.order.v1.GetOrderRequest".into()),
+                        output_type: Some(".demo.order.v1.Order".into()),
+                        server_streaming: Some(true),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut pool = DescriptorPool::new();
+        pool.add_file_descriptor_proto(file).unwrap();
+        pool.encode_to_vec()
+    }
+
+    fn sha(b: &[u8]) -> String {
+        hex::encode(Sha256::digest(b))
+    }
+
+    struct T(Tree);
+
+    impl T {
+        fn new() -> T {
+            let d = descriptor();
+            let mut t = T(Tree {
+                docs: BTreeMap::new(),
+                generation: 7,
+            });
+            t.bytes(&format!("descriptors/{}", sha(&d)), d);
+            t.put(
+                "clusters/order-svc",
+                json!({"protocol": "grpc", "endpoints": [{"addr": "127.0.0.1:50051"}]}),
+            );
+            t.put("clusters/web", json!({"protocol": "http", "endpoints": [{"addr": "web.internal:8080", "weight": 2}]}));
+            t
+        }
+        fn put(&mut self, path: &str, v: serde_json::Value) -> &mut Self {
+            self.bytes(path, serde_json::to_vec(&v).unwrap())
+        }
+        fn bytes(&mut self, path: &str, b: Vec<u8>) -> &mut Self {
+            self.0.docs.insert(path.into(), b);
+            self
+        }
+        fn api(&mut self, v: serde_json::Value) -> &mut Self {
+            let id = v["id"].as_str().unwrap().to_owned();
+            self.put(&format!("apis/{id}"), v)
+        }
+        fn build(&self, prev: Option<&Snapshot>) -> Snapshot {
+            build_snapshot(&self.0, prev)
+        }
+    }
+
+    fn grpc_api(id: &str, path: &str) -> serde_json::Value {
+        json!({
+            "id": id, "version": 1,
+            "http": {"method": "get", "path": path},
+            "backend": {"cluster": "order-svc", "timeout_ms": 800,
+                "grpc": {"service": "demo.order.v1.OrderService", "method": "GetOrder", "descriptor": sha(&descriptor())}},
+        })
+    }
+
+    fn http_api(id: &str, method: &str, path: &str) -> serde_json::Value {
+        json!({
+            "id": id,
+            "http": {"method": method, "path": path},
+            "backend": {"cluster": "web", "http": {}},
+            "auth": "none",
+        })
+    }
+
+    fn reason(s: &Snapshot, path: &str) -> String {
+        s.rejected
+            .iter()
+            .find(|r| r.path == path)
+            .map(|r| r.reason.clone())
+            .unwrap_or_else(|| panic!("{path} not rejected: {:?}", s.rejected))
+    }
+
+    /// Applies `edit` to a good API document and returns the rejection reason.
+    fn api_reason(edit: impl FnOnce(&mut serde_json::Value)) -> String {
+        let mut v = grpc_api("order.get", "/v1/orders/{order_id}");
+        edit(&mut v);
+        let s = T::new().put("apis/order.get", v).build(None);
+        assert!(
+            !s.apis.contains_key("order.get"),
+            "{:?}",
+            s.apis["order.get"].definition
+        );
+        reason(&s, "apis/order.get")
+    }
+
+    #[test]
+    fn good_tree() {
+        let mut t = T::new();
+        t.api(grpc_api("order.get", "/v1/orders/{order_id}"))
+            .api(http_api("web.list", "GET", "/v1/items/{id}"))
+            .put("apps/merchant-1", json!({"secret": "s3cr3t-value", "apis": ["*"], "rate_limits": [{"limit": 100, "per": "second"}]}))
+            .put("switches/order.get", json!({"degraded": true, "fallback": {"status": 200, "headers": {"X-Degraded": "1"}, "body": {"items": []}}}))
+            .put("ipacl", json!({"deny": ["203.0.113.0/24", "2001:db8::/32", "10.1.2.3"], "allow": []}))
+            .bytes("nodes/gw-1", b"ignored".to_vec());
+        let s = t.build(None);
+        assert!(s.rejected.is_empty(), "{:?}", s.rejected);
+        assert_eq!(s.apis.len(), 2);
+        let api = &s.apis["order.get"];
+        assert_eq!(api.bindings[0].method, "GET");
+        assert_eq!(api.timeout_ms, 800);
+        assert!(matches!(&api.backend, BackendKind::Grpc { method, .. } if method == "GetOrder"));
+        assert_eq!(s.apps.len(), 1);
+        assert!(s.switches["order.get"].degraded);
+        assert_eq!(s.ipacl.deny.len(), 3);
+        assert_eq!(s.ipacl.deny[2].to_string(), "10.1.2.3/32");
+        assert_eq!(s.descriptors.len(), 1);
+        assert_eq!(s.accepted.len(), 8);
+        assert_eq!(s.version.generation, 7);
+        assert_eq!(s.version.digest.len(), 16);
+        // The digest depends only on the accepted documents.
+        let again = t.build(None);
+        assert_eq!(again.version, s.version);
+        t.put("apps/merchant-1", json!({"secret": "another-secret"}));
+        assert_ne!(t.build(None).version.digest, s.version.digest);
+    }
+
+    #[test]
+    fn bad_json_names_field() {
+        let mut t = T::new();
+        t.bytes("apis/a", b"{not json".to_vec());
+        t.put("apis/b", json!({"id": "b", "http": {"method": "GET", "path": "/b"}, "backend": {"cluster": "web", "timeout_ms": "x", "http": {}}}));
+        t.put(
+            "apis/c",
+            json!({"id": "c", "http": {"method": "GET", "path": "/c"}}),
+        );
+        let s = t.build(None);
+        assert!(
+            reason(&s, "apis/a").starts_with("invalid document"),
+            "{}",
+            reason(&s, "apis/a")
+        );
+        assert!(
+            reason(&s, "apis/b").starts_with("backend.timeout_ms: invalid type"),
+            "{}",
+            reason(&s, "apis/b")
+        );
+        assert!(
+            reason(&s, "apis/c").contains("missing field `backend`"),
+            "{}",
+            reason(&s, "apis/c")
+        );
+    }
+
+    #[test]
+    fn api_rules() {
+        let r = api_reason(|v| v["id"] = json!("other"));
+        assert!(r.starts_with("id:") && r.contains("document name"), "{r}");
+        let r = api_reason(|v| v["backend"]["timeout_ms"] = json!(0));
+        assert_eq!(r, "backend.timeout_ms: must be between 1 and 600000");
+        let r = api_reason(|v| v["backend"]["timeout_ms"] = json!(600_001));
+        assert_eq!(r, "backend.timeout_ms: must be between 1 and 600000");
+        let r = api_reason(|v| v["http"]["method"] = json!("FETCH"));
+        assert!(r.starts_with("http.method:"), "{r}");
+        let r = api_reason(|v| v["http"]["path"] = json!("/v1/**/x"));
+        assert!(r.starts_with("http.path:") && r.contains("last"), "{r}");
+        let r = api_reason(|v| v["http"]["body"] = json!("a..b"));
+        assert!(r.starts_with("http.body:"), "{r}");
+        let r = api_reason(|v| {
+            v["http"]["additional_bindings"] = json!([{"method": "POST", "path": "v1"}])
+        });
+        assert!(r.starts_with("http.additional_bindings[0].path:"), "{r}");
+        let r = api_reason(|v| v["backend"]["http"] = json!({}));
+        assert_eq!(r, "backend: set exactly one of grpc and http");
+        let r = api_reason(|v| {
+            v["backend"].as_object_mut().unwrap().remove("grpc");
+        });
+        assert_eq!(r, "backend: set exactly one of grpc and http");
+        let r = api_reason(|v| v["backend"]["cluster"] = json!("nope"));
+        assert!(r.starts_with("backend.cluster: no cluster"), "{r}");
+        let r = api_reason(|v| v["backend"]["cluster"] = json!("web"));
+        assert!(
+            r.starts_with("backend.cluster:") && r.contains("is http"),
+            "{r}"
+        );
+        let r = api_reason(|v| v["policy"] = json!({"bulkhead": {"max_concurrent": 0}}));
+        assert_eq!(r, "policy.bulkhead.max_concurrent: must be at least 1");
+        let r = api_reason(|v| v["policy"] = json!({"breaker": {"error_ratio": 0.0}}));
+        assert!(r.starts_with("policy.breaker.error_ratio"), "{r}");
+        let r = api_reason(|v| v["policy"] = json!({"breaker": {"error_ratio": 1.5}}));
+        assert!(r.starts_with("policy.breaker.error_ratio"), "{r}");
+        let r = api_reason(|v| v["policy"] = json!({"breaker": {"open_ms": 0}}));
+        assert!(r.starts_with("policy.breaker.open_ms"), "{r}");
+        let r = api_reason(|v| {
+            v["policy"] = json!({"rate_limits": [{"key": "user", "limit": 1, "per": "second"}]})
+        });
+        assert!(r.starts_with("policy.rate_limits[0].key:"), "{r}");
+        let r = api_reason(|v| {
+            v["policy"] = json!({"rate_limits": [{"key": [], "limit": 1, "per": "second"}]})
+        });
+        assert!(r.starts_with("policy.rate_limits[0].key:"), "{r}");
+        let r = api_reason(|v| {
+            v["policy"] = json!({"rate_limits": [{"key": "header:", "limit": 1, "per": "second"}]})
+        });
+        assert!(r.starts_with("policy.rate_limits[0].key:"), "{r}");
+        let r = api_reason(|v| {
+            v["policy"] = json!({"rate_limits": [{"key": "ip", "limit": 0, "per": "second"}]})
+        });
+        assert_eq!(r, "policy.rate_limits[0].limit: must be at least 1");
+        let r = api_reason(|v| {
+            v["http"]["method"] = json!("POST");
+            v["http"]["path"] = json!("/router");
+        });
+        assert!(r.contains("reserved"), "{r}");
+        for id in ["", ".hidden", "a/b", "bad id"] {
+            let v = json!({"id": id});
+            let mut t = T::new();
+            let mut d = grpc_api("x", "/x");
+            d["id"] = v["id"].clone();
+            t.put("apis/x", d);
+            assert!(reason(&t.build(None), "apis/x").starts_with("id:"));
+        }
+    }
+
+    #[test]
+    fn good_policy_and_keys() {
+        let mut v = grpc_api("order.get", "/v1/orders/{order_id}");
+        v["policy"] = json!({
+            "bulkhead": {"max_concurrent": 64},
+            "breaker": {"consecutive_failures": 3, "slow_call_ms": 50, "consecutive_slow_calls": 3, "open_ms": 5000, "error_ratio": 0.5},
+            "rate_limits": [
+                {"key": "app", "limit": 100, "per": "second"},
+                {"key": ["api", "header:X-Region"], "limit": 600, "per": "minute"},
+                {"limit": 5, "per": "second"}
+            ]
+        });
+        let s = T::new().api(v).build(None);
+        assert!(s.rejected.is_empty(), "{:?}", s.rejected);
+    }
+
+    #[test]
+    fn grpc_checks() {
+        let r = api_reason(|v| v["backend"]["grpc"]["descriptor"] = json!("ab".repeat(32)));
+        assert!(r.starts_with("backend.grpc.descriptor:"), "{r}");
+        let r = api_reason(|v| v["backend"]["grpc"]["service"] = json!("demo.Nope"));
+        assert!(r.starts_with("backend.grpc.service:"), "{r}");
+        let r = api_reason(|v| v["backend"]["grpc"]["method"] = json!("Nope"));
+        assert!(r.starts_with("backend.grpc.method:"), "{r}");
+        let r = api_reason(|v| v["backend"]["grpc"]["method"] = json!("Watch"));
+        assert!(r.contains("streaming"), "{r}");
+        let r = api_reason(|v| v["http"]["path"] = json!("/v1/orders/{nope}"));
+        assert!(r.starts_with("http.path: variable {nope}"), "{r}");
+        let r = api_reason(|v| v["http"]["path"] = json!("/v1/orders/{page}"));
+        assert!(r.contains("is a message"), "{r}");
+        let r = api_reason(|v| v["http"]["path"] = json!("/v1/orders/{tags}"));
+        assert!(r.contains("repeated"), "{r}");
+        let r = api_reason(|v| v["http"]["body"] = json!("nope"));
+        assert!(r.starts_with("http.body:"), "{r}");
+        let r = api_reason(|v| v["http"]["response_body"] = json!("nope"));
+        assert!(r.starts_with("http.response_body:"), "{r}");
+        // nested field paths resolve
+        let mut v = grpc_api("order.get", "/v1/orders/{order_id}/{page.size}");
+        v["http"]["body"] = json!("tags");
+        v["http"]["response_body"] = json!("id");
+        let s = T::new().api(v).build(None);
+        assert!(s.rejected.is_empty(), "{:?}", s.rejected);
+    }
+
+    #[test]
+    fn http_rewrite_checks() {
+        let mut v = http_api("web.get", "GET", "/v1/items/{id}");
+        v["backend"]["http"]["path"] = json!("/internal/{id}");
+        v["http"]["additional_bindings"] = json!([{"method": "POST", "path": "/v2/items/{id}"}]);
+        let s = T::new().api(v.clone()).build(None);
+        assert!(s.rejected.is_empty(), "{:?}", s.rejected);
+        assert_eq!(s.apis["web.get"].bindings.len(), 2);
+        v["http"]["additional_bindings"] = json!([{"method": "POST", "path": "/v2/items"}]);
+        let s = T::new().api(v).build(None);
+        let r = reason(&s, "apis/web.get");
+        assert!(
+            r.starts_with(
+                "backend.http.path: {id} is not a variable of http.additional_bindings[0]"
+            ),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn duplicate_routes() {
+        let mut t = T::new();
+        t.api(http_api("a", "GET", "/v1/items/{id}"))
+            .api(http_api("b", "GET", "/v1/items/{item}"))
+            .api(http_api("c", "POST", "/v1/items/{id}"))
+            .api(http_api("d", "GET", "/v1/items/{id}:do"));
+        let s = t.build(None);
+        assert!(s.apis.contains_key("a") && s.apis.contains_key("c") && s.apis.contains_key("d"));
+        let r = reason(&s, "apis/b");
+        assert!(r.contains("already bound by API a"), "{r}");
+        assert_eq!(s.rejected.len(), 1);
+        // inside one API
+        let mut v = http_api("e", "GET", "/v9/x");
+        v["http"]["additional_bindings"] = json!([{"method": "get", "path": "/v9/x"}]);
+        let s = T::new().api(v).build(None);
+        assert!(
+            reason(&s, "apis/e").contains("duplicates http"),
+            "{}",
+            reason(&s, "apis/e")
+        );
+    }
+
+    #[test]
+    fn cluster_rules() {
+        let mut t = T::new();
+        t.put("clusters/empty", json!({"protocol": "http", "endpoints": []}))
+            .put("clusters/badaddr", json!({"protocol": "http", "endpoints": [{"addr": "nohost"}]}))
+            .put("clusters/badport", json!({"protocol": "http", "endpoints": [{"addr": "h:0"}]}))
+            .put("clusters/w0", json!({"protocol": "http", "endpoints": [{"addr": "h:80", "weight": 0}]}))
+            .put("clusters/dup", json!({"protocol": "http", "endpoints": [{"addr": "h:80"}, {"addr": "h:80"}]}))
+            .put("clusters/proto", json!({"protocol": "ftp", "endpoints": [{"addr": "h:80"}]}))
+            .put("clusters/v6", json!({"protocol": "grpc", "endpoints": [{"addr": "[::1]:50051"}, {"addr": "a-b.c_d.example:1"}]}));
+        let s = t.build(None);
+        assert!(reason(&s, "clusters/empty").starts_with("endpoints:"));
+        assert!(reason(&s, "clusters/badaddr").starts_with("endpoints[0].addr:"));
+        assert!(reason(&s, "clusters/badport").starts_with("endpoints[0].addr:"));
+        assert_eq!(
+            reason(&s, "clusters/w0"),
+            "endpoints[0].weight: must be at least 1"
+        );
+        assert!(reason(&s, "clusters/dup").starts_with("endpoints[1].addr:"));
+        assert!(
+            reason(&s, "clusters/proto").starts_with("protocol:"),
+            "{}",
+            reason(&s, "clusters/proto")
+        );
+        assert!(s.clusters.contains_key("v6"));
+        assert_eq!(s.rejected.len(), 6);
+    }
+
+    #[test]
+    fn app_switch_ipacl_descriptor_rules() {
+        let mut t = T::new();
+        t.put("apps/short", json!({"secret": "1234567"}))
+            .put(
+                "apps/bad-api",
+                json!({"secret": "12345678", "apis": ["a b"]}),
+            )
+            .put(
+                "apps/status",
+                json!({"secret": "12345678", "status": "paused"}),
+            )
+            .put(
+                "apps/ok",
+                json!({"secret": "12345678", "status": "disabled", "apis": ["order.get"]}),
+            )
+            .put(
+                "switches/bad",
+                json!({"degraded": true, "fallback": {"status": 99}}),
+            )
+            .put(
+                "switches/hdr",
+                json!({"degraded": true, "fallback": {"headers": {"Bad Name": "x"}}}),
+            )
+            .put("switches/good", json!({"degraded": true}))
+            .put("ipacl", json!({"deny": ["10.0.0.0/8", "300.1.1.1"]}))
+            .bytes(&format!("descriptors/{}", "0".repeat(64)), b"x".to_vec())
+            .bytes("descriptors/XYZ", b"x".to_vec());
+        let junk = b"\xff\xff\xff".to_vec();
+        t.bytes(&format!("descriptors/{}", sha(&junk)), junk);
+        let s = t.build(None);
+        assert!(reason(&s, "apps/short").starts_with("secret:"));
+        assert!(reason(&s, "apps/bad-api").starts_with("apis[0]:"));
+        assert!(reason(&s, "apps/status").starts_with("status:"));
+        assert!(s.apps.contains_key("ok"));
+        assert!(reason(&s, "switches/bad").starts_with("fallback.status:"));
+        assert!(reason(&s, "switches/hdr").starts_with("fallback.headers:"));
+        assert!(s.switches.contains_key("good"));
+        assert_eq!(
+            reason(&s, "ipacl"),
+            "deny[1]: \"300.1.1.1\" is not a CIDR or IP address"
+        );
+        assert!(reason(&s, &format!("descriptors/{}", "0".repeat(64))).contains("SHA-256"));
+        assert!(reason(&s, "descriptors/XYZ").starts_with("name:"));
+        assert!(reason(&s, &format!("descriptors/{}", sha(b"\xff\xff\xff")))
+            .contains("FileDescriptorSet"));
+        assert_eq!(*s.ipacl, IpAclRules::default());
+    }
+
+    #[test]
+    fn keeps_previous_good_version() {
+        let mut t = T::new();
+        t.api(grpc_api("order.get", "/v1/orders/{order_id}"))
+            .put("apps/m1", json!({"secret": "s3cr3t-value"}))
+            .put("switches/s1", json!({"degraded": true}))
+            .put("ipacl", json!({"deny": ["10.0.0.0/8"]}));
+        let s1 = t.build(None);
+        assert!(s1.rejected.is_empty());
+
+        let mut bad = grpc_api("order.get", "/v1/orders/{order_id}");
+        bad["backend"]["timeout_ms"] = json!(0);
+        t.api(bad)
+            .put("apps/m1", json!({"secret": "short"}))
+            .put("switches/s1", json!({"degraded": "yes"}))
+            .put("switches/s2", json!({"degraded": true}))
+            .put("ipacl", json!({"deny": ["nope"]}))
+            .api(http_api("web.new", "GET", "/v1/new"));
+        t.0.generation = 8;
+        let s2 = t.build(Some(&s1));
+        assert_eq!(s2.rejected.len(), 4, "{:?}", s2.rejected);
+        assert!(s2.rejected.iter().all(|r| r.kept_previous));
+        assert_eq!(s2.apis["order.get"].timeout_ms, 800);
+        assert_eq!(s2.apps["m1"].secret, "s3cr3t-value");
+        assert!(s2.switches["s1"].degraded && s2.switches["s2"].degraded);
+        assert_eq!(s2.ipacl.deny.len(), 1);
+        assert!(s2.apis.contains_key("web.new"));
+        for p in ["apis/order.get", "apps/m1", "switches/s1", "ipacl"] {
+            assert_eq!(s2.accepted[p], s1.accepted[p], "{p}");
+        }
+        assert_eq!(s2.version.generation, 8);
+
+        // Kept versions carry on through a third build.
+        let s3 = t.build(Some(&s2));
+        assert_eq!(s3.apis["order.get"].timeout_ms, 800);
+        assert_eq!(s3.version.digest, s2.version.digest);
+
+        // The previous version no longer fits (its cluster is gone): dropped.
+        t.0.docs.remove("clusters/order-svc");
+        let s4 = t.build(Some(&s3));
+        assert!(!s4.apis.contains_key("order.get"));
+        let rej = s4
+            .rejected
+            .iter()
+            .find(|r| r.path == "apis/order.get")
+            .unwrap();
+        assert!(!rej.kept_previous);
+        assert!(!s4.accepted.contains_key("apis/order.get"));
+    }
+
+    #[test]
+    fn previous_unchanged_but_now_inconsistent_is_dropped() {
+        let mut t = T::new();
+        t.api(http_api("web.get", "GET", "/v1/a"));
+        let s1 = t.build(None);
+        t.put(
+            "clusters/web",
+            json!({"protocol": "grpc", "endpoints": [{"addr": "h:1"}]}),
+        );
+        let s2 = t.build(Some(&s1));
+        let rej = s2
+            .rejected
+            .iter()
+            .find(|r| r.path == "apis/web.get")
+            .unwrap();
+        assert!(!rej.kept_previous);
+        assert!(s2.apis.is_empty());
+    }
+
+    #[test]
+    fn broken_cluster_keeps_previous_and_apis_stay() {
+        let mut t = T::new();
+        t.api(grpc_api("order.get", "/v1/orders/{order_id}"));
+        let s1 = t.build(None);
+        t.put(
+            "clusters/order-svc",
+            json!({"protocol": "grpc", "endpoints": []}),
+        );
+        let s2 = t.build(Some(&s1));
+        assert_eq!(s2.rejected.len(), 1);
+        assert!(s2.rejected[0].kept_previous);
+        assert!(s2.apis.contains_key("order.get"));
+        // Without a previous snapshot the API falls with its cluster.
+        let s3 = t.build(None);
+        assert_eq!(s3.rejected.len(), 2);
+        assert!(s3.apis.is_empty());
+    }
+
+    #[test]
+    fn deleted_documents_disappear() {
+        let mut t = T::new();
+        t.api(http_api("web.get", "GET", "/v1/a"));
+        let s1 = t.build(None);
+        t.0.docs.remove("apis/web.get");
+        let s2 = t.build(Some(&s1));
+        assert!(s2.apis.is_empty() && s2.rejected.is_empty());
+    }
+
+    #[test]
+    fn digest_is_stable() {
+        let d1 = config_digest([("a", b"1".as_slice()), ("b", b"2".as_slice())]);
+        let d2 = config_digest([("a", b"12".as_slice()), ("b", b"".as_slice())]);
+        assert_eq!(d1.len(), 16);
+        assert_ne!(d1, d2);
+        assert_eq!(config_digest([]), "e3b0c44298fc1c14");
+    }
+
+    #[test]
+    fn parse_net_forms() {
+        assert_eq!(parse_net("10.1.2.3/8").unwrap().to_string(), "10.0.0.0/8");
+        assert_eq!(parse_net("::1").unwrap().to_string(), "::1/128");
+        assert!(parse_net("10.0.0.0/33").is_none());
+        assert!(parse_net("").is_none());
+    }
 }
