@@ -1,0 +1,244 @@
+//! `degrade`: the last edge stage; answers for an API whose degradation switch is on.
+//!
+//! A switch with `degraded: true` and a `fallback` answers with the fallback: its status,
+//! its headers, and its `body` serialised as JSON, with `content-type: application/json`
+//! added unless the fallback sets a content type itself. A `null` (or absent) body is an
+//! empty body, and then no content type is added. A switch without a fallback answers 503
+//! `API_DEGRADED` with the switch's reason in the message. Replies are prepared when the
+//! stage is built, so a degraded API costs one map lookup and a cheap clone per request.
+
+use crate::edge::{EdgeCtx, EdgeRequest, Flow, Reply, Stage};
+use crate::error::{Code, GatewayError};
+use bytes::Bytes;
+use portico_control::{v1, Snapshot};
+use std::collections::HashMap;
+
+/// Answers degraded APIs from their switches.
+#[derive(Debug, Clone, Default)]
+pub struct DegradeStage {
+    /// API id → the prepared answer, for switches that are on.
+    degraded: HashMap<String, Reply>,
+}
+
+/// The answer of a switch that is on.
+fn reply_for(api_id: &str, switch: &v1::Switch) -> Reply {
+    match &switch.fallback {
+        Some(fallback) => {
+            let mut headers: Vec<(String, String)> = fallback
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let body = if fallback.body.is_null() {
+                Bytes::new()
+            } else {
+                // Serialising a `serde_json::Value` cannot fail.
+                Bytes::from(serde_json::to_vec(&fallback.body).unwrap_or_default())
+            };
+            let has_type = headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("content-type"));
+            if !has_type && !body.is_empty() {
+                headers.push(("content-type".to_owned(), "application/json".to_owned()));
+            }
+            Reply::Canned {
+                status: fallback.status,
+                headers,
+                body,
+            }
+        }
+        None => {
+            let message = match switch.reason.as_deref().map(str::trim) {
+                Some(reason) if !reason.is_empty() => {
+                    format!("API {api_id} is degraded: {reason}")
+                }
+                _ => format!("API {api_id} is degraded"),
+            };
+            Reply::Error(GatewayError::new(Code::ApiDegraded, message))
+        }
+    }
+}
+
+impl DegradeStage {
+    /// Prepares the answers of the snapshot's switches that are on.
+    pub fn new(snapshot: &Snapshot) -> Self {
+        let degraded = snapshot
+            .switches
+            .iter()
+            .filter(|(_, switch)| switch.degraded)
+            .map(|(api_id, switch)| (api_id.clone(), reply_for(api_id, switch)))
+            .collect();
+        DegradeStage { degraded }
+    }
+}
+
+impl From<&Snapshot> for DegradeStage {
+    fn from(snapshot: &Snapshot) -> Self {
+        Self::new(snapshot)
+    }
+}
+
+impl Stage for DegradeStage {
+    fn name(&self) -> &'static str {
+        "degrade"
+    }
+
+    /// Request phase, the last edge stage (after `rate_limit`, so degraded calls still count
+    /// against limits). `Continue`: the API's switch is off; `Respond`: the fallback answer,
+    /// or 503 `API_DEGRADED`. Without a route (a pipeline bug) it fails closed with 500.
+    fn apply(&self, _req: &EdgeRequest<'_>, ctx: &mut EdgeCtx) -> Flow {
+        let Some(api) = ctx.api() else {
+            return GatewayError::new(Code::Internal, "degrade ran before route").into();
+        };
+        match self.degraded.get(&api.id) {
+            Some(reply) => Flow::Respond(reply.clone()),
+            None => Flow::Continue,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::edge::sign::testing::{api, get, routed};
+    use http::HeaderMap;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use v1::AuthMode;
+
+    fn snapshot(switches: &[(&str, v1::Switch)]) -> Snapshot {
+        let mut s = Snapshot::default();
+        for (id, sw) in switches {
+            s.switches.insert((*id).to_owned(), Arc::new(sw.clone()));
+        }
+        s
+    }
+
+    fn run(stage: &DegradeStage, api_id: &str) -> Flow {
+        let headers = HeaderMap::new();
+        let req = get("/x", &headers, None);
+        let mut ctx = routed(&api(api_id, AuthMode::None, vec![]));
+        stage.apply(&req, &mut ctx)
+    }
+
+    fn fallback(status: u16, headers: &[(&str, &str)], body: serde_json::Value) -> v1::Fallback {
+        v1::Fallback {
+            status,
+            headers: headers
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<BTreeMap<_, _>>(),
+            body,
+        }
+    }
+
+    #[test]
+    fn switch_off_or_absent_continues() {
+        let off = v1::Switch {
+            degraded: false,
+            fallback: None,
+            ..v1::Switch::default()
+        };
+        let stage = DegradeStage::new(&snapshot(&[("order.get", off)]));
+        assert!(matches!(run(&stage, "order.get"), Flow::Continue));
+        assert!(matches!(run(&stage, "other"), Flow::Continue));
+    }
+
+    #[test]
+    fn fallback_is_canned_json() {
+        let sw = v1::Switch {
+            degraded: true,
+            reason: Some("db failover".into()),
+            fallback: Some(fallback(
+                200,
+                &[("X-Degraded", "1")],
+                serde_json::json!({"items": []}),
+            )),
+            ..v1::Switch::default()
+        };
+        let stage = DegradeStage::new(&snapshot(&[("order.get", sw)]));
+        match run(&stage, "order.get") {
+            Flow::Respond(Reply::Canned {
+                status,
+                headers,
+                body,
+            }) => {
+                assert_eq!(status, 200);
+                assert_eq!(&body[..], br#"{"items":[]}"#);
+                assert!(headers.contains(&("X-Degraded".to_owned(), "1".to_owned())));
+                assert!(
+                    headers.contains(&("content-type".to_owned(), "application/json".to_owned()))
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(run(&stage, "order.list"), Flow::Continue));
+    }
+
+    #[test]
+    fn fallback_content_type_is_kept_and_null_body_is_empty() {
+        let sw = v1::Switch {
+            degraded: true,
+            fallback: Some(fallback(
+                200,
+                &[("Content-Type", "text/plain")],
+                serde_json::json!("busy"),
+            )),
+            ..v1::Switch::default()
+        };
+        let empty = v1::Switch {
+            degraded: true,
+            fallback: Some(fallback(204, &[], serde_json::Value::Null)),
+            ..v1::Switch::default()
+        };
+        let stage = DegradeStage::new(&snapshot(&[("a", sw), ("b", empty)]));
+        match run(&stage, "a") {
+            Flow::Respond(Reply::Canned { headers, body, .. }) => {
+                assert_eq!(
+                    headers,
+                    vec![("Content-Type".to_owned(), "text/plain".to_owned())]
+                );
+                assert_eq!(&body[..], br#""busy""#);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        match run(&stage, "b") {
+            Flow::Respond(Reply::Canned {
+                status,
+                headers,
+                body,
+            }) => {
+                assert_eq!(status, 204);
+                assert!(headers.is_empty());
+                assert!(body.is_empty());
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn no_fallback_is_api_degraded_with_reason() {
+        let sw = v1::Switch {
+            degraded: true,
+            reason: Some("db failover".into()),
+            ..v1::Switch::default()
+        };
+        let bare = v1::Switch {
+            degraded: true,
+            ..v1::Switch::default()
+        };
+        let stage = DegradeStage::new(&snapshot(&[("order.get", sw), ("x", bare)]));
+        match run(&stage, "order.get") {
+            Flow::Respond(Reply::Error(e)) => {
+                assert_eq!(e.code, Code::ApiDegraded);
+                assert_eq!(e.status(), 503);
+                assert_eq!(e.message, "API order.get is degraded: db failover");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        match run(&stage, "x") {
+            Flow::Respond(Reply::Error(e)) => assert_eq!(e.message, "API x is degraded"),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! `permit`: whether the app that signed a call may call this API.
+//!
+//! For an API whose `auth` is `signature`: an app whose `status` is `disabled` gets 403
+//! `APP_DISABLED`; an app whose `apis` neither contains `"*"` nor the API's id gets 403
+//! `APP_FORBIDDEN`. For `auth: none` APIs there is no app and the stage passes.
+//!
+//! The stage reads the app `auth` put in the context (the snapshot's document at the time
+//! the pipeline was built), so it holds no state of its own.
+
+use crate::edge::{EdgeCtx, EdgeRequest, Flow, Stage};
+use crate::error::{Code, GatewayError};
+use portico_control::{v1, Snapshot};
+
+/// Checks the calling app's status and grants.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PermitStage;
+
+impl PermitStage {
+    pub fn new(_snapshot: &Snapshot) -> Self {
+        PermitStage
+    }
+}
+
+impl From<&Snapshot> for PermitStage {
+    fn from(snapshot: &Snapshot) -> Self {
+        Self::new(snapshot)
+    }
+}
+
+/// Whether `app` is granted the API `api_id`: `"*"` or the id itself in its `apis`.
+pub fn granted(app: &v1::App, api_id: &str) -> bool {
+    app.apis.iter().any(|a| a == "*" || a == api_id)
+}
+
+impl Stage for PermitStage {
+    fn name(&self) -> &'static str {
+        "permit"
+    }
+
+    /// Request phase, after `auth`. `Continue`: an `auth: none` API, or an active app granted
+    /// this API; `Respond`: 403 `APP_DISABLED` / `APP_FORBIDDEN`. Without a route, or on a
+    /// signed API without an authenticated app (a pipeline bug), it fails closed with 500.
+    fn apply(&self, _req: &EdgeRequest<'_>, ctx: &mut EdgeCtx) -> Flow {
+        let Some(api) = ctx.api() else {
+            return GatewayError::new(Code::Internal, "permit ran before route").into();
+        };
+        if api.auth == v1::AuthMode::None {
+            return Flow::Continue;
+        }
+        let Some(app) = ctx.app.as_ref() else {
+            return GatewayError::new(Code::Internal, "permit ran before auth").into();
+        };
+        if app.status == v1::AppStatus::Disabled {
+            return GatewayError::new(Code::AppDisabled, "this app is disabled").into();
+        }
+        if !granted(app, &api.id) {
+            return GatewayError::new(
+                Code::AppForbidden,
+                format!("this app is not granted the API {}", api.id),
+            )
+            .into();
+        }
+        Flow::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::edge::sign::testing::{api, app, get, routed};
+    use crate::edge::Reply;
+    use http::HeaderMap;
+    use v1::{AppStatus, AuthMode};
+
+    fn run(api_id: &str, auth: AuthMode, caller: Option<std::sync::Arc<v1::App>>) -> &'static str {
+        let headers = HeaderMap::new();
+        let req = get("/x", &headers, None);
+        let mut ctx = routed(&api(api_id, auth, vec![]));
+        ctx.app = caller;
+        match PermitStage::new(&Snapshot::default()).apply(&req, &mut ctx) {
+            Flow::Continue => "OK",
+            Flow::Respond(Reply::Error(e)) => e.code.as_str(),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn wildcard_and_listed_grants() {
+        let all = app("s", AppStatus::Active, &["*"], vec![]);
+        let some = app("s", AppStatus::Active, &["order.get", "order.list"], vec![]);
+        assert_eq!(
+            run("order.get", AuthMode::Signature, Some(all.clone())),
+            "OK"
+        );
+        assert_eq!(run("anything", AuthMode::Signature, Some(all)), "OK");
+        assert_eq!(
+            run("order.list", AuthMode::Signature, Some(some.clone())),
+            "OK"
+        );
+        assert_eq!(
+            run("order.create", AuthMode::Signature, Some(some)),
+            "APP_FORBIDDEN"
+        );
+        let none = app("s", AppStatus::Active, &[], vec![]);
+        assert_eq!(
+            run("order.get", AuthMode::Signature, Some(none)),
+            "APP_FORBIDDEN"
+        );
+    }
+
+    #[test]
+    fn disabled_app_is_refused_before_grants() {
+        let off = app("s", AppStatus::Disabled, &["*"], vec![]);
+        assert_eq!(
+            run("order.get", AuthMode::Signature, Some(off)),
+            "APP_DISABLED"
+        );
+        let off_not_granted = app("s", AppStatus::Disabled, &[], vec![]);
+        assert_eq!(
+            run("order.get", AuthMode::Signature, Some(off_not_granted)),
+            "APP_DISABLED"
+        );
+    }
+
+    #[test]
+    fn open_apis_pass_and_missing_app_fails_closed() {
+        assert_eq!(run("public", AuthMode::None, None), "OK");
+        assert_eq!(run("order.get", AuthMode::Signature, None), "INTERNAL");
+        let headers = HeaderMap::new();
+        let req = get("/x", &headers, None);
+        let mut ctx = EdgeCtx::default();
+        assert!(matches!(
+            PermitStage.apply(&req, &mut ctx),
+            Flow::Respond(_)
+        ));
+    }
+}

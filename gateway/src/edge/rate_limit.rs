@@ -1,0 +1,910 @@
+//! `rate_limit`: multi-dimensional rate limits, GCRA (the generic cell rate algorithm, a
+//! token bucket kept as one "theoretical arrival time" per key).
+//!
+//! Two kinds of rule apply to a call, all of which must admit it:
+//! - the API's `policy.rate_limits`, each counted per its `key`: `api` (the API as a whole),
+//!   `app` (per calling app), `ip` (per client address, after trusted-proxy resolution),
+//!   `header:<Name>` (per value of that request header, first value if repeated), or a list
+//!   of these for a combined key. A part the call does not have (no such header, no app on an
+//!   `auth: none` API, no client address) counts as the empty value: all such calls share
+//!   one bucket. An unknown part (validation should have refused it) is a constant;
+//! - the calling app's own `rate_limits` (from its App document), counted per app across all
+//!   APIs; only for signed calls.
+//!
+//! `limit` calls per `per` (second or minute) is the steady rate; `burst` (default `limit`,
+//! at least 1) is the bucket size: up to `burst` calls may arrive at once, after which calls
+//! are admitted at the steady rate. A refused call gets 429 `RATE_LIMITED` with
+//! `Retry-After` = whole seconds until it would be admitted (at least 1). A call refused by
+//! one rule is refunded to the rules that had already admitted it. `limit: 0` refuses all.
+//!
+//! **Time** is the request's `now_ms` (the gateway's clock, controlled by tests). A clock
+//! stepping backwards can at worst make a key look like its bucket was just emptied (the
+//! stored arrival time is clamped to one bucket ahead of now).
+//!
+//! **State** lives in a [`RateLimiters`] registry that outlives snapshots: a stage built from
+//! a new snapshot reuses the limiter of every (API id, rule index) and (app key, rule index)
+//! whose rule is unchanged, and starts afresh where the rule changed. A key's state is one
+//! `AtomicU64` updated by compare-and-swap; keys are sharded in a `DashMap` (no global lock)
+//! and stored as a 64-bit keyed SipHash of the key parts (fixed size, no allocation per
+//! call). Memory: [`RateLimiters::housekeeping`] drops keys whose bucket is full again
+//! (equivalent to never having been seen), and a limiter tracks at most
+//! [`RateLimiters::DEFAULT_MAX_KEYS`] keys: past that, calls with a key it has not seen are
+//! admitted untracked (failing open for new keys rather than growing without bound or
+//! refusing every newcomer; an attacker able to mint keys, e.g. header values, can mint
+//! fresh buckets anyway).
+
+use crate::edge::{EdgeCtx, EdgeRequest, Flow, Stage};
+use crate::error::{Code, GatewayError};
+use dashmap::DashMap;
+use http::HeaderName;
+use portico_control::{v1, Snapshot};
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+const NANOS_PER_MS: u64 = 1_000_000;
+const NANOS_PER_SEC: u64 = 1_000_000_000;
+
+/// One part of a rule's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum KeyPart {
+    Api,
+    App,
+    Ip,
+    Header(HeaderName),
+    /// Not a known part: a constant.
+    Unknown,
+}
+
+impl KeyPart {
+    fn parse(part: &str) -> Self {
+        match part.trim() {
+            "api" => KeyPart::Api,
+            "app" => KeyPart::App,
+            "ip" => KeyPart::Ip,
+            other => match other.strip_prefix("header:") {
+                Some(name) => HeaderName::from_bytes(name.trim().as_bytes())
+                    .map(KeyPart::Header)
+                    .unwrap_or(KeyPart::Unknown),
+                None => KeyPart::Unknown,
+            },
+        }
+    }
+
+    /// Whether the part varies between calls to the same API.
+    fn varies(&self) -> bool {
+        matches!(self, KeyPart::App | KeyPart::Ip | KeyPart::Header(_))
+    }
+}
+
+/// The buckets of one limiter.
+#[derive(Debug)]
+enum Cells {
+    /// The key never varies (`api`, or an app's own limit): one bucket.
+    Single(AtomicU64),
+    /// Key hash → theoretical arrival time (ns since the epoch).
+    Keyed {
+        map: DashMap<u64, AtomicU64>,
+        len: AtomicUsize,
+        max_keys: usize,
+    },
+}
+
+/// One rule's GCRA limiter and its buckets.
+#[derive(Debug)]
+pub struct Limiter {
+    /// The rule it was built from (an app limit as a rule keyed `app`), to detect changes.
+    rule: v1::RateLimitRule,
+    /// Emission interval: the steady time between two calls, ns (0 when `limit` is 0).
+    interval_ns: u64,
+    /// Bucket size in time: `burst × interval`, ns.
+    tolerance_ns: u64,
+    period_ns: u64,
+    cells: Cells,
+    /// How the rule reads in a refusal message.
+    describe: String,
+}
+
+impl Limiter {
+    fn new(rule: v1::RateLimitRule, keyed: bool, max_keys: usize, describe: String) -> Self {
+        let period_ns = match rule.per {
+            v1::Per::Second => NANOS_PER_SEC,
+            v1::Per::Minute => 60 * NANOS_PER_SEC,
+        };
+        let interval_ns = if rule.limit == 0 {
+            0
+        } else {
+            (period_ns / u64::from(rule.limit)).max(1)
+        };
+        let burst = u64::from(rule.burst.unwrap_or(rule.limit).max(1));
+        let cells = if keyed {
+            Cells::Keyed {
+                map: DashMap::new(),
+                len: AtomicUsize::new(0),
+                max_keys,
+            }
+        } else {
+            Cells::Single(AtomicU64::new(0))
+        };
+        Limiter {
+            rule,
+            interval_ns,
+            tolerance_ns: interval_ns.saturating_mul(burst),
+            period_ns,
+            cells,
+            describe,
+        }
+    }
+
+    /// GCRA on one bucket: `Ok` admits (and charges) the call, `Err(ns)` is the wait until
+    /// one would be admitted.
+    fn acquire_cell(&self, cell: &AtomicU64, now: u64) -> Result<(), u64> {
+        let horizon = now.saturating_add(self.tolerance_ns);
+        let mut tat = cell.load(Ordering::Acquire);
+        loop {
+            if tat > horizon {
+                // Only possible when the clock went backwards: clamp (and store) to "bucket
+                // just emptied", so the wait is bounded by one interval.
+                match cell.compare_exchange_weak(tat, horizon, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => tat = horizon,
+                    Err(current) => {
+                        tat = current;
+                        continue;
+                    }
+                }
+            }
+            let next = tat.max(now).saturating_add(self.interval_ns);
+            if next > horizon {
+                return Err(next - horizon);
+            }
+            match cell.compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(()),
+                Err(current) => tat = current,
+            }
+        }
+    }
+
+    /// Admits or refuses one call for `key` at `now` (ns).
+    fn acquire(&self, key: u64, now: u64) -> Result<(), u64> {
+        if self.interval_ns == 0 {
+            return Err(self.period_ns);
+        }
+        match &self.cells {
+            Cells::Single(cell) => self.acquire_cell(cell, now),
+            Cells::Keyed { map, len, max_keys } => {
+                if let Some(cell) = map.get(&key) {
+                    return self.acquire_cell(cell.value(), now);
+                }
+                if len.load(Ordering::Relaxed) >= *max_keys {
+                    return Ok(());
+                }
+                let cell = map.entry(key).or_insert_with(|| {
+                    len.fetch_add(1, Ordering::Relaxed);
+                    AtomicU64::new(0)
+                });
+                self.acquire_cell(cell.value(), now)
+            }
+        }
+    }
+
+    /// Gives back one call charged by [`Limiter::acquire`] (another rule refused it).
+    fn refund(&self, key: u64) {
+        let give_back = |cell: &AtomicU64| {
+            let _ = cell.fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+                Some(tat.saturating_sub(self.interval_ns))
+            });
+        };
+        match &self.cells {
+            Cells::Single(cell) => give_back(cell),
+            Cells::Keyed { map, .. } => {
+                if let Some(cell) = map.get(&key) {
+                    give_back(cell.value());
+                }
+            }
+        }
+    }
+
+    /// Drops buckets that are full again at `now` (ns): forgetting them changes nothing.
+    fn housekeeping(&self, now: u64) {
+        if let Cells::Keyed { map, len, .. } = &self.cells {
+            let mut removed = 0usize;
+            map.retain(|_, tat| {
+                let keep = tat.load(Ordering::Relaxed) > now;
+                if !keep {
+                    removed += 1;
+                }
+                keep
+            });
+            let _ = len.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(removed))
+            });
+        }
+    }
+
+    /// Keys tracked.
+    fn keys(&self) -> usize {
+        match &self.cells {
+            Cells::Single(_) => 1,
+            Cells::Keyed { len, .. } => len.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The limiters of all rules, kept across snapshot reloads (create one at start-up; one per
+/// configuration tree, i.e. a separate one for the sandbox listener).
+#[derive(Debug)]
+pub struct RateLimiters {
+    /// (API id, index in `policy.rate_limits`) → limiter.
+    api: DashMap<(String, usize), Arc<Limiter>>,
+    /// (app key, index in the app's `rate_limits`) → limiter.
+    app: DashMap<(String, usize), Arc<Limiter>>,
+    hasher: RandomState,
+    max_keys: usize,
+}
+
+impl Default for RateLimiters {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RateLimiters {
+    /// Keys one limiter tracks at most (about 40 bytes each).
+    pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
+
+    pub fn new() -> Self {
+        Self::with_max_keys(Self::DEFAULT_MAX_KEYS)
+    }
+
+    pub fn with_max_keys(max_keys: usize) -> Self {
+        RateLimiters {
+            api: DashMap::new(),
+            app: DashMap::new(),
+            hasher: RandomState::new(),
+            max_keys,
+        }
+    }
+
+    /// The limiter at `slot`, reused if its rule is unchanged, else made afresh.
+    fn limiter(
+        &self,
+        map: &DashMap<(String, usize), Arc<Limiter>>,
+        slot: (String, usize),
+        rule: &v1::RateLimitRule,
+        keyed: bool,
+        describe: impl FnOnce() -> String,
+    ) -> Arc<Limiter> {
+        use dashmap::mapref::entry::Entry;
+        match map.entry(slot) {
+            Entry::Occupied(e) if e.get().rule == *rule => Arc::clone(e.get()),
+            Entry::Occupied(mut e) => {
+                let fresh = Arc::new(Limiter::new(rule.clone(), keyed, self.max_keys, describe()));
+                e.insert(Arc::clone(&fresh));
+                fresh
+            }
+            Entry::Vacant(v) => {
+                let fresh = Arc::new(Limiter::new(rule.clone(), keyed, self.max_keys, describe()));
+                v.insert(Arc::clone(&fresh));
+                fresh
+            }
+        }
+    }
+
+    /// Drops idle keys, by the system clock. The gateway calls this every few seconds.
+    pub fn housekeeping(&self) {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        self.housekeeping_at(now_ms);
+    }
+
+    /// Drops keys idle at `now_ms` (their bucket is full again).
+    pub fn housekeeping_at(&self, now_ms: u64) {
+        let now = now_ms.saturating_mul(NANOS_PER_MS);
+        for l in self.api.iter() {
+            l.value().housekeeping(now);
+        }
+        for l in self.app.iter() {
+            l.value().housekeeping(now);
+        }
+    }
+
+    /// Keys tracked over all limiters (for metrics).
+    pub fn tracked_keys(&self) -> usize {
+        let api: usize = self.api.iter().map(|l| l.value().keys()).sum();
+        let app: usize = self.app.iter().map(|l| l.value().keys()).sum();
+        api + app
+    }
+
+    /// Limiters held (for metrics and tests).
+    pub fn limiters(&self) -> usize {
+        self.api.len() + self.app.len()
+    }
+}
+
+/// One API rule as the stage applies it.
+#[derive(Debug)]
+struct ApiRule {
+    parts: Vec<KeyPart>,
+    limiter: Arc<Limiter>,
+}
+
+/// Applies the API's and the calling app's rate limits.
+#[derive(Debug)]
+pub struct RateLimitStage {
+    apis: HashMap<String, Vec<ApiRule>>,
+    apps: HashMap<String, Vec<Arc<Limiter>>>,
+    hasher: RandomState,
+}
+
+fn per_str(per: v1::Per) -> &'static str {
+    match per {
+        v1::Per::Second => "second",
+        v1::Per::Minute => "minute",
+    }
+}
+
+impl RateLimitStage {
+    /// Builds the stage for `snapshot`, taking limiters from (and registering new ones in)
+    /// `limiters`; limiters of rules no longer in the snapshot are dropped from the registry.
+    pub fn build(snapshot: &Snapshot, limiters: &RateLimiters) -> Self {
+        let mut apis = HashMap::new();
+        for (id, api) in &snapshot.apis {
+            let rules: Vec<ApiRule> = api
+                .policy
+                .rate_limits
+                .iter()
+                .enumerate()
+                .map(|(i, rule)| {
+                    let parts: Vec<KeyPart> =
+                        rule.key.parts().into_iter().map(KeyPart::parse).collect();
+                    let keyed = parts.iter().any(KeyPart::varies);
+                    let limiter =
+                        limiters.limiter(&limiters.api, (id.clone(), i), rule, keyed, || {
+                            format!(
+                                "{} per {} by {}",
+                                rule.limit,
+                                per_str(rule.per),
+                                rule.key.parts().join("+")
+                            )
+                        });
+                    ApiRule { parts, limiter }
+                })
+                .collect();
+            if !rules.is_empty() {
+                apis.insert(id.clone(), rules);
+            }
+        }
+        let mut apps = HashMap::new();
+        for (key, app) in &snapshot.apps {
+            let rules: Vec<Arc<Limiter>> = app
+                .rate_limits
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    let rule = v1::RateLimitRule {
+                        key: v1::RateKey::One("app".to_owned()),
+                        limit: l.limit,
+                        per: l.per,
+                        burst: l.burst,
+                    };
+                    limiters.limiter(&limiters.app, (key.clone(), i), &rule, false, || {
+                        format!("the app's own {} per {}", l.limit, per_str(l.per))
+                    })
+                })
+                .collect();
+            if !rules.is_empty() {
+                apps.insert(key.clone(), rules);
+            }
+        }
+        limiters.api.retain(|(id, i), _| {
+            snapshot
+                .apis
+                .get(id)
+                .is_some_and(|a| *i < a.policy.rate_limits.len())
+        });
+        limiters.app.retain(|(key, i), _| {
+            snapshot
+                .apps
+                .get(key)
+                .is_some_and(|a| *i < a.rate_limits.len())
+        });
+        RateLimitStage {
+            apis,
+            apps,
+            hasher: limiters.hasher.clone(),
+        }
+    }
+
+    /// The hash of a rule's key for this call.
+    fn key(&self, parts: &[KeyPart], api_id: &str, req: &EdgeRequest<'_>, ctx: &EdgeCtx) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        for part in parts {
+            match part {
+                KeyPart::Api => api_id.hash(&mut h),
+                KeyPart::App => ctx.app_key.as_deref().unwrap_or("").hash(&mut h),
+                KeyPart::Ip => ctx.client_ip.hash(&mut h),
+                KeyPart::Header(name) => req
+                    .headers
+                    .get(name)
+                    .map_or(&b""[..], |v| v.as_bytes())
+                    .hash(&mut h),
+                KeyPart::Unknown => 0u8.hash(&mut h),
+            }
+        }
+        h.finish()
+    }
+}
+
+impl Stage for RateLimitStage {
+    fn name(&self) -> &'static str {
+        "rate_limit"
+    }
+
+    /// Request phase, after `permit` (so only admitted callers spend their app's budget).
+    /// `Continue`: every applicable rule admitted the call (and counted it); `Respond`: 429
+    /// `RATE_LIMITED` with `Retry-After`. Without a route (a pipeline bug) it fails closed
+    /// with 500.
+    fn apply(&self, req: &EdgeRequest<'_>, ctx: &mut EdgeCtx) -> Flow {
+        let Some(api) = ctx.api() else {
+            return GatewayError::new(Code::Internal, "rate_limit ran before route").into();
+        };
+        let api_rules = self
+            .apis
+            .get(&api.id)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let app_rules = ctx
+            .app_key
+            .as_ref()
+            .and_then(|k| self.apps.get(k))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        if api_rules.is_empty() && app_rules.is_empty() {
+            return Flow::Continue;
+        }
+        let now = req.now_ms.saturating_mul(NANOS_PER_MS);
+        let checks = || {
+            api_rules
+                .iter()
+                .map(|r| (&r.limiter, self.key(&r.parts, &api.id, req, ctx)))
+                .chain(app_rules.iter().map(|l| (l, 0u64)))
+        };
+        for (i, (limiter, key)) in checks().enumerate() {
+            if let Err(wait_ns) = limiter.acquire(key, now) {
+                for (earlier, key) in checks().take(i) {
+                    earlier.refund(key);
+                }
+                let secs = wait_ns.div_ceil(NANOS_PER_SEC).max(1);
+                return GatewayError::new(
+                    Code::RateLimited,
+                    format!("rate limit exceeded: {}", limiter.describe),
+                )
+                .with_retry_after(secs)
+                .into();
+            }
+        }
+        Flow::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::edge::sign::testing::{api, app, routed, NOW_MS};
+    use crate::edge::Reply;
+    use http::HeaderMap;
+    use std::net::IpAddr;
+    use v1::{AppStatus, AuthMode, Per, RateKey, RateLimitRule};
+
+    fn rule(key: &[&str], limit: u32, per: Per, burst: Option<u32>) -> RateLimitRule {
+        let key = match key {
+            [one] => RateKey::One((*one).to_owned()),
+            many => RateKey::Many(many.iter().map(|s| (*s).to_owned()).collect()),
+        };
+        RateLimitRule {
+            key,
+            limit,
+            per,
+            burst,
+        }
+    }
+
+    fn snapshot(
+        apis: &[(&str, Vec<RateLimitRule>)],
+        apps: &[(&str, Vec<v1::AppRateLimit>)],
+    ) -> Snapshot {
+        let mut s = Snapshot::default();
+        for (id, rules) in apis {
+            s.apis.insert(
+                (*id).to_owned(),
+                api(id, AuthMode::Signature, rules.clone()),
+            );
+        }
+        for (key, limits) in apps {
+            s.apps.insert(
+                (*key).to_owned(),
+                app("s", AppStatus::Active, &["*"], limits.clone()),
+            );
+        }
+        s
+    }
+
+    /// A call as it reaches the stage.
+    struct Call<'a> {
+        api: &'a str,
+        app: Option<&'a str>,
+        ip: Option<&'a str>,
+        headers: HeaderMap,
+        at_ms: u64,
+    }
+
+    impl<'a> Call<'a> {
+        fn new(api: &'a str) -> Self {
+            Call {
+                api,
+                app: None,
+                ip: None,
+                headers: HeaderMap::new(),
+                at_ms: NOW_MS,
+            }
+        }
+        fn app(mut self, a: &'a str) -> Self {
+            self.app = Some(a);
+            self
+        }
+        fn ip(mut self, ip: &'a str) -> Self {
+            self.ip = Some(ip);
+            self
+        }
+        fn header(mut self, name: &'static str, value: &str) -> Self {
+            self.headers.insert(name, value.parse().unwrap());
+            self
+        }
+        fn at(mut self, ms: u64) -> Self {
+            self.at_ms = NOW_MS + ms;
+            self
+        }
+    }
+
+    /// `Ok(())` or `Err(retry_after)`.
+    fn run(stage: &RateLimitStage, snapshot: &Snapshot, call: &Call<'_>) -> Result<(), u64> {
+        let req = EdgeRequest {
+            method: "GET",
+            path: "/x",
+            query: None,
+            headers: &call.headers,
+            peer: None,
+            body: b"",
+            now_ms: call.at_ms,
+        };
+        let mut ctx = routed(&snapshot.apis[call.api]);
+        ctx.app_key = call.app.map(str::to_owned);
+        ctx.app = call.app.and_then(|k| snapshot.apps.get(k).cloned());
+        ctx.client_ip = call.ip.map(|s| s.parse::<IpAddr>().unwrap());
+        match stage.apply(&req, &mut ctx) {
+            Flow::Continue => Ok(()),
+            Flow::Respond(Reply::Error(e)) => {
+                assert_eq!(e.code, Code::RateLimited);
+                assert_eq!(e.status(), 429);
+                Err(e.retry_after.unwrap())
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// How many of `n` identical calls pass.
+    fn passes(stage: &RateLimitStage, snapshot: &Snapshot, call: &Call<'_>, n: usize) -> usize {
+        (0..n)
+            .filter(|_| run(stage, snapshot, call).is_ok())
+            .count()
+    }
+
+    #[test]
+    fn exactly_limit_pass_then_429_then_refill() {
+        let snap = snapshot(&[("a", vec![rule(&["api"], 5, Per::Second, None)])], &[]);
+        let reg = RateLimiters::new();
+        let stage = RateLimitStage::build(&snap, &reg);
+        let call = Call::new("a");
+        assert_eq!(passes(&stage, &snap, &call, 5), 5);
+        assert_eq!(run(&stage, &snap, &call), Err(1));
+        // 200 ms later one call's worth (1/5 s) has come back, not two.
+        let later = Call::new("a").at(200);
+        assert_eq!(passes(&stage, &snap, &later, 3), 1);
+        // After a full period the whole burst is back.
+        let much_later = Call::new("a").at(1200);
+        assert_eq!(passes(&stage, &snap, &much_later, 10), 5);
+    }
+
+    #[test]
+    fn per_minute_and_retry_after() {
+        let snap = snapshot(&[("a", vec![rule(&["api"], 2, Per::Minute, None)])], &[]);
+        let stage = RateLimitStage::build(&snap, &RateLimiters::new());
+        assert_eq!(passes(&stage, &snap, &Call::new("a"), 2), 2);
+        // One call every 30 s: the next is 30 s away.
+        assert_eq!(run(&stage, &snap, &Call::new("a")), Err(30));
+        assert_eq!(run(&stage, &snap, &Call::new("a").at(20_500)), Err(10));
+        assert_eq!(run(&stage, &snap, &Call::new("a").at(30_000)), Ok(()));
+        assert_eq!(run(&stage, &snap, &Call::new("a").at(30_000)), Err(30));
+    }
+
+    #[test]
+    fn burst_sets_the_bucket_size() {
+        let snap = snapshot(
+            &[("a", vec![rule(&["api"], 10, Per::Second, Some(2))])],
+            &[],
+        );
+        let stage = RateLimitStage::build(&snap, &RateLimiters::new());
+        assert_eq!(passes(&stage, &snap, &Call::new("a"), 5), 2);
+        assert_eq!(passes(&stage, &snap, &Call::new("a").at(100), 5), 1);
+    }
+
+    #[test]
+    fn ip_key_counts_per_address_and_missing_parts_share_one_bucket() {
+        let snap = snapshot(&[("a", vec![rule(&["ip"], 2, Per::Second, None)])], &[]);
+        let stage = RateLimitStage::build(&snap, &RateLimiters::new());
+        assert_eq!(passes(&stage, &snap, &Call::new("a").ip("192.0.2.1"), 3), 2);
+        assert_eq!(passes(&stage, &snap, &Call::new("a").ip("192.0.2.2"), 3), 2);
+        assert_eq!(
+            passes(&stage, &snap, &Call::new("a").ip("2001:db8::1"), 3),
+            2
+        );
+        assert_eq!(passes(&stage, &snap, &Call::new("a"), 3), 2);
+    }
+
+    #[test]
+    fn header_key_and_combined_key() {
+        let snap = snapshot(
+            &[
+                ("h", vec![rule(&["header:X-Region"], 1, Per::Second, None)]),
+                (
+                    "c",
+                    vec![rule(&["app", "header:x-region"], 1, Per::Second, None)],
+                ),
+            ],
+            &[],
+        );
+        let stage = RateLimitStage::build(&snap, &RateLimiters::new());
+        let east = Call::new("h").header("x-region", "east");
+        let west = Call::new("h").header("x-region", "west");
+        assert_eq!(passes(&stage, &snap, &east, 2), 1);
+        assert_eq!(passes(&stage, &snap, &west, 2), 1);
+        assert_eq!(passes(&stage, &snap, &Call::new("h"), 2), 1);
+        // Header absent and header empty are the same (empty) value.
+        assert_eq!(
+            passes(&stage, &snap, &Call::new("h").header("x-region", ""), 1),
+            0
+        );
+
+        // Combined: each (app, region) pair has its own bucket.
+        assert_eq!(
+            passes(
+                &stage,
+                &snap,
+                &Call::new("c").app("m1").header("x-region", "east"),
+                2
+            ),
+            1
+        );
+        assert_eq!(
+            passes(
+                &stage,
+                &snap,
+                &Call::new("c").app("m1").header("x-region", "west"),
+                2
+            ),
+            1
+        );
+        assert_eq!(
+            passes(
+                &stage,
+                &snap,
+                &Call::new("c").app("m2").header("x-region", "east"),
+                2
+            ),
+            1
+        );
+        // Parts cannot run into each other: ("ab", "c") is not ("a", "bc").
+        assert_eq!(
+            passes(
+                &stage,
+                &snap,
+                &Call::new("c").app("ab").header("x-region", "c"),
+                1
+            ),
+            1
+        );
+        assert_eq!(
+            passes(
+                &stage,
+                &snap,
+                &Call::new("c").app("a").header("x-region", "bc"),
+                1
+            ),
+            1
+        );
+    }
+
+    #[test]
+    fn app_limits_count_across_apis_and_refused_calls_are_refunded() {
+        let snap = snapshot(
+            &[
+                ("a", vec![]),
+                ("b", vec![rule(&["ip"], 1, Per::Second, None)]),
+            ],
+            &[(
+                "m1",
+                vec![v1::AppRateLimit {
+                    limit: 3,
+                    per: Per::Second,
+                    burst: None,
+                }],
+            )],
+        );
+        let stage = RateLimitStage::build(&snap, &RateLimiters::new());
+        assert_eq!(run(&stage, &snap, &Call::new("a").app("m1")), Ok(()));
+        assert_eq!(
+            run(&stage, &snap, &Call::new("b").app("m1").ip("192.0.2.1")),
+            Ok(())
+        );
+        // Refused by the ip rule of "b" (checked first): the app's budget is not spent.
+        assert_eq!(
+            run(&stage, &snap, &Call::new("b").app("m1").ip("192.0.2.1")),
+            Err(1)
+        );
+        assert_eq!(run(&stage, &snap, &Call::new("a").app("m1")), Ok(()));
+        // Three calls over two APIs: the app's limit is reached.
+        assert_eq!(run(&stage, &snap, &Call::new("a").app("m1")), Err(1));
+        // Refused by the app limit: the ip rule's charge is given back.
+        assert_eq!(
+            run(&stage, &snap, &Call::new("b").app("m1").ip("192.0.2.3")),
+            Err(1)
+        );
+        assert_eq!(run(&stage, &snap, &Call::new("b").ip("192.0.2.3")), Ok(()));
+        // Unsigned calls have no app limit; an app without limits has none either.
+        assert_eq!(passes(&stage, &snap, &Call::new("a"), 10), 10);
+        assert_eq!(passes(&stage, &snap, &Call::new("a").app("m2"), 10), 10);
+        // A second later the app's budget is back.
+        assert_eq!(
+            passes(&stage, &snap, &Call::new("a").app("m1").at(1000), 5),
+            3
+        );
+    }
+
+    #[test]
+    fn limiters_survive_rebuilds_with_unchanged_rules_and_reset_on_change() {
+        let reg = RateLimiters::new();
+        let app_limit = vec![v1::AppRateLimit {
+            limit: 1,
+            per: Per::Minute,
+            burst: None,
+        }];
+        let snap1 = snapshot(
+            &[
+                ("a", vec![rule(&["api"], 2, Per::Second, None)]),
+                ("b", vec![rule(&["api"], 2, Per::Second, None)]),
+                ("c", vec![]),
+            ],
+            &[("m1", app_limit.clone())],
+        );
+        let stage1 = RateLimitStage::build(&snap1, &reg);
+        assert_eq!(passes(&stage1, &snap1, &Call::new("a"), 2), 2);
+        assert_eq!(passes(&stage1, &snap1, &Call::new("b"), 2), 2);
+        assert_eq!(run(&stage1, &snap1, &Call::new("c").app("m1")), Ok(()));
+        assert_eq!(run(&stage1, &snap1, &Call::new("c").app("m1")), Err(60));
+        assert_eq!(reg.limiters(), 3);
+
+        // "a" unchanged, "b" changed, the app's limit unchanged.
+        let snap2 = snapshot(
+            &[
+                ("a", vec![rule(&["api"], 2, Per::Second, None)]),
+                ("b", vec![rule(&["api"], 3, Per::Second, None)]),
+                ("c", vec![]),
+            ],
+            &[("m1", app_limit)],
+        );
+        let stage2 = RateLimitStage::build(&snap2, &reg);
+        assert_eq!(run(&stage2, &snap2, &Call::new("a")), Err(1));
+        assert_eq!(passes(&stage2, &snap2, &Call::new("b"), 4), 3);
+        assert_eq!(
+            run(&stage2, &snap2, &Call::new("c").app("m1").at(2000)),
+            Err(58)
+        );
+        // The old stage, still serving in-flight calls, shares the surviving limiters.
+        assert_eq!(run(&stage1, &snap1, &Call::new("a")), Err(1));
+
+        // Removed rules are dropped from the registry.
+        let snap3 = snapshot(&[("a", vec![rule(&["api"], 2, Per::Second, None)])], &[]);
+        let _stage3 = RateLimitStage::build(&snap3, &reg);
+        assert_eq!(reg.limiters(), 1);
+    }
+
+    #[test]
+    fn housekeeping_drops_idle_keys_only() {
+        let reg = RateLimiters::new();
+        let snap = snapshot(&[("a", vec![rule(&["ip"], 1, Per::Minute, None)])], &[]);
+        let stage = RateLimitStage::build(&snap, &reg);
+        for i in 0..100 {
+            let ip = format!("10.0.0.{i}");
+            assert_eq!(run(&stage, &snap, &Call::new("a").ip(&ip)), Ok(()));
+        }
+        assert_eq!(reg.tracked_keys(), 100);
+        reg.housekeeping_at(NOW_MS + 30_000);
+        assert_eq!(reg.tracked_keys(), 100);
+        // A bucket that has refilled is the same as an unseen one: dropped.
+        reg.housekeeping_at(NOW_MS + 60_000);
+        assert_eq!(reg.tracked_keys(), 0);
+        assert_eq!(
+            run(&stage, &snap, &Call::new("a").ip("10.0.0.1").at(60_000)),
+            Ok(())
+        );
+        assert_eq!(
+            run(&stage, &snap, &Call::new("a").ip("10.0.0.1").at(60_000)),
+            Err(60)
+        );
+    }
+
+    #[test]
+    fn key_cap_admits_new_keys_untracked() {
+        let reg = RateLimiters::with_max_keys(2);
+        let snap = snapshot(&[("a", vec![rule(&["ip"], 1, Per::Minute, None)])], &[]);
+        let stage = RateLimitStage::build(&snap, &reg);
+        assert_eq!(run(&stage, &snap, &Call::new("a").ip("10.0.0.1")), Ok(()));
+        assert_eq!(run(&stage, &snap, &Call::new("a").ip("10.0.0.2")), Ok(()));
+        assert_eq!(passes(&stage, &snap, &Call::new("a").ip("10.0.0.3"), 3), 3);
+        assert_eq!(run(&stage, &snap, &Call::new("a").ip("10.0.0.1")), Err(60));
+        assert_eq!(reg.tracked_keys(), 2);
+    }
+
+    #[test]
+    fn zero_limit_refuses_and_backward_clock_is_bounded() {
+        let snap = snapshot(
+            &[
+                ("z", vec![rule(&["api"], 0, Per::Minute, None)]),
+                ("a", vec![rule(&["api"], 1, Per::Second, None)]),
+            ],
+            &[],
+        );
+        let stage = RateLimitStage::build(&snap, &RateLimiters::new());
+        assert_eq!(run(&stage, &snap, &Call::new("z")), Err(60));
+        assert_eq!(run(&stage, &snap, &Call::new("a").at(10_000)), Ok(()));
+        // The clock steps back 10 s: the bucket looks empty, for one interval only.
+        assert_eq!(run(&stage, &snap, &Call::new("a")), Err(1));
+        assert_eq!(run(&stage, &snap, &Call::new("a").at(1000)), Ok(()));
+    }
+
+    #[test]
+    fn no_rules_continue_and_no_route_fails_closed() {
+        let snap = snapshot(&[("a", vec![])], &[]);
+        let stage = RateLimitStage::build(&snap, &RateLimiters::new());
+        assert_eq!(passes(&stage, &snap, &Call::new("a"), 100), 100);
+        let headers = HeaderMap::new();
+        let req = crate::edge::sign::testing::get("/x", &headers, None);
+        assert!(matches!(
+            stage.apply(&req, &mut EdgeCtx::default()),
+            Flow::Respond(_)
+        ));
+    }
+
+    #[test]
+    fn concurrent_calls_never_exceed_the_burst() {
+        let snap = snapshot(&[("a", vec![rule(&["ip"], 1000, Per::Minute, None)])], &[]);
+        let stage = RateLimitStage::build(&snap, &RateLimiters::new());
+        let admitted = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..8 {
+                scope.spawn(|| {
+                    let call = Call::new("a").ip("192.0.2.1");
+                    let n = passes(&stage, &snap, &call, 500);
+                    admitted.fetch_add(n, Ordering::Relaxed);
+                });
+            }
+        });
+        assert_eq!(admitted.load(Ordering::Relaxed), 1000);
+    }
+}
