@@ -15,8 +15,10 @@ pub mod template;
 pub mod tree;
 pub mod v1;
 pub mod validate;
+pub mod zk;
 
 pub use snapshot::{Api, Binding, BackendKind, ConfigVersion, IpAclRules, Rejection, Snapshot};
 pub use source::{ConfigSource, DirSource};
 pub use tree::{DocKind, Tree};
 pub use validate::build_snapshot;
+pub use zk::{NodeInfo, ZkSource, ZkState, ZkStatus};
