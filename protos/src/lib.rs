@@ -20,5 +20,8 @@ pub mod grpc;
 pub mod http;
 pub mod process;
 
+/// The encoded FileDescriptorSet of the demo protos (see [`grpc::descriptor_set_bytes`]).
+pub use grpc::descriptor_set_bytes;
+
 /// The first word of the readiness line the binary prints on stdout.
 pub const READY_PREFIX: &str = "portico-demo-backend";
