@@ -21,4 +21,4 @@ pub trait ConfigSource: Send + Sync + 'static {
 
 pub use dir::{file_path_for, read_tree, DirSource};
 
-mod dir;
+pub mod dir;

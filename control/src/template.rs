@@ -702,6 +702,30 @@ pub fn render_rewrite(
         .map_err(|f| format!("rewrite path {rewrite:?}: no value for {{{f}}}"))
 }
 
+/// Renders a rewrite path from `vars` without knowing the matched template: values are
+/// encoded as multi-segment ones (everything but `[-_.~/0-9a-zA-Z]`; a `/` is kept, a `%2F`
+/// kept encoded by the decoding passes on as it is), so `{path=**}` forwards its segments.
+/// This is only safe when no single-segment value holds a `/` (decoded from `%2F`): the
+/// gateway's route stage refuses such a value for an API with a rewrite path. With the
+/// matched binding's template at hand, [`render_rewrite`] encodes each kind exactly.
+/// `Err` says what is wrong.
+pub fn render_path(rewrite: &str, vars: &[(String, String)]) -> Result<String, String> {
+    let r = Rewrite::parse(rewrite).map_err(|e| format!("rewrite path {rewrite:?}: {e}"))?;
+    let mut out = String::new();
+    for p in &r.parts {
+        match p {
+            RewritePart::Text(t) => out.push_str(t),
+            RewritePart::Var(name) => {
+                let Some((_, value)) = vars.iter().find(|(k, _)| k == name) else {
+                    return Err(format!("rewrite path {rewrite:?}: no value for {{{name}}}"));
+                };
+                encode_into(&mut out, value, true);
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -961,6 +985,11 @@ mod tests {
             Ok("/internal/static".to_owned())
         );
         assert!(render_rewrite("/internal/{nope}", &tpl, &vars).is_err());
+        assert_eq!(
+            render_path("/internal/{order_id}/{rest}", &vars),
+            Ok("/internal/a/b%20c/x/y%2Fz".to_owned())
+        );
+        assert!(render_path("/internal/{nope}", &vars).is_err());
         assert!(Rewrite::parse("internal").is_err());
         assert!(Rewrite::parse("/x/{a").is_err());
         assert!(Rewrite::parse("/x?y=1").is_err());
