@@ -1,0 +1,663 @@
+//! Generic gRPC invocation: an API backed by gRPC is called without compiled stubs.
+//!
+//! - [`GrpcMethods`] (rebuilt with every snapshot): decodes each FileDescriptorSet named by an
+//!   API (`descriptors/<sha256>`) once per sha, reusing the previous snapshot's pools, and
+//!   prepares, per API id, the method (its `/package.Service/Method` path, its types) and the
+//!   transcoding [`MethodPlan`] of its bindings.
+//! - [`GrpcInvoker`] (process-wide, lives across reloads): pooled HTTP/2 channels per
+//!   endpoint and the call itself: transcode the HTTP request, call with a deadline, map the
+//!   reply to JSON or the gRPC status to the §3.2 envelope.
+//!
+//! # Channels and runtimes
+//!
+//! A channel is a tonic [`Channel`] made with `connect_lazy` on first use, inside the
+//! running runtime, never at start-up (DESIGN.md §6). Its background task (the connection
+//! driver and the request buffer) is spawned on the runtime that made it, so channels are
+//! cached per endpoint *and per runtime kind*: on a multi-threaded (work-stealing) runtime,
+//! Pingora's default, one channel per endpoint is shared by all worker threads; on a
+//! current-thread runtime (Pingora's no-steal mode, one runtime per thread) each thread has
+//! its own channel per endpoint, so no call depends on another thread's runtime being
+//! polled and a connection's I/O stays on the thread that uses it. HTTP/2 multiplexes the
+//! calls of a channel over one connection; a failed connection is re-dialled on the next
+//! call.
+//!
+//! # Metadata sent to the backend
+//!
+//! The request's end-to-end headers are passed on as gRPC metadata (as an HTTP filter such
+//! as Envoy's JSON transcoder does), so backends see `authorization`, tracing headers,
+//! `x-portico-appkey` and their own headers (the demo backend's `x-demo-*` fault injection
+//! works through the gateway). Left out: hop-by-hop headers (`connection`, `te`,
+//! `transfer-encoding`, ...), `host`, `content-type`, `content-length`, `content-encoding`,
+//! `accept-encoding`, `user-agent`, the per-request signing headers
+//! (`x-portico-signature`, `x-portico-nonce`, `x-portico-timestamp`), binary (`-bin`) keys,
+//! and reserved `grpc-*` keys, except that `grpc-metadata-<key>` is sent as `<key>`
+//! (grpc-gateway's convention). `x-portico-request-id` is always the gateway's request id,
+//! and `grpc-timeout` the call's deadline.
+//!
+//! The reply's metadata comes back as `grpc-metadata-<key>` response headers (ASCII keys
+//! only, reserved ones left out).
+
+use crate::edge::RouteMatch;
+use crate::error::{Code, GatewayError};
+use crate::invoke::transcode::MethodPlan;
+use crate::invoke::Answer;
+use bytes::{Buf, Bytes};
+use dashmap::DashMap;
+use http::uri::PathAndQuery;
+use portico_control::{BackendKind, Snapshot};
+use prost::Message;
+use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::metadata::MetadataMap;
+use tonic::transport::{Channel, Endpoint};
+use tonic::Status;
+
+/// The largest reply accepted from a backend (decoded protobuf bytes), by default.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+
+/// One API's gRPC method, resolved from its descriptor set when the snapshot was built.
+#[derive(Debug)]
+pub struct PreparedMethod {
+    pub api_id: String,
+    /// `demo.order.v1.OrderService`
+    pub service: String,
+    /// `GetOrder`
+    pub method: String,
+    /// The sha256 naming the descriptor set it came from.
+    pub descriptor: String,
+    /// `/demo.order.v1.OrderService/GetOrder`
+    pub path: PathAndQuery,
+    pub descriptor_method: MethodDescriptor,
+    pub plan: MethodPlan,
+}
+
+impl PreparedMethod {
+    /// Resolves `service`/`method` in `pool` and plans the transcoding of `api`'s bindings.
+    pub fn prepare(
+        api: &portico_control::Api,
+        pool: &DescriptorPool,
+        service: &str,
+        method: &str,
+        descriptor: &str,
+    ) -> Result<Self, String> {
+        let svc = pool
+            .get_service_by_name(service)
+            .ok_or_else(|| format!("service {service} is not in descriptor {descriptor}"))?;
+        let m = svc
+            .methods()
+            .find(|m| m.name() == method)
+            .ok_or_else(|| format!("service {service} has no method {method}"))?;
+        if m.is_client_streaming() || m.is_server_streaming() {
+            return Err(format!(
+                "{service}/{method} is a streaming method; only unary methods can be transcoded"
+            ));
+        }
+        let path = PathAndQuery::try_from(format!("/{service}/{method}"))
+            .map_err(|e| format!("bad method path /{service}/{method}: {e}"))?;
+        let plan = MethodPlan::for_api(&m, api)?;
+        Ok(PreparedMethod {
+            api_id: api.id.clone(),
+            service: service.to_owned(),
+            method: method.to_owned(),
+            descriptor: descriptor.to_owned(),
+            path,
+            descriptor_method: m,
+            plan,
+        })
+    }
+}
+
+/// The prepared gRPC methods of one snapshot, by API id.
+#[derive(Debug, Default)]
+pub struct GrpcMethods {
+    methods: HashMap<String, Arc<PreparedMethod>>,
+    /// Decoded descriptor pools by sha256 (a pool is cheap to clone: it is shared).
+    pools: HashMap<String, DescriptorPool>,
+    /// APIs whose method could not be prepared, and why.
+    problems: Vec<(String, String)>,
+}
+
+impl GrpcMethods {
+    /// Prepares every gRPC API of `snapshot`. Each descriptor set is decoded once per sha;
+    /// a set already decoded by `previous` (the plane's former runtime) is reused as is.
+    /// An API that cannot be prepared (unknown descriptor, service or method, a binding's
+    /// body naming no field) is left out and listed in [`GrpcMethods::problems`]; its calls
+    /// answer 500 `INTERNAL`.
+    pub fn build(snapshot: &Snapshot, previous: Option<&GrpcMethods>) -> GrpcMethods {
+        let mut out = GrpcMethods::default();
+        for api in snapshot.apis.values() {
+            let BackendKind::Grpc {
+                service,
+                method,
+                descriptor,
+            } = &api.backend
+            else {
+                continue;
+            };
+            let pool = match out.pool(snapshot, previous, descriptor) {
+                Ok(pool) => pool,
+                Err(why) => {
+                    out.problems.push((api.id.clone(), why));
+                    continue;
+                }
+            };
+            match PreparedMethod::prepare(api, &pool, service, method, descriptor) {
+                Ok(m) => {
+                    out.methods.insert(api.id.clone(), Arc::new(m));
+                }
+                Err(why) => out.problems.push((api.id.clone(), why)),
+            }
+        }
+        for (api, why) in &out.problems {
+            tracing::warn!(api = %api, "gRPC method not prepared: {why}");
+        }
+        out
+    }
+
+    fn pool(
+        &mut self,
+        snapshot: &Snapshot,
+        previous: Option<&GrpcMethods>,
+        sha: &str,
+    ) -> Result<DescriptorPool, String> {
+        if let Some(pool) = self.pools.get(sha) {
+            return Ok(pool.clone());
+        }
+        let pool = match previous.and_then(|p| p.pools.get(sha)) {
+            Some(pool) => pool.clone(),
+            None => {
+                let bytes = snapshot
+                    .descriptors
+                    .get(sha)
+                    .ok_or_else(|| format!("descriptor {sha} is not in the configuration"))?;
+                DescriptorPool::decode(bytes.as_slice())
+                    .map_err(|e| format!("descriptor {sha} does not decode: {e}"))?
+            }
+        };
+        self.pools.insert(sha.to_owned(), pool.clone());
+        Ok(pool)
+    }
+
+    /// The prepared method of API `api_id`.
+    pub fn get(&self, api_id: &str) -> Option<Arc<PreparedMethod>> {
+        self.methods.get(api_id).cloned()
+    }
+
+    /// APIs whose method could not be prepared: (API id, reason).
+    pub fn problems(&self) -> &[(String, String)] {
+        &self.problems
+    }
+
+    /// How many methods are prepared.
+    pub fn len(&self) -> usize {
+        self.methods.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.methods.is_empty()
+    }
+}
+
+/// Settings of the gRPC client.
+#[derive(Debug, Clone)]
+pub struct GrpcConfig {
+    /// The largest reply accepted (decoded message bytes); a larger one is 502.
+    pub max_response_bytes: usize,
+    /// How long dialling an endpoint may take (the call's own deadline still applies).
+    pub connect_timeout: Duration,
+    /// HTTP/2 PING interval on busy connections, to notice dead peers.
+    pub keepalive_interval: Duration,
+}
+
+impl Default for GrpcConfig {
+    fn default() -> Self {
+        GrpcConfig {
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            connect_timeout: Duration::from_secs(2),
+            keepalive_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Channels are cached per endpoint, and per thread on current-thread runtimes (see the
+/// module docs).
+type ChannelKey = (String, Option<std::thread::ThreadId>);
+
+/// The process-wide gRPC client: pooled channels and the call.
+#[derive(Debug, Default)]
+pub struct GrpcInvoker {
+    config: GrpcConfig,
+    channels: DashMap<ChannelKey, Channel>,
+}
+
+impl GrpcInvoker {
+    pub fn new() -> Self {
+        Self::with_config(GrpcConfig::default())
+    }
+
+    pub fn with_config(config: GrpcConfig) -> Self {
+        GrpcInvoker {
+            config,
+            channels: DashMap::new(),
+        }
+    }
+
+    /// The channel to `addr` (`host:port`), made on first use on the current runtime.
+    /// Must be called inside a Tokio runtime.
+    pub fn channel(&self, addr: &str) -> Result<Channel, GatewayError> {
+        let per_thread = matches!(
+            tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
+            Ok(tokio::runtime::RuntimeFlavor::CurrentThread)
+        );
+        let key = (
+            addr.to_owned(),
+            per_thread.then(|| std::thread::current().id()),
+        );
+        if let Some(ch) = self.channels.get(&key) {
+            return Ok(ch.clone());
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| {
+                GatewayError::new(
+                    Code::UpstreamError,
+                    format!("bad gRPC endpoint address {addr}: {e}"),
+                )
+            })?
+            .connect_timeout(self.config.connect_timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(self.config.keepalive_interval)
+            .keep_alive_timeout(Duration::from_secs(10));
+        let channel = self
+            .channels
+            .entry(key)
+            .or_insert_with(|| endpoint.connect_lazy())
+            .clone();
+        Ok(channel)
+    }
+
+    /// Forgets the channels of endpoints not in `live` (call after a reload; a dropped
+    /// channel closes its connection once its calls are done).
+    pub fn retain_endpoints(&self, live: &std::collections::HashSet<String>) {
+        self.channels.retain(|(addr, _), _| live.contains(addr));
+    }
+
+    /// Calls `method` on the backend at `endpoint_addr` for one HTTP request: transcodes
+    /// the request (path variables of `route`, `query`, `body`), passes `headers` on as
+    /// metadata (see the module docs) with `x-portico-request-id: request_id`, sets the
+    /// deadline (`grpc-timeout`, and a local timer as backstop), and answers the reply as
+    /// JSON (200) or the mapped error:
+    ///
+    /// - a request that does not transcode: 400 `BAD_REQUEST` naming the field;
+    /// - no reply within `timeout`: 504 `UPSTREAM_TIMEOUT`;
+    /// - no connection, a broken one, a reply over the size limit or that does not decode:
+    ///   502 `UPSTREAM_ERROR`;
+    /// - a non-OK status: its name and message, with the HTTP status of DESIGN.md §3.2
+    ///   ([`status_to_error`]).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn call(
+        &self,
+        method: &PreparedMethod,
+        route: &RouteMatch,
+        query: Option<&str>,
+        body: &[u8],
+        headers: &http::HeaderMap,
+        endpoint_addr: &str,
+        timeout: Duration,
+        request_id: &str,
+    ) -> Result<Answer, GatewayError> {
+        let query = if route.router_style { None } else { query };
+        let message = method
+            .plan
+            .request(route.binding, &route.vars, query, body)?;
+        if timeout.is_zero() {
+            return Err(timeout_error(endpoint_addr, timeout));
+        }
+        let channel = self.channel(endpoint_addr)?;
+        let mut grpc = tonic::client::Grpc::new(channel)
+            .max_decoding_message_size(self.config.max_response_bytes);
+        let mut request = tonic::Request::new(message);
+        *request.metadata_mut() = MetadataMap::from_headers(forwarded_headers(headers, request_id));
+        request.set_timeout(timeout);
+        let codec = DynamicCodec::new(method.plan.output().clone());
+        let path = method.path.clone();
+
+        let started = Instant::now();
+        let call = async {
+            grpc.ready().await.map_err(|e| {
+                GatewayError::new(
+                    Code::UpstreamError,
+                    format!("gRPC backend {endpoint_addr} is not reachable: {e}"),
+                )
+            })?;
+            grpc.unary(request, path, codec)
+                .await
+                .map_err(|s| self.call_error(s, endpoint_addr, started.elapsed(), timeout))
+        };
+        let response = match tokio::time::timeout(timeout, call).await {
+            Ok(result) => result?,
+            Err(_) => return Err(timeout_error(endpoint_addr, timeout)),
+        };
+        let (metadata, reply, _) = response.into_parts();
+        let body = method.plan.response(route.binding, &reply)?;
+        let mut answer_headers = Vec::with_capacity(2);
+        answer_headers.push(("content-type".to_owned(), "application/json".to_owned()));
+        reply_metadata(&metadata, &mut answer_headers);
+        Ok(Answer {
+            status: 200,
+            headers: answer_headers,
+            body: Bytes::from(body),
+        })
+    }
+
+    /// Maps a failed call: locally made statuses (transport errors, the size limit) to
+    /// 502/504, the backend's own statuses by [`status_to_error`].
+    fn call_error(
+        &self,
+        status: Status,
+        addr: &str,
+        elapsed: Duration,
+        timeout: Duration,
+    ) -> GatewayError {
+        use std::error::Error as _;
+        if status.code() == tonic::Code::OutOfRange
+            && status.message().contains("message length too large")
+        {
+            return GatewayError::new(
+                Code::UpstreamError,
+                format!(
+                    "gRPC backend {addr} replied more than {} bytes",
+                    self.config.max_response_bytes
+                ),
+            );
+        }
+        if let Some(source) = status.source() {
+            // Made by the client: the connection failed or broke.
+            if elapsed >= timeout {
+                return timeout_error(addr, timeout);
+            }
+            return GatewayError::new(
+                Code::UpstreamError,
+                format!("gRPC backend {addr} failed: {}: {source}", status.message()),
+            );
+        }
+        if elapsed >= timeout
+            && matches!(
+                status.code(),
+                tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+            )
+        {
+            return timeout_error(addr, timeout);
+        }
+        status_to_error(&status)
+    }
+}
+
+fn timeout_error(addr: &str, timeout: Duration) -> GatewayError {
+    GatewayError::new(
+        Code::UpstreamTimeout,
+        format!(
+            "gRPC backend {addr} did not answer within {} ms",
+            timeout.as_millis()
+        ),
+    )
+}
+
+/// The §3.2 name and HTTP status of a gRPC status code (as grpc-gateway maps them).
+pub fn code_name_and_status(code: tonic::Code) -> (&'static str, u16) {
+    use tonic::Code as C;
+    match code {
+        C::Ok => ("OK", 200),
+        C::Cancelled => ("CANCELLED", 500),
+        C::Unknown => ("UNKNOWN", 500),
+        C::InvalidArgument => ("INVALID_ARGUMENT", 400),
+        C::DeadlineExceeded => ("DEADLINE_EXCEEDED", 504),
+        C::NotFound => ("NOT_FOUND", 404),
+        C::AlreadyExists => ("ALREADY_EXISTS", 409),
+        C::PermissionDenied => ("PERMISSION_DENIED", 403),
+        C::ResourceExhausted => ("RESOURCE_EXHAUSTED", 429),
+        C::FailedPrecondition => ("FAILED_PRECONDITION", 500),
+        C::Aborted => ("ABORTED", 409),
+        C::OutOfRange => ("OUT_OF_RANGE", 500),
+        C::Unimplemented => ("UNIMPLEMENTED", 501),
+        C::Internal => ("INTERNAL", 500),
+        C::Unavailable => ("UNAVAILABLE", 503),
+        C::DataLoss => ("DATA_LOSS", 500),
+        C::Unauthenticated => ("UNAUTHENTICATED", 401),
+    }
+}
+
+/// A backend's non-OK status as the gateway's error: code = the status name, message = the
+/// status message, HTTP status as DESIGN.md §3.2 says.
+pub fn status_to_error(status: &Status) -> GatewayError {
+    let (name, http_status) = code_name_and_status(status.code());
+    GatewayError::new(Code::Grpc { name, http_status }, status.message())
+}
+
+/// Whether an invoke error counts as a backend failure for the circuit breaker: a timeout,
+/// a connection failure (502), or the gRPC statuses UNAVAILABLE, INTERNAL, UNKNOWN and
+/// DEADLINE_EXCEEDED. A caller's mistake (400) or a business status (NOT_FOUND, ...) is not.
+pub fn is_backend_failure(err: &GatewayError) -> bool {
+    match &err.code {
+        Code::UpstreamTimeout | Code::UpstreamError => true,
+        Code::Grpc { name, .. } => matches!(
+            *name,
+            "UNAVAILABLE" | "INTERNAL" | "UNKNOWN" | "DEADLINE_EXCEEDED"
+        ),
+        _ => false,
+    }
+}
+
+/// Request headers never passed on as metadata.
+const NOT_FORWARDED: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-type",
+    "content-length",
+    "content-encoding",
+    "accept-encoding",
+    "expect",
+    "user-agent",
+    "x-portico-signature",
+    "x-portico-nonce",
+    "x-portico-timestamp",
+    "x-portico-request-id",
+];
+
+/// The request headers to send as metadata (see the module docs).
+pub fn forwarded_headers(headers: &http::HeaderMap, request_id: &str) -> http::HeaderMap {
+    let mut out = http::HeaderMap::with_capacity(headers.len() + 1);
+    for (name, value) in headers {
+        let n = name.as_str();
+        if n.ends_with("-bin") || NOT_FORWARDED.contains(&n) {
+            continue;
+        }
+        if let Some(rest) = n.strip_prefix("grpc-metadata-") {
+            if let Ok(key) = http::HeaderName::from_bytes(rest.as_bytes()) {
+                if !rest.is_empty() && !rest.starts_with("grpc-") {
+                    out.append(key, value.clone());
+                }
+            }
+            continue;
+        }
+        if n.starts_with("grpc-") {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    if let Ok(v) = http::HeaderValue::from_str(request_id) {
+        out.insert("x-portico-request-id", v);
+    }
+    out
+}
+
+/// Appends the reply's metadata as `grpc-metadata-<key>` headers.
+fn reply_metadata(metadata: &MetadataMap, out: &mut Vec<(String, String)>) {
+    for kv in metadata.iter() {
+        if let tonic::metadata::KeyAndValueRef::Ascii(key, value) = kv {
+            let k = key.as_str();
+            if k.starts_with("grpc-") || k == "content-type" || k == "date" {
+                continue;
+            }
+            if let Ok(v) = value.to_str() {
+                out.push((format!("grpc-metadata-{k}"), v.to_owned()));
+            }
+        }
+    }
+}
+
+/// A tonic codec for prost-reflect messages: encodes any [`DynamicMessage`], decodes the
+/// reply type it was made for.
+#[derive(Debug, Clone)]
+pub struct DynamicCodec {
+    reply: MessageDescriptor,
+}
+
+impl DynamicCodec {
+    pub fn new(reply: MessageDescriptor) -> Self {
+        DynamicCodec { reply }
+    }
+}
+
+impl Codec for DynamicCodec {
+    type Encode = DynamicMessage;
+    type Decode = DynamicMessage;
+    type Encoder = DynamicEncoder;
+    type Decoder = DynamicDecoder;
+
+    fn encoder(&mut self) -> DynamicEncoder {
+        DynamicEncoder
+    }
+
+    fn decoder(&mut self) -> DynamicDecoder {
+        DynamicDecoder(self.reply.clone())
+    }
+}
+
+/// Encodes a [`DynamicMessage`].
+#[derive(Debug)]
+pub struct DynamicEncoder;
+
+impl Encoder for DynamicEncoder {
+    type Item = DynamicMessage;
+    type Error = Status;
+
+    fn encode(&mut self, item: DynamicMessage, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.reserve(item.encoded_len());
+        item.encode(dst)
+            .map_err(|e| Status::internal(format!("encoding the request: {e}")))
+    }
+}
+
+/// Decodes a [`DynamicMessage`] of one type.
+#[derive(Debug)]
+pub struct DynamicDecoder(MessageDescriptor);
+
+impl Decoder for DynamicDecoder {
+    type Item = DynamicMessage;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<DynamicMessage>, Status> {
+        let bytes = src.copy_to_bytes(src.remaining());
+        DynamicMessage::decode(self.0.clone(), bytes)
+            .map(Some)
+            .map_err(|e| Status::internal(format!("the reply does not decode: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_as_grpc_gateway_does() {
+        use tonic::Code as C;
+        let cases = [
+            (C::NotFound, "NOT_FOUND", 404),
+            (C::InvalidArgument, "INVALID_ARGUMENT", 400),
+            (C::Unauthenticated, "UNAUTHENTICATED", 401),
+            (C::PermissionDenied, "PERMISSION_DENIED", 403),
+            (C::ResourceExhausted, "RESOURCE_EXHAUSTED", 429),
+            (C::Unavailable, "UNAVAILABLE", 503),
+            (C::DeadlineExceeded, "DEADLINE_EXCEEDED", 504),
+            (C::Unimplemented, "UNIMPLEMENTED", 501),
+            (C::AlreadyExists, "ALREADY_EXISTS", 409),
+            (C::Aborted, "ABORTED", 409),
+            (C::Internal, "INTERNAL", 500),
+            (C::FailedPrecondition, "FAILED_PRECONDITION", 500),
+            (C::DataLoss, "DATA_LOSS", 500),
+        ];
+        for (code, name, http) in cases {
+            let e = status_to_error(&Status::new(code, "why"));
+            assert_eq!(e.code.as_str(), name);
+            assert_eq!(e.status(), http);
+            assert_eq!(e.message, "why");
+        }
+    }
+
+    #[test]
+    fn backend_failures_for_the_breaker() {
+        let grpc = |c| status_to_error(&Status::new(c, "x"));
+        assert!(is_backend_failure(&grpc(tonic::Code::Unavailable)));
+        assert!(is_backend_failure(&grpc(tonic::Code::Internal)));
+        assert!(is_backend_failure(&grpc(tonic::Code::Unknown)));
+        assert!(is_backend_failure(&grpc(tonic::Code::DeadlineExceeded)));
+        assert!(!is_backend_failure(&grpc(tonic::Code::NotFound)));
+        assert!(!is_backend_failure(&grpc(tonic::Code::InvalidArgument)));
+        assert!(is_backend_failure(&GatewayError::new(
+            Code::UpstreamTimeout,
+            "t"
+        )));
+        assert!(is_backend_failure(&GatewayError::new(
+            Code::UpstreamError,
+            "c"
+        )));
+        assert!(!is_backend_failure(&GatewayError::bad_request("b")));
+    }
+
+    #[test]
+    fn headers_become_metadata() {
+        let mut h = http::HeaderMap::new();
+        for (k, v) in [
+            ("authorization", "Bearer t"),
+            ("x-demo-delay-ms", "5"),
+            ("x-portico-appkey", "merchant-1"),
+            ("x-portico-signature", "abc"),
+            ("x-portico-request-id", "spoofed"),
+            ("grpc-metadata-tenant", "t1"),
+            ("grpc-timeout", "1S"),
+            ("connection", "close"),
+            ("content-type", "application/json"),
+            ("trace-bin", "AAAA"),
+        ] {
+            h.append(k, http::HeaderValue::from_static(v));
+        }
+        let out = forwarded_headers(&h, "rid-1");
+        let get = |k: &str| out.get(k).and_then(|v| v.to_str().ok());
+        assert_eq!(get("authorization"), Some("Bearer t"));
+        assert_eq!(get("x-demo-delay-ms"), Some("5"));
+        assert_eq!(get("x-portico-appkey"), Some("merchant-1"));
+        assert_eq!(get("tenant"), Some("t1"));
+        assert_eq!(get("x-portico-request-id"), Some("rid-1"));
+        for gone in [
+            "x-portico-signature",
+            "grpc-timeout",
+            "connection",
+            "content-type",
+            "trace-bin",
+            "grpc-metadata-tenant",
+        ] {
+            assert_eq!(get(gone), None, "{gone}");
+        }
+    }
+}
