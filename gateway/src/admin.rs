@@ -17,6 +17,8 @@ pub struct AdminState {
     pub sandbox: Option<Arc<Plane>>,
     pub started_at_ms: u64,
     pub listen: String,
+    /// The ZooKeeper source, in ZooKeeper mode (its connection state goes into `/status`).
+    pub zk: Option<Arc<portico_control::zk::ZkSource>>,
 }
 
 /// The admin router.
@@ -42,7 +44,11 @@ async fn readyz(State(s): State<AdminState>) -> Response {
     if s.live.ready.load(Ordering::Acquire) {
         (StatusCode::OK, "ready\n").into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "no configuration loaded yet\n").into_response()
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no configuration loaded yet\n",
+        )
+            .into_response()
     }
 }
 
@@ -94,6 +100,9 @@ async fn status(State(s): State<AdminState>) -> Json<serde_json::Value> {
         }
         if let Some(sb) = &s.sandbox {
             obj.insert("sandbox".into(), plane_status(sb));
+        }
+        if let Some(zk) = &s.zk {
+            obj.insert("zookeeper".into(), serde_json::to_value(zk.state()).unwrap_or_default());
         }
     }
     Json(body)

@@ -17,12 +17,19 @@ pub fn apply_tree(plane: &Plane, tree: &Tree) -> Arc<Snapshot> {
     let started = Instant::now();
     let previous = plane.current.load_full();
     let has_previous = plane.ready.load(std::sync::atomic::Ordering::Acquire);
-    let snapshot = Arc::new(build_snapshot(tree, has_previous.then_some(previous.snapshot.as_ref())));
+    let snapshot = Arc::new(build_snapshot(
+        tree,
+        has_previous.then_some(previous.snapshot.as_ref()),
+    ));
     let m = &plane.shared.metrics;
-    m.snapshot_build_seconds.observe(started.elapsed().as_secs_f64());
+    m.snapshot_build_seconds
+        .observe(started.elapsed().as_secs_f64());
     let unchanged = has_previous && snapshot.version.digest == previous.snapshot.version.digest;
     m.config_reloads
-        .with_label_values(&[plane.kind.as_str(), if unchanged { "unchanged" } else { "applied" }])
+        .with_label_values(&[
+            plane.kind.as_str(),
+            if unchanged { "unchanged" } else { "applied" },
+        ])
         .inc();
     for r in &snapshot.rejected {
         tracing::warn!(plane = plane.kind.as_str(), path = %r.path, reason = %r.reason, kept_previous = r.kept_previous, "configuration document rejected");
@@ -63,7 +70,10 @@ pub async fn run(
         }
         if let Some(dir) = snapshot_dir.clone() {
             let snap = snapshot.clone();
-            let res = tokio::task::spawn_blocking(move || portico_control::store::write_snapshot(&dir, &snap)).await;
+            let res = tokio::task::spawn_blocking(move || {
+                portico_control::store::write_snapshot(&dir, &snap)
+            })
+            .await;
             match res {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::error!(error = %e, "writing the disk snapshot failed"),

@@ -41,7 +41,10 @@ pub enum Code {
     UpstreamTimeout,
     Internal,
     /// A gRPC backend's non-OK status, by name (`NOT_FOUND`), with its mapped HTTP status.
-    Grpc { name: &'static str, http_status: u16 },
+    Grpc {
+        name: &'static str,
+        http_status: u16,
+    },
 }
 
 impl Code {
@@ -60,9 +63,10 @@ impl Code {
             Code::BodyTooLarge => 413,
             Code::HeaderTooLarge => 431,
             Code::RateLimited => 429,
-            Code::ApiDegraded | Code::CircuitOpen | Code::BulkheadFull | Code::NoHealthyUpstream => {
-                503
-            }
+            Code::ApiDegraded
+            | Code::CircuitOpen
+            | Code::BulkheadFull
+            | Code::NoHealthyUpstream => 503,
             Code::UpstreamError => 502,
             Code::UpstreamTimeout => 504,
             Code::Internal => 500,
@@ -120,7 +124,11 @@ pub struct GatewayError {
 
 impl GatewayError {
     pub fn new(code: Code, message: impl Into<String>) -> Self {
-        GatewayError { code, message: message.into(), retry_after: None }
+        GatewayError {
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
     }
 
     pub fn with_retry_after(mut self, secs: u64) -> Self {
@@ -149,7 +157,13 @@ impl GatewayError {
 
 impl fmt::Display for GatewayError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}: {}", self.status(), self.code.as_str(), self.message)
+        write!(
+            f,
+            "{} {}: {}",
+            self.status(),
+            self.code.as_str(),
+            self.message
+        )
     }
 }
 
@@ -166,7 +180,14 @@ mod tests {
         assert_eq!(Code::RateLimited.status(), 429);
         assert_eq!(Code::BulkheadFull.status(), 503);
         assert_eq!(Code::UpstreamTimeout.status(), 504);
-        assert_eq!(Code::Grpc { name: "NOT_FOUND", http_status: 404 }.as_str(), "NOT_FOUND");
+        assert_eq!(
+            Code::Grpc {
+                name: "NOT_FOUND",
+                http_status: 404
+            }
+            .as_str(),
+            "NOT_FOUND"
+        );
     }
 
     #[test]

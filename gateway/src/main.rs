@@ -4,6 +4,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::server::Server;
+use portico_control::zk::{NodeInfo, ZkSource};
 use portico_control::{ConfigSource, DirSource};
 use portico_gateway::admin::{self, AdminState};
 use portico_gateway::config;
@@ -65,7 +66,8 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PORTICO_LOG").unwrap_or_else(|_| "info,pingora=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("PORTICO_LOG")
+                .unwrap_or_else(|_| "info,pingora=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -84,7 +86,10 @@ fn main() -> anyhow::Result<()> {
         default_max_body: args.max_body_bytes,
     });
     let live = Arc::new(Plane::new(PlaneKind::Live, shared.clone()));
-    let sandbox = args.sandbox_listen.as_ref().map(|_| Arc::new(Plane::new(PlaneKind::Sandbox, shared.clone())));
+    let sandbox = args
+        .sandbox_listen
+        .as_ref()
+        .map(|_| Arc::new(Plane::new(PlaneKind::Sandbox, shared.clone())));
 
     // The control side (config loops, admin listener, housekeeping) runs on its own runtime,
     // so it never competes with traffic and traffic never waits on it.
@@ -96,6 +101,8 @@ fn main() -> anyhow::Result<()> {
         .context("starting the control runtime")?;
 
     let mut sources: Vec<(Arc<Plane>, Arc<dyn ConfigSource>)> = Vec::new();
+    let mut on_applied: Option<config::OnApplied> = None;
+    let mut zk_status: Option<Arc<ZkSource>> = None;
     if let Some(dir) = &args.config_dir {
         boot_from_dir(&live, dir, "dir")?;
         sources.push((live.clone(), Arc::new(DirSource::new(dir.clone()))));
@@ -106,8 +113,34 @@ fn main() -> anyhow::Result<()> {
             }
             sources.push((sb.clone(), Arc::new(DirSource::new(sdir))));
         }
-    } else if let Some(_hosts) = &args.zk {
-        bail!("ZooKeeper mode is not available in this build yet; use --config-dir");
+    } else if let Some(hosts) = &args.zk {
+        // Boot from the last-known-good snapshot first, so the gateway serves even when
+        // ZooKeeper is unreachable; ZooKeeper's tree replaces it as soon as it arrives.
+        if let Some(dir) = &args.snapshot_dir {
+            match portico_control::store::read_snapshot(dir) {
+                Ok((tree, version)) if !tree.docs.is_empty() => {
+                    config::apply_tree(&live, &tree);
+                    live.source.store(Arc::new(format!("snapshot:{}", dir.display())));
+                    tracing::info!(dir = %dir.display(), ?version, "booted from the disk snapshot");
+                }
+                Ok(_) => tracing::info!(dir = %dir.display(), "no disk snapshot yet"),
+                Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "disk snapshot unreadable"),
+            }
+        }
+        let zk = Arc::new(ZkSource::new(hosts, &args.zk_root));
+        let mut info = NodeInfo::new(&node_id, &args.listen, &args.admin_listen);
+        info.sandbox_addr = args.sandbox_listen.clone();
+        zk.register_node(info);
+        let reg = zk.clone();
+        on_applied = Some(Arc::new(move |snap: &portico_control::Snapshot| reg.set_applied(&snap.version)));
+        zk_status = Some(zk.clone());
+        sources.push((live.clone(), zk));
+        if let Some(sb) = &sandbox {
+            let root = format!("{}/sandbox", args.zk_root.trim_end_matches('/'));
+            sources.push((sb.clone(), Arc::new(ZkSource::new(hosts, &root))));
+        }
+    } else {
+        bail!("give --config-dir DIR (standalone) or --zk HOSTS");
     }
 
     let admin_state = AdminState {
@@ -115,21 +148,31 @@ fn main() -> anyhow::Result<()> {
         sandbox: sandbox.clone(),
         started_at_ms: portico_gateway::pipeline::now_ms(),
         listen: args.listen.clone(),
+        zk: zk_status,
     };
+    let zk_for_gauge_src = admin_state.zk.clone();
     let admin_listener = control_rt
         .block_on(tokio::net::TcpListener::bind(&args.admin_listen))
         .with_context(|| format!("binding the admin listener {}", args.admin_listen))?;
     let snapshot_dir = args.snapshot_dir.clone();
-    let planes: Vec<Arc<Plane>> = std::iter::once(live.clone()).chain(sandbox.clone()).collect();
+    let planes: Vec<Arc<Plane>> = std::iter::once(live.clone())
+        .chain(sandbox.clone())
+        .collect();
     control_rt.spawn(async move {
         if let Err(e) = axum::serve(admin_listener, admin::router(admin_state)).await {
             tracing::error!(error = %e, "admin listener failed");
         }
     });
     for (plane, source) in sources {
-        let dir = if plane.kind == PlaneKind::Live { snapshot_dir.clone() } else { None };
-        control_rt.spawn(config::run(plane, source, dir, None));
+        let dir = if plane.kind == PlaneKind::Live {
+            snapshot_dir.clone()
+        } else {
+            None
+        };
+        let hook = if plane.kind == PlaneKind::Live { on_applied.clone() } else { None };
+        control_rt.spawn(config::run(plane, source, dir, hook));
     }
+    let zk_for_gauge = zk_for_gauge_src;
     control_rt.spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
         loop {
@@ -137,23 +180,39 @@ fn main() -> anyhow::Result<()> {
             for p in &planes {
                 p.housekeeping();
             }
+            let connected = zk_for_gauge
+                .as_ref()
+                .is_none_or(|zk| zk.state().state == portico_control::zk::ZkState::Connected);
+            if let Some(p) = planes.first() {
+                p.shared.metrics.source_connected.set(i64::from(connected));
+            }
         }
     });
 
     // Traffic: Pingora.
     let conf = ServerConf {
-        threads: args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
+        threads: args
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
         grace_period_seconds: Some(0),
         graceful_shutdown_timeout_seconds: Some(1),
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
-    let mut svc = pingora_proxy::http_proxy_service_with_name(&server.configuration, Gateway { plane: live }, "portico-live");
+    let mut svc = pingora_proxy::http_proxy_service_with_name(
+        &server.configuration,
+        Gateway { plane: live },
+        "portico-live",
+    );
     svc.add_tcp(&args.listen);
     server.add_service(svc);
     if let (Some(addr), Some(sb)) = (&args.sandbox_listen, sandbox) {
-        let mut svc = pingora_proxy::http_proxy_service_with_name(&server.configuration, Gateway { plane: sb }, "portico-sandbox");
+        let mut svc = pingora_proxy::http_proxy_service_with_name(
+            &server.configuration,
+            Gateway { plane: sb },
+            "portico-sandbox",
+        );
         svc.add_tcp(addr);
         server.add_service(svc);
     }
@@ -165,14 +224,23 @@ fn main() -> anyhow::Result<()> {
 
 /// Reads `dir` once and applies it, so the gateway is ready before it accepts traffic.
 fn boot_from_dir(plane: &Plane, dir: &std::path::Path, what: &str) -> anyhow::Result<()> {
-    let tree = portico_control::source::dir::read_tree(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let tree = portico_control::source::dir::read_tree(dir)
+        .with_context(|| format!("reading {}", dir.display()))?;
     config::apply_tree(plane, &tree);
-    plane.source.store(Arc::new(format!("{what}:{}", dir.display())));
+    plane
+        .source
+        .store(Arc::new(format!("{what}:{}", dir.display())));
     Ok(())
 }
 
 fn default_node_id() -> String {
-    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_default();
-    let host = if host.is_empty() { "gateway".to_owned() } else { host };
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    let host = if host.is_empty() {
+        "gateway".to_owned()
+    } else {
+        host
+    };
     format!("{host}-{}", std::process::id())
 }

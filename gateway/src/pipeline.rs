@@ -38,8 +38,8 @@ use crate::invoke::http::{Attempt, Outgoing};
 use crate::invoke::Answer;
 use crate::runtime::{ApiRuntime, Plane, Runtime};
 use bytes::{Bytes, BytesMut};
-use portico_control::BackendKind;
 use pingora_proxy::Session;
+use portico_control::BackendKind;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -107,7 +107,11 @@ macro_rules! stage {
 }
 
 /// The pipeline: edge stages in request order, then the invoke tier.
-pub async fn handle(plane: &Plane, session: &mut Session, ctx: &mut RequestCtx) -> Result<Handled, GatewayError> {
+pub async fn handle(
+    plane: &Plane,
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+) -> Result<Handled, GatewayError> {
     let rt = plane.current.load_full();
     let now = now_ms();
     check_header_limits(session.req_header())?;
@@ -118,8 +122,16 @@ pub async fn handle(plane: &Plane, session: &mut Session, ctx: &mut RequestCtx) 
         stage!(rt.edge.ip_acl, &req, &mut ctx.edge);
         stage!(rt.edge.route, &req, &mut ctx.edge);
     }
-    let route = ctx.edge.route.clone().ok_or_else(|| GatewayError::new(Code::Internal, "route stage set no API"))?;
-    let limit = route.api.policy.max_body_bytes.unwrap_or(plane.shared.default_max_body);
+    let route = ctx
+        .edge
+        .route
+        .clone()
+        .ok_or_else(|| GatewayError::new(Code::Internal, "route stage set no API"))?;
+    let limit = route
+        .api
+        .policy
+        .max_body_bytes
+        .unwrap_or(plane.shared.default_max_body);
     let body = read_body(session, limit).await?;
 
     // Edge, with the body: who is calling, may they, how often, is the API switched off.
@@ -144,10 +156,12 @@ async fn invoke(
     body: Bytes,
 ) -> Result<Handled, GatewayError> {
     let api = &route.api;
-    let api_rt: &ApiRuntime = rt
-        .apis
-        .get(&api.id)
-        .ok_or_else(|| GatewayError::new(Code::NoHealthyUpstream, format!("cluster {} has no endpoints", api.cluster)))?;
+    let api_rt: &ApiRuntime = rt.apis.get(&api.id).ok_or_else(|| {
+        GatewayError::new(
+            Code::NoHealthyUpstream,
+            format!("cluster {} has no endpoints", api.cluster),
+        )
+    })?;
     let _permit = api_rt.bulkhead.acquire().await?;
     let ticket = api_rt.breaker.try_acquire()?;
     let deadline = Instant::now() + Duration::from_millis(api.timeout_ms);
@@ -170,9 +184,13 @@ async fn invoke(
             let mut last_err = None;
             let mut answered = None;
             for _ in 0..2 {
-                let Some(name) = api_rt.balancer.pick_excluding(&tried) else { break };
+                let Some(name) = api_rt.balancer.pick_excluding(&tried) else {
+                    break;
+                };
                 tried.push(name);
-                let Some(addr) = api_rt.addrs.get(name).copied() else { continue };
+                let Some(addr) = api_rt.addrs.get(name).copied() else {
+                    continue;
+                };
                 ctx.upstream = Some(addr);
                 match plane.shared.http.attempt(addr, &out, deadline).await {
                     Attempt::Answered(up, latency) => {
@@ -189,27 +207,42 @@ async fn invoke(
             let Some((upstream, latency, addr)) = answered else {
                 ticket.failure();
                 return Err(last_err.unwrap_or_else(|| {
-                    GatewayError::new(Code::NoHealthyUpstream, format!("cluster {} has no usable endpoint", api.cluster))
+                    GatewayError::new(
+                        Code::NoHealthyUpstream,
+                        format!("cluster {} has no usable endpoint", api.cluster),
+                    )
                 }));
             };
             ctx.upstream_latency = Some(latency);
-            let status = upstream.response_header().map(|h| h.status.as_u16()).unwrap_or(502);
+            let status = upstream
+                .response_header()
+                .map(|h| h.status.as_u16())
+                .unwrap_or(502);
             if status >= 500 {
                 ticket.failure();
             } else {
                 ticket.success(latency);
             }
-            let status = plane.shared.http.relay(session, upstream, addr, &ctx.request_id, deadline).await?;
+            let status = plane
+                .shared
+                .http
+                .relay(session, upstream, addr, &ctx.request_id, deadline)
+                .await?;
             Ok(Handled::Streamed(status))
         }
         BackendKind::Grpc { .. } => {
-            let method = rt
-                .grpc
-                .get(&api.id)
-                .ok_or_else(|| GatewayError::new(Code::Internal, format!("API {} has no prepared gRPC method", api.id)))?;
+            let method = rt.grpc.get(&api.id).ok_or_else(|| {
+                GatewayError::new(
+                    Code::Internal,
+                    format!("API {} has no prepared gRPC method", api.id),
+                )
+            })?;
             let Some(name) = api_rt.balancer.pick_excluding(&[]) else {
                 ticket.failure();
-                return Err(GatewayError::new(Code::NoHealthyUpstream, format!("cluster {} has no endpoints", api.cluster)));
+                return Err(GatewayError::new(
+                    Code::NoHealthyUpstream,
+                    format!("cluster {} has no endpoints", api.cluster),
+                ));
             };
             let started = Instant::now();
             let timeout = deadline.saturating_duration_since(started);
@@ -218,7 +251,16 @@ async fn invoke(
             let result = plane
                 .shared
                 .grpc
-                .call(&method, route, query, &body, &req.headers, name, timeout, &ctx.request_id)
+                .call(
+                    &method,
+                    route,
+                    query,
+                    &body,
+                    &req.headers,
+                    name,
+                    timeout,
+                    &ctx.request_id,
+                )
                 .await;
             let latency = started.elapsed();
             ctx.upstream = api_rt.addrs.get(name).copied();
@@ -234,15 +276,30 @@ async fn invoke(
 
 /// The upstream path for an HTTP backend: the rewrite template filled with the path
 /// variables, or the path as sent (router-style calls go to the rewrite or `/`), plus the query.
-fn upstream_path(session: &Session, route: &RouteMatch, rewrite: Option<&str>) -> Result<String, GatewayError> {
+fn upstream_path(
+    session: &Session,
+    route: &RouteMatch,
+    rewrite: Option<&str>,
+) -> Result<String, GatewayError> {
     let req = session.req_header();
-    let path = match rewrite {
-        Some(template) => portico_control::template::render_path(template, &route.vars)
-            .map_err(|e| GatewayError::new(Code::Internal, format!("path rewrite: {e}")))?,
-        None if route.router_style => "/".to_owned(),
-        None => req.uri.path().to_owned(),
+    let path = match (rewrite, route.binding) {
+        (Some(rewrite), Some(i)) => {
+            let template = &route.api.bindings.get(i).ok_or_else(|| GatewayError::new(Code::Internal, "binding out of range"))?.template;
+            portico_control::template::render_rewrite(rewrite, template, &route.vars)
+                .map_err(|e| GatewayError::bad_request(format!("path variables: {e}")))?
+        }
+        // Router style has no path variables: a rewrite that needs one cannot be served.
+        (Some(rewrite), None) => portico_control::template::render_path(rewrite, &route.vars).map_err(|e| {
+            GatewayError::bad_request(format!("API {} needs path variables; call it by its RESTful path ({e})", route.api.id))
+        })?,
+        (None, _) if route.router_style => "/".to_owned(),
+        (None, _) => req.uri.path().to_owned(),
     };
-    let query = if route.router_style { None } else { req.uri.query() };
+    let query = if route.router_style {
+        None
+    } else {
+        req.uri.query()
+    };
     Ok(match query {
         Some(q) => format!("{path}?{q}"),
         None => path,
@@ -251,11 +308,19 @@ fn upstream_path(session: &Session, route: &RouteMatch, rewrite: Option<&str>) -
 
 fn check_header_limits(req: &pingora_http::RequestHeader) -> Result<(), GatewayError> {
     if req.headers.len() > MAX_HEADERS {
-        return Err(GatewayError::bad_request(format!("too many headers (more than {MAX_HEADERS})")));
+        return Err(GatewayError::bad_request(format!(
+            "too many headers (more than {MAX_HEADERS})"
+        )));
     }
-    let bytes: usize = req.headers.iter().map(|(n, v)| n.as_str().len() + v.len()).sum();
+    let bytes: usize = req
+        .headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len())
+        .sum();
     if bytes > MAX_HEADER_BYTES {
-        return Err(GatewayError::bad_request(format!("request headers larger than {MAX_HEADER_BYTES} bytes")));
+        return Err(GatewayError::bad_request(format!(
+            "request headers larger than {MAX_HEADER_BYTES} bytes"
+        )));
     }
     Ok(())
 }
@@ -274,12 +339,20 @@ fn edge_request<'a>(session: &'a Session, body: &'a [u8], now_ms: u64) -> EdgeRe
 }
 
 fn client_peer(session: &Session) -> Option<IpAddr> {
-    session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())
+    session
+        .client_addr()
+        .and_then(|a| a.as_inet())
+        .map(|a| a.ip())
 }
 
 /// Reads the whole request body, refusing more than `limit` bytes with 413 `BODY_TOO_LARGE`.
 async fn read_body(session: &mut Session, limit: u64) -> Result<Bytes, GatewayError> {
-    let too_large = || GatewayError::new(Code::BodyTooLarge, format!("request body larger than {limit} bytes"));
+    let too_large = || {
+        GatewayError::new(
+            Code::BodyTooLarge,
+            format!("request body larger than {limit} bytes"),
+        )
+    };
     if let Some(len) = session
         .req_header()
         .headers
@@ -304,7 +377,9 @@ async fn read_body(session: &mut Session, limit: u64) -> Result<Bytes, GatewayEr
         Ok(())
     };
     match tokio::time::timeout(BODY_READ_DEADLINE, read).await {
-        Err(_) => Err(GatewayError::bad_request("request body not received in time")),
+        Err(_) => Err(GatewayError::bad_request(
+            "request body not received in time",
+        )),
         Ok(r) => r.map(|()| buf.freeze()),
     }
 }

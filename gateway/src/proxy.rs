@@ -37,7 +37,11 @@ impl ProxyHttp for Gateway {
     /// Request phase: assigns the request id, runs the pipeline and writes the answer.
     /// Always returns `Ok(true)`: the response has been written here (or the connection is
     /// beyond saving), so Pingora never proxies on its own.
-    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> pingora_error::Result<bool> {
+    async fn request_filter(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> pingora_error::Result<bool> {
         ctx.request_id = request_id(session);
         let result = pipeline::handle(&self.plane, session, ctx).await;
         let written = match result {
@@ -49,9 +53,17 @@ impl ProxyHttp for Gateway {
                 ctx.status = answer.status;
                 write_answer(session, &answer, &ctx.request_id).await
             }
-            Ok(Handled::Reply(Reply::Canned { status, headers, body })) => {
+            Ok(Handled::Reply(Reply::Canned {
+                status,
+                headers,
+                body,
+            })) => {
                 ctx.status = status;
-                let answer = Answer { status, headers, body };
+                let answer = Answer {
+                    status,
+                    headers,
+                    body,
+                };
                 write_answer(session, &answer, &ctx.request_id).await
             }
             Ok(Handled::Reply(Reply::Error(e))) | Err(e) => self.rescue(session, ctx, e).await,
@@ -65,8 +77,15 @@ impl ProxyHttp for Gateway {
     }
 
     /// Never called: every request is answered in `request_filter`.
-    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut RequestCtx) -> pingora_error::Result<Box<HttpPeer>> {
-        Error::e_explain(ErrorType::InternalError, "portico answers every request in request_filter")
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        _ctx: &mut RequestCtx,
+    ) -> pingora_error::Result<Box<HttpPeer>> {
+        Error::e_explain(
+            ErrorType::InternalError,
+            "portico answers every request in request_filter",
+        )
     }
 
     /// Pingora-level failures (bad request line, ...) get the envelope too.
@@ -80,12 +99,18 @@ impl ProxyHttp for Gateway {
             ctx.request_id = request_id(session);
         }
         let err = match e.etype() {
-            ErrorType::InvalidHTTPHeader | ErrorType::H2Error => GatewayError::bad_request(format!("{}", e.etype().as_str())),
+            ErrorType::InvalidHTTPHeader | ErrorType::H2Error => {
+                GatewayError::bad_request(format!("{}", e.etype().as_str()))
+            }
             _ => GatewayError::new(Code::Internal, "internal error"),
         };
         let code = err.status();
-        let ok = session.response_written().is_none() && self.rescue(session, ctx, err).await.is_ok();
-        pingora_proxy::FailToProxy { error_code: code, can_reuse_downstream: ok }
+        let ok =
+            session.response_written().is_none() && self.rescue(session, ctx, err).await.is_ok();
+        pingora_proxy::FailToProxy {
+            error_code: code,
+            can_reuse_downstream: ok,
+        }
     }
 
     /// Logging phase: the access log line and the per-API metrics.
@@ -94,17 +119,37 @@ impl ProxyHttp for Gateway {
         let shared = &self.plane.shared;
         let plane = self.plane.kind.as_str();
         let api = ctx.edge.api().map(|a| a.id.as_str());
-        let status = if ctx.status == 0 { session.response_written().map_or(0, |r| r.status.as_u16()) } else { ctx.status };
+        let status = if ctx.status == 0 {
+            session.response_written().map_or(0, |r| r.status.as_u16())
+        } else {
+            ctx.status
+        };
         let status_str = status_label(status);
-        shared.metrics.requests.with_label_values(&[plane, api.unwrap_or("-"), status_str, ctx.code]).inc();
+        shared
+            .metrics
+            .requests
+            .with_label_values(&[plane, api.unwrap_or("-"), status_str, ctx.code])
+            .inc();
         if let Some(api) = api {
-            shared.metrics.latency.with_label_values(&[plane, api]).observe(latency.as_secs_f64());
+            shared
+                .metrics
+                .latency
+                .with_label_values(&[plane, api])
+                .observe(latency.as_secs_f64());
             if let Some(up) = ctx.upstream_latency {
-                shared.metrics.upstream_latency.with_label_values(&[plane, api]).observe(up.as_secs_f64());
+                shared
+                    .metrics
+                    .upstream_latency
+                    .with_label_values(&[plane, api])
+                    .observe(up.as_secs_f64());
             }
         }
         if ctx.code != "OK" {
-            shared.metrics.rejections.with_label_values(&[plane, ctx.code]).inc();
+            shared
+                .metrics
+                .rejections
+                .with_label_values(&[plane, ctx.code])
+                .inc();
         }
         let req = session.req_header();
         let upstream = ctx.upstream.map(|a| a.to_string());
@@ -116,7 +161,16 @@ impl ProxyHttp for Gateway {
             path: req.uri.path(),
             api,
             app_key: ctx.edge.app_key.as_deref(),
-            client: ctx.edge.client_ip.or_else(|| session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())).map(|ip| ip.to_string()),
+            client: ctx
+                .edge
+                .client_ip
+                .or_else(|| {
+                    session
+                        .client_addr()
+                        .and_then(|a| a.as_inet())
+                        .map(|a| a.ip())
+                })
+                .map(|ip| ip.to_string()),
             status,
             code: ctx.code,
             latency_us: latency.as_micros() as u64,
@@ -127,12 +181,20 @@ impl ProxyHttp for Gateway {
 
 impl Gateway {
     /// The one rescue point: a refusal or failure becomes the §3.2 envelope.
-    async fn rescue(&self, session: &mut Session, ctx: &mut RequestCtx, e: GatewayError) -> pingora_error::Result<()> {
+    async fn rescue(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        e: GatewayError,
+    ) -> pingora_error::Result<()> {
         ctx.status = e.status();
         ctx.code = e.code.as_str();
         if session.response_written().is_some() {
             // Half-way through a streamed response: nothing more can be said.
-            return Error::e_explain(ErrorType::WriteError, format!("failure after response started: {e}"));
+            return Error::e_explain(
+                ErrorType::WriteError,
+                format!("failure after response started: {e}"),
+            );
         }
         // A refusal before the body was read must not leave the body on the connection.
         if !session.is_body_done() {
@@ -142,13 +204,21 @@ impl Gateway {
         if let Some(secs) = e.retry_after {
             headers.push(("retry-after".to_owned(), secs.to_string()));
         }
-        let answer = Answer { status: e.status(), headers, body: Bytes::from(e.envelope(&ctx.request_id)) };
+        let answer = Answer {
+            status: e.status(),
+            headers,
+            body: Bytes::from(e.envelope(&ctx.request_id)),
+        };
         write_answer(session, &answer, &ctx.request_id).await
     }
 }
 
 /// Writes a whole JSON answer with the request id.
-async fn write_answer(session: &mut Session, answer: &Answer, request_id: &str) -> pingora_error::Result<()> {
+async fn write_answer(
+    session: &mut Session,
+    answer: &Answer,
+    request_id: &str,
+) -> pingora_error::Result<()> {
     let mut head = ResponseHeader::build(answer.status, Some(answer.headers.len() + 3))?;
     let mut has_type = false;
     for (name, value) in &answer.headers {
@@ -161,9 +231,13 @@ async fn write_answer(session: &mut Session, answer: &Answer, request_id: &str) 
     head.insert_header("content-length", answer.body.len().to_string())?;
     head.insert_header(REQUEST_ID_HEADER, request_id)?;
     let head_only = session.req_header().method == http::Method::HEAD;
-    session.write_response_header(Box::new(head), head_only).await?;
+    session
+        .write_response_header(Box::new(head), head_only)
+        .await?;
     if !head_only {
-        session.write_response_body(Some(answer.body.clone()), true).await?;
+        session
+            .write_response_body(Some(answer.body.clone()), true)
+            .await?;
     }
     Ok(())
 }
@@ -172,7 +246,10 @@ async fn write_answer(session: &mut Session, answer: &Answer, request_id: &str) 
 fn request_id(session: &Session) -> String {
     if let Some(v) = session.req_header().headers.get(REQUEST_ID_HEADER) {
         let b = v.as_bytes();
-        if (1..=64).contains(&b.len()) && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-')) {
+        if (1..=64).contains(&b.len())
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+        {
             if let Ok(s) = v.to_str() {
                 return s.to_owned();
             }

@@ -106,7 +106,10 @@ pub struct Plane {
 impl Plane {
     /// A plane serving an empty configuration until the first snapshot arrives.
     pub fn new(kind: PlaneKind, shared: Arc<Shared>) -> Plane {
-        let carried = Carried { replay: Arc::new(ReplayCache::new()), limiters: Arc::new(RateLimiters::new()) };
+        let carried = Carried {
+            replay: Arc::new(ReplayCache::new()),
+            limiters: Arc::new(RateLimiters::new()),
+        };
         let empty = Arc::new(Snapshot::default());
         let runtime = Runtime::build(empty, None, &carried, &shared);
         Plane {
@@ -126,9 +129,15 @@ impl Plane {
         let runtime = Runtime::build(snapshot, Some(&previous), &self.carried, &self.shared);
         let plane = self.kind.as_str();
         let m = &self.shared.metrics;
-        m.config_generation.with_label_values(&[plane]).set(runtime.snapshot.version.generation as i64);
-        m.apis_loaded.with_label_values(&[plane]).set(runtime.snapshot.apis.len() as i64);
-        m.config_rejected_documents.with_label_values(&[plane]).set(runtime.snapshot.rejected.len() as i64);
+        m.config_generation
+            .with_label_values(&[plane])
+            .set(runtime.snapshot.version.generation as i64);
+        m.apis_loaded
+            .with_label_values(&[plane])
+            .set(runtime.snapshot.apis.len() as i64);
+        m.config_rejected_documents
+            .with_label_values(&[plane])
+            .set(runtime.snapshot.rejected.len() as i64);
         for r in &runtime.snapshot.rejected {
             let kind = r.path.split('/').next().unwrap_or("other");
             m.config_rejections.with_label_values(&[plane, kind]).inc();
@@ -142,7 +151,8 @@ impl Plane {
         }
         self.current.store(Arc::new(runtime));
         self.ready.store(true, Ordering::Release);
-        self.applied_at_ms.store(crate::pipeline::now_ms(), Ordering::Relaxed);
+        self.applied_at_ms
+            .store(crate::pipeline::now_ms(), Ordering::Relaxed);
     }
 
     /// Periodic upkeep off the request path: limiter cleanup and state gauges.
@@ -153,8 +163,12 @@ impl Plane {
         let plane = self.kind.as_str();
         for (id, api) in &rt.apis {
             let m = &self.shared.metrics;
-            m.breaker_state.with_label_values(&[plane, id]).set(api.breaker.state().gauge());
-            m.bulkhead_in_flight.with_label_values(&[plane, id]).set(i64::from(api.bulkhead.in_flight()));
+            m.breaker_state
+                .with_label_values(&[plane, id])
+                .set(api.breaker.state().gauge());
+            m.bulkhead_in_flight
+                .with_label_values(&[plane, id])
+                .set(i64::from(api.bulkhead.in_flight()));
         }
     }
 }
@@ -162,7 +176,12 @@ impl Plane {
 impl Runtime {
     /// Builds every stage and the per-API invoke state from `snapshot`, reusing state from
     /// `previous` where the definition is unchanged. Runs on the config task, never per request.
-    pub fn build(snapshot: Arc<Snapshot>, previous: Option<&Runtime>, carried: &Carried, shared: &Shared) -> Runtime {
+    pub fn build(
+        snapshot: Arc<Snapshot>,
+        previous: Option<&Runtime>,
+        carried: &Carried,
+        shared: &Shared,
+    ) -> Runtime {
         let edge = Edge {
             ip_acl: IpAclStage::from(snapshot.as_ref()),
             route: RouteStage::build(&snapshot),
@@ -199,22 +218,44 @@ impl Runtime {
         for (id, api) in &snapshot.apis {
             let old = previous.and_then(|p| p.apis.get(id));
             let bulkhead = match old {
-                Some(o) if o.bulkhead.same_policy(api.policy.bulkhead.as_ref()) => o.bulkhead.clone(),
+                Some(o) if o.bulkhead.same_policy(api.policy.bulkhead.as_ref()) => {
+                    o.bulkhead.clone()
+                }
                 _ => Arc::new(Bulkhead::new(api.policy.bulkhead.as_ref())),
             };
             let breaker = match old {
-                Some(o) if o.breaker.same_policy(api.policy.breaker.as_ref()) && same_backend(previous, id, api) => {
+                Some(o)
+                    if o.breaker.same_policy(api.policy.breaker.as_ref())
+                        && same_backend(previous, id, api) =>
+                {
                     o.breaker.clone()
                 }
-                _ => Arc::new(Breaker::new(api.policy.breaker.as_ref(), shared.clock.clone())),
+                _ => Arc::new(Breaker::new(
+                    api.policy.breaker.as_ref(),
+                    shared.clock.clone(),
+                )),
             };
             let Some((balancer, addrs)) = clusters.get(&api.cluster).cloned() else {
                 continue;
             };
-            apis.insert(id.clone(), ApiRuntime { bulkhead, breaker, balancer, addrs });
+            apis.insert(
+                id.clone(),
+                ApiRuntime {
+                    bulkhead,
+                    breaker,
+                    balancer,
+                    addrs,
+                },
+            );
         }
         let grpc = GrpcMethods::build(&snapshot, previous.map(|p| &p.grpc));
-        Runtime { snapshot, edge, apis, grpc, clusters }
+        Runtime {
+            snapshot,
+            edge,
+            apis,
+            grpc,
+            clusters,
+        }
     }
 }
 

@@ -77,7 +77,9 @@ impl Default for HttpInvoker {
 
 impl HttpInvoker {
     pub fn new() -> Self {
-        HttpInvoker { connector: Connector::new(Some(ConnectorOptions::new(1024))) }
+        HttpInvoker {
+            connector: Connector::new(Some(ConnectorOptions::new(1024))),
+        }
     }
 
     fn peer(addr: SocketAddr, timeout: Duration) -> HttpPeer {
@@ -91,24 +93,33 @@ impl HttpInvoker {
     }
 
     /// Sends the request to `addr` and waits for the response header, within `deadline`.
-    pub async fn attempt(&self, addr: SocketAddr, out: &Outgoing<'_>, deadline: Instant) -> Attempt {
+    pub async fn attempt(
+        &self,
+        addr: SocketAddr,
+        out: &Outgoing<'_>,
+        deadline: Instant,
+    ) -> Attempt {
         let started = Instant::now();
         let left = deadline.saturating_duration_since(started);
         if left.is_zero() {
             return Attempt::Failed(timeout_error(addr));
         }
         let peer = Self::peer(addr, left);
-        let mut upstream = match tokio::time::timeout(left, self.connector.get_http_session(&peer)).await {
-            Err(_) => return Attempt::ConnectFailed(timeout_error(addr)),
-            Ok(Err(e)) => {
-                let err = match e.etype() {
-                    ErrorType::ConnectTimedout => timeout_error(addr),
-                    _ => GatewayError::new(Code::UpstreamError, format!("cannot connect to {addr}: {}", e.etype().as_str())),
-                };
-                return Attempt::ConnectFailed(err);
-            }
-            Ok(Ok((session, _reused))) => session,
-        };
+        let mut upstream =
+            match tokio::time::timeout(left, self.connector.get_http_session(&peer)).await {
+                Err(_) => return Attempt::ConnectFailed(timeout_error(addr)),
+                Ok(Err(e)) => {
+                    let err = match e.etype() {
+                        ErrorType::ConnectTimedout => timeout_error(addr),
+                        _ => GatewayError::new(
+                            Code::UpstreamError,
+                            format!("cannot connect to {addr}: {}", e.etype().as_str()),
+                        ),
+                    };
+                    return Attempt::ConnectFailed(err);
+                }
+                Ok(Ok((session, _reused))) => session,
+            };
         let header = match build_request_header(out, addr) {
             Ok(h) => h,
             Err(e) => return Attempt::Failed(e),
@@ -127,7 +138,10 @@ impl HttpInvoker {
             Err(_) => Attempt::Failed(timeout_error(addr)),
             Ok(Err(e)) => Attempt::Failed(match e.etype() {
                 ErrorType::ReadTimedout | ErrorType::WriteTimedout => timeout_error(addr),
-                _ => GatewayError::new(Code::UpstreamError, format!("upstream {addr} failed: {}", e.etype().as_str())),
+                _ => GatewayError::new(
+                    Code::UpstreamError,
+                    format!("upstream {addr} failed: {}", e.etype().as_str()),
+                ),
             }),
             Ok(Ok(())) => Attempt::Answered(Box::new(upstream), started.elapsed()),
         }
@@ -144,13 +158,19 @@ impl HttpInvoker {
         deadline: Instant,
     ) -> Result<u16, GatewayError> {
         let Some(resp) = upstream.response_header() else {
-            return Err(GatewayError::new(Code::UpstreamError, "upstream sent no response header"));
+            return Err(GatewayError::new(
+                Code::UpstreamError,
+                "upstream sent no response header",
+            ));
         };
         let mut head = ResponseHeader::build(resp.status, Some(resp.headers.len() + 1))
             .map_err(|e| GatewayError::new(Code::Internal, e.to_string()))?;
         for (name, value) in resp.headers.iter() {
             let n = name.as_str();
-            if matches!(n, "connection" | "keep-alive" | "proxy-connection" | "upgrade") {
+            if matches!(
+                n,
+                "connection" | "keep-alive" | "proxy-connection" | "upgrade"
+            ) {
                 continue;
             }
             let _ = head.append_header(name.clone(), value.clone());
@@ -168,7 +188,10 @@ impl HttpInvoker {
             let chunk = match tokio::time::timeout(left, upstream.read_response_body()).await {
                 Err(_) => return Err(timeout_error(addr)),
                 Ok(Err(e)) => {
-                    return Err(GatewayError::new(Code::UpstreamError, format!("reading upstream body: {e}")))
+                    return Err(GatewayError::new(
+                        Code::UpstreamError,
+                        format!("reading upstream body: {e}"),
+                    ))
                 }
                 Ok(Ok(c)) => c,
             };
@@ -176,42 +199,69 @@ impl HttpInvoker {
             session
                 .write_response_body(chunk, done)
                 .await
-                .map_err(|e| GatewayError::new(Code::Internal, format!("writing response body: {e}")))?;
+                .map_err(|e| {
+                    GatewayError::new(Code::Internal, format!("writing response body: {e}"))
+                })?;
         }
         let peer = Self::peer(addr, UPSTREAM_IDLE);
-        self.connector.release_http_session(*upstream, &peer, Some(UPSTREAM_IDLE)).await;
+        self.connector
+            .release_http_session(*upstream, &peer, Some(UPSTREAM_IDLE))
+            .await;
         Ok(status)
     }
 }
 
 fn timeout_error(addr: SocketAddr) -> GatewayError {
-    GatewayError::new(Code::UpstreamTimeout, format!("upstream {addr} did not answer in time"))
+    GatewayError::new(
+        Code::UpstreamTimeout,
+        format!("upstream {addr} did not answer in time"),
+    )
 }
 
-fn build_request_header(out: &Outgoing<'_>, addr: SocketAddr) -> Result<RequestHeader, GatewayError> {
+fn build_request_header(
+    out: &Outgoing<'_>,
+    addr: SocketAddr,
+) -> Result<RequestHeader, GatewayError> {
     let internal = |e: pingora_error::BError| GatewayError::new(Code::Internal, e.to_string());
-    let mut h = RequestHeader::build(out.method.clone(), out.path_and_query.as_bytes(), Some(out.headers.len() + 4))
-        .map_err(internal)?;
+    let mut h = RequestHeader::build(
+        out.method.clone(),
+        out.path_and_query.as_bytes(),
+        Some(out.headers.len() + 4),
+    )
+    .map_err(internal)?;
     for (name, value) in out.headers.iter() {
         if HOP_BY_HOP.contains(&name.as_str()) {
             continue;
         }
-        h.append_header(name.clone(), value.clone()).map_err(internal)?;
+        h.append_header(name.clone(), value.clone())
+            .map_err(internal)?;
     }
     if !out.headers.contains_key(http::header::HOST) {
-        h.insert_header(http::header::HOST, addr.to_string()).map_err(internal)?;
+        h.insert_header(http::header::HOST, addr.to_string())
+            .map_err(internal)?;
     }
-    if !out.body.is_empty() || matches!(*out.method, http::Method::POST | http::Method::PUT | http::Method::PATCH) {
-        h.insert_header(http::header::CONTENT_LENGTH, out.body.len().to_string()).map_err(internal)?;
+    if !out.body.is_empty()
+        || matches!(
+            *out.method,
+            http::Method::POST | http::Method::PUT | http::Method::PATCH
+        )
+    {
+        h.insert_header(http::header::CONTENT_LENGTH, out.body.len().to_string())
+            .map_err(internal)?;
     }
     if let Some(ip) = out.client_ip {
-        let xff = match out.headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        let xff = match out
+            .headers
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+        {
             Some(prev) => format!("{prev}, {ip}"),
             None => ip.to_string(),
         };
         h.insert_header("x-forwarded-for", xff).map_err(internal)?;
     }
-    h.insert_header(crate::proxy::REQUEST_ID_HEADER, out.request_id).map_err(internal)?;
+    h.insert_header(crate::proxy::REQUEST_ID_HEADER, out.request_id)
+        .map_err(internal)?;
     if let Some(app) = out.app_key {
         h.insert_header("x-portico-app", app).map_err(internal)?;
     }

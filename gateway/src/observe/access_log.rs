@@ -59,27 +59,35 @@ impl AccessLog {
             LogTarget::Off => return Ok(AccessLog { tx: None, dropped }),
             LogTarget::Stdout => Box::new(std::io::stdout()),
             LogTarget::File(p) => Box::new(
-                std::fs::OpenOptions::new().create(true).append(true).open(p)?,
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)?,
             ),
         };
         let (tx, rx) = sync_channel::<Vec<u8>>(65_536);
-        std::thread::Builder::new().name("access-log".into()).spawn(move || {
-            let mut w = std::io::BufWriter::with_capacity(64 * 1024, &mut out);
-            while let Ok(line) = rx.recv() {
-                let _ = w.write_all(&line);
-                // Flush when the queue is drained, so lines appear promptly at low rates.
-                loop {
-                    match rx.try_recv() {
-                        Ok(more) => {
-                            let _ = w.write_all(&more);
+        std::thread::Builder::new()
+            .name("access-log".into())
+            .spawn(move || {
+                let mut w = std::io::BufWriter::with_capacity(64 * 1024, &mut out);
+                while let Ok(line) = rx.recv() {
+                    let _ = w.write_all(&line);
+                    // Flush when the queue is drained, so lines appear promptly at low rates.
+                    loop {
+                        match rx.try_recv() {
+                            Ok(more) => {
+                                let _ = w.write_all(&more);
+                            }
+                            Err(_) => break,
                         }
-                        Err(_) => break,
                     }
+                    let _ = w.flush();
                 }
-                let _ = w.flush();
-            }
-        })?;
-        Ok(AccessLog { tx: Some(tx), dropped })
+            })?;
+        Ok(AccessLog {
+            tx: Some(tx),
+            dropped,
+        })
     }
 
     /// Queues one record; never blocks.
@@ -139,7 +147,10 @@ mod tests {
                 assert_eq!(v["latency_us"], 12);
                 break;
             }
-            assert!(std::time::Instant::now() < deadline, "log line never written");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "log line never written"
+            );
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }

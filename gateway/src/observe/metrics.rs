@@ -10,8 +10,8 @@ use prometheus::{
 
 /// Latency buckets in seconds: 250 µs to 30 s, dense where APIs live.
 const LATENCY_BUCKETS: &[f64] = &[
-    0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
-    0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0,
+    0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1,
+    0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0,
 ];
 
 /// Every metric the gateway exports.
@@ -52,12 +52,18 @@ impl Metrics {
     pub fn new() -> prometheus::Result<Metrics> {
         let registry = Registry::new();
         let requests = IntCounterVec::new(
-            Opts::new("portico_requests_total", "Requests by plane, API, status and code"),
+            Opts::new(
+                "portico_requests_total",
+                "Requests by plane, API, status and code",
+            ),
             &["plane", "api", "status", "code"],
         )?;
         let latency = HistogramVec::new(
-            HistogramOpts::new("portico_request_duration_seconds", "End-to-end request latency")
-                .buckets(LATENCY_BUCKETS.to_vec()),
+            HistogramOpts::new(
+                "portico_request_duration_seconds",
+                "End-to-end request latency",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
             &["plane", "api"],
         )?;
         let upstream_latency = HistogramVec::new(
@@ -66,23 +72,38 @@ impl Metrics {
             &["plane", "api"],
         )?;
         let rejections = IntCounterVec::new(
-            Opts::new("portico_rejections_total", "Requests answered by the gateway with an error code"),
+            Opts::new(
+                "portico_rejections_total",
+                "Requests answered by the gateway with an error code",
+            ),
             &["plane", "code"],
         )?;
         let config_generation = IntGaugeVec::new(
-            Opts::new("portico_config_generation", "Generation of the applied configuration"),
+            Opts::new(
+                "portico_config_generation",
+                "Generation of the applied configuration",
+            ),
             &["plane"],
         )?;
         let config_reloads = IntCounterVec::new(
-            Opts::new("portico_config_reloads_total", "Configuration snapshots built"),
+            Opts::new(
+                "portico_config_reloads_total",
+                "Configuration snapshots built",
+            ),
             &["plane", "result"],
         )?;
         let config_rejected_documents = IntGaugeVec::new(
-            Opts::new("portico_config_rejected_documents", "Documents refused in the latest snapshot build"),
+            Opts::new(
+                "portico_config_rejected_documents",
+                "Documents refused in the latest snapshot build",
+            ),
             &["plane"],
         )?;
         let config_rejections = IntCounterVec::new(
-            Opts::new("portico_config_document_rejections_total", "Document refusals, by kind"),
+            Opts::new(
+                "portico_config_document_rejections_total",
+                "Document refusals, by kind",
+            ),
             &["plane", "kind"],
         )?;
         let apis_loaded = IntGaugeVec::new(
@@ -90,7 +111,10 @@ impl Metrics {
             &["plane"],
         )?;
         let breaker_state = IntGaugeVec::new(
-            Opts::new("portico_breaker_state", "Circuit breaker state: 0 closed, 1 open, 2 half-open"),
+            Opts::new(
+                "portico_breaker_state",
+                "Circuit breaker state: 0 closed, 1 open, 2 half-open",
+            ),
             &["plane", "api"],
         )?;
         let bulkhead_in_flight = IntGaugeVec::new(
@@ -102,8 +126,11 @@ impl Metrics {
             "Access log lines dropped because the writer fell behind",
         )?;
         let snapshot_build_seconds = Histogram::with_opts(
-            HistogramOpts::new("portico_snapshot_build_seconds", "Time to build and validate a snapshot")
-                .buckets(vec![0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]),
+            HistogramOpts::new(
+                "portico_snapshot_build_seconds",
+                "Time to build and validate a snapshot",
+            )
+            .buckets(vec![0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]),
         )?;
         let source_connected = IntGauge::new(
             "portico_config_source_connected",
@@ -160,10 +187,16 @@ mod tests {
     #[test]
     fn renders_registered_metrics() {
         let m = Metrics::new().unwrap();
-        m.requests.with_label_values(&["live", "order.get", "200", "OK"]).inc();
-        m.latency.with_label_values(&["live", "order.get"]).observe(0.004);
+        m.requests
+            .with_label_values(&["live", "order.get", "200", "OK"])
+            .inc();
+        m.latency
+            .with_label_values(&["live", "order.get"])
+            .observe(0.004);
         let text = m.render();
-        assert!(text.contains("portico_requests_total{api=\"order.get\",code=\"OK\",plane=\"live\",status=\"200\"} 1"));
+        assert!(text.contains(
+            "portico_requests_total{api=\"order.get\",code=\"OK\",plane=\"live\",status=\"200\"} 1"
+        ));
         assert!(text.contains("portico_request_duration_seconds_bucket"));
     }
 }

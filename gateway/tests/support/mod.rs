@@ -1,0 +1,263 @@
+//! Test support: real processes on free loopback ports (the gateway, the demo backend), a
+//! temporary configuration tree, and a signing client.
+#![allow(dead_code)]
+
+use portico_control::sign;
+use serde_json::Value;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use portico_demo::process::BackendProcess;
+
+/// The merchant used by most tests (the DESIGN.md test-vector app).
+pub const KEY: &str = "merchant-1";
+pub const SECRET: &str = "s3cr3t-value";
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    l.local_addr().expect("local addr").port()
+}
+
+/// Polls `cond` every 20 ms until it holds or `timeout` passes; returns whether it held.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A temporary §3.3 configuration directory.
+pub struct ConfigTree {
+    pub dir: tempfile::TempDir,
+}
+
+impl ConfigTree {
+    pub fn new() -> Self {
+        ConfigTree { dir: tempfile::tempdir().expect("tempdir") }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes a document (`apis/order.get` → `apis/order.get.json`) atomically (temp + rename),
+    /// as an editor or a deploy tool would.
+    pub fn put(&self, doc: &str, value: &Value) {
+        self.put_raw(doc, serde_json::to_vec_pretty(value).expect("json").as_slice());
+    }
+
+    /// Writes raw bytes as a document's file.
+    pub fn put_raw(&self, doc: &str, bytes: &[u8]) {
+        let file = self.dir.path().join(format!("{doc}.json"));
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+        let tmp = file.with_extension("json.tmp~");
+        std::fs::write(&tmp, bytes).expect("write");
+        std::fs::rename(&tmp, &file).expect("rename");
+    }
+
+    pub fn remove(&self, doc: &str) {
+        let _ = std::fs::remove_file(self.dir.path().join(format!("{doc}.json")));
+    }
+}
+
+/// A running `portico-gateway`; killed when dropped.
+pub struct GatewayProcess {
+    child: Child,
+    pub listen: SocketAddr,
+    pub admin: SocketAddr,
+    pub access_log: PathBuf,
+    _logdir: tempfile::TempDir,
+}
+
+impl GatewayProcess {
+    /// Starts the gateway in standalone mode on `tree` and waits for `/readyz`.
+    pub fn start(tree: &Path, extra: &[&str]) -> Self {
+        let mut args: Vec<String> = vec!["--config-dir".into(), tree.display().to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Self::start_args(args)
+    }
+
+    /// Starts the gateway with these arguments (plus listeners and the access log) and waits
+    /// until `/readyz` answers 200.
+    pub fn start_args(mut args: Vec<String>) -> Self {
+        let logdir = tempfile::tempdir().expect("tempdir");
+        let access_log = logdir.path().join("access.log");
+        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        args.extend([
+            "--listen".into(),
+            listen.to_string(),
+            "--admin-listen".into(),
+            admin.to_string(),
+            "--access-log".into(),
+            access_log.display().to_string(),
+            "--threads".into(),
+            "2".into(),
+        ]);
+        let child = Command::new(env!("CARGO_BIN_EXE_portico-gateway"))
+            .args(&args)
+            .env("PORTICO_LOG", "warn,portico_gateway=info,portico_control=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn portico-gateway");
+        let gw = GatewayProcess { child, listen, admin, access_log, _logdir: logdir };
+        let client = client();
+        let ready = wait_until(Duration::from_secs(30), || {
+            client
+                .get(format!("http://{}/readyz", gw.admin))
+                .send()
+                .map(|r| r.status() == 200)
+                .unwrap_or(false)
+        });
+        assert!(ready, "gateway never became ready");
+        // The traffic listener comes up with Pingora's services; wait for it too.
+        assert!(
+            wait_until(Duration::from_secs(10), || std::net::TcpStream::connect(gw.listen).is_ok()),
+            "gateway listener never opened"
+        );
+        gw
+    }
+
+    pub fn url(&self, path_and_query: &str) -> String {
+        format!("http://{}{}", self.listen, path_and_query)
+    }
+
+    pub fn status(&self) -> Value {
+        client()
+            .get(format!("http://{}/status", self.admin))
+            .send()
+            .expect("status")
+            .json()
+            .expect("status json")
+    }
+
+    pub fn metrics(&self) -> String {
+        client()
+            .get(format!("http://{}/metrics", self.admin))
+            .send()
+            .expect("metrics")
+            .text()
+            .expect("metrics text")
+    }
+
+    /// Waits until the applied configuration's digest differs from `old`.
+    pub fn wait_for_new_config(&self, old: &str) -> bool {
+        wait_until(Duration::from_secs(10), || {
+            self.status()["config_version"]["digest"].as_str() != Some(old)
+        })
+    }
+
+    pub fn digest(&self) -> String {
+        self.status()["config_version"]["digest"].as_str().unwrap_or_default().to_owned()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .no_proxy()
+        .build()
+        .expect("client")
+}
+
+/// A signed request (§3.1) for `url` (path and query are signed as sent).
+pub fn signed(
+    client: &reqwest::blocking::Client,
+    method: &str,
+    url: &str,
+    key: &str,
+    secret: &str,
+    body: Option<&[u8]>,
+) -> reqwest::blocking::RequestBuilder {
+    signed_at(client, method, url, key, secret, body, now_ms(), &nonce())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn signed_at(
+    client: &reqwest::blocking::Client,
+    method: &str,
+    url: &str,
+    key: &str,
+    secret: &str,
+    body: Option<&[u8]>,
+    ts_ms: u64,
+    nonce: &str,
+) -> reqwest::blocking::RequestBuilder {
+    let parsed = reqwest::Url::parse(url).expect("url");
+    let path = parsed.path().to_owned();
+    let query = parsed.query().map(str::to_owned);
+    let body = body.unwrap_or_default();
+    let ts = ts_ms.to_string();
+    let sts = sign::string_to_sign(method, &path, query.as_deref(), key, &ts, nonce, body);
+    let sig = sign::sign(secret.as_bytes(), &sts);
+    let m = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+    client
+        .request(m, url)
+        .header(sign::HEADER_APP_KEY, key)
+        .header(sign::HEADER_TIMESTAMP, ts)
+        .header(sign::HEADER_NONCE, nonce)
+        .header(sign::HEADER_SIGNATURE, sig)
+        .body(body.to_vec())
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64
+}
+
+pub fn nonce() -> String {
+    format!("n{:024x}", fastrand_u128())
+}
+
+fn fastrand_u128() -> u128 {
+    use std::hash::{BuildHasher, Hasher};
+    let s = std::collections::hash_map::RandomState::new();
+    let mut h = s.build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    let a = h.finish() as u128;
+    let mut h2 = s.build_hasher();
+    h2.write_u64(a as u64 ^ 0x9e37_79b9_7f4a_7c15);
+    (a << 64) | h2.finish() as u128
+}
+
+/// The envelope code of a response body.
+pub fn code_of(resp: reqwest::blocking::Response) -> (u16, String, Value) {
+    let status = resp.status().as_u16();
+    let v: Value = resp.json().unwrap_or(Value::Null);
+    (status, v["code"].as_str().unwrap_or_default().to_owned(), v)
+}
+
+/// Requests the demo backend has seen.
+pub fn backend_requests(backend: &BackendProcess) -> u64 {
+    let v: Value = client()
+        .get(format!("{}/__stats", backend.http_url()))
+        .send()
+        .expect("stats")
+        .json()
+        .expect("stats json");
+    v["requests"].as_u64().unwrap_or(0)
+}
