@@ -378,9 +378,15 @@ impl GrpcInvoker {
             if elapsed >= timeout {
                 return timeout_error(addr, timeout);
             }
+            let source = source.to_string();
+            let detail = if status.message().contains(&source) {
+                status.message().to_owned()
+            } else {
+                format!("{} ({source})", status.message())
+            };
             return GatewayError::new(
                 Code::UpstreamError,
-                format!("gRPC backend {addr} failed: {}: {source}", status.message()),
+                format!("gRPC backend {addr} failed: {detail}"),
             );
         }
         if elapsed >= timeout
