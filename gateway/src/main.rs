@@ -177,8 +177,16 @@ fn main() -> anyhow::Result<()> {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
         loop {
             tick.tick().await;
+            let mut endpoints = std::collections::HashSet::new();
             for p in &planes {
                 p.housekeeping();
+                for cluster in p.current.load().snapshot.clusters.values() {
+                    endpoints.extend(cluster.endpoints.iter().map(|e| e.addr.clone()));
+                }
+            }
+            // Drop gRPC channels to endpoints no plane uses any more.
+            if let Some(p) = planes.first() {
+                p.shared.grpc.retain_endpoints(&endpoints);
             }
             let connected = zk_for_gauge
                 .as_ref()

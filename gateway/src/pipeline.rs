@@ -163,8 +163,9 @@ async fn invoke(
         )
     })?;
     let _permit = api_rt.bulkhead.acquire().await?;
-    let ticket = api_rt.breaker.try_acquire()?;
-    let deadline = Instant::now() + Duration::from_millis(api.timeout_ms);
+    let timeout = Duration::from_millis(api.timeout_ms);
+    let ticket = api_rt.breaker.try_acquire_with_timeout(timeout)?;
+    let deadline = Instant::now() + timeout;
 
     match &api.backend {
         BackendKind::Http { path } => {
