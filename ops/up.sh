@@ -50,6 +50,9 @@ if compgen -G "$RUN/pids/*.pid" >/dev/null; then
     "$ROOT/ops/down.sh" >/dev/null
 fi
 mkdir -p "$RUN/logs" "$RUN/pids"
+# If anything below fails, stop what was started (logs stay in .run/logs/).
+up_ok=0
+trap '[ "$up_ok" = 1 ] || { warn "startup failed; stopping what was started"; "$ROOT/ops/down.sh" >/dev/null 2>&1 || true; }' EXIT
 
 # --- ZooKeeper -----------------------------------------------------------------------
 zk_port="$(pick_port "${PORTICO_ZK_PORT:-2181}")"
@@ -112,6 +115,7 @@ else
     log "registry: not built yet, skipped"
 fi
 
+up_ok=1
 gateway_url="http://127.0.0.1:$gw_port"
 admin_url="http://127.0.0.1:$admin_port"
 cat >"$RUN/env" <<EOF

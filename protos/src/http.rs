@@ -5,7 +5,7 @@
 //! | `GET /orders/{id}` | `{"order_id": id, "item": "book", "qty": 1, "status": "PAID"}` |
 //! | `POST /orders` | `{"created": <the JSON body>, "order_id": "ord-000001"}`; 400 if the body is not JSON |
 //! | any method on `/echo` and `/echo/**` | the request as seen here, see [`Echo`] |
-//! | `GET /health` | `{"status": "ok"}` |
+//! | any method on `/health` | `{"status": "ok"}` |
 //! | `GET /__stats` | `{"requests": N, "in_flight": N, "by_path": {"/orders/42": 1}}` |
 //! | `POST /__stats/reset` | zeroes the counters, answers the stats before the reset |
 //! | anything else | 404 `{"error": "NOT_FOUND", "path": ...}` |
@@ -149,7 +149,7 @@ pub fn router(instance: SocketAddr, stats: Arc<Stats>, options: &Options) -> Rou
         .route("/echo", any(echo))
         .route("/echo/", any(echo))
         .route("/echo/{*rest}", any(echo))
-        .route("/health", get(health))
+        .route("/health", any(health))
         .route("/__stats", get(stats_get))
         .route("/__stats/reset", post(stats_reset))
         .fallback(not_found)
