@@ -102,7 +102,10 @@ async fn status(State(s): State<AdminState>) -> Json<serde_json::Value> {
             obj.insert("sandbox".into(), plane_status(sb));
         }
         if let Some(zk) = &s.zk {
-            obj.insert("zookeeper".into(), serde_json::to_value(zk.state()).unwrap_or_default());
+            obj.insert(
+                "zookeeper".into(),
+                serde_json::to_value(zk.state()).unwrap_or_default(),
+            );
         }
     }
     Json(body)

@@ -120,11 +120,14 @@ fn main() -> anyhow::Result<()> {
             match portico_control::store::read_snapshot(dir) {
                 Ok((tree, version)) if !tree.docs.is_empty() => {
                     config::apply_tree(&live, &tree);
-                    live.source.store(Arc::new(format!("snapshot:{}", dir.display())));
+                    live.source
+                        .store(Arc::new(format!("snapshot:{}", dir.display())));
                     tracing::info!(dir = %dir.display(), ?version, "booted from the disk snapshot");
                 }
                 Ok(_) => tracing::info!(dir = %dir.display(), "no disk snapshot yet"),
-                Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "disk snapshot unreadable"),
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "disk snapshot unreadable")
+                }
             }
         }
         let zk = Arc::new(ZkSource::new(hosts, &args.zk_root));
@@ -132,7 +135,9 @@ fn main() -> anyhow::Result<()> {
         info.sandbox_addr = args.sandbox_listen.clone();
         zk.register_node(info);
         let reg = zk.clone();
-        on_applied = Some(Arc::new(move |snap: &portico_control::Snapshot| reg.set_applied(&snap.version)));
+        on_applied = Some(Arc::new(move |snap: &portico_control::Snapshot| {
+            reg.set_applied(&snap.version)
+        }));
         zk_status = Some(zk.clone());
         sources.push((live.clone(), zk));
         if let Some(sb) = &sandbox {
@@ -169,7 +174,11 @@ fn main() -> anyhow::Result<()> {
         } else {
             None
         };
-        let hook = if plane.kind == PlaneKind::Live { on_applied.clone() } else { None };
+        let hook = if plane.kind == PlaneKind::Live {
+            on_applied.clone()
+        } else {
+            None
+        };
         control_rt.spawn(config::run(plane, source, dir, hook));
     }
     let zk_for_gauge = zk_for_gauge_src;

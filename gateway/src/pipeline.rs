@@ -285,14 +285,23 @@ fn upstream_path(
     let req = session.req_header();
     let path = match (rewrite, route.binding) {
         (Some(rewrite), Some(i)) => {
-            let template = &route.api.bindings.get(i).ok_or_else(|| GatewayError::new(Code::Internal, "binding out of range"))?.template;
+            let template = &route
+                .api
+                .bindings
+                .get(i)
+                .ok_or_else(|| GatewayError::new(Code::Internal, "binding out of range"))?
+                .template;
             portico_control::template::render_rewrite(rewrite, template, &route.vars)
                 .map_err(|e| GatewayError::bad_request(format!("path variables: {e}")))?
         }
         // Router style has no path variables: a rewrite that needs one cannot be served.
-        (Some(rewrite), None) => portico_control::template::render_path(rewrite, &route.vars).map_err(|e| {
-            GatewayError::bad_request(format!("API {} needs path variables; call it by its RESTful path ({e})", route.api.id))
-        })?,
+        (Some(rewrite), None) => portico_control::template::render_path(rewrite, &route.vars)
+            .map_err(|e| {
+                GatewayError::bad_request(format!(
+                    "API {} needs path variables; call it by its RESTful path ({e})",
+                    route.api.id
+                ))
+            })?,
         (None, _) if route.router_style => "/".to_owned(),
         (None, _) => req.uri.path().to_owned(),
     };

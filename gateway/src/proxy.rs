@@ -100,7 +100,7 @@ impl ProxyHttp for Gateway {
         }
         let err = match e.etype() {
             ErrorType::InvalidHTTPHeader | ErrorType::H2Error => {
-                GatewayError::bad_request(format!("{}", e.etype().as_str()))
+                GatewayError::bad_request(e.etype().as_str())
             }
             _ => GatewayError::new(Code::Internal, "internal error"),
         };

@@ -72,6 +72,9 @@ pub struct Edge {
     pub degrade: DegradeStage,
 }
 
+/// A cluster's balancer and its endpoints resolved to socket addresses.
+pub type ClusterRuntime = (Arc<Balancer>, Arc<HashMap<String, SocketAddr>>);
+
 /// Everything one request reads, from one snapshot.
 pub struct Runtime {
     pub snapshot: Arc<Snapshot>,
@@ -79,7 +82,7 @@ pub struct Runtime {
     pub apis: HashMap<String, ApiRuntime>,
     pub grpc: GrpcMethods,
     /// Resolved endpoints per cluster (shared by the APIs of that cluster).
-    pub clusters: HashMap<String, (Arc<Balancer>, Arc<HashMap<String, SocketAddr>>)>,
+    pub clusters: HashMap<String, ClusterRuntime>,
 }
 
 /// Runtime state that lives across reloads of one plane.

@@ -1,6 +1,8 @@
 //! The edge over real HTTP: a real gateway process in standalone mode, the real demo backend,
 //! free loopback ports. Each test builds its own tree so tests never share state.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use serde_json::{json, Value};
@@ -11,72 +13,114 @@ use support::*;
 fn standard_tree(backend: &BackendProcess) -> ConfigTree {
     let t = ConfigTree::new();
     t.put("clusters/demo-http", &json!({"protocol": "http", "endpoints": [{"addr": backend.http.to_string(), "weight": 1}]}));
-    t.put("clusters/dead-http", &json!({"protocol": "http", "endpoints": [{"addr": format!("127.0.0.1:{}", free_port())}]}));
-    t.put("apps/merchant-1", &json!({"secret": SECRET, "status": "active", "apis": ["*"]}));
-    t.put("apps/merchant-2", &json!({"secret": "another-secret", "status": "active", "apis": ["order.get"]}));
-    t.put("apps/merchant-off", &json!({"secret": "disabled-secret", "status": "disabled", "apis": ["*"]}));
+    t.put(
+        "clusters/dead-http",
+        &json!({"protocol": "http", "endpoints": [{"addr": format!("127.0.0.1:{}", free_port())}]}),
+    );
+    t.put(
+        "apps/merchant-1",
+        &json!({"secret": SECRET, "status": "active", "apis": ["*"]}),
+    );
+    t.put(
+        "apps/merchant-2",
+        &json!({"secret": "another-secret", "status": "active", "apis": ["order.get"]}),
+    );
+    t.put(
+        "apps/merchant-off",
+        &json!({"secret": "disabled-secret", "status": "disabled", "apis": ["*"]}),
+    );
     t.put("apis/order.get", &json!({
         "id": "order.get", "version": 1,
         "http": {"method": "GET", "path": "/v1/orders/{order_id}"},
         "backend": {"cluster": "demo-http", "timeout_ms": 2000, "http": {"path": "/orders/{order_id}"}},
         "auth": "signature"
     }));
-    t.put("apis/order.create", &json!({
-        "id": "order.create", "version": 1,
-        "http": {"method": "POST", "path": "/v1/orders", "body": "*"},
-        "backend": {"cluster": "demo-http", "timeout_ms": 2000, "http": {"path": "/orders"}},
-        "auth": "signature"
-    }));
+    t.put(
+        "apis/order.create",
+        &json!({
+            "id": "order.create", "version": 1,
+            "http": {"method": "POST", "path": "/v1/orders", "body": "*"},
+            "backend": {"cluster": "demo-http", "timeout_ms": 2000, "http": {"path": "/orders"}},
+            "auth": "signature"
+        }),
+    );
     t.put("apis/echo.any", &json!({
         "id": "echo.any",
         "http": {"method": "GET", "path": "/v1/echo/{rest=**}"},
         "backend": {"cluster": "demo-http", "timeout_ms": 300, "http": {"path": "/echo/{rest}"}},
         "auth": "signature"
     }));
-    t.put("apis/public.health", &json!({
-        "id": "public.health",
-        "http": {"method": "GET", "path": "/v1/health"},
-        "backend": {"cluster": "demo-http", "http": {"path": "/health"}},
-        "auth": "none"
-    }));
-    t.put("apis/limited.get", &json!({
-        "id": "limited.get",
-        "http": {"method": "GET", "path": "/v1/limited"},
-        "backend": {"cluster": "demo-http", "http": {"path": "/health"}},
-        "auth": "signature",
-        "policy": {"rate_limits": [{"key": "app", "limit": 2, "per": "minute"}]}
-    }));
-    t.put("apis/dead.get", &json!({
-        "id": "dead.get",
-        "http": {"method": "GET", "path": "/v1/dead"},
-        "backend": {"cluster": "dead-http", "timeout_ms": 500, "http": {}},
-        "auth": "signature"
-    }));
-    t.put("apis/small.post", &json!({
-        "id": "small.post",
-        "http": {"method": "POST", "path": "/v1/small", "body": "*"},
-        "backend": {"cluster": "demo-http", "http": {"path": "/echo"}},
-        "auth": "signature",
-        "policy": {"max_body_bytes": 16}
-    }));
-    t.put("apis/promo.list", &json!({
-        "id": "promo.list",
-        "http": {"method": "GET", "path": "/v1/promos"},
-        "backend": {"cluster": "demo-http", "http": {"path": "/echo"}},
-        "auth": "signature"
-    }));
-    t.put("apis/stock.get", &json!({
-        "id": "stock.get",
-        "http": {"method": "GET", "path": "/v1/stock"},
-        "backend": {"cluster": "demo-http", "http": {"path": "/echo"}},
-        "auth": "signature"
-    }));
-    t.put("switches/promo.list", &json!({
-        "degraded": true, "reason": "db failover", "updated_by": "sre-alice",
-        "fallback": {"status": 200, "headers": {"X-Degraded": "1"}, "body": {"items": []}}
-    }));
-    t.put("switches/stock.get", &json!({"degraded": true, "reason": "inventory maintenance"}));
-    t.put("ipacl", &json!({"deny": ["127.0.0.66/32", "2001:db8::/32"], "allow": []}));
+    t.put(
+        "apis/public.health",
+        &json!({
+            "id": "public.health",
+            "http": {"method": "GET", "path": "/v1/health"},
+            "backend": {"cluster": "demo-http", "http": {"path": "/health"}},
+            "auth": "none"
+        }),
+    );
+    t.put(
+        "apis/limited.get",
+        &json!({
+            "id": "limited.get",
+            "http": {"method": "GET", "path": "/v1/limited"},
+            "backend": {"cluster": "demo-http", "http": {"path": "/health"}},
+            "auth": "signature",
+            "policy": {"rate_limits": [{"key": "app", "limit": 2, "per": "minute"}]}
+        }),
+    );
+    t.put(
+        "apis/dead.get",
+        &json!({
+            "id": "dead.get",
+            "http": {"method": "GET", "path": "/v1/dead"},
+            "backend": {"cluster": "dead-http", "timeout_ms": 500, "http": {}},
+            "auth": "signature"
+        }),
+    );
+    t.put(
+        "apis/small.post",
+        &json!({
+            "id": "small.post",
+            "http": {"method": "POST", "path": "/v1/small", "body": "*"},
+            "backend": {"cluster": "demo-http", "http": {"path": "/echo"}},
+            "auth": "signature",
+            "policy": {"max_body_bytes": 16}
+        }),
+    );
+    t.put(
+        "apis/promo.list",
+        &json!({
+            "id": "promo.list",
+            "http": {"method": "GET", "path": "/v1/promos"},
+            "backend": {"cluster": "demo-http", "http": {"path": "/echo"}},
+            "auth": "signature"
+        }),
+    );
+    t.put(
+        "apis/stock.get",
+        &json!({
+            "id": "stock.get",
+            "http": {"method": "GET", "path": "/v1/stock"},
+            "backend": {"cluster": "demo-http", "http": {"path": "/echo"}},
+            "auth": "signature"
+        }),
+    );
+    t.put(
+        "switches/promo.list",
+        &json!({
+            "degraded": true, "reason": "db failover", "updated_by": "sre-alice",
+            "fallback": {"status": 200, "headers": {"X-Degraded": "1"}, "body": {"items": []}}
+        }),
+    );
+    t.put(
+        "switches/stock.get",
+        &json!({"degraded": true, "reason": "inventory maintenance"}),
+    );
+    t.put(
+        "ipacl",
+        &json!({"deny": ["127.0.0.66/32", "2001:db8::/32"], "allow": []}),
+    );
     t
 }
 
@@ -91,20 +135,36 @@ fn env() -> Env {
     let backend = BackendProcess::start_http().expect("demo backend");
     let tree = standard_tree(&backend);
     let gw = GatewayProcess::start(tree.path(), &[]);
-    Env { tree, backend, gw, http: client() }
+    Env {
+        tree,
+        backend,
+        gw,
+        http: client(),
+    }
 }
 
 #[test]
 fn signed_get_reaches_the_backend_with_the_rewritten_path() {
     let e = env();
-    let resp = signed(&e.http, "GET", &e.gw.url("/v1/orders/42"), KEY, SECRET, None).send().unwrap();
+    let resp = signed(
+        &e.http,
+        "GET",
+        &e.gw.url("/v1/orders/42"),
+        KEY,
+        SECRET,
+        None,
+    )
+    .send()
+    .unwrap();
     assert_eq!(resp.status(), 200);
     assert!(resp.headers().get("x-portico-request-id").is_some());
     let v: Value = resp.json().unwrap();
     assert_eq!(v["order_id"], "42");
     // Access log line with the API, app and upstream.
     assert!(wait_until(Duration::from_secs(5), || {
-        std::fs::read_to_string(&e.gw.access_log).unwrap_or_default().contains("\"api\":\"order.get\"")
+        std::fs::read_to_string(&e.gw.access_log)
+            .unwrap_or_default()
+            .contains("\"api\":\"order.get\"")
     }));
     let line = std::fs::read_to_string(&e.gw.access_log).unwrap();
     let rec: Value = serde_json::from_str(line.lines().last().unwrap()).unwrap();
@@ -118,12 +178,30 @@ fn signed_get_reaches_the_backend_with_the_rewritten_path() {
 fn signed_post_forwards_the_body_and_query() {
     let e = env();
     let body = br#"{"item":"book","qty":2}"#;
-    let resp = signed(&e.http, "POST", &e.gw.url("/v1/orders"), KEY, SECRET, Some(body)).send().unwrap();
+    let resp = signed(
+        &e.http,
+        "POST",
+        &e.gw.url("/v1/orders"),
+        KEY,
+        SECRET,
+        Some(body),
+    )
+    .send()
+    .unwrap();
     assert_eq!(resp.status(), 200);
     let v: Value = resp.json().unwrap();
     assert_eq!(v["created"]["item"], "book");
 
-    let resp = signed(&e.http, "GET", &e.gw.url("/v1/echo/a/b%20c?x=1&y=2"), KEY, SECRET, None).send().unwrap();
+    let resp = signed(
+        &e.http,
+        "GET",
+        &e.gw.url("/v1/echo/a/b%20c?x=1&y=2"),
+        KEY,
+        SECRET,
+        None,
+    )
+    .send()
+    .unwrap();
     assert_eq!(resp.status(), 200);
     let v: Value = resp.json().unwrap();
     assert_eq!(v["query"], "x=1&y=2");
@@ -134,14 +212,32 @@ fn signed_post_forwards_the_body_and_query() {
 #[test]
 fn request_id_is_kept_when_well_formed_and_made_otherwise() {
     let e = env();
-    let resp = e.http.get(e.gw.url("/v1/health")).header("X-Portico-Request-Id", "abc.DEF-123_x").send().unwrap();
+    let resp = e
+        .http
+        .get(e.gw.url("/v1/health"))
+        .header("X-Portico-Request-Id", "abc.DEF-123_x")
+        .send()
+        .unwrap();
     assert_eq!(resp.headers()["x-portico-request-id"], "abc.DEF-123_x");
-    let resp = e.http.get(e.gw.url("/v1/health")).header("X-Portico-Request-Id", "bad id!").send().unwrap();
-    let rid = resp.headers()["x-portico-request-id"].to_str().unwrap().to_owned();
+    let resp = e
+        .http
+        .get(e.gw.url("/v1/health"))
+        .header("X-Portico-Request-Id", "bad id!")
+        .send()
+        .unwrap();
+    let rid = resp.headers()["x-portico-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     assert_ne!(rid, "bad id!");
     assert!(!rid.is_empty());
     // Refusals carry it in the envelope too.
-    let resp = e.http.get(e.gw.url("/nope")).header("X-Portico-Request-Id", "rid-404").send().unwrap();
+    let resp = e
+        .http
+        .get(e.gw.url("/nope"))
+        .header("X-Portico-Request-Id", "rid-404")
+        .send()
+        .unwrap();
     let (status, code, v) = code_of(resp);
     assert_eq!((status, code.as_str()), (404, "API_NOT_FOUND"));
     assert_eq!(v["request_id"], "rid-404");
@@ -156,28 +252,55 @@ fn signature_failures_are_401_and_never_reach_the_backend() {
     let (s, c, _) = code_of(e.http.get(&url).send().unwrap());
     assert_eq!((s, c.as_str()), (401, "SIGNATURE_MISSING"));
 
-    let (s, c, _) = code_of(signed(&e.http, "GET", &url, KEY, "wrong-secret", None).send().unwrap());
+    let (s, c, _) = code_of(
+        signed(&e.http, "GET", &url, KEY, "wrong-secret", None)
+            .send()
+            .unwrap(),
+    );
     assert_eq!((s, c.as_str()), (401, "SIGNATURE_INVALID"));
 
     let old = now_ms() - 301_000;
-    let (s, c, _) = code_of(signed_at(&e.http, "GET", &url, KEY, SECRET, None, old, &nonce()).send().unwrap());
+    let (s, c, _) = code_of(
+        signed_at(&e.http, "GET", &url, KEY, SECRET, None, old, &nonce())
+            .send()
+            .unwrap(),
+    );
     assert_eq!((s, c.as_str()), (401, "SIGNATURE_EXPIRED"));
     let future = now_ms() + 301_000;
-    let (s, c, _) = code_of(signed_at(&e.http, "GET", &url, KEY, SECRET, None, future, &nonce()).send().unwrap());
+    let (s, c, _) = code_of(
+        signed_at(&e.http, "GET", &url, KEY, SECRET, None, future, &nonce())
+            .send()
+            .unwrap(),
+    );
     assert_eq!((s, c.as_str()), (401, "SIGNATURE_EXPIRED"));
 
-    let (s, c, _) = code_of(signed(&e.http, "GET", &url, "nobody", SECRET, None).send().unwrap());
+    let (s, c, _) = code_of(
+        signed(&e.http, "GET", &url, "nobody", SECRET, None)
+            .send()
+            .unwrap(),
+    );
     assert_eq!((s, c.as_str()), (401, "APP_UNKNOWN"));
 
     // A body that differs from the signed one.
-    let sent = signed(&e.http, "POST", &e.gw.url("/v1/orders"), KEY, SECRET, Some(b"{\"qty\":1}"))
-        .body("{\"qty\":9}")
-        .send()
-        .unwrap();
+    let sent = signed(
+        &e.http,
+        "POST",
+        &e.gw.url("/v1/orders"),
+        KEY,
+        SECRET,
+        Some(b"{\"qty\":1}"),
+    )
+    .body("{\"qty\":9}")
+    .send()
+    .unwrap();
     let (s, c, _) = code_of(sent);
     assert_eq!((s, c.as_str()), (401, "SIGNATURE_INVALID"));
 
-    assert_eq!(backend_requests(&e.backend), before, "the backend was touched");
+    assert_eq!(
+        backend_requests(&e.backend),
+        before,
+        "the backend was touched"
+    );
 }
 
 #[test]
@@ -186,10 +309,16 @@ fn a_replayed_nonce_is_refused() {
     let url = e.gw.url("/v1/orders/7");
     let ts = now_ms();
     let n = nonce();
-    let first = signed_at(&e.http, "GET", &url, KEY, SECRET, None, ts, &n).send().unwrap();
+    let first = signed_at(&e.http, "GET", &url, KEY, SECRET, None, ts, &n)
+        .send()
+        .unwrap();
     assert_eq!(first.status(), 200);
     let before = backend_requests(&e.backend);
-    let (s, c, _) = code_of(signed_at(&e.http, "GET", &url, KEY, SECRET, None, ts, &n).send().unwrap());
+    let (s, c, _) = code_of(
+        signed_at(&e.http, "GET", &url, KEY, SECRET, None, ts, &n)
+            .send()
+            .unwrap(),
+    );
     assert_eq!((s, c.as_str()), (401, "NONCE_REPLAYED"));
     assert_eq!(backend_requests(&e.backend), before);
 }
@@ -197,13 +326,42 @@ fn a_replayed_nonce_is_refused() {
 #[test]
 fn permissions_and_ip_acl_are_403() {
     let e = env();
-    let (s, c, _) =
-        code_of(signed(&e.http, "POST", &e.gw.url("/v1/orders"), "merchant-2", "another-secret", Some(b"{}")).send().unwrap());
+    let (s, c, _) = code_of(
+        signed(
+            &e.http,
+            "POST",
+            &e.gw.url("/v1/orders"),
+            "merchant-2",
+            "another-secret",
+            Some(b"{}"),
+        )
+        .send()
+        .unwrap(),
+    );
     assert_eq!((s, c.as_str()), (403, "APP_FORBIDDEN"));
-    let ok = signed(&e.http, "GET", &e.gw.url("/v1/orders/1"), "merchant-2", "another-secret", None).send().unwrap();
+    let ok = signed(
+        &e.http,
+        "GET",
+        &e.gw.url("/v1/orders/1"),
+        "merchant-2",
+        "another-secret",
+        None,
+    )
+    .send()
+    .unwrap();
     assert_eq!(ok.status(), 200);
-    let (s, c, _) =
-        code_of(signed(&e.http, "GET", &e.gw.url("/v1/orders/1"), "merchant-off", "disabled-secret", None).send().unwrap());
+    let (s, c, _) = code_of(
+        signed(
+            &e.http,
+            "GET",
+            &e.gw.url("/v1/orders/1"),
+            "merchant-off",
+            "disabled-secret",
+            None,
+        )
+        .send()
+        .unwrap(),
+    );
     assert_eq!((s, c.as_str()), (403, "APP_DISABLED"));
 
     let blocked = reqwest::blocking::Client::builder()
@@ -223,7 +381,13 @@ fn unknown_routes_and_dot_segments() {
     let (s, c, _) = code_of(e.http.get(e.gw.url("/v2/none")).send().unwrap());
     assert_eq!((s, c.as_str()), (404, "API_NOT_FOUND"));
     // HTTP clients resolve dot segments before sending, so these go over a raw socket.
-    for p in ["/v1/orders/../echo/x", "/v1/orders/%2e%2e/x", "/v1/./health", "/v1/orders/%2E", "/v1/echo/a/%2E%2e/b"] {
+    for p in [
+        "/v1/orders/../echo/x",
+        "/v1/orders/%2e%2e/x",
+        "/v1/./health",
+        "/v1/orders/%2E",
+        "/v1/echo/a/%2E%2e/b",
+    ] {
         let (status, body) = raw_get(e.gw.listen, p);
         assert_eq!(status, 400, "{p}: {body}");
         let v: Value = serde_json::from_str(&body).unwrap();
@@ -236,11 +400,20 @@ fn unknown_routes_and_dot_segments() {
 fn raw_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut sock = std::net::TcpStream::connect(addr).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(sock, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        sock,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     sock.read_to_string(&mut out).unwrap();
-    let status = out.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     let body = out.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
     (status, body)
 }
@@ -249,11 +422,31 @@ fn raw_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
 fn router_style_calls_the_same_api() {
     let e = env();
     let body = br#"{"item":"pen","qty":1}"#;
-    let resp = signed(&e.http, "POST", &e.gw.url("/router?method=order.create"), KEY, SECRET, Some(body)).send().unwrap();
+    let resp = signed(
+        &e.http,
+        "POST",
+        &e.gw.url("/router?method=order.create"),
+        KEY,
+        SECRET,
+        Some(body),
+    )
+    .send()
+    .unwrap();
     assert_eq!(resp.status(), 200);
     let v: Value = resp.json().unwrap();
     assert_eq!(v["created"]["item"], "pen");
-    let (s, c, _) = code_of(signed(&e.http, "POST", &e.gw.url("/router?method=no.such"), KEY, SECRET, Some(b"{}")).send().unwrap());
+    let (s, c, _) = code_of(
+        signed(
+            &e.http,
+            "POST",
+            &e.gw.url("/router?method=no.such"),
+            KEY,
+            SECRET,
+            Some(b"{}"),
+        )
+        .send()
+        .unwrap(),
+    );
     assert_eq!((s, c.as_str()), (404, "API_NOT_FOUND"));
 }
 
@@ -262,11 +455,33 @@ fn oversize_bodies_are_413() {
     let e = env();
     let before = backend_requests(&e.backend);
     let big = vec![b'x'; 64];
-    let (s, c, _) = code_of(signed(&e.http, "POST", &e.gw.url("/v1/small"), KEY, SECRET, Some(&big)).send().unwrap());
+    let (s, c, _) = code_of(
+        signed(
+            &e.http,
+            "POST",
+            &e.gw.url("/v1/small"),
+            KEY,
+            SECRET,
+            Some(&big),
+        )
+        .send()
+        .unwrap(),
+    );
     assert_eq!((s, c.as_str()), (413, "BODY_TOO_LARGE"));
     // The gateway-wide default (1 MiB).
     let huge = vec![b'x'; 1024 * 1024 + 1];
-    let (s, c, _) = code_of(signed(&e.http, "POST", &e.gw.url("/v1/orders"), KEY, SECRET, Some(&huge)).send().unwrap());
+    let (s, c, _) = code_of(
+        signed(
+            &e.http,
+            "POST",
+            &e.gw.url("/v1/orders"),
+            KEY,
+            SECRET,
+            Some(&huge),
+        )
+        .send()
+        .unwrap(),
+    );
     assert_eq!((s, c.as_str()), (413, "BODY_TOO_LARGE"));
     assert_eq!(backend_requests(&e.backend), before);
 }
@@ -276,10 +491,22 @@ fn rate_limits_answer_429_with_retry_after() {
     let e = env();
     let url = e.gw.url("/v1/limited");
     for _ in 0..2 {
-        assert_eq!(signed(&e.http, "GET", &url, KEY, SECRET, None).send().unwrap().status(), 200);
+        assert_eq!(
+            signed(&e.http, "GET", &url, KEY, SECRET, None)
+                .send()
+                .unwrap()
+                .status(),
+            200
+        );
     }
-    let resp = signed(&e.http, "GET", &url, KEY, SECRET, None).send().unwrap();
-    let retry: u64 = resp.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    let resp = signed(&e.http, "GET", &url, KEY, SECRET, None)
+        .send()
+        .unwrap();
+    let retry: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!((1..=60).contains(&retry), "retry-after {retry}");
     let (s, c, _) = code_of(resp);
     assert_eq!((s, c.as_str()), (429, "RATE_LIMITED"));
@@ -289,30 +516,66 @@ fn rate_limits_answer_429_with_retry_after() {
 fn degraded_apis_answer_their_fallback_without_the_backend() {
     let e = env();
     let before = backend_requests(&e.backend);
-    let resp = signed(&e.http, "GET", &e.gw.url("/v1/promos"), KEY, SECRET, None).send().unwrap();
+    let resp = signed(&e.http, "GET", &e.gw.url("/v1/promos"), KEY, SECRET, None)
+        .send()
+        .unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["x-degraded"], "1");
     assert!(resp.headers().get("x-portico-request-id").is_some());
     let v: Value = resp.json().unwrap();
     assert_eq!(v, json!({"items": []}));
-    let (s, c, v) = code_of(signed(&e.http, "GET", &e.gw.url("/v1/stock"), KEY, SECRET, None).send().unwrap());
+    let (s, c, v) = code_of(
+        signed(&e.http, "GET", &e.gw.url("/v1/stock"), KEY, SECRET, None)
+            .send()
+            .unwrap(),
+    );
     assert_eq!((s, c.as_str()), (503, "API_DEGRADED"));
-    assert!(v["message"].as_str().unwrap().contains("inventory maintenance"), "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("inventory maintenance"),
+        "{v}"
+    );
     assert_eq!(backend_requests(&e.backend), before);
 }
 
 #[test]
 fn upstream_failures_are_502_and_504() {
     let e = env();
-    let (s, c, _) = code_of(signed(&e.http, "GET", &e.gw.url("/v1/dead"), KEY, SECRET, None).send().unwrap());
+    let (s, c, _) = code_of(
+        signed(&e.http, "GET", &e.gw.url("/v1/dead"), KEY, SECRET, None)
+            .send()
+            .unwrap(),
+    );
     assert_eq!((s, c.as_str()), (502, "UPSTREAM_ERROR"));
     let started = std::time::Instant::now();
-    let slow = signed(&e.http, "GET", &e.gw.url("/v1/echo/slow"), KEY, SECRET, None).header("X-Demo-Delay-Ms", "3000");
+    let slow = signed(
+        &e.http,
+        "GET",
+        &e.gw.url("/v1/echo/slow"),
+        KEY,
+        SECRET,
+        None,
+    )
+    .header("X-Demo-Delay-Ms", "3000");
     let (s, c, _) = code_of(slow.send().unwrap());
     assert_eq!((s, c.as_str()), (504, "UPSTREAM_TIMEOUT"));
-    assert!(started.elapsed() < Duration::from_millis(2500), "the 300 ms deadline was not enforced");
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "the 300 ms deadline was not enforced"
+    );
     // Backend errors pass through as the backend's answer.
-    let resp = signed(&e.http, "GET", &e.gw.url("/v1/echo/x?status=500"), KEY, SECRET, None).send().unwrap();
+    let resp = signed(
+        &e.http,
+        "GET",
+        &e.gw.url("/v1/echo/x?status=500"),
+        KEY,
+        SECRET,
+        None,
+    )
+    .send()
+    .unwrap();
     assert_eq!(resp.status(), 500);
 }
 
@@ -320,16 +583,36 @@ fn upstream_failures_are_502_and_504() {
 fn an_edited_file_applies_without_restart() {
     let e = env();
     let url = e.gw.url("/v1/orders/1");
-    assert_eq!(signed(&e.http, "GET", &url, KEY, SECRET, None).send().unwrap().status(), 200);
+    assert_eq!(
+        signed(&e.http, "GET", &url, KEY, SECRET, None)
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
     let digest = e.gw.digest();
-    e.tree.put("switches/order.get", &json!({"degraded": true, "reason": "flash sale"}));
+    e.tree.put(
+        "switches/order.get",
+        &json!({"degraded": true, "reason": "flash sale"}),
+    );
     assert!(e.gw.wait_for_new_config(&digest));
-    let (s, c, _) = code_of(signed(&e.http, "GET", &url, KEY, SECRET, None).send().unwrap());
+    let (s, c, _) = code_of(
+        signed(&e.http, "GET", &url, KEY, SECRET, None)
+            .send()
+            .unwrap(),
+    );
     assert_eq!((s, c.as_str()), (503, "API_DEGRADED"));
     let digest = e.gw.digest();
-    e.tree.put("switches/order.get", &json!({"degraded": false}));
+    e.tree
+        .put("switches/order.get", &json!({"degraded": false}));
     assert!(e.gw.wait_for_new_config(&digest));
-    assert_eq!(signed(&e.http, "GET", &url, KEY, SECRET, None).send().unwrap().status(), 200);
+    assert_eq!(
+        signed(&e.http, "GET", &url, KEY, SECRET, None)
+            .send()
+            .unwrap()
+            .status(),
+        200
+    );
 }
 
 #[test]
@@ -338,15 +621,34 @@ fn a_broken_document_is_rejected_alone() {
     let digest = e.gw.digest();
     // Another team breaks its API document, and breaks an existing one ...
     e.tree.put_raw("apis/broken.new", b"{ this is not json");
-    e.tree.put("apis/order.create", &json!({"id": "order.create", "http": {"method": "POST", "path": "/v1/orders"},
-        "backend": {"cluster": "no-such-cluster", "http": {}}}));
+    e.tree.put(
+        "apis/order.create",
+        &json!({"id": "order.create", "http": {"method": "POST", "path": "/v1/orders"},
+        "backend": {"cluster": "no-such-cluster", "http": {}}}),
+    );
     // ... while an SRE flips a switch: the switch must apply.
-    e.tree.put("switches/order.get", &json!({"degraded": true, "reason": "sre switch"}));
+    e.tree.put(
+        "switches/order.get",
+        &json!({"degraded": true, "reason": "sre switch"}),
+    );
     assert!(e.gw.wait_for_new_config(&digest));
-    let (s, c, _) = code_of(signed(&e.http, "GET", &e.gw.url("/v1/orders/1"), KEY, SECRET, None).send().unwrap());
+    let (s, c, _) = code_of(
+        signed(&e.http, "GET", &e.gw.url("/v1/orders/1"), KEY, SECRET, None)
+            .send()
+            .unwrap(),
+    );
     assert_eq!((s, c.as_str()), (503, "API_DEGRADED"));
     // The broken update of order.create is refused and its last good version still serves.
-    let resp = signed(&e.http, "POST", &e.gw.url("/v1/orders"), KEY, SECRET, Some(b"{\"a\":1}")).send().unwrap();
+    let resp = signed(
+        &e.http,
+        "POST",
+        &e.gw.url("/v1/orders"),
+        KEY,
+        SECRET,
+        Some(b"{\"a\":1}"),
+    )
+    .send()
+    .unwrap();
     assert_eq!(resp.status(), 200);
     let status = e.gw.status();
     let rejected: Vec<String> = status["rejected_documents"]
@@ -356,25 +658,48 @@ fn a_broken_document_is_rejected_alone() {
         .map(|r| r["path"].as_str().unwrap().to_owned())
         .collect();
     assert!(rejected.contains(&"apis/broken.new".to_owned()), "{status}");
-    assert!(rejected.contains(&"apis/order.create".to_owned()), "{status}");
+    assert!(
+        rejected.contains(&"apis/order.create".to_owned()),
+        "{status}"
+    );
     let metrics = e.gw.metrics();
-    assert!(metrics.contains("portico_config_rejected_documents{plane=\"live\"} 2"), "{metrics}");
+    assert!(
+        metrics.contains("portico_config_rejected_documents{plane=\"live\"} 2"),
+        "{metrics}"
+    );
     // Other APIs keep serving.
-    assert_eq!(e.http.get(e.gw.url("/v1/health")).send().unwrap().status(), 200);
+    assert_eq!(
+        e.http.get(e.gw.url("/v1/health")).send().unwrap().status(),
+        200
+    );
 }
 
 #[test]
 fn admin_endpoints_report_health_status_and_metrics() {
     let e = env();
-    let _ = signed(&e.http, "GET", &e.gw.url("/v1/orders/9"), KEY, SECRET, None).send().unwrap();
-    let h = e.http.get(format!("http://{}/healthz", e.gw.admin)).send().unwrap();
+    let _ = signed(&e.http, "GET", &e.gw.url("/v1/orders/9"), KEY, SECRET, None)
+        .send()
+        .unwrap();
+    let h = e
+        .http
+        .get(format!("http://{}/healthz", e.gw.admin))
+        .send()
+        .unwrap();
     assert_eq!(h.status(), 200);
     let status = e.gw.status();
     assert_eq!(status["ready"], true);
     assert!(status["apis_loaded"].as_u64().unwrap() >= 8);
-    assert!(status["config_source"].as_str().unwrap().starts_with("dir:"));
+    assert!(status["config_source"]
+        .as_str()
+        .unwrap()
+        .starts_with("dir:"));
     let m = e.gw.metrics();
-    assert!(m.contains("portico_requests_total{api=\"order.get\",code=\"OK\",plane=\"live\",status=\"200\"} 1"), "{m}");
+    assert!(
+        m.contains(
+            "portico_requests_total{api=\"order.get\",code=\"OK\",plane=\"live\",status=\"200\"} 1"
+        ),
+        "{m}"
+    );
     assert!(m.contains("portico_request_duration_seconds_bucket{api=\"order.get\""));
     assert!(m.contains("portico_config_generation"));
 }

@@ -73,13 +73,8 @@ impl AccessLog {
                 while let Ok(line) = rx.recv() {
                     let _ = w.write_all(&line);
                     // Flush when the queue is drained, so lines appear promptly at low rates.
-                    loop {
-                        match rx.try_recv() {
-                            Ok(more) => {
-                                let _ = w.write_all(&more);
-                            }
-                            Err(_) => break,
-                        }
+                    while let Ok(more) = rx.try_recv() {
+                        let _ = w.write_all(&more);
                     }
                     let _ = w.flush();
                 }

@@ -1,6 +1,6 @@
 //! Test support: real processes on free loopback ports (the gateway, the demo backend), a
 //! temporary configuration tree, and a signing client.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use portico_control::sign;
 use serde_json::Value;
@@ -42,7 +42,9 @@ pub struct ConfigTree {
 
 impl ConfigTree {
     pub fn new() -> Self {
-        ConfigTree { dir: tempfile::tempdir().expect("tempdir") }
+        ConfigTree {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -52,7 +54,10 @@ impl ConfigTree {
     /// Writes a document (`apis/order.get` → `apis/order.get.json`) atomically (temp + rename),
     /// as an editor or a deploy tool would.
     pub fn put(&self, doc: &str, value: &Value) {
-        self.put_raw(doc, serde_json::to_vec_pretty(value).expect("json").as_slice());
+        self.put_raw(
+            doc,
+            serde_json::to_vec_pretty(value).expect("json").as_slice(),
+        );
     }
 
     /// Writes raw bytes as a document's file.
@@ -105,13 +110,22 @@ impl GatewayProcess {
         ]);
         let child = Command::new(env!("CARGO_BIN_EXE_portico-gateway"))
             .args(&args)
-            .env("PORTICO_LOG", "warn,portico_gateway=info,portico_control=info")
+            .env(
+                "PORTICO_LOG",
+                "warn,portico_gateway=info,portico_control=info",
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn portico-gateway");
-        let gw = GatewayProcess { child, listen, admin, access_log, _logdir: logdir };
+        let gw = GatewayProcess {
+            child,
+            listen,
+            admin,
+            access_log,
+            _logdir: logdir,
+        };
         let client = client();
         let ready = wait_until(Duration::from_secs(30), || {
             client
@@ -123,7 +137,10 @@ impl GatewayProcess {
         assert!(ready, "gateway never became ready");
         // The traffic listener comes up with Pingora's services; wait for it too.
         assert!(
-            wait_until(Duration::from_secs(10), || std::net::TcpStream::connect(gw.listen).is_ok()),
+            wait_until(Duration::from_secs(10), || std::net::TcpStream::connect(
+                gw.listen
+            )
+            .is_ok()),
             "gateway listener never opened"
         );
         gw
@@ -159,7 +176,10 @@ impl GatewayProcess {
     }
 
     pub fn digest(&self) -> String {
-        self.status()["config_version"]["digest"].as_str().unwrap_or_default().to_owned()
+        self.status()["config_version"]["digest"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
 
     pub fn pid(&self) -> u32 {
