@@ -57,7 +57,6 @@ pub async fn run(
     let (tx, mut rx) = mpsc::channel::<Tree>(4);
     let src = source.clone();
     tokio::spawn(async move { src.run(tx).await });
-    plane.source.store(Arc::new(source.describe()));
     while let Some(mut tree) = rx.recv().await {
         // Coalesce a burst: only the newest tree matters.
         while let Ok(newer) = rx.try_recv() {

@@ -10,6 +10,7 @@ use portico_gateway::admin::{self, AdminState};
 use portico_gateway::config;
 use portico_gateway::invoke::grpc::GrpcInvoker;
 use portico_gateway::invoke::http::HttpInvoker;
+use portico_gateway::listener;
 use portico_gateway::observe::access_log::{AccessLog, LogTarget};
 use portico_gateway::observe::metrics::Metrics;
 use portico_gateway::proxy::Gateway;
@@ -32,6 +33,9 @@ struct Args {
     /// Root of Portico's tree in ZooKeeper.
     #[arg(long, default_value = "/portico")]
     zk_root: String,
+    /// ZooKeeper session timeout asked for, in milliseconds.
+    #[arg(long, default_value_t = 6000)]
+    zk_session_timeout_ms: u64,
     /// Last-known-good snapshot directory (written on every applied config; booted from
     /// when ZooKeeper is unreachable at start).
     #[arg(long)]
@@ -60,6 +64,10 @@ struct Args {
     /// Default request body limit in bytes (an API's policy.max_body_bytes overrides it).
     #[arg(long, default_value_t = 1024 * 1024)]
     max_body_bytes: u64,
+    /// Total time to read an HTTP/1 request head, from its first byte, in milliseconds
+    /// (slowloris); 0 turns it off. Idle time between keepalive requests is not counted.
+    #[arg(long, default_value_t = 10_000)]
+    head_timeout_ms: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -130,7 +138,8 @@ fn main() -> anyhow::Result<()> {
                 }
             }
         }
-        let zk = Arc::new(ZkSource::new(hosts, &args.zk_root));
+        let session = Duration::from_millis(args.zk_session_timeout_ms);
+        let zk = Arc::new(ZkSource::new(hosts, &args.zk_root).with_session_timeout(session));
         let mut info = NodeInfo::new(&node_id, &args.listen, &args.admin_listen);
         info.sandbox_addr = args.sandbox_listen.clone();
         zk.register_node(info);
@@ -142,7 +151,10 @@ fn main() -> anyhow::Result<()> {
         sources.push((live.clone(), zk));
         if let Some(sb) = &sandbox {
             let root = format!("{}/sandbox", args.zk_root.trim_end_matches('/'));
-            sources.push((sb.clone(), Arc::new(ZkSource::new(hosts, &root))));
+            sources.push((
+                sb.clone(),
+                Arc::new(ZkSource::new(hosts, &root).with_session_timeout(session)),
+            ));
         }
     } else {
         bail!("give --config-dir DIR (standalone) or --zk HOSTS");
@@ -217,18 +229,21 @@ fn main() -> anyhow::Result<()> {
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
-    let mut svc = pingora_proxy::http_proxy_service_with_name(
+    let head_deadline = Duration::from_millis(args.head_timeout_ms);
+    let mut svc = listener::service(
         &server.configuration,
         Gateway { plane: live },
         "portico-live",
+        head_deadline,
     );
     svc.add_tcp(&args.listen);
     server.add_service(svc);
     if let (Some(addr), Some(sb)) = (&args.sandbox_listen, sandbox) {
-        let mut svc = pingora_proxy::http_proxy_service_with_name(
+        let mut svc = listener::service(
             &server.configuration,
             Gateway { plane: sb },
             "portico-sandbox",
+            head_deadline,
         );
         svc.add_tcp(addr);
         server.add_service(svc);
