@@ -1,1 +1,82 @@
-fn main() {}
+//! `portico-registry`: the admin REST API over ZooKeeper.
+
+use clap::Parser;
+use portico_registry::Config;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Portico's registry: the admin REST API (`/api/v1`, OpenAPI at `/api/v1/openapi.json`) over
+/// the ZooKeeper configuration tree.
+#[derive(Debug, Parser)]
+#[command(name = "portico-registry", version)]
+struct Args {
+    /// ZooKeeper connect string (`host:port[,host:port...]`).
+    #[arg(long, env = "PORTICO_ZK")]
+    zk: String,
+    /// Root of the configuration tree in ZooKeeper.
+    #[arg(long, default_value = "/portico")]
+    zk_root: String,
+    /// Address of the admin API.
+    #[arg(long, default_value = "127.0.0.1:9000")]
+    listen: SocketAddr,
+    /// File holding the admin bearer token (else PORTICO_ADMIN_TOKEN).
+    #[arg(long)]
+    admin_token_file: Option<PathBuf>,
+    /// Serve without authentication (local experiments only).
+    #[arg(long)]
+    insecure_no_auth: bool,
+}
+
+fn token(args: &Args) -> anyhow::Result<Option<String>> {
+    if let Some(path) = &args.admin_token_file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!("cannot read --admin-token-file {}: {e}", path.display())
+        })?;
+        let token = text.trim().to_owned();
+        if token.is_empty() {
+            anyhow::bail!("--admin-token-file {} is empty", path.display());
+        }
+        return Ok(Some(token));
+    }
+    if let Ok(token) = std::env::var("PORTICO_ADMIN_TOKEN") {
+        let token = token.trim().to_owned();
+        if !token.is_empty() {
+            return Ok(Some(token));
+        }
+    }
+    if args.insecure_no_auth {
+        return Ok(None);
+    }
+    anyhow::bail!(
+        "no admin token: give --admin-token-file FILE or set PORTICO_ADMIN_TOKEN \
+         (or --insecure-no-auth for local experiments)"
+    )
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    let token = token(&args)?;
+    if token.is_none() {
+        tracing::warn!("--insecure-no-auth: the admin API accepts every request");
+    }
+    let config = Config {
+        zk_hosts: args.zk.clone(),
+        zk_root: args.zk_root.clone(),
+        token,
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, zk = %args.zk, root = %args.zk_root, "portico-registry listening");
+    println!("portico-registry listening on http://{addr}");
+    portico_registry::server::serve(listener, portico_registry::AppState::new(&config)).await?;
+    Ok(())
+}

@@ -1,0 +1,1 @@
+//! A small client of the registry API, used by the `portico` CLI.

@@ -1,0 +1,325 @@
+//! The OpenAPI 3 document of `/api/v1`, generated from the route table ([`crate::api::routes`])
+//! plus hand-written schemas of the v1 documents and the API's own messages.
+
+use crate::api::{routes, Body, Reply};
+use serde_json::{json, Map, Value};
+
+/// The OpenAPI document served at `/api/v1/openapi.json`.
+pub fn document() -> Value {
+    let mut paths = Map::new();
+    for route in routes() {
+        let entry = paths.entry(route.path.clone()).or_insert_with(|| json!({}));
+        let mut parameters: Vec<Value> = route
+            .path
+            .split('/')
+            .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+            .map(|name| {
+                let schema = if name == "version" {
+                    json!({"type": "integer", "minimum": 1})
+                } else {
+                    json!({"type": "string", "pattern": "^[A-Za-z0-9._-]{1,128}$"})
+                };
+                json!({"name": name, "in": "path", "required": true, "schema": schema})
+            })
+            .collect();
+        for (name, description) in &route.query {
+            parameters.push(json!({
+                "name": name, "in": "query", "required": false,
+                "description": description, "schema": {"type": "string"}
+            }));
+        }
+        if route.conditional {
+            parameters.push(json!({"$ref": "#/components/parameters/IfMatch"}));
+            parameters.push(json!({"$ref": "#/components/parameters/IfNoneMatch"}));
+        }
+        parameters.push(json!({"$ref": "#/components/parameters/Operator"}));
+        parameters.push(json!({"$ref": "#/components/parameters/RequestId"}));
+
+        let mut responses = Map::new();
+        match route.reply {
+            Reply::Json(status, schema) => {
+                responses.insert(
+                    status.to_string(),
+                    json!({
+                        "description": "success",
+                        "headers": {"ETag": {"$ref": "#/components/headers/ETag"}},
+                        "content": {"application/json": {"schema": schema_ref(schema)}}
+                    }),
+                );
+            }
+            Reply::Binary => {
+                responses.insert(
+                    "200".to_owned(),
+                    json!({"description": "success", "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}),
+                );
+            }
+            Reply::Empty => {
+                responses.insert("204".to_owned(), json!({"description": "done"}));
+            }
+        }
+        let mut errors = vec!["400", "404", "409", "422", "503"];
+        if !route.public {
+            errors.push("401");
+        }
+        for status in errors {
+            responses.insert(
+                status.to_owned(),
+                json!({"$ref": format!("#/components/responses/Error{status}")}),
+            );
+        }
+
+        let mut op = json!({
+            "operationId": operation_id(route.method.as_str(), &route.path),
+            "summary": route.summary,
+            "tags": [route.tag],
+            "parameters": parameters,
+            "responses": responses,
+        });
+        if route.public {
+            op["security"] = json!([]);
+        }
+        if let Some(body) = request_body(route.body) {
+            op["requestBody"] = body;
+        }
+        if let Some(obj) = entry.as_object_mut() {
+            obj.insert(route.method.as_str().to_ascii_lowercase(), op);
+        }
+    }
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "Portico registry admin API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Stateless admin API over the ZooKeeper configuration tree (DESIGN.md §3.3). \
+                Single documents come back as themselves with their znode version as ETag; send it back as \
+                If-Match to write only over that version (409 CONFLICT otherwise). Errors are \
+                {code, message, request_id[, details]}."
+        },
+        "servers": [{"url": "/api/v1"}],
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": components(),
+    })
+}
+
+fn operation_id(method: &str, path: &str) -> String {
+    let mut id = method.to_ascii_lowercase();
+    for seg in path.split('/').filter(|s| !s.is_empty()) {
+        let seg = seg.trim_start_matches('{').trim_end_matches('}');
+        id.push('_');
+        id.extend(
+            seg.chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }),
+        );
+    }
+    id
+}
+
+fn schema_ref(name: &str) -> Value {
+    if name == "Any" {
+        json!({"type": "object"})
+    } else {
+        json!({"$ref": format!("#/components/schemas/{name}")})
+    }
+}
+
+fn request_body(body: Body) -> Option<Value> {
+    let content = match body {
+        Body::None => return None,
+        Body::Json(s) => json!({"application/json": {"schema": schema_ref(s)}}),
+        Body::JsonOrMultipart(s) => json!({
+            "application/json": {"schema": schema_ref(s)},
+            "multipart/form-data": {"schema": {
+                "type": "object",
+                "description": "each file part (named by its import path, e.g. demo/order.proto) is a .proto source; text parts cluster, auth, timeout_ms, services (comma-separated), ids (JSON)",
+                "additionalProperties": {"type": "string"}
+            }}
+        }),
+        Body::JsonOrBinary(s) => json!({
+            "application/json": {"schema": schema_ref(s)},
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+        }),
+    };
+    Some(json!({"required": !matches!(body, Body::Json("PublishRequest")), "content": content}))
+}
+
+fn error_response(description: &str) -> Value {
+    json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+}
+
+fn components() -> Value {
+    let rate_key = json!({"oneOf": [
+        {"type": "string", "description": "api, app, ip or header:<Name>"},
+        {"type": "array", "items": {"type": "string"}}
+    ]});
+    json!({
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "the admin token (--admin-token-file or PORTICO_ADMIN_TOKEN)"}},
+        "parameters": {
+            "IfMatch": {"name": "If-Match", "in": "header", "required": false, "description": "write only if the document's version (ETag) is this", "schema": {"type": "string"}},
+            "IfNoneMatch": {"name": "If-None-Match", "in": "header", "required": false, "description": "`*`: create only", "schema": {"type": "string", "enum": ["*"]}},
+            "Operator": {"name": "X-Portico-Operator", "in": "header", "required": false, "description": "who makes the change (audit log, switches)", "schema": {"type": "string"}},
+            "RequestId": {"name": "X-Portico-Request-Id", "in": "header", "required": false, "description": "1-64 of [A-Za-z0-9._-]; echoed", "schema": {"type": "string"}}
+        },
+        "headers": {"ETag": {"description": "the znode version, quoted", "schema": {"type": "string"}}},
+        "responses": {
+            "Error400": error_response("BAD_REQUEST: unparseable JSON or bad parameter"),
+            "Error401": error_response("UNAUTHENTICATED: missing or wrong bearer token"),
+            "Error404": error_response("NOT_FOUND / ROUTE_NOT_FOUND"),
+            "Error409": error_response("CONFLICT: version mismatch, or the document already exists"),
+            "Error422": error_response("VALIDATION_FAILED: details name the document and field"),
+            "Error503": error_response("ZOOKEEPER_UNAVAILABLE")
+        },
+        "schemas": {
+            "Error": {"type": "object", "required": ["code", "message", "request_id"], "properties": {
+                "code": {"type": "string"}, "message": {"type": "string"}, "request_id": {"type": "string"},
+                "details": {"type": "array", "items": {"type": "object", "properties": {
+                    "path": {"type": "string"}, "field": {"type": "string"}, "reason": {"type": "string"}}}}
+            }},
+            "List": {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {
+                "id": {"type": "string"}, "etag": {"type": "string"}, "document": {"type": "object"}, "error": {"type": "string"}}}}}},
+            "HttpBinding": {"type": "object", "required": ["method", "path"], "properties": {
+                "method": {"type": "string"}, "path": {"type": "string"}, "body": {"type": "string"}, "response_body": {"type": "string"}}},
+            "HttpRule": {"type": "object", "required": ["method", "path"], "properties": {
+                "method": {"type": "string", "enum": ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]},
+                "path": {"type": "string", "description": "google.api.http path template"},
+                "body": {"type": "string"}, "response_body": {"type": "string"},
+                "additional_bindings": {"type": "array", "items": {"$ref": "#/components/schemas/HttpBinding"}}}},
+            "RateLimitRule": {"type": "object", "required": ["limit", "per"], "properties": {
+                "key": rate_key, "limit": {"type": "integer"}, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": {"type": "integer"}}},
+            "Policy": {"type": "object", "properties": {
+                "bulkhead": {"type": "object", "properties": {"max_concurrent": {"type": "integer"}, "max_wait_ms": {"type": "integer"}}},
+                "breaker": {"type": "object", "properties": {
+                    "consecutive_failures": {"type": "integer"}, "slow_call_ms": {"type": "integer"}, "consecutive_slow_calls": {"type": "integer"},
+                    "open_ms": {"type": "integer"}, "half_open_probes": {"type": "integer"}, "error_ratio": {"type": "number"},
+                    "min_calls": {"type": "integer"}, "window_ms": {"type": "integer"}}},
+                "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/RateLimitRule"}},
+                "max_body_bytes": {"type": "integer"}}},
+            "ApiDefinition": {"type": "object", "required": ["http", "backend"], "properties": {
+                "id": {"type": "string"}, "version": {"type": "integer"},
+                "http": {"$ref": "#/components/schemas/HttpRule"},
+                "backend": {"type": "object", "required": ["cluster"], "properties": {
+                    "cluster": {"type": "string"}, "timeout_ms": {"type": "integer", "default": 3000},
+                    "grpc": {"type": "object", "required": ["service", "method", "descriptor"], "properties": {
+                        "service": {"type": "string"}, "method": {"type": "string"}, "descriptor": {"type": "string", "description": "sha256 of descriptors/<sha256>"}}},
+                    "http": {"type": "object", "properties": {"path": {"type": "string"}}}}},
+                "auth": {"type": "string", "enum": ["signature", "none"], "default": "signature"},
+                "policy": {"$ref": "#/components/schemas/Policy"},
+                "description": {"type": "string"}}},
+            "Cluster": {"type": "object", "required": ["protocol", "endpoints"], "properties": {
+                "protocol": {"type": "string", "enum": ["http", "grpc"]},
+                "endpoints": {"type": "array", "items": {"type": "object", "required": ["addr"], "properties": {
+                    "addr": {"type": "string"}, "weight": {"type": "integer", "default": 1}}}},
+                "balancing": {"type": "string"}}},
+            "NamedCluster": {"allOf": [{"$ref": "#/components/schemas/Cluster"}, {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}]},
+            "Switch": {"type": "object", "properties": {
+                "degraded": {"type": "boolean"}, "reason": {"type": "string"},
+                "updated_by": {"type": "string", "description": "set from X-Portico-Operator, else this field, else admin"},
+                "updated_at": {"type": "string", "format": "date-time", "description": "set by the registry"},
+                "fallback": {"type": "object", "properties": {
+                    "status": {"type": "integer", "default": 200}, "headers": {"type": "object", "additionalProperties": {"type": "string"}}, "body": {}}}}},
+            "IpAcl": {"type": "object", "properties": {
+                "deny": {"type": "array", "items": {"type": "string"}}, "allow": {"type": "array", "items": {"type": "string"}},
+                "trusted_proxies": {"type": "array", "items": {"type": "string"}}}},
+            "AppRateLimit": {"type": "object", "required": ["limit", "per"], "properties": {
+                "limit": {"type": "integer"}, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": {"type": "integer"}}},
+            "AppView": {"type": "object", "description": "an app without its secret", "properties": {
+                "name": {"type": "string"}, "status": {"type": "string", "enum": ["active", "disabled"]},
+                "apis": {"type": "array", "items": {"type": "string"}},
+                "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}}}},
+            "AppCreate": {"type": "object", "properties": {
+                "app_key": {"type": "string"}, "name": {"type": "string"}, "secret": {"type": "string", "minLength": 8},
+                "status": {"type": "string", "enum": ["active", "disabled"]},
+                "apis": {"type": "array", "items": {"type": "string"}},
+                "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}}}},
+            "AppPatch": {"type": "object", "properties": {
+                "name": {"type": "string"}, "status": {"type": "string", "enum": ["active", "disabled"]},
+                "apis": {"type": "array", "items": {"type": "string"}},
+                "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}}}},
+            "AppCredentials": {"type": "object", "required": ["app_key", "secret"], "properties": {
+                "app_key": {"type": "string"}, "secret": {"type": "string", "description": "shown only in this response"},
+                "etag": {"type": "string"}, "app": {"$ref": "#/components/schemas/AppView"}}},
+            "ApiIds": {"type": "object", "required": ["apis"], "properties": {"apis": {"type": "array", "items": {"type": "string"}}}},
+            "PublishRequest": {"type": "object", "properties": {
+                "expected_version": {"type": "integer", "description": "the live document's ETag (as If-Match)"}, "comment": {"type": "string"}}},
+            "RollbackRequest": {"type": "object", "required": ["version"], "properties": {
+                "version": {"type": "integer"}, "expected_version": {"type": "integer"}, "comment": {"type": "string"}}},
+            "Published": {"type": "object", "properties": {
+                "id": {"type": "string"}, "version": {"type": "integer"}, "etag": {"type": "string"},
+                "document": {"$ref": "#/components/schemas/ApiDefinition"}}},
+            "History": {"type": "object", "properties": {
+                "id": {"type": "string"}, "live_version": {"type": "integer", "nullable": true},
+                "versions": {"type": "array", "items": {"type": "object", "properties": {
+                    "version": {"type": "integer"}, "published_at": {"type": "string", "format": "date-time"}, "live": {"type": "boolean"}}}}}},
+            "ImportOptions": {"type": "object", "required": ["cluster"], "properties": {
+                "cluster": {"type": "string"}, "auth": {"type": "string", "enum": ["signature", "none"]},
+                "timeout_ms": {"type": "integer"}, "services": {"type": "array", "items": {"type": "string"}},
+                "ids": {"type": "object", "additionalProperties": {"type": "string"}, "description": "API id by RPC (pkg.Service/Method)"}}},
+            "ProtoImport": {"allOf": [{"$ref": "#/components/schemas/ImportOptions"}, {"type": "object", "required": ["files"], "properties": {
+                "files": {"type": "object", "additionalProperties": {"type": "string"}, "description": "import path → .proto source"}}}]},
+            "DescriptorImport": {"allOf": [{"$ref": "#/components/schemas/ImportOptions"}, {"type": "object", "required": ["descriptor_set"], "properties": {
+                "descriptor_set": {"type": "string", "format": "byte"}}}]},
+            "ReflectionImport": {"allOf": [{"$ref": "#/components/schemas/ImportOptions"}, {"type": "object", "required": ["addr"], "properties": {
+                "addr": {"type": "string", "description": "host:port of the gRPC backend"}}}]},
+            "ImportResult": {"type": "object", "properties": {
+                "descriptor": {"type": "string"}, "descriptor_bytes": {"type": "integer"},
+                "services": {"type": "array", "items": {"type": "string"}},
+                "drafts": {"type": "array", "items": {"type": "object", "properties": {
+                    "id": {"type": "string"}, "rpc": {"type": "string"}, "created": {"type": "boolean"}, "etag": {"type": "string"},
+                    "http": {"$ref": "#/components/schemas/HttpRule"}}}},
+                "skipped": {"type": "array", "items": {"type": "object", "properties": {"method": {"type": "string"}, "reason": {"type": "string"}}}},
+                "problems": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "reason": {"type": "string"}}}}}},
+            "DescriptorList": {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {
+                "sha256": {"type": "string"}, "bytes": {"type": "integer"}}}}}},
+            "Health": {"type": "object", "properties": {"status": {"type": "string"}, "zookeeper": {"type": "string"}, "root": {"type": "string"}}},
+            "AuditLog": {"type": "object", "properties": {
+                "entries": {"type": "array", "items": {"type": "object", "properties": {
+                    "id": {"type": "string"}, "at": {"type": "string", "format": "date-time"}, "actor": {"type": "string"},
+                    "action": {"type": "string"}, "target": {"type": "string"}, "request_id": {"type": "string"}, "detail": {"type": "object"}}}},
+                "next_before": {"type": "string", "nullable": true}}},
+            "Nodes": {"type": "object", "properties": {
+                "generation": {"type": "integer", "description": "the live tree's current generation"},
+                "digest": {"type": "string"},
+                "nodes": {"type": "array", "items": {"type": "object", "properties": {
+                    "node_id": {"type": "string"}, "addr": {"type": "string"}, "admin_addr": {"type": "string"}, "sandbox_addr": {"type": "string"},
+                    "started_at": {"type": "string"}, "updated_at": {"type": "string"},
+                    "config_version": {"type": "object", "properties": {"generation": {"type": "integer"}, "digest": {"type": "string"}}},
+                    "in_sync": {"type": "boolean"}, "lag_zxid": {"type": "integer"}, "updated_ms_ago": {"type": "integer"}}}}}},
+            "Export": {"type": "object", "properties": {
+                "env": {"type": "string"}, "generation": {"type": "integer"},
+                "files": {"type": "object", "additionalProperties": {"type": "object", "properties": {
+                    "encoding": {"type": "string", "enum": ["utf-8", "base64"]}, "content": {"type": "string"}}}}}}
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every route is in the document, and every `$ref` resolves.
+    #[test]
+    fn complete_and_consistent() {
+        let doc = document();
+        for route in routes() {
+            let op = &doc["paths"][&route.path][route.method.as_str().to_ascii_lowercase()];
+            assert!(
+                op.is_object(),
+                "{} {} missing from the OpenAPI document",
+                route.method,
+                route.path
+            );
+        }
+        let text = doc.to_string();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("\"$ref\":\"#/components/") {
+            let tail = &rest[i + "\"$ref\":\"#/components/".len()..];
+            let end = tail.find('"').unwrap();
+            let mut target = &doc["components"];
+            for part in tail[..end].split('/') {
+                target = &target[part];
+            }
+            assert!(!target.is_null(), "dangling $ref {}", &tail[..end]);
+            rest = &tail[end..];
+        }
+    }
+}

@@ -1,0 +1,400 @@
+//! The registry's view of ZooKeeper: one shared session (re-established when it expires),
+//! tree paths relative to the root, and versioned writes (compare-and-set on the znode version).
+//! The registry keeps no other state, so any number of registries can run side by side.
+
+use crate::error::{ApiError, ApiResult};
+use portico_control::zk::{ensure_path, join_path, normalize_root, read_tree};
+use portico_control::Tree;
+use std::time::Duration;
+use tokio::sync::Mutex;
+use zookeeper_client as zk;
+
+pub use zk::Stat;
+
+/// Which tree a document belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Env {
+    /// The published tree under the root.
+    Live,
+    /// Drafts and sandbox apps under `<root>/sandbox`.
+    Sandbox,
+}
+
+impl Env {
+    /// The tree path of `rel` in this env: `apis/x` or `sandbox/apis/x`.
+    pub fn path(self, rel: &str) -> String {
+        match self {
+            Env::Live => rel.to_owned(),
+            Env::Sandbox => format!("sandbox/{rel}"),
+        }
+    }
+
+    /// The prefix of this env's tree (`""` or `"sandbox"`).
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Env::Live => "",
+            Env::Sandbox => "sandbox",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Env::Live => "live",
+            Env::Sandbox => "sandbox",
+        }
+    }
+}
+
+/// A write's precondition, from `If-Match` / `If-None-Match: *` / `expected_version`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precondition {
+    /// Unconditional (create or overwrite).
+    Any,
+    /// Only if the document exists with exactly this version.
+    Version(i32),
+    /// Only if the document does not exist.
+    Absent,
+}
+
+/// A document as read: bytes and its znode stat (`stat.version` is the ETag).
+#[derive(Debug, Clone)]
+pub struct Doc {
+    pub data: Vec<u8>,
+    pub stat: Stat,
+}
+
+/// How a versioned write ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Written {
+    pub stat: Stat,
+    pub created: bool,
+}
+
+/// The registry's ZooKeeper access.
+pub struct Store {
+    hosts: String,
+    root: String,
+    session_timeout: Duration,
+    client: Mutex<Option<zk::Client>>,
+}
+
+fn persistent() -> zk::CreateOptions<'static> {
+    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
+}
+
+impl Store {
+    pub fn new(hosts: &str, root: &str) -> Store {
+        Store {
+            hosts: hosts.to_owned(),
+            root: normalize_root(root),
+            session_timeout: Duration::from_secs(10),
+            client: Mutex::new(None),
+        }
+    }
+
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
+    pub fn hosts(&self) -> &str {
+        &self.hosts
+    }
+
+    /// The absolute znode path of a tree path.
+    pub fn abs(&self, rel: &str) -> String {
+        join_path(&self.root, rel)
+    }
+
+    /// A client on a live session, connecting (again) if there is none or it has expired.
+    pub async fn client(&self) -> ApiResult<zk::Client> {
+        let mut guard = self.client.lock().await;
+        if let Some(client) = guard.as_ref() {
+            if !client.state().is_terminated() {
+                return Ok(client.clone());
+            }
+        }
+        let client = zk::Client::connector()
+            .with_session_timeout(self.session_timeout)
+            .with_fail_eagerly()
+            .connect(&self.hosts)
+            .await
+            .map_err(|e| {
+                ApiError::unavailable(format!(
+                    "cannot connect to ZooKeeper at {}: {e}",
+                    self.hosts
+                ))
+            })?;
+        *guard = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Whether a session can be had now (for `/health`).
+    pub async fn healthy(&self) -> bool {
+        match self.client().await {
+            Ok(c) => c.check_stat("/").await.is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    /// Reads a document; `None` if it does not exist.
+    pub async fn get(&self, rel: &str) -> ApiResult<Option<Doc>> {
+        let client = self.client().await?;
+        match client.get_data(&self.abs(rel)).await {
+            Ok((data, stat)) => Ok(Some(Doc { data, stat })),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(ApiError::from_zk(e, rel)),
+        }
+    }
+
+    /// Reads a document that must exist (404 otherwise, naming `what`).
+    pub async fn require(&self, rel: &str, what: &str) -> ApiResult<Doc> {
+        self.get(rel)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("{what} does not exist")))
+    }
+
+    /// The stat of a node, if it exists.
+    pub async fn stat(&self, rel: &str) -> ApiResult<Option<Stat>> {
+        let client = self.client().await?;
+        client
+            .check_stat(&self.abs(rel))
+            .await
+            .map_err(|e| ApiError::from_zk(e, rel))
+    }
+
+    /// The children of a folder, sorted; empty if the folder does not exist.
+    pub async fn list(&self, rel_dir: &str) -> ApiResult<Vec<String>> {
+        let client = self.client().await?;
+        match client.list_children(&self.abs(rel_dir)).await {
+            Ok(mut names) => {
+                names.sort();
+                Ok(names)
+            }
+            Err(zk::Error::NoNode) => Ok(Vec::new()),
+            Err(e) => Err(ApiError::from_zk(e, rel_dir)),
+        }
+    }
+
+    /// Reads every document of a folder (pipelined), sorted by name.
+    pub async fn list_docs(&self, rel_dir: &str) -> ApiResult<Vec<(String, Doc)>> {
+        let names = self.list(rel_dir).await?;
+        let client = self.client().await?;
+        let reads = futures::future::join_all(
+            names
+                .iter()
+                .map(|n| client.get_data(&self.abs(&format!("{rel_dir}/{n}")))),
+        )
+        .await;
+        let mut docs = Vec::with_capacity(names.len());
+        for (name, read) in names.into_iter().zip(reads) {
+            match read {
+                Ok((data, stat)) => docs.push((name, Doc { data, stat })),
+                Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(ApiError::from_zk(e, rel_dir)),
+            }
+        }
+        Ok(docs)
+    }
+
+    /// Creates the folder (and its ancestors) if missing.
+    pub async fn ensure_dir(&self, rel_dir: &str) -> ApiResult<()> {
+        let client = self.client().await?;
+        ensure_path(&client, &self.abs(rel_dir), &persistent())
+            .await
+            .map_err(|e| ApiError::from_zk(e, rel_dir))
+    }
+
+    /// Writes a document under a precondition: creates it (parents too) or sets it with the
+    /// expected version. 409 on a version mismatch or an existing document under `Absent`,
+    /// 404 when `Version` is given and the document is gone.
+    pub async fn put(&self, rel: &str, data: &[u8], pre: Precondition) -> ApiResult<Written> {
+        let client = self.client().await?;
+        let abs = self.abs(rel);
+        match pre {
+            Precondition::Version(v) => {
+                let stat = client
+                    .set_data(&abs, data, Some(v))
+                    .await
+                    .map_err(|e| ApiError::from_zk(e, rel))?;
+                Ok(Written {
+                    stat,
+                    created: false,
+                })
+            }
+            Precondition::Absent => {
+                let stat = self.create(&client, rel, data).await?;
+                Ok(Written {
+                    stat,
+                    created: true,
+                })
+            }
+            Precondition::Any => {
+                for _ in 0..5 {
+                    match client.set_data(&abs, data, None).await {
+                        Ok(stat) => {
+                            return Ok(Written {
+                                stat,
+                                created: false,
+                            })
+                        }
+                        Err(zk::Error::NoNode) => {}
+                        Err(e) => return Err(ApiError::from_zk(e, rel)),
+                    }
+                    match self.create(&client, rel, data).await {
+                        Ok(stat) => {
+                            return Ok(Written {
+                                stat,
+                                created: true,
+                            })
+                        }
+                        Err(e) if e.code == "CONFLICT" => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(ApiError::conflict(format!(
+                    "{rel} keeps being created and deleted concurrently"
+                )))
+            }
+        }
+    }
+
+    async fn create(&self, client: &zk::Client, rel: &str, data: &[u8]) -> ApiResult<Stat> {
+        let abs = self.abs(rel);
+        let options = persistent();
+        for _ in 0..2 {
+            match client.create(&abs, data, &options).await {
+                Ok((stat, _)) => return Ok(self.valid_stat(client, rel, stat).await),
+                Err(zk::Error::NoNode) => {
+                    if let Some((parent, _)) = abs.rsplit_once('/') {
+                        ensure_path(client, parent, &options)
+                            .await
+                            .map_err(|e| ApiError::from_zk(e, rel))?;
+                    }
+                }
+                Err(e) => return Err(ApiError::from_zk(e, rel)),
+            }
+        }
+        Err(ApiError::conflict(format!(
+            "{rel}: parent keeps disappearing"
+        )))
+    }
+
+    /// Some servers return an invalid stat for creates (ZOOKEEPER-4026): read it then.
+    async fn valid_stat(&self, client: &zk::Client, rel: &str, stat: Stat) -> Stat {
+        if stat.version >= 0 && stat.mzxid > 0 {
+            return stat;
+        }
+        match client.check_stat(&self.abs(rel)).await {
+            Ok(Some(s)) => s,
+            _ => stat,
+        }
+    }
+
+    /// Deletes a document (with `Version`: only at that version). 404 if missing.
+    pub async fn delete(&self, rel: &str, pre: Precondition) -> ApiResult<()> {
+        let client = self.client().await?;
+        let version = match pre {
+            Precondition::Version(v) => Some(v),
+            _ => None,
+        };
+        client
+            .delete(&self.abs(rel), version)
+            .await
+            .map_err(|e| ApiError::from_zk(e, rel))
+    }
+
+    /// Runs several writes atomically (a ZooKeeper multi). Each op names its tree path.
+    pub async fn multi(&self, ops: &[Op]) -> ApiResult<Vec<Option<Stat>>> {
+        let client = self.client().await?;
+        let options = persistent();
+        let mut writer = client.new_multi_writer();
+        for op in ops {
+            let result = match op {
+                Op::Create { rel, data } => writer.add_create(&self.abs(rel), data, &options),
+                Op::Set { rel, data, version } => {
+                    writer.add_set_data(&self.abs(rel), data, Some(*version))
+                }
+                Op::Check { rel, version } => writer.add_check_version(&self.abs(rel), *version),
+                Op::Delete { rel, version } => writer.add_delete(&self.abs(rel), *version),
+            };
+            result.map_err(|e| ApiError::internal(format!("bad multi op: {e}")))?;
+        }
+        match writer.commit().await {
+            Ok(results) => Ok(results
+                .into_iter()
+                .map(|r| match r {
+                    zk::MultiWriteResult::Create { stat, .. } => Some(stat),
+                    zk::MultiWriteResult::SetData { stat } => Some(stat),
+                    _ => None,
+                })
+                .collect()),
+            Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                let what = ops.get(index).map(Op::rel).unwrap_or("document");
+                Err(ApiError::from_zk(source, what))
+            }
+            Err(zk::MultiWriteError::RequestFailed { source }) => {
+                Err(ApiError::from_zk(source, "multi write"))
+            }
+        }
+    }
+
+    /// The whole served tree of an env, with its generation (as a gateway computes it).
+    pub async fn tree(&self, env: Env) -> ApiResult<Tree> {
+        let client = self.client().await?;
+        let root = match env {
+            Env::Live => self.root.clone(),
+            Env::Sandbox => self.abs("sandbox"),
+        };
+        read_tree(&client, &root)
+            .await
+            .map_err(|e| ApiError::from_zk(e, env.name()))
+    }
+
+    /// Appends a persistent sequential node `<rel_dir>/<prefix>NNNNNNNNNN`; returns its name.
+    pub async fn append(&self, rel_dir: &str, prefix: &str, data: &[u8]) -> ApiResult<String> {
+        let client = self.client().await?;
+        let options = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all());
+        let path = self.abs(&format!("{rel_dir}/{prefix}"));
+        for _ in 0..2 {
+            match client.create(&path, data, &options).await {
+                Ok((_, seq)) => return Ok(format!("{prefix}{seq}")),
+                Err(zk::Error::NoNode) => self.ensure_dir(rel_dir).await?,
+                Err(e) => return Err(ApiError::from_zk(e, rel_dir)),
+            }
+        }
+        Err(ApiError::internal(format!("cannot create {rel_dir}")))
+    }
+}
+
+/// One write of a [`Store::multi`].
+#[derive(Debug, Clone)]
+pub enum Op {
+    Create {
+        rel: String,
+        data: Vec<u8>,
+    },
+    Set {
+        rel: String,
+        data: Vec<u8>,
+        version: i32,
+    },
+    Check {
+        rel: String,
+        version: i32,
+    },
+    Delete {
+        rel: String,
+        version: Option<i32>,
+    },
+}
+
+impl Op {
+    fn rel(&self) -> &str {
+        match self {
+            Op::Create { rel, .. }
+            | Op::Set { rel, .. }
+            | Op::Check { rel, .. }
+            | Op::Delete { rel, .. } => rel,
+        }
+    }
+}

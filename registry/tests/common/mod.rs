@@ -1,0 +1,131 @@
+//! Shared helpers of the registry's integration tests: a real ZooKeeper, registries on free
+//! ports, an authenticated HTTP client.
+#![allow(dead_code)]
+
+use portico_registry::Config;
+use portico_testkit::ZooKeeper;
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+use std::net::SocketAddr;
+
+pub const TOKEN: &str = "test-admin-token";
+
+/// A registry on a free port, talking to `zk`.
+pub async fn registry(zk: &ZooKeeper) -> Registry {
+    let config = Config {
+        zk_hosts: zk.connect_string(),
+        zk_root: "/portico".to_owned(),
+        token: Some(TOKEN.to_owned()),
+    };
+    let (addr, _task) = portico_registry::spawn(&config, SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap();
+    Registry {
+        base: format!("http://{addr}/api/v1"),
+        http: reqwest::Client::new(),
+    }
+}
+
+pub struct Registry {
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+/// A response: status, headers and the JSON body (Null if not JSON).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub etag: Option<String>,
+    pub request_id: Option<String>,
+    pub body: Value,
+    pub bytes: Vec<u8>,
+}
+
+impl Reply {
+    /// The error code of an envelope.
+    pub fn code(&self) -> &str {
+        self.body["code"].as_str().unwrap_or("")
+    }
+
+    /// The ETag as a plain version string (`"3"` → `3`).
+    pub fn version(&self) -> String {
+        self.etag
+            .clone()
+            .unwrap_or_default()
+            .trim_matches('"')
+            .to_owned()
+    }
+
+    #[track_caller]
+    pub fn expect(self, status: u16) -> Reply {
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "unexpected reply: {:#?}",
+            self.body
+        );
+        self
+    }
+}
+
+impl Registry {
+    pub fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(TOKEN)
+    }
+
+    pub async fn send(&self, req: reqwest::RequestBuilder) -> Reply {
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let etag = header("etag");
+        let request_id = header("x-portico-request-id");
+        let bytes = resp.bytes().await.unwrap().to_vec();
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Reply {
+            status,
+            etag,
+            request_id,
+            body,
+            bytes,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        self.send(self.request(Method::GET, path)).await
+    }
+
+    pub async fn json(&self, method: Method, path: &str, body: &Value) -> Reply {
+        self.send(self.request(method, path).json(body)).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Reply {
+        self.json(Method::POST, path, body).await
+    }
+
+    pub async fn put(&self, path: &str, body: &Value) -> Reply {
+        self.json(Method::PUT, path, body).await
+    }
+
+    pub async fn put_if(&self, path: &str, etag: &str, body: &Value) -> Reply {
+        self.send(
+            self.request(Method::PUT, path)
+                .header("If-Match", format!("\"{etag}\""))
+                .json(body),
+        )
+        .await
+    }
+
+    pub async fn delete(&self, path: &str) -> Reply {
+        self.send(self.request(Method::DELETE, path)).await
+    }
+}
+
+/// The demo order service's .proto source (from the demo crate).
+pub const ORDER_PROTO: &str = include_str!("../../../protos/proto/demo/order.proto");
