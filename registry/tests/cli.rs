@@ -1,0 +1,355 @@
+//! The `portico` CLI against a real registry and ZooKeeper.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{registry, TOKEN};
+use portico_testkit::ZooKeeper;
+use serde_json::json;
+use std::path::Path;
+
+struct Run {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+async fn portico(registry_base: &str, args: &[&str]) -> Run {
+    let base = registry_base.trim_end_matches("/api/v1");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_portico"))
+        .arg("--registry")
+        .arg(base)
+        .args(args)
+        .env("PORTICO_ADMIN_TOKEN", TOKEN)
+        .env("PORTICO_OPERATOR", "cli-tester")
+        .output()
+        .await
+        .unwrap();
+    Run {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_prints_the_contract_vectors() {
+    let run = portico(
+        "http://127.0.0.1:1",
+        &[
+            "sign",
+            "--key",
+            "merchant-1",
+            "--secret",
+            "s3cr3t-value",
+            "--timestamp",
+            "1796000000000",
+            "--nonce",
+            "n0nce-0001",
+            "GET",
+            "http://gw:8080/v1/orders/42?b=2&a=hello%20world&a=%2F&c=x+y&d=%E2%9C%93",
+        ],
+    )
+    .await;
+    assert!(run.ok, "{}", run.stderr);
+    assert_eq!(
+        run.stdout,
+        "X-Portico-AppKey: merchant-1\nX-Portico-Timestamp: 1796000000000\nX-Portico-Nonce: n0nce-0001\n\
+         X-Portico-Signature: 769729970a6fb2f192b1f144cd7b5373cec72689e24dd90516fcb9751d369c73\n"
+    );
+    let run = portico(
+        "http://127.0.0.1:1",
+        &[
+            "sign",
+            "--key",
+            "merchant-1",
+            "--secret",
+            "s3cr3t-value",
+            "--timestamp",
+            "1796000000000",
+            "--nonce",
+            "n0nce-0002",
+            "--body",
+            r#"{"item":"book","qty":2}"#,
+            "POST",
+            "/v1/orders",
+        ],
+    )
+    .await;
+    assert!(
+        run.stdout
+            .contains("b9e9eca162235cc9db8be41daeb80d676ab36455aae179bba0a19d9325af4107"),
+        "{}",
+        run.stdout
+    );
+    // Bad input is a clear error.
+    let run = portico(
+        "http://127.0.0.1:1",
+        &[
+            "sign", "--key", "k", "--secret", "s", "--nonce", "bad!", "GET", "/x",
+        ],
+    )
+    .await;
+    assert!(!run.ok);
+    assert!(run.stderr.contains("--nonce"), "{}", run.stderr);
+}
+
+/// A tiny server that checks the signature of whatever it receives.
+async fn verifying_server() -> String {
+    use axum::body::Bytes;
+    use axum::http::{HeaderMap, StatusCode, Uri};
+    async fn check(
+        method: axum::http::Method,
+        uri: Uri,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> (StatusCode, String) {
+        let h = |n: &str| {
+            headers
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let sts = portico_control::sign::string_to_sign(
+            method.as_str(),
+            uri.path(),
+            uri.query(),
+            &h("x-portico-appkey"),
+            &h("x-portico-timestamp"),
+            &h("x-portico-nonce"),
+            &body,
+        );
+        if portico_control::sign::verify(b"s3cr3t-value", &sts, &h("x-portico-signature")) {
+            (
+                StatusCode::OK,
+                format!(
+                    "{{\"ok\":true,\"body\":{}}}",
+                    String::from_utf8_lossy(&body)
+                ),
+            )
+        } else {
+            (
+                StatusCode::UNAUTHORIZED,
+                "{\"code\":\"SIGNATURE_INVALID\"}".to_owned(),
+            )
+        }
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, axum::Router::new().fallback(check)).await });
+    format!("http://{addr}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_sends_a_signed_request() {
+    let server = verifying_server().await;
+    let url = format!("{server}/v1/orders?b=2&a=x%20y");
+    let run = portico(
+        "http://127.0.0.1:1",
+        &[
+            "call",
+            "--key",
+            "merchant-1",
+            "--secret",
+            "s3cr3t-value",
+            "--body",
+            r#"{"qty":2}"#,
+            "POST",
+            &url,
+        ],
+    )
+    .await;
+    assert!(run.ok, "{}", run.stderr);
+    assert!(run.stdout.starts_with("HTTP 200 OK\n"), "{}", run.stdout);
+    assert!(run.stdout.contains(r#""body":{"qty":2}"#), "{}", run.stdout);
+    let run = portico(
+        "http://127.0.0.1:1",
+        &[
+            "call",
+            "--fail",
+            "--key",
+            "merchant-1",
+            "--secret",
+            "wrong-secret",
+            "GET",
+            &url,
+        ],
+    )
+    .await;
+    assert!(!run.ok);
+    assert!(run.stdout.starts_with("HTTP 401"), "{}", run.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_publish_switch_status_history_export() {
+    let zk = ZooKeeper::start();
+    let reg = registry(&zk).await;
+    let cluster = json!({"protocol": "grpc", "endpoints": [{"addr": "127.0.0.1:50051"}]});
+    reg.put("/clusters/order-svc", &cluster).await.expect(201);
+    reg.put("/sandbox/clusters/order-svc", &cluster)
+        .await
+        .expect(201);
+    let base = reg.base.clone();
+
+    // Import the demo proto, naming one API, and publish it.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protos/proto");
+    let file = root.join("demo/order.proto");
+    let run = portico(
+        &base,
+        &[
+            "import",
+            "proto",
+            "--cluster",
+            "order-svc",
+            "--root",
+            root.to_str().unwrap(),
+            "--service",
+            "demo.order.v1.OrderService",
+            "--id",
+            "demo.order.v1.OrderService/GetOrder=order.get",
+            file.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(run.ok, "{}", run.stderr);
+    assert!(run.stdout.contains("draft order.get"), "{}", run.stdout);
+    let run = portico(
+        &base,
+        &["publish", "order.get", "--comment", "from the CLI"],
+    )
+    .await;
+    assert!(run.ok, "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), "published order.get version 1");
+    let run = portico(&base, &["publish", "order.get"]).await;
+    assert!(run.stdout.contains("version 2"), "{}", run.stdout);
+    let run = portico(&base, &["rollback", "order.get", "1"]).await;
+    assert!(
+        run.ok && run.stdout.contains("now version 3"),
+        "{} {}",
+        run.stdout,
+        run.stderr
+    );
+    let run = portico(&base, &["history", "order.get"]).await;
+    assert!(run.ok);
+    assert_eq!(run.stdout.lines().count(), 4, "{}", run.stdout);
+    // A clear error for a draft that does not exist.
+    let run = portico(&base, &["publish", "no.such"]).await;
+    assert!(!run.ok);
+    assert!(
+        run.stderr.contains("404 NOT_FOUND") && run.stderr.contains("draft"),
+        "{}",
+        run.stderr
+    );
+
+    // Switch on with a fallback, then off.
+    let run = portico(&base, &["switch", "order.get", "on"]).await;
+    assert!(!run.ok && run.stderr.contains("--reason"), "{}", run.stderr);
+    let run = portico(
+        &base,
+        &[
+            "switch",
+            "order.get",
+            "on",
+            "--reason",
+            "db failover",
+            "--fallback-status",
+            "200",
+            "--fallback-body",
+            r#"{"items":[]}"#,
+            "--fallback-header",
+            "X-Degraded: 1",
+        ],
+    )
+    .await;
+    assert!(run.ok, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("ON") && run.stdout.contains("cli-tester"),
+        "{}",
+        run.stdout
+    );
+    let sw = reg.get("/switches/order.get").await.expect(200);
+    assert_eq!(sw.body["degraded"], true);
+    assert_eq!(sw.body["reason"], "db failover");
+    assert_eq!(sw.body["fallback"]["headers"]["X-Degraded"], "1");
+    assert_eq!(sw.body["fallback"]["body"], json!({"items": []}));
+    let run = portico(&base, &["switch", "order.get", "off"]).await;
+    assert!(run.ok && run.stdout.contains("OFF"), "{}", run.stderr);
+
+    // Status shows a registered gateway.
+    let run = portico(&base, &["status"]).await;
+    assert!(
+        run.ok && run.stdout.contains("no gateway nodes"),
+        "{}",
+        run.stdout
+    );
+    let source = portico_control::zk::ZkSource::new(&zk.connect_string(), "/portico");
+    source.register_node(portico_control::zk::NodeInfo::new(
+        "gw-cli",
+        "127.0.0.1:8080",
+        "127.0.0.1:9180",
+    ));
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+    let s = source.clone();
+    tokio::spawn(async move { portico_control::ConfigSource::run(&s, tx).await });
+    rx.recv().await.unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let run = portico(&base, &["status"]).await;
+        assert!(run.ok, "{}", run.stderr);
+        if run.stdout.contains("gw-cli") {
+            assert!(run.stdout.contains("127.0.0.1:9180"), "{}", run.stdout);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gw-cli never shown: {}",
+            run.stdout
+        );
+    }
+
+    // Export: a directory a standalone gateway can load.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tree");
+    let run = portico(&base, &["export", out.to_str().unwrap()]).await;
+    assert!(run.ok, "{}", run.stderr);
+    assert!(out.join("apis/order.get.json").is_file());
+    assert!(out.join("clusters/order-svc.json").is_file());
+    assert!(out.join("switches/order.get.json").is_file());
+    let descriptors: Vec<_> = std::fs::read_dir(out.join("descriptors"))
+        .unwrap()
+        .collect();
+    assert_eq!(descriptors.len(), 1);
+    let tree = portico_control::DirSource::read_tree(&out).unwrap();
+    let snapshot = portico_control::build_snapshot(&tree, None);
+    assert!(snapshot.rejected.is_empty(), "{:?}", snapshot.rejected);
+    assert!(snapshot.apis.contains_key("order.get"));
+    // Refuses a non-empty directory without --force.
+    let run = portico(&base, &["export", out.to_str().unwrap()]).await;
+    assert!(!run.ok && run.stderr.contains("--force"), "{}", run.stderr);
+
+    // Generic request, and a wrong token.
+    let run = portico(&base, &["request", "GET", "/apis/order.get"]).await;
+    assert!(
+        run.ok && run.stdout.contains("\"version\": 3"),
+        "{}",
+        run.stdout
+    );
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_portico"))
+        .args([
+            "--registry",
+            base.trim_end_matches("/api/v1"),
+            "--token",
+            "wrong",
+            "status",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("401 UNAUTHENTICATED") && stderr.contains("--token"),
+        "{stderr}"
+    );
+}
