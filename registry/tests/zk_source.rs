@@ -354,3 +354,39 @@ async fn node_registration_and_session_expiry() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Prints the time from a ZooKeeper write to the tree reaching the receiver (not an assertion:
+/// `cargo test -p portico-registry --test zk_source -- --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn push_latency_report() {
+    let zk = ZooKeeper::start();
+    let c = client(&zk).await;
+    put(&c, "/portico/switches/s", b"{}").await;
+    let source = ZkSource::new(&zk.connect_string(), "/portico");
+    let mut rx = spawn_source(&source);
+    recv_until(&mut rx, "first tree", |_| true).await;
+    let mut samples = Vec::new();
+    for i in 0..300u32 {
+        let body = format!("{{\"degraded\":{},\"n\":{i}}}", i % 2 == 0);
+        let start = std::time::Instant::now();
+        c.set_data("/portico/switches/s", body.as_bytes(), None)
+            .await
+            .unwrap();
+        recv_until(&mut rx, "change", |t| {
+            doc(t, "switches/s") == Some(body.as_str())
+        })
+        .await;
+        samples.push(start.elapsed());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    samples.sort();
+    let p = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
+    println!(
+        "write→tree latency over {} writes: p50 {:?} p99 {:?} max {:?}",
+        samples.len(),
+        p(0.5),
+        p(0.99),
+        samples[samples.len() - 1]
+    );
+}
