@@ -78,6 +78,20 @@ pub struct Store {
     client: Mutex<Option<zk::Client>>,
 }
 
+/// The longest a ZooKeeper operation may take before the request is answered 503.
+pub const OP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Bounds a ZooKeeper operation by [`OP_TIMEOUT`] (a lost connection would otherwise hold the
+/// request until the client reconnects or the session expires).
+async fn timed<T, E: From<zk::Error>>(
+    fut: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    match tokio::time::timeout(OP_TIMEOUT, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(E::from(zk::Error::Timeout)),
+    }
+}
+
 fn persistent() -> zk::CreateOptions<'static> {
     zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
 }
@@ -109,21 +123,30 @@ impl Store {
     pub async fn client(&self) -> ApiResult<zk::Client> {
         let mut guard = self.client.lock().await;
         if let Some(client) = guard.as_ref() {
-            if !client.state().is_terminated() {
-                return Ok(client.clone());
+            match client.state() {
+                zk::SessionState::Disconnected => {
+                    return Err(ApiError::unavailable(format!(
+                        "lost the connection to ZooKeeper at {}; retry later",
+                        self.hosts
+                    )))
+                }
+                state if !state.is_terminated() => return Ok(client.clone()),
+                _ => {}
             }
         }
-        let client = zk::Client::connector()
-            .with_session_timeout(self.session_timeout)
-            .with_fail_eagerly()
-            .connect(&self.hosts)
-            .await
-            .map_err(|e| {
-                ApiError::unavailable(format!(
-                    "cannot connect to ZooKeeper at {}: {e}",
-                    self.hosts
-                ))
-            })?;
+        let client = timed(
+            zk::Client::connector()
+                .with_session_timeout(self.session_timeout)
+                .with_fail_eagerly()
+                .connect(&self.hosts),
+        )
+        .await
+        .map_err(|e| {
+            ApiError::unavailable(format!(
+                "cannot connect to ZooKeeper at {}: {e}",
+                self.hosts
+            ))
+        })?;
         *guard = Some(client.clone());
         Ok(client)
     }
@@ -131,7 +154,7 @@ impl Store {
     /// Whether a session can be had now (for `/health`).
     pub async fn healthy(&self) -> bool {
         match self.client().await {
-            Ok(c) => c.check_stat("/").await.is_ok(),
+            Ok(c) => timed(c.check_stat("/")).await.is_ok(),
             Err(_) => false,
         }
     }
@@ -139,7 +162,7 @@ impl Store {
     /// Reads a document; `None` if it does not exist.
     pub async fn get(&self, rel: &str) -> ApiResult<Option<Doc>> {
         let client = self.client().await?;
-        match client.get_data(&self.abs(rel)).await {
+        match timed(client.get_data(&self.abs(rel))).await {
             Ok((data, stat)) => Ok(Some(Doc { data, stat })),
             Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(ApiError::from_zk(e, rel)),
@@ -156,8 +179,7 @@ impl Store {
     /// The stat of a node, if it exists.
     pub async fn stat(&self, rel: &str) -> ApiResult<Option<Stat>> {
         let client = self.client().await?;
-        client
-            .check_stat(&self.abs(rel))
+        timed(client.check_stat(&self.abs(rel)))
             .await
             .map_err(|e| ApiError::from_zk(e, rel))
     }
@@ -165,7 +187,7 @@ impl Store {
     /// The children of a folder, sorted; empty if the folder does not exist.
     pub async fn list(&self, rel_dir: &str) -> ApiResult<Vec<String>> {
         let client = self.client().await?;
-        match client.list_children(&self.abs(rel_dir)).await {
+        match timed(client.list_children(&self.abs(rel_dir))).await {
             Ok(mut names) => {
                 names.sort();
                 Ok(names)
@@ -179,12 +201,18 @@ impl Store {
     pub async fn list_docs(&self, rel_dir: &str) -> ApiResult<Vec<(String, Doc)>> {
         let names = self.list(rel_dir).await?;
         let client = self.client().await?;
-        let reads = futures::future::join_all(
-            names
-                .iter()
-                .map(|n| client.get_data(&self.abs(&format!("{rel_dir}/{n}")))),
-        )
-        .await;
+        let reads = timed(async {
+            Ok::<_, zk::Error>(
+                futures::future::join_all(
+                    names
+                        .iter()
+                        .map(|n| client.get_data(&self.abs(&format!("{rel_dir}/{n}")))),
+                )
+                .await,
+            )
+        })
+        .await
+        .map_err(|e| ApiError::from_zk(e, rel_dir))?;
         let mut docs = Vec::with_capacity(names.len());
         for (name, read) in names.into_iter().zip(reads) {
             match read {
@@ -199,7 +227,7 @@ impl Store {
     /// Creates the folder (and its ancestors) if missing.
     pub async fn ensure_dir(&self, rel_dir: &str) -> ApiResult<()> {
         let client = self.client().await?;
-        ensure_path(&client, &self.abs(rel_dir), &persistent())
+        timed(ensure_path(&client, &self.abs(rel_dir), &persistent()))
             .await
             .map_err(|e| ApiError::from_zk(e, rel_dir))
     }
@@ -212,8 +240,7 @@ impl Store {
         let abs = self.abs(rel);
         match pre {
             Precondition::Version(v) => {
-                let stat = client
-                    .set_data(&abs, data, Some(v))
+                let stat = timed(client.set_data(&abs, data, Some(v)))
                     .await
                     .map_err(|e| ApiError::from_zk(e, rel))?;
                 Ok(Written {
@@ -230,7 +257,7 @@ impl Store {
             }
             Precondition::Any => {
                 for _ in 0..5 {
-                    match client.set_data(&abs, data, None).await {
+                    match timed(client.set_data(&abs, data, None)).await {
                         Ok(stat) => {
                             return Ok(Written {
                                 stat,
@@ -262,11 +289,11 @@ impl Store {
         let abs = self.abs(rel);
         let options = persistent();
         for _ in 0..2 {
-            match client.create(&abs, data, &options).await {
+            match timed(client.create(&abs, data, &options)).await {
                 Ok((stat, _)) => return Ok(self.valid_stat(client, rel, stat).await),
                 Err(zk::Error::NoNode) => {
                     if let Some((parent, _)) = abs.rsplit_once('/') {
-                        ensure_path(client, parent, &options)
+                        timed(ensure_path(client, parent, &options))
                             .await
                             .map_err(|e| ApiError::from_zk(e, rel))?;
                     }
@@ -284,7 +311,7 @@ impl Store {
         if stat.version >= 0 && stat.mzxid > 0 {
             return stat;
         }
-        match client.check_stat(&self.abs(rel)).await {
+        match timed(client.check_stat(&self.abs(rel))).await {
             Ok(Some(s)) => s,
             _ => stat,
         }
@@ -297,8 +324,7 @@ impl Store {
             Precondition::Version(v) => Some(v),
             _ => None,
         };
-        client
-            .delete(&self.abs(rel), version)
+        timed(client.delete(&self.abs(rel), version))
             .await
             .map_err(|e| ApiError::from_zk(e, rel))
     }
@@ -319,7 +345,7 @@ impl Store {
             };
             result.map_err(|e| ApiError::internal(format!("bad multi op: {e}")))?;
         }
-        match writer.commit().await {
+        match timed(writer.commit()).await {
             Ok(results) => Ok(results
                 .into_iter()
                 .map(|r| match r {
@@ -345,7 +371,7 @@ impl Store {
             Env::Live => self.root.clone(),
             Env::Sandbox => self.abs("sandbox"),
         };
-        read_tree(&client, &root)
+        timed(read_tree(&client, &root))
             .await
             .map_err(|e| ApiError::from_zk(e, env.name()))
     }
@@ -356,7 +382,7 @@ impl Store {
         let options = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all());
         let path = self.abs(&format!("{rel_dir}/{prefix}"));
         for _ in 0..2 {
-            match client.create(&path, data, &options).await {
+            match timed(client.create(&path, data, &options)).await {
                 Ok((_, seq)) => return Ok(format!("{prefix}{seq}")),
                 Err(zk::Error::NoNode) => self.ensure_dir(rel_dir).await?,
                 Err(e) => return Err(ApiError::from_zk(e, rel_dir)),

@@ -905,3 +905,37 @@ async fn nodes_lag_and_export() {
     reg.get("/export?env=sandbox").await.expect(200);
     reg.get("/export?env=nope").await.expect(400);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_down_is_503_and_the_registry_recovers() {
+    let mut zk = ZooKeeper::start();
+    let reg = registry(&zk).await;
+    reg.put(
+        "/clusters/web",
+        &json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:8081"}]}),
+    )
+    .await
+    .expect(201);
+    zk.stop();
+    let started = std::time::Instant::now();
+    let r = reg.get("/clusters/web").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", r.body);
+    assert_eq!(r.code(), "ZOOKEEPER_UNAVAILABLE");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let h = reqwest::get(format!("{}/health", reg.base)).await.unwrap();
+    assert_eq!(h.status(), StatusCode::SERVICE_UNAVAILABLE);
+    zk.start_again();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let r = reg.get("/clusters/web").await;
+        if r.status == StatusCode::OK {
+            break;
+        }
+        assert_eq!(r.code(), "ZOOKEEPER_UNAVAILABLE", "{:?}", r.body);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "registry never recovered"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
