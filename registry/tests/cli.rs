@@ -353,3 +353,62 @@ async fn import_publish_switch_status_history_export() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_binary_needs_a_token_and_serves() {
+    let bin = env!("CARGO_BIN_EXE_portico-registry");
+    let out = tokio::process::Command::new(bin)
+        .args(["--zk", "127.0.0.1:1", "--listen", "127.0.0.1:0"])
+        .env_remove("PORTICO_ADMIN_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no admin token"));
+
+    let zk = ZooKeeper::start();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "file-token\n").unwrap();
+    let port = portico_testkit::free_port();
+    let mut child = tokio::process::Command::new(bin)
+        .args([
+            "--zk",
+            &zk.connect_string(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .arg("--admin-token-file")
+        .arg(&token_file)
+        .env_remove("PORTICO_ADMIN_TOKEN")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}/api/v1");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Ok(r) = http.get(format!("{base}/health")).send().await {
+            if r.status().is_success() {
+                break;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the registry never became healthy"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let r = http
+        .get(format!("{base}/apps"))
+        .bearer_auth("file-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::OK);
+    let r = http.get(format!("{base}/apps")).send().await.unwrap();
+    assert_eq!(r.status(), reqwest::StatusCode::UNAUTHORIZED);
+    child.kill().await.unwrap();
+}
