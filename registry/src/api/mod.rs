@@ -388,8 +388,41 @@ pub async fn audit(
         "detail": detail,
     });
     let bytes = serde_json::to_vec(&entry).unwrap_or_default();
-    if let Err(e) = state.store.append("audit", "entry-", &bytes).await {
-        tracing::warn!(action, target, error = %e, "audit entry not written");
+    match state.store.append("audit", "entry-", &bytes).await {
+        Ok(name) => {
+            let seq = name
+                .trim_start_matches("entry-")
+                .parse::<u64>()
+                .unwrap_or(1);
+            if seq > 0 && seq % AUDIT_TRIM_EVERY == 0 {
+                let state = state.clone();
+                tokio::spawn(async move { trim_audit(&state).await });
+            }
+        }
+        Err(e) => tracing::warn!(action, target, error = %e, "audit entry not written"),
+    }
+}
+
+/// The audit log keeps this many newest entries.
+pub const AUDIT_KEEP: usize = 10_000;
+/// Every this many appends, older entries are removed.
+const AUDIT_TRIM_EVERY: u64 = 500;
+
+/// Removes all but the newest [`AUDIT_KEEP`] audit entries (best effort).
+async fn trim_audit(state: &Shared) {
+    let Ok(mut names) = state.store.list("audit").await else {
+        return;
+    };
+    if names.len() <= AUDIT_KEEP {
+        return;
+    }
+    names.sort();
+    let excess = names.len() - AUDIT_KEEP;
+    for name in names.into_iter().take(excess) {
+        let _ = state
+            .store
+            .delete(&format!("audit/{name}"), Precondition::Any)
+            .await;
     }
 }
 
