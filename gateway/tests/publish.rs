@@ -1,0 +1,270 @@
+//! The publishing workflow end to end over real processes: a real ZooKeeper, the registry,
+//! the demo backend and a gateway with a sandbox listener. A backend team uploads its .proto,
+//! calls the draft on the sandbox listener, publishes, and the API answers on the live
+//! listener without a restart; a rollback and a switch through the registry apply too.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use portico_testkit::ZooKeeper;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use support::*;
+
+const TOKEN: &str = "test-admin-token-0123456789";
+
+/// `target/<profile>/portico-registry`, built by `cargo build --workspace`.
+fn registry_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("PORTICO_REGISTRY_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let bin = deps.parent().unwrap().join("portico-registry");
+    assert!(
+        bin.is_file(),
+        "{} not found: run `cargo build --workspace --all-targets` first",
+        bin.display()
+    );
+    bin
+}
+
+struct Registry {
+    child: Child,
+    url: String,
+}
+
+impl Registry {
+    fn start(zk: &ZooKeeper) -> Registry {
+        let port = free_port();
+        let child = Command::new(registry_bin())
+            .args([
+                "--zk",
+                &zk.connect_string(),
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .env("PORTICO_ADMIN_TOKEN", TOKEN)
+            .env("PORTICO_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let r = Registry {
+            child,
+            url: format!("http://127.0.0.1:{port}/api/v1"),
+        };
+        assert!(
+            wait_until(Duration::from_secs(30), || client()
+                .get(format!("{}/health", r.url))
+                .send()
+                .is_ok_and(|x| x.status() == 200)),
+            "registry never became healthy"
+        );
+        r
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut req = client()
+            .request(m, format!("{}{path}", self.url))
+            .bearer_auth(TOKEN)
+            .header("X-Portico-Operator", "test-team");
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().unwrap_or(Value::Null))
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn proto_files() -> Value {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../protos/proto");
+    let mut files = serde_json::Map::new();
+    for rel in [
+        "demo/order.proto",
+        "google/api/annotations.proto",
+        "google/api/http.proto",
+    ] {
+        files.insert(
+            rel.into(),
+            Value::String(std::fs::read_to_string(root.join(rel)).unwrap()),
+        );
+    }
+    Value::Object(files)
+}
+
+#[test]
+fn upload_try_in_sandbox_publish_roll_back_and_switch() {
+    let zk = ZooKeeper::start();
+    let backend = BackendProcess::start_http_grpc().unwrap();
+    let registry = Registry::start(&zk);
+    let grpc = backend.grpc.unwrap().to_string();
+
+    // Clusters and apps, in both trees.
+    for env in ["", "/sandbox"] {
+        let (s, v) = registry.call(
+            "PUT",
+            &format!("{env}/clusters/demo-grpc"),
+            Some(json!({"protocol": "grpc", "endpoints": [{"addr": grpc}]})),
+        );
+        assert!(s == 200 || s == 201, "{s} {v}");
+    }
+    let (s, v) = registry.call(
+        "POST",
+        "/sandbox/apps",
+        Some(json!({"app_key": "team-sandbox", "secret": "sandbox-secret-1", "apis": ["*"]})),
+    );
+    assert!(s == 200 || s == 201, "{s} {v}");
+    let (s, v) = registry.call(
+        "POST",
+        "/apps",
+        Some(json!({"app_key": KEY, "secret": SECRET, "apis": ["*"]})),
+    );
+    assert!(s == 200 || s == 201, "{s} {v}");
+
+    let snap = tempfile::tempdir().unwrap();
+    let sandbox: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let gw = GatewayProcess::start_args(vec![
+        "--zk".into(),
+        zk.connect_string(),
+        "--snapshot-dir".into(),
+        snap.path().join("lkg").display().to_string(),
+        "--sandbox-listen".into(),
+        sandbox.to_string(),
+        "--node-id".into(),
+        "gw-publish".into(),
+    ]);
+
+    // Upload the .proto: one draft per annotated RPC.
+    let (s, v) = registry.call(
+        "POST",
+        "/protos",
+        Some(json!({"files": proto_files(), "cluster": "demo-grpc"})),
+    );
+    assert!(s == 200 || s == 201, "{s} {v}");
+    let drafts: Vec<String> = v["drafts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(drafts.contains(&"order.getorder".to_owned()), "{v}");
+
+    // The draft answers on the sandbox listener, with a sandbox app, and not on the live one.
+    let c = client();
+    let sandbox_url = format!("http://{sandbox}/v1/orders/42");
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            signed(
+                &c,
+                "GET",
+                &sandbox_url,
+                "team-sandbox",
+                "sandbox-secret-1",
+                None,
+            )
+            .send()
+            .is_ok_and(|r| r.status() == 200)
+        }),
+        "the draft never answered on the sandbox listener"
+    );
+    let (s, code, _) = code_of(
+        signed(&c, "GET", &gw.url("/v1/orders/42"), KEY, SECRET, None)
+            .send()
+            .unwrap(),
+    );
+    assert_eq!((s, code.as_str()), (404, "API_NOT_FOUND"));
+
+    // Publish: live on the gateway without a restart.
+    let started = Instant::now();
+    let (s, v) = registry.call(
+        "POST",
+        "/apis/order.getorder/publish",
+        Some(json!({"comment": "first release"})),
+    );
+    assert!(s == 200 || s == 201, "{s} {v}");
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            signed(&c, "GET", &gw.url("/v1/orders/42"), KEY, SECRET, None)
+                .send()
+                .is_ok_and(|r| r.status() == 200)
+        }),
+        "the published API never answered on the live listener"
+    );
+    eprintln!("publish → live: {:?}", started.elapsed());
+    let v: Value = signed(&c, "GET", &gw.url("/v1/orders/42"), KEY, SECRET, None)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(v["orderId"], "42");
+
+    // Version 2 changes the path; rolling back to version 1 restores it.
+    let (s, mut draft) = registry.call("GET", "/sandbox/apis/order.getorder", None);
+    assert_eq!(s, 200);
+    draft["http"]["path"] = json!("/v2/orders/{order_id}");
+    let (s, v) = registry.call("PUT", "/sandbox/apis/order.getorder", Some(draft));
+    assert!(s == 200 || s == 201, "{s} {v}");
+    let (s, v) = registry.call("POST", "/apis/order.getorder/publish", None);
+    assert!(s == 200 || s == 201, "{s} {v}");
+    assert!(wait_until(Duration::from_secs(10), || {
+        signed(&c, "GET", &gw.url("/v2/orders/1"), KEY, SECRET, None)
+            .send()
+            .is_ok_and(|r| r.status() == 200)
+    }));
+    let (s, v) = registry.call(
+        "POST",
+        "/apis/order.getorder/rollback",
+        Some(json!({"version": 1})),
+    );
+    assert!(s == 200 || s == 201, "{s} {v}");
+    assert!(wait_until(Duration::from_secs(10), || {
+        signed(&c, "GET", &gw.url("/v1/orders/1"), KEY, SECRET, None)
+            .send()
+            .is_ok_and(|r| r.status() == 200)
+    }));
+    let (s, v) = registry.call("GET", "/apis/order.getorder/history", None);
+    assert_eq!(s, 200);
+    assert!(v["versions"].as_array().unwrap().len() >= 3, "{v}");
+
+    // An SRE degrades it through the registry; the gateway answers the fallback.
+    let (s, v) = registry.call("PUT", "/switches/order.getorder", Some(json!({
+        "degraded": true, "reason": "drill", "fallback": {"status": 200, "body": {"degraded": true}}
+    })));
+    assert!(s == 200 || s == 201, "{s} {v}");
+    assert!(wait_until(Duration::from_secs(10), || {
+        signed(&c, "GET", &gw.url("/v1/orders/1"), KEY, SECRET, None)
+            .send()
+            .is_ok_and(|r| {
+                r.json::<Value>()
+                    .is_ok_and(|v| v == json!({"degraded": true}))
+            })
+    }));
+
+    // The registry sees the node with the current configuration.
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let (_, v) = registry.call("GET", "/nodes", None);
+            v.to_string().contains("gw-publish") && v.to_string().contains("\"in_sync\":true")
+        }),
+        "{}",
+        registry.call("GET", "/nodes", None).1
+    );
+    // Every change is in the audit log.
+    let (_, audit) = registry.call("GET", "/audit", None);
+    let text = audit.to_string();
+    assert!(text.contains("test-team"), "{text}");
+}
