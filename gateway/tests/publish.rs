@@ -268,3 +268,103 @@ fn upload_try_in_sandbox_publish_roll_back_and_switch() {
     let text = audit.to_string();
     assert!(text.contains("test-team"), "{text}");
 }
+
+/// `portico import tree` loads a standalone tree (the example up.sh starts from) into ZooKeeper
+/// through the registry, and a ZooKeeper-mode gateway serves it.
+#[test]
+fn a_standalone_tree_imports_into_zookeeper() {
+    let zk = ZooKeeper::start();
+    let backend = BackendProcess::start_http_grpc().unwrap();
+    let registry = Registry::start(&zk);
+    // The example tree, pointed at this test's backend.
+    let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ops/examples/standalone");
+    let tree = tempfile::tempdir().unwrap();
+    copy_dir(&example, tree.path());
+    for (file, addr) in [
+        ("clusters/demo-http.json", backend.http),
+        ("clusters/demo-grpc.json", backend.grpc.unwrap()),
+    ] {
+        let mut v: Value =
+            serde_json::from_slice(&std::fs::read(tree.path().join(file)).unwrap()).unwrap();
+        v["endpoints"] = json!([{"addr": addr.to_string()}]);
+        std::fs::write(tree.path().join(file), serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+    let cli = registry_bin().with_file_name("portico");
+    let out = Command::new(&cli)
+        .args([
+            "--registry",
+            &format!("{}", registry.url.trim_end_matches("/api/v1")),
+            "import",
+            "tree",
+        ])
+        .arg(tree.path())
+        .env("PORTICO_ADMIN_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("imported"));
+
+    let snap = tempfile::tempdir().unwrap();
+    let gw = GatewayProcess::start_args(vec![
+        "--zk".into(),
+        zk.connect_string(),
+        "--snapshot-dir".into(),
+        snap.path().join("lkg").display().to_string(),
+    ]);
+    let c = client();
+    assert!(wait_until(Duration::from_secs(10), || c
+        .get(gw.url("/grpc/v1/orders/42"))
+        .send()
+        .is_ok_and(|r| r.status() == 200)));
+    assert_eq!(c.get(gw.url("/v1/health")).send().unwrap().status(), 200);
+    assert!(
+        gw.status()["rejected_documents"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{}",
+        gw.status()
+    );
+
+    // A tree with a broken document is refused whole, naming it.
+    std::fs::write(
+        tree.path().join("apis/broken.json"),
+        b"{\"id\": \"broken\"}",
+    )
+    .unwrap();
+    let out = Command::new(&cli)
+        .args([
+            "--registry",
+            registry.url.trim_end_matches("/api/v1"),
+            "import",
+            "tree",
+        ])
+        .arg(tree.path())
+        .env("PORTICO_ADMIN_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("apis/broken"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}

@@ -1,13 +1,14 @@
 //! Operations: health, the OpenAPI document, the audit log, live gateway nodes, export.
 
-use super::{json_response, Reply, Route};
+use super::{audit, json_response, validate_change, Body, Ctx, Reply, Route};
 use crate::error::{ApiError, ApiResult};
 use crate::server::Shared;
-use crate::store::Env;
+use crate::store::{Env, Precondition};
+use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{get, post};
 use base64::Engine as _;
 use portico_control::zk::NodeInfo;
 use portico_control::DocKind;
@@ -30,6 +31,10 @@ pub fn routes() -> Vec<Route> {
             .reply(Reply::Json(200, "Nodes")),
         Route::new(Method::GET, "/export", "ops", "The tree as the §3.3 directory: file path → content (UTF-8 JSON text, or base64 for descriptors)", get(export))
             .reply(Reply::Json(200, "Export"))
+            .query("env", "live (default) or sandbox"),
+        Route::new(Method::POST, "/import", "ops", "Write a §3.3 directory (the export's shape: file path → content) into the tree, validated as a whole the way gateways will; for bootstrapping and migrating a standalone tree", post(import_tree))
+            .body(Body::Json("Export"))
+            .reply(Reply::Json(200, "Any"))
             .query("env", "live (default) or sandbox"),
     ]
 }
@@ -170,4 +175,125 @@ async fn export(
         &json!({"env": env.name(), "generation": tree.generation, "files": files}),
         None,
     ))
+}
+
+/// The tree path of an exported file path: `apis/x.json` → `apis/x`, `descriptors/<sha>.pb`
+/// → `descriptors/<sha>`, `ipacl.json` → `ipacl`; `None` for anything else.
+fn tree_path_of(file: &str) -> Option<String> {
+    let rel = file
+        .strip_suffix(".json")
+        .or_else(|| file.strip_suffix(".pb"))?;
+    let (kind, _) = DocKind::classify(rel)?;
+    (file.ends_with(kind.file_ext())).then(|| rel.to_owned())
+}
+
+async fn import_tree(
+    State(state): State<Shared>,
+    Query(q): Query<HashMap<String, String>>,
+    ctx: Ctx,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let env = match q.get("env").map(String::as_str) {
+        None | Some("live") => Env::Live,
+        Some("sandbox") => Env::Sandbox,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "env: {other:?} is not live or sandbox"
+            )))
+        }
+    };
+    let value: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("import: not valid JSON: {e}")))?;
+    let files = value["files"]
+        .as_object()
+        .ok_or_else(|| ApiError::bad_request("import: a `files` object is required"))?;
+    let mut changes: Vec<(String, Option<Vec<u8>>)> = Vec::with_capacity(files.len());
+    for (file, entry) in files {
+        let rel = tree_path_of(file).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "import: {file:?} is not a document of the tree (apis/<id>.json, clusters/<name>.json, apps/<key>.json, switches/<id>.json, ipacl.json, descriptors/<sha256>.pb)"
+            ))
+        })?;
+        let (encoding, content) = match entry {
+            Value::String(text) => ("utf-8", text.as_str()),
+            other => (
+                other["encoding"].as_str().unwrap_or("utf-8"),
+                other["content"].as_str().unwrap_or_default(),
+            ),
+        };
+        let bytes = match encoding {
+            "base64" => base64::engine::general_purpose::STANDARD
+                .decode(content)
+                .map_err(|e| ApiError::bad_request(format!("import: {file}: bad base64: {e}")))?,
+            "utf-8" => content.as_bytes().to_vec(),
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "import: {file}: unknown encoding {other:?} (utf-8 or base64)"
+                )))
+            }
+        };
+        changes.push((rel, Some(bytes)));
+    }
+    if changes.is_empty() {
+        return Err(ApiError::bad_request("import: no files"));
+    }
+    // Validated as a whole: every imported document must be accepted, and nothing accepted now
+    // may be rejected after.
+    validate_change(&state, env, &changes).await?;
+    // Descriptors and clusters first, so a gateway reading mid-import never sees an API whose
+    // references are missing (it would reject the API until the next read).
+    changes.sort_by_key(|(rel, _)| match DocKind::classify(rel).map(|(k, _)| k) {
+        Some(DocKind::Descriptor) => 0,
+        Some(DocKind::Cluster) => 1,
+        Some(DocKind::IpAcl) | Some(DocKind::App) => 2,
+        Some(DocKind::Api) => 3,
+        _ => 4,
+    });
+    let mut written = Vec::with_capacity(changes.len());
+    for (rel, bytes) in &changes {
+        if let Some(bytes) = bytes {
+            state
+                .store
+                .put(&env.path(rel), bytes, Precondition::Any)
+                .await?;
+            written.push(rel.clone());
+        }
+    }
+    let actor = ctx.actor(None);
+    audit(
+        &state,
+        &ctx,
+        &actor,
+        "tree.import",
+        env.name(),
+        json!({"documents": written}),
+    )
+    .await;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"env": env.name(), "imported": written}),
+        None,
+    ))
+}
+
+#[cfg(test)]
+mod import_tests {
+    use super::tree_path_of;
+
+    #[test]
+    fn file_paths_map_to_tree_paths() {
+        assert_eq!(
+            tree_path_of("apis/order.get.json").as_deref(),
+            Some("apis/order.get")
+        );
+        assert_eq!(tree_path_of("ipacl.json").as_deref(), Some("ipacl"));
+        assert_eq!(
+            tree_path_of("descriptors/ab.pb").as_deref(),
+            Some("descriptors/ab")
+        );
+        assert_eq!(tree_path_of("descriptors/ab.json"), None);
+        assert_eq!(tree_path_of("apis/x.pb"), None);
+        assert_eq!(tree_path_of("nodes/gw.json"), None);
+        assert_eq!(tree_path_of("VERSION"), None);
+    }
 }
