@@ -2,7 +2,8 @@
 # Portico's test run (what CI runs, through .ci/run):
 #   1. installs what the tests need and is missing (Debian packages; as root or via sudo);
 #   2. checks the signing vectors of ops/sign.py and that docs/PROTOCOL.md's worked examples
-#      and Python snippet agree with them (ops/check_docs.py);
+#      and Python snippet agree with them (ops/check_docs.py); builds the console
+#      (admin-ui/build.sh: npm ci when needed, then the type check and vite build);
 #   3. cargo fmt --check;
 #   4. cargo build --workspace --all-targets (so every binary the tests launch exists:
 #      portico-gateway, portico-demo-backend, portico-registry, ... in target/debug/);
@@ -47,13 +48,18 @@ step() {
 # --- 1. packages -------------------------------------------------------------------------
 # cmake: Pingora's zlib-ng; zookeeper: the real ZooKeeper the integration tests start.
 ensure_packages cmake zookeeper curl python3
-# --- browser tests (console e2e, later issue): install chromium + chromium-driver here ---
-# ensure_packages chromium chromium-driver
+# --- browser tests (console e2e): Debian's Chromium, and the console's npm toolchain ------
+# registry/tests/console_e2e.rs drives /usr/bin/chromium with playwright-core (no browser
+# download) and fails, saying why, when Chromium or admin-ui/node_modules is missing.
+ensure_packages chromium chromium-driver fonts-liberation
+command -v npm >/dev/null 2>&1 || ensure_packages nodejs npm
 # ------------------------------------------------------------------------------------------
 export PORTICO_ZK_BIN="$ZK_BIN"
 
 # --- 2..6 ----------------------------------------------------------------------------------
 step sign-vectors python3 ops/sign.py --self-test || true
+# The console: npm ci (only when node_modules is not the lock file's) and the build.
+step console admin-ui/build.sh || true
 step protocol-doc python3 ops/check_docs.py || true
 if [ "${PORTICO_SKIP_LINT:-0}" != 1 ]; then
     step fmt cargo fmt --all -- --check || true

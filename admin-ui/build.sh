@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds the console into admin-ui/dist (served by portico-registry at /). Idempotent and
+# quick when nothing changed:
+#   - `npm ci` only when node_modules does not match package-lock.json (a hash of the lock
+#     file is kept in node_modules/.portico-lock.sha256 after a successful install);
+#   - `npm run build` (type check + vite) only when a source is newer than dist/index.html.
+# Used by ops/up.sh and ops/test.sh.   ./admin-ui/build.sh [--force]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+force=0
+[ "${1:-}" = --force ] && force=1
+
+command -v npm >/dev/null 2>&1 || {
+    echo "error: npm is not installed (Node.js 20 with npm is needed to build the console)" >&2
+    exit 1
+}
+stamp=node_modules/.portico-lock.sha256
+want="$(sha256sum package-lock.json | cut -d' ' -f1)"
+if [ "$force" = 1 ] || [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "==> admin-ui: npm ci" >&2
+    npm ci --no-audit --no-fund --loglevel=error
+    echo "$want" >"$stamp"
+else
+    echo "==> admin-ui: node_modules up to date with package-lock.json" >&2
+fi
+
+if [ "$force" = 1 ] || [ ! -f dist/index.html ] ||
+    [ -n "$(find src public index.html vite.config.ts tsconfig.json package-lock.json -newer dist/index.html -print -quit 2>/dev/null)" ]; then
+    echo "==> admin-ui: npm run build" >&2
+    npm run build --silent
+else
+    echo "==> admin-ui: dist/ is up to date" >&2
+fi

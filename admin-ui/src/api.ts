@@ -1,0 +1,226 @@
+// The registry's admin REST API (/api/v1), as the console uses it. Every call carries the
+// admin token (kept in sessionStorage: gone when the tab closes) and the operator's name
+// (X-Portico-Operator, recorded in the audit log and on switches).
+
+export type Detail = { path?: string; field?: string; reason: string };
+
+/** A failed call: the registry's envelope {code, message, request_id, details}. */
+export class ApiError extends Error {
+  status: number;
+  code: string;
+  requestId: string;
+  details: Detail[];
+  constructor(status: number, code: string, message: string, requestId = "", details: Detail[] = []) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.requestId = requestId;
+    this.details = details;
+  }
+}
+
+const TOKEN_KEY = "portico.token";
+const OPERATOR_KEY = "portico.operator";
+
+export const session = {
+  token(): string | null {
+    return sessionStorage.getItem(TOKEN_KEY);
+  },
+  operator(): string {
+    return sessionStorage.getItem(OPERATOR_KEY) || localStorage.getItem(OPERATOR_KEY) || "";
+  },
+  signIn(token: string, operator: string) {
+    sessionStorage.setItem(TOKEN_KEY, token);
+    sessionStorage.setItem(OPERATOR_KEY, operator);
+    localStorage.setItem(OPERATOR_KEY, operator); // a convenience for the next sign-in; never the token
+  },
+  signOut() {
+    sessionStorage.removeItem(TOKEN_KEY);
+  },
+};
+
+export type Reply<T> = { data: T; etag?: string; requestId: string; status: number };
+
+type Options = {
+  body?: unknown;
+  form?: FormData;
+  binary?: ArrayBuffer;
+  ifMatch?: string;
+  ifNoneMatch?: boolean;
+  query?: Record<string, string | undefined>;
+  token?: string;
+  signal?: AbortSignal;
+};
+
+export async function request<T = any>(method: string, path: string, opts: Options = {}): Promise<Reply<T>> {
+  const headers: Record<string, string> = { Accept: "application/json" };
+  const token = opts.token ?? session.token();
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const operator = session.operator();
+  if (operator) headers["X-Portico-Operator"] = operator;
+  if (opts.ifMatch) headers["If-Match"] = `"${opts.ifMatch.replace(/"/g, "")}"`;
+  if (opts.ifNoneMatch) headers["If-None-Match"] = "*";
+  let body: BodyInit | undefined;
+  if (opts.form) {
+    body = opts.form;
+  } else if (opts.binary) {
+    body = opts.binary;
+    headers["Content-Type"] = "application/octet-stream";
+  } else if (opts.body !== undefined) {
+    body = JSON.stringify(opts.body);
+    headers["Content-Type"] = "application/json";
+  }
+  let url = `/api/v1${path}`;
+  if (opts.query) {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(opts.query)) if (v !== undefined && v !== "") q.set(k, v);
+    const s = q.toString();
+    if (s) url += `?${s}`;
+  }
+  let resp: Response;
+  try {
+    resp = await fetch(url, { method, headers, body, signal: opts.signal });
+  } catch (e) {
+    if ((e as Error).name === "AbortError") throw e;
+    throw new ApiError(0, "NETWORK", `the registry cannot be reached (${(e as Error).message})`);
+  }
+  const requestId = resp.headers.get("X-Portico-Request-Id") ?? "";
+  const etag = resp.headers.get("ETag")?.replace(/"/g, "") ?? undefined;
+  const text = resp.status === 204 ? "" : await resp.text();
+  let data: any = null;
+  if (text) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = text;
+    }
+  }
+  if (!resp.ok) {
+    const env = data && typeof data === "object" ? data : {};
+    const err = new ApiError(
+      resp.status,
+      env.code ?? `HTTP_${resp.status}`,
+      env.message ?? (typeof data === "string" && data ? data.slice(0, 300) : resp.statusText),
+      env.request_id ?? requestId,
+      Array.isArray(env.details) ? env.details : [],
+    );
+    if (resp.status === 401 && !opts.token) window.dispatchEvent(new CustomEvent("portico:unauthorized"));
+    throw err;
+  }
+  return { data: data as T, etag, requestId, status: resp.status };
+}
+
+export const get = <T = any>(path: string, opts?: Options) => request<T>("GET", path, opts);
+
+// ---- document shapes (DESIGN.md §3.3; see /api/v1/openapi.json) ----
+
+export type HttpRule = {
+  method: string;
+  path: string;
+  body?: string;
+  response_body?: string;
+  additional_bindings?: { method: string; path: string; body?: string }[];
+};
+export type RateLimit = { key?: string | string[]; limit: number; per: "second" | "minute"; burst?: number };
+export type Policy = {
+  bulkhead?: { max_concurrent: number; max_wait_ms?: number };
+  breaker?: {
+    consecutive_failures?: number;
+    slow_call_ms?: number;
+    consecutive_slow_calls?: number;
+    open_ms?: number;
+    half_open_probes?: number;
+    error_ratio?: number;
+    min_calls?: number;
+    window_ms?: number;
+  };
+  rate_limits?: RateLimit[];
+  max_body_bytes?: number;
+};
+export type ApiDef = {
+  id: string;
+  version: number;
+  http: HttpRule;
+  backend: {
+    cluster: string;
+    timeout_ms?: number;
+    grpc?: { service: string; method: string; descriptor: string };
+    http?: { path?: string };
+  };
+  auth?: "signature" | "none";
+  policy?: Policy;
+  description?: string;
+  [k: string]: unknown;
+};
+export type Item<T> = { id: string; etag: string; document: T | null; error?: string };
+export type List<T> = { items: Item<T>[] };
+export type Fallback = { status?: number; headers?: Record<string, string>; body?: unknown };
+export type Switch = {
+  degraded: boolean;
+  reason?: string;
+  updated_by?: string;
+  updated_at?: string;
+  fallback?: Fallback;
+};
+export type App = {
+  name?: string;
+  status?: "active" | "disabled";
+  apis?: string[];
+  rate_limits?: { limit: number; per: string; burst?: number }[];
+};
+export type AuditEntry = {
+  id: string;
+  at: string;
+  actor: string;
+  action: string;
+  target: string;
+  request_id: string;
+  detail?: any;
+};
+export type NodeView = {
+  node_id: string;
+  addr?: string;
+  admin_addr?: string;
+  sandbox_addr?: string;
+  started_at?: string;
+  updated_at?: string;
+  config_version?: { generation: number; digest: string };
+  in_sync?: boolean;
+  lag_zxid?: number;
+  updated_ms_ago?: number | null;
+  error?: string;
+};
+export type Nodes = { generation: number; digest: string; nodes: NodeView[] };
+export type Quantiles = { p50: number | null; p90: number | null; p99: number | null; p999: number | null };
+export type Point = Quantiles & { t: number; qps: number; availability: number | null };
+export type ApiHealth = {
+  plane: string;
+  api: string;
+  published: boolean;
+  qps: number;
+  requests: number;
+  errors_5xx: number;
+  availability: number | null;
+  latency_ms: Quantiles;
+  in_flight: number;
+  breaker: "closed" | "open" | "half_open" | "unknown";
+  breaker_nodes: { node_id: string; state: string }[];
+  series?: Point[];
+};
+export type Health = {
+  interval_ms: number;
+  window_s: number;
+  samples: number;
+  warming_up: boolean;
+  sampled_at_ms: number | null;
+  error: string | null;
+  nodes: { node_id: string; admin_addr: string; ok: boolean; error?: string; last_ok_ms_ago?: number; generation: Record<string, number> }[];
+  totals: { qps: number; requests: number; errors_5xx: number; availability: number | null; latency_ms: Quantiles; series: Point[] };
+  apis: ApiHealth[];
+};
+export type TryResult = {
+  request: { method: string; url: string; headers: Record<string, string>; body: string; app_key: string | null; string_to_sign: string | null };
+  response: { status: number; headers: Record<string, string>; body: string; body_encoding: string; body_bytes: number; truncated: boolean };
+  latency_ms: number;
+  node_id: string;
+};

@@ -1,0 +1,337 @@
+// Switches: every published API's degradation state at a glance; degrade or restore with a
+// confirmation and a required reason; the audit trail beside it.
+import { useMemo, useState } from "preact/hooks";
+import { ApiDef, AuditEntry, Item, List, Switch, get, request } from "../api";
+import { Badge, Button, Empty, ErrorBanner, Field, Link, MethodBadge, Modal, Spinner, ago, cx, fmtTime, pretty, toast, usePoll } from "../ui";
+
+type Row = { id: string; api?: ApiDef; sw?: Item<Switch> };
+
+export function SwitchesPage() {
+  const [apis, setApis] = useState<Item<ApiDef>[] | null>(null);
+  const [switches, setSwitches] = useState<Item<Switch>[] | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  const [filter, setFilter] = useState("");
+  const [show, setShow] = useState<"all" | "degraded" | "normal">("all");
+  const [acting, setActing] = useState<{ row: Row; degrade: boolean } | null>(null);
+  const [auditTick, setAuditTick] = useState(0);
+
+  const load = async () => {
+    try {
+      const [a, s] = await Promise.all([get<List<ApiDef>>("/apis"), get<List<Switch>>("/switches")]);
+      setApis(a.data.items);
+      setSwitches(s.data.items);
+      setError(null);
+    } catch (e) {
+      setError(e);
+    }
+  };
+  usePoll(load, 3000);
+
+  const rows = useMemo(() => {
+    const map = new Map<string, Row>();
+    for (const a of apis ?? []) map.set(a.id, { id: a.id, api: a.document ?? undefined });
+    for (const s of switches ?? []) map.set(s.id, { ...(map.get(s.id) ?? { id: s.id }), sw: s });
+    return [...map.values()].sort((x, y) => {
+      const dx = x.sw?.document?.degraded ? 0 : 1;
+      const dy = y.sw?.document?.degraded ? 0 : 1;
+      return dx - dy || x.id.localeCompare(y.id);
+    });
+  }, [apis, switches]);
+  const degradedCount = rows.filter((r) => r.sw?.document?.degraded).length;
+  const f = filter.trim().toLowerCase();
+  const shown = rows.filter((r) => {
+    const deg = !!r.sw?.document?.degraded;
+    if (show === "degraded" && !deg) return false;
+    if (show === "normal" && deg) return false;
+    if (!f) return true;
+    return [r.id, r.api?.http.path, r.sw?.document?.reason, r.sw?.document?.updated_by].filter(Boolean).some((x) => String(x).toLowerCase().includes(f));
+  });
+
+  return (
+    <div class="page page-split">
+      <div class="split-main">
+        <header class="page-head">
+          <div>
+            <h1>Switches</h1>
+            <p class="muted">Degrade an API to a fallback answer on every gateway within milliseconds; restore it the same way.</p>
+          </div>
+        </header>
+        <div class="summary-cards">
+          <div class={cx("summary", degradedCount ? "bad" : "ok")} data-testid="degraded-count">
+            <div class="summary-num">{apis ? degradedCount : "…"}</div>
+            <div class="summary-label">degraded</div>
+          </div>
+          <div class="summary">
+            <div class="summary-num">{apis ? rows.length - degradedCount : "…"}</div>
+            <div class="summary-label">serving normally</div>
+          </div>
+        </div>
+        <div class="toolbar">
+          <input class="search" type="search" placeholder="Search APIs, reasons, people…" value={filter} onInput={(e) => setFilter((e.target as HTMLInputElement).value)} data-testid="switch-search" />
+          <div class="seg">
+            {(["all", "degraded", "normal"] as const).map((k) => (
+              <button key={k} class={cx("seg-btn", show === k && "active")} onClick={() => setShow(k)}>
+                {k}
+              </button>
+            ))}
+          </div>
+        </div>
+        <ErrorBanner error={error} title="Could not load the switches" />
+        {apis === null ? (
+          error ? null : <Spinner />
+        ) : shown.length === 0 ? (
+          <Empty title={rows.length ? "Nothing matches" : "No published APIs"}>{rows.length ? "Change the search or the filter." : "Publish an API first: switches act on live APIs."}</Empty>
+        ) : (
+          <div class="card table-card">
+            <table class="table" data-testid="switches-table">
+              <thead>
+                <tr>
+                  <th>State</th>
+                  <th>API</th>
+                  <th>Reason</th>
+                  <th>Changed</th>
+                  <th />
+                </tr>
+              </thead>
+              <tbody>
+                {shown.map((r) => {
+                  const sw = r.sw?.document;
+                  const deg = !!sw?.degraded;
+                  return (
+                    <tr key={r.id} class={cx(deg && "row-degraded")} data-switch={r.id}>
+                      <td>
+                        {deg ? (
+                          <span class="state state-bad" data-testid="state">
+                            <i /> DEGRADED
+                          </span>
+                        ) : (
+                          <span class="state state-ok" data-testid="state">
+                            <i /> normal
+                          </span>
+                        )}
+                      </td>
+                      <td>
+                        <Link to={`/apis/${encodeURIComponent(r.id)}`} class="strong">
+                          {r.id}
+                        </Link>
+                        {r.api && (
+                          <div class="sub mapping">
+                            <MethodBadge method={r.api.http.method} /> <code>{r.api.http.path}</code>
+                          </div>
+                        )}
+                        {deg && (
+                          <div class="sub">
+                            answers {sw?.fallback ? <code>{sw.fallback.status ?? 200} fallback</code> : <code>503 API_DEGRADED</code>}
+                          </div>
+                        )}
+                      </td>
+                      <td class="reason">{sw?.reason ?? <span class="muted">—</span>}</td>
+                      <td>
+                        {sw?.updated_at ? (
+                          <span title={fmtTime(sw.updated_at)}>
+                            {ago(sw.updated_at)}
+                            <div class="sub">by {sw.updated_by ?? "?"}</div>
+                          </span>
+                        ) : (
+                          <span class="muted">never</span>
+                        )}
+                      </td>
+                      <td class="right">
+                        {deg ? (
+                          <Button kind="success" onClick={() => setActing({ row: r, degrade: false })} data-testid={`restore-${r.id}`}>
+                            Restore…
+                          </Button>
+                        ) : (
+                          <Button kind="danger" onClick={() => setActing({ row: r, degrade: true })} data-testid={`degrade-${r.id}`}>
+                            Degrade…
+                          </Button>
+                        )}
+                      </td>
+                    </tr>
+                  );
+                })}
+              </tbody>
+            </table>
+          </div>
+        )}
+      </div>
+      <aside class="split-side">
+        <AuditTrail key={auditTick} onlySwitches />
+      </aside>
+      {acting && (
+        <SwitchDialog
+          row={acting.row}
+          degrade={acting.degrade}
+          onClose={() => setActing(null)}
+          onDone={() => {
+            setActing(null);
+            load();
+            setAuditTick((t) => t + 1);
+          }}
+        />
+      )}
+    </div>
+  );
+}
+
+function SwitchDialog({ row, degrade, onClose, onDone }: { row: Row; degrade: boolean; onClose: () => void; onDone: () => void }) {
+  const prev = row.sw?.document;
+  const [reason, setReason] = useState("");
+  const [custom, setCustom] = useState(!!prev?.fallback);
+  const [status, setStatus] = useState(String(prev?.fallback?.status ?? 200));
+  const [headers, setHeaders] = useState(prev?.fallback?.headers ? pretty(prev.fallback.headers) : '{\n  "X-Degraded": "1"\n}');
+  const [body, setBody] = useState(prev?.fallback?.body !== undefined ? pretty(prev.fallback.body) : "{}");
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<unknown>(null);
+  const [tried, setTried] = useState(false);
+
+  const parse = (text: string): [unknown, string | undefined] => {
+    if (!text.trim()) return [undefined, undefined];
+    try {
+      return [JSON.parse(text), undefined];
+    } catch (e) {
+      return [undefined, `not valid JSON: ${(e as Error).message}`];
+    }
+  };
+  const [hdrs, hdrErr0] = parse(headers);
+  const hdrErr =
+    hdrErr0 ??
+    (hdrs !== undefined && (typeof hdrs !== "object" || Array.isArray(hdrs) || Object.values(hdrs as object).some((v) => typeof v !== "string"))
+      ? 'an object of strings, e.g. {"X-Degraded": "1"}'
+      : undefined);
+  const [bodyVal, bodyErr] = parse(body);
+  const statusErr = !/^\d{3}$/.test(status) || Number(status) < 100 || Number(status) > 599 ? "an HTTP status, 100–599" : undefined;
+  const reasonErr = reason.trim() ? undefined : "required: say why, for the people on call after you";
+  const invalid = !!reasonErr || (degrade && custom && (!!hdrErr || !!bodyErr || !!statusErr));
+
+  const submit = async () => {
+    setTried(true);
+    if (invalid) return;
+    setBusy(true);
+    setError(null);
+    const fallback = custom ? { status: Number(status), ...(hdrs ? { headers: hdrs as Record<string, string> } : {}), ...(bodyVal !== undefined ? { body: bodyVal } : {}) } : undefined;
+    const doc: Switch = { degraded: degrade, reason: reason.trim(), ...(degrade ? (fallback ? { fallback } : {}) : prev?.fallback ? { fallback: prev.fallback } : {}) };
+    try {
+      await request("PUT", `/switches/${encodeURIComponent(row.id)}`, row.sw ? { body: doc, ifMatch: row.sw.etag } : { body: doc, ifNoneMatch: true });
+      toast(degrade ? `${row.id} is degraded on every gateway` : `${row.id} is restored on every gateway`);
+      onDone();
+    } catch (e) {
+      setError(e);
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <Modal
+      tone={degrade ? "danger" : "default"}
+      wide={degrade}
+      title={degrade ? `Degrade ${row.id}?` : `Restore ${row.id}?`}
+      onClose={onClose}
+      footer={
+        <>
+          <Button onClick={onClose}>Cancel</Button>
+          <Button kind={degrade ? "danger" : "success"} busy={busy} onClick={submit} disabled={tried && invalid} data-testid="confirm-switch">
+            {degrade ? `Degrade ${row.id}` : `Restore ${row.id}`}
+          </Button>
+        </>
+      }
+    >
+      {degrade ? (
+        <p>
+          Every gateway stops calling the backend of <b>{row.id}</b> and answers at once with {custom ? "the fallback below" : <code>503 API_DEGRADED</code>}. Merchants see it within milliseconds.
+        </p>
+      ) : (
+        <p>
+          Every gateway calls the backend of <b>{row.id}</b> again. Degraded since {fmtTime(prev?.updated_at)} by {prev?.updated_by ?? "?"}: “{prev?.reason}”.
+        </p>
+      )}
+      <Field label="Reason" error={tried ? reasonErr : undefined} hint="required; kept on the switch and in the audit log">
+        <textarea name="reason" data-testid="switch-reason" rows={2} value={reason} placeholder={degrade ? "e.g. order DB failover, INC-4711" : "e.g. DB healthy again"} onInput={(e) => setReason((e.target as HTMLTextAreaElement).value)} data-autofocus />
+      </Field>
+      {degrade && (
+        <>
+          <div class="radio-row">
+            <label>
+              <input type="radio" name="fallback-kind" checked={!custom} onChange={() => setCustom(false)} /> 503 <code>API_DEGRADED</code> (the standard envelope)
+            </label>
+            <label>
+              <input type="radio" name="fallback-kind" checked={custom} onChange={() => setCustom(true)} data-testid="custom-fallback" /> a custom fallback response
+            </label>
+          </div>
+          {custom && (
+            <div class="fallback-grid">
+              <Field label="Status" error={statusErr}>
+                <input name="fallback-status" data-testid="fallback-status" value={status} inputMode="numeric" onInput={(e) => setStatus((e.target as HTMLInputElement).value)} />
+              </Field>
+              <Field label="Headers (JSON object)" error={hdrErr}>
+                <textarea name="fallback-headers" class="mono" rows={3} value={headers} onInput={(e) => setHeaders((e.target as HTMLTextAreaElement).value)} spellcheck={false} />
+              </Field>
+              <Field label="Body (JSON)" error={bodyErr} class="span-2">
+                <textarea name="fallback-body" data-testid="fallback-body" class="mono" rows={5} value={body} onInput={(e) => setBody((e.target as HTMLTextAreaElement).value)} spellcheck={false} />
+              </Field>
+            </div>
+          )}
+        </>
+      )}
+      <ErrorBanner error={error} title={degrade ? "The switch was not turned on" : "The switch was not turned off"} />
+    </Modal>
+  );
+}
+
+const ACTION_TONE: Record<string, string> = {
+  "switch.on": "bad",
+  "switch.off": "ok",
+  "switch.delete": "neutral",
+  "api.publish": "info",
+  "api.rollback": "warn",
+  "app.disable": "warn",
+  "app.rotate_secret": "warn",
+};
+
+export function AuditTrail({ onlySwitches }: { onlySwitches?: boolean }) {
+  const [entries, setEntries] = useState<AuditEntry[] | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  const [all, setAll] = useState(!onlySwitches);
+  usePoll(async () => {
+    try {
+      const r = await get<{ entries: AuditEntry[] }>("/audit", { query: { limit: "200" } });
+      setEntries(r.data.entries);
+      setError(null);
+    } catch (e) {
+      setError(e);
+    }
+  }, 5000);
+  const shown = (entries ?? []).filter((e) => all || e.action.startsWith("switch.")).slice(0, 60);
+  return (
+    <div class="card audit" data-testid="audit">
+      <div class="audit-head">
+        <h3>Audit trail</h3>
+        <label class="check">
+          <input type="checkbox" checked={all} onChange={(e) => setAll((e.target as HTMLInputElement).checked)} /> all changes
+        </label>
+      </div>
+      <ErrorBanner error={error} />
+      {entries === null && !error && <Spinner />}
+      {entries !== null && shown.length === 0 && <div class="muted">No {all ? "" : "switch "}changes yet.</div>}
+      <ol class="timeline">
+        {shown.map((e) => (
+          <li key={e.id}>
+            <div class="tl-head">
+              <Badge tone={ACTION_TONE[e.action] ?? "neutral"}>{e.action}</Badge>
+              <span class="muted" title={fmtTime(e.at)}>
+                {ago(e.at)}
+              </span>
+            </div>
+            <div class="tl-body">
+              <code>{e.target.replace(/^switches\//, "")}</code> by <b>{e.actor}</b>
+              {e.detail?.reason && <div class="tl-reason">“{e.detail.reason}”</div>}
+              {e.detail?.comment && <div class="tl-reason">“{e.detail.comment}”</div>}
+            </div>
+            <div class="tl-rid">{e.request_id}</div>
+          </li>
+        ))}
+      </ol>
+    </div>
+  );
+}
