@@ -14,9 +14,12 @@
 
 pub mod api;
 pub mod client;
+pub mod console;
 pub mod error;
+pub mod health;
 pub mod openapi;
 pub mod protos;
+pub mod sandbox_call;
 pub mod server;
 pub mod store;
 

@@ -25,6 +25,9 @@ struct Args {
     /// Serve without authentication (local experiments only).
     #[arg(long)]
     insecure_no_auth: bool,
+    /// The built console served at `/` (default: `admin-ui/dist` of the checkout).
+    #[arg(long, env = "PORTICO_CONSOLE_DIR")]
+    console_dir: Option<PathBuf>,
 }
 
 fn token(args: &Args) -> anyhow::Result<Option<String>> {
@@ -84,6 +87,13 @@ async fn run() -> anyhow::Result<()> {
     let token = token(&args)?;
     if token.is_none() {
         tracing::warn!("--insecure-no-auth: the admin API accepts every request");
+    }
+    if let Some(dir) = &args.console_dir {
+        portico_registry::console::set_dir(dir.clone());
+    }
+    match portico_registry::console::dir() {
+        Some(dir) => tracing::info!(dir = %dir.display(), "console served at /"),
+        None => tracing::warn!("console not built: run ./ops/up.sh (or admin-ui/build.sh)"),
     }
     let config = Config {
         zk_hosts: args.zk.clone(),

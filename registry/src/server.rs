@@ -60,9 +60,7 @@ pub fn router(state: Shared) -> Router {
     }
     Router::new()
         .nest("/api/v1", api)
-        .fallback(|| async {
-            ApiError::new(StatusCode::NOT_FOUND, "ROUTE_NOT_FOUND", "no such route")
-        })
+        .fallback(crate::console::fallback)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(state.clone(), context))
         .with_state(state)
@@ -96,9 +94,10 @@ fn new_request_id() -> String {
     format!("reg-{:016x}", fastrand::u64(..))
 }
 
-/// Routes reachable without the token.
+/// Routes reachable without the token: the OpenAPI document, health, and everything outside
+/// `/api/` (the console's static files; the console itself asks for the token).
 fn is_public(path: &str) -> bool {
-    matches!(path, "/api/v1/openapi.json" | "/api/v1/health")
+    matches!(path, "/api/v1/openapi.json" | "/api/v1/health") || !path.starts_with("/api/")
 }
 
 /// Constant-time comparison of the presented and the configured token.

@@ -125,6 +125,8 @@ pub fn routes() -> Vec<Route> {
     let mut all = Vec::new();
     all.extend(ops::routes());
     all.extend(apis::routes());
+    all.extend(crate::sandbox_call::routes());
+    all.extend(crate::health::routes());
     for env in [Env::Live, Env::Sandbox] {
         all.extend(docs::routes(env));
         all.extend(apps::routes(env));
