@@ -44,6 +44,13 @@ if [ "$build" = 1 ]; then
 fi
 [ -x "$bindir/portico-demo-backend" ] || die "$bindir/portico-demo-backend is missing (build failed?)"
 
+# --- the console (admin-ui/, served by the registry at /) ------------------------------
+# npm ci only when node_modules is not the lock file's; the build only when a source changed.
+if [ "$build" = 1 ]; then
+    command -v npm >/dev/null 2>&1 || ensure_packages nodejs npm
+    "$ROOT/admin-ui/build.sh" || warn "the console did not build; the registry's / says how to build it"
+fi
+
 # A second `up` replaces the first.
 if compgen -G "$RUN/pids/*.pid" >/dev/null; then
     log "stopping the previous run"
@@ -102,8 +109,12 @@ if [ -x "$bindir/portico-registry" ] &&
     "$bindir/portico-registry" --help 2>/dev/null | grep -q -- '--zk'; then
     reg_port="$(pick_port "${PORTICO_REGISTRY_PORT:-9000}")"
     log "registry on 127.0.0.1:$reg_port"
+    # The admin token (console sign-in, CLI), kept across runs.
+    token_file="$RUN/admin-token"
+    [ -s "$token_file" ] || (umask 077 && python3 -c 'import secrets; print(secrets.token_hex(16))' >"$token_file")
     start_bg registry "$RUN/logs/registry.log" \
-        "$bindir/portico-registry" --zk "$zk_hosts" --listen "127.0.0.1:$reg_port"
+        "$bindir/portico-registry" --zk "$zk_hosts" --listen "127.0.0.1:$reg_port" \
+        --admin-token-file "$token_file"
     if wait_tcp "$reg_port" 30 && pid_alive "$RUN/pids/registry.pid"; then
         registry_url="http://127.0.0.1:$reg_port"
     else
@@ -123,6 +134,7 @@ cat >"$RUN/env" <<EOF
 PORTICO_GATEWAY=$gateway_url
 PORTICO_ADMIN=$admin_url
 PORTICO_REGISTRY=$registry_url
+PORTICO_ADMIN_TOKEN_FILE=${registry_url:+$RUN/admin-token}
 PORTICO_ZK=$zk_hosts
 PORTICO_CONFIG_DIR=$RUN/config
 DEMO_HTTP=http://$demo_http
@@ -135,6 +147,7 @@ Portico is up ($profile build).
   gateway        $gateway_url
   admin          $admin_url   (/metrics /healthz /readyz /status)
   registry       ${registry_url:-not running (not built yet)}
+  console        ${registry_url:+$registry_url/   (sign in with the token in $RUN/admin-token)}
   ZooKeeper      $zk_hosts
   demo backend   http://$demo_http   (gRPC $demo_grpc)
   config         $RUN/config   (edit a file there; the gateway reloads it)
