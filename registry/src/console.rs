@@ -63,6 +63,7 @@ pub fn dir() -> Option<PathBuf> {
     candidates()
         .into_iter()
         .find(|d| d.join("index.html").is_file())
+        .map(|d| d.canonicalize().unwrap_or(d))
 }
 
 /// The router's fallback: `/api/...` → `ROUTE_NOT_FOUND`; anything else → the console.

@@ -62,9 +62,7 @@ impl Proc {
     }
 
     fn tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        tail_of(&self.log, 40)
     }
 
     fn assert_alive(&mut self) {
@@ -79,6 +77,13 @@ impl Drop for Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The last `n` lines of a file.
+fn tail_of(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// `target/<profile>/<name>`, next to this test's own `deps/` directory.
@@ -293,7 +298,9 @@ fn console_end_to_end_in_chromium() {
             .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
             .arg("--snapshot-dir")
             .arg(work.path().join("snapshot"))
-            .args(["--access-log", "off", "--node-id", "gw-console-e2e"]),
+            .arg("--access-log")
+            .arg(logs.join("access.log"))
+            .args(["--node-id", "gw-console-e2e"]),
         &logs,
     );
     let registered = wait_for(Duration::from_secs(60), || {
@@ -357,10 +364,11 @@ fn console_end_to_end_in_chromium() {
     gateway.assert_alive();
     assert!(
         status.success(),
-        "the browser run failed ({status}); screenshots in {}\n--- registry log ---\n{}\n--- gateway log ---\n{}",
+        "the browser run failed ({status}); screenshots in {}\n--- registry log ---\n{}\n--- gateway log ---\n{}\n--- gateway access log ---\n{}",
         shots.display(),
         registry.tail(),
-        gateway.tail()
+        gateway.tail(),
+        tail_of(&logs.join("access.log"), 60)
     );
 
     // Independent checks of what the console did.

@@ -103,7 +103,8 @@ export function AppsPage() {
                       {d.name && <div class="sub">{d.name}</div>}
                     </td>
                     <td>{disabled ? <Badge tone="bad">disabled</Badge> : <Badge tone="ok">active</Badge>}</td>
-                    <td class="chips">
+                    <td>
+                      <div class="chips">
                       {(d.apis ?? []).length === 0 && <span class="muted">none</span>}
                       {(d.apis ?? []).map((id) => (
                         <span key={id} class="chip">
@@ -126,6 +127,7 @@ export function AppsPage() {
                           </button>
                         </span>
                       ))}
+                      </div>
                     </td>
                     <td class="sub">{(d.rate_limits ?? []).map((r) => `${r.limit}/${r.per}`).join(", ") || "—"}</td>
                     <td class="right nowrap">
