@@ -7,6 +7,7 @@ pub mod config;
 pub mod edge;
 pub mod error;
 pub mod invoke;
+pub mod listener;
 pub mod observe;
 pub mod pipeline;
 pub mod proxy;

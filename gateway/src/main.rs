@@ -66,7 +66,7 @@ struct Args {
     max_body_bytes: u64,
     /// Total time to read an HTTP/1 request head, from its first byte, in milliseconds
     /// (slowloris); 0 turns it off. Idle time between keepalive requests is not counted.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = listener::DEFAULT_HEAD_DEADLINE.as_millis() as u64)]
     head_timeout_ms: u64,
 }
 

@@ -1,0 +1,703 @@
+//! The traffic listeners: Pingora's HTTP proxy service plus a total deadline for reading an
+//! HTTP/1 request head (slowloris).
+//!
+//! Pingora 0.9 only bounds each *read* of a request head (60 s, and no bound at all on a
+//! reused keepalive connection), so a client trickling one byte a minute holds a connection
+//! forever. `HttpProxy` reads the head itself, so the deadline lives one layer down, in the
+//! connection: [`HeadDeadlineApp`] is the `ServerApp` of the listening service. It runs
+//! Pingora's own HTTP/1 keepalive loop (the `impl ServerApp for T: HttpServerApp` of
+//! pingora-core `apps/mod.rs`) with the connection wrapped in [`HeadDeadlineStream`], and
+//! hands every other connection (h2 over TLS ALPN, h2c, custom) untouched to `HttpProxy`'s own
+//! `ServerApp`.
+//!
+//! [`HeadDeadlineStream`] is armed at the start of each request (connection start, and again
+//! each time Pingora hands the connection back for keepalive reuse). While armed and before
+//! any byte has arrived, nothing is timed: the idle keepalive rules of Pingora apply. The
+//! first byte of a head starts the deadline; the read that brings the end of the head (the
+//! empty line) disarms it. After that, reads and writes are passed straight through. When
+//! the deadline passes first, the stream answers `408` (one non-blocking write, best effort)
+//! and fails the read with `TimedOut`, so Pingora gives up the request head and closes the
+//! connection.
+//!
+//! Cost on the hot path: one extra allocation per connection and one extra virtual call per
+//! read/write. While armed, a read whose bytes end with the end of the head (a GET arriving
+//! in one segment) is recognised in O(1) without a clock read or a timer; otherwise the bytes
+//! are scanned up to the end of the head. A timer (and a clock read) exists only while a head
+//! spans more than one read.
+
+use crate::proxy::{new_request_id, Gateway};
+use async_trait::async_trait;
+use pingora_core::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
+use pingora_core::protocols::http::ServerSession;
+use pingora_core::protocols::raw_connect::ProxyDigest;
+use pingora_core::protocols::tls::{SslDigest, TlsRef};
+use pingora_core::protocols::{
+    GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, SocketDigest, Ssl, Stream,
+    TimingDigest, UniqueID, UniqueIDType, ALPN,
+};
+use pingora_core::server::configuration::ServerConf;
+use pingora_core::server::ShutdownWatch;
+use pingora_core::services::listening::Service;
+use pingora_proxy::HttpProxy;
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Sleep;
+
+/// The default total deadline for reading a request head, from its first byte.
+pub const DEFAULT_HEAD_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Pingora's default idle keepalive for a connection's first request, in seconds (as in
+/// pingora-core's `ServerApp` for `HttpServerApp`).
+const FIRST_REQUEST_KEEPALIVE_SECS: u64 = 60;
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4), for h2c detection.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// The proxy service of one traffic listener (`portico-live`, `portico-sandbox`): Pingora's
+/// `HttpProxy` over `gateway`, with the request head deadline. `head_deadline` of zero turns
+/// the deadline off (plain Pingora behaviour). Add listeners with `add_tcp` as usual.
+pub fn service(
+    conf: &Arc<ServerConf>,
+    gateway: Gateway,
+    name: &str,
+    head_deadline: Duration,
+) -> Service<HeadDeadlineApp<HttpProxy<Gateway>>> {
+    let mut proxy = HttpProxy::new(gateway, conf.clone());
+    proxy.handle_init_modules();
+    Service::new(
+        name.to_owned(),
+        HeadDeadlineApp::new(Arc::new(proxy), head_deadline),
+    )
+}
+
+/// A `ServerApp` that serves HTTP/1 connections of an `HttpServerApp` with a total request
+/// head deadline, and everything else exactly as the app's own `ServerApp` does.
+pub struct HeadDeadlineApp<A> {
+    app: Arc<A>,
+    head_deadline: Duration,
+}
+
+impl<A> HeadDeadlineApp<A> {
+    pub fn new(app: Arc<A>, head_deadline: Duration) -> Self {
+        HeadDeadlineApp { app, head_deadline }
+    }
+}
+
+impl<A> HeadDeadlineApp<A>
+where
+    A: HttpServerApp + Send + Sync + 'static,
+{
+    /// Whether `stream` is served as HTTP/1 by Pingora's own dispatch (same decisions, same
+    /// order as pingora-core `apps/mod.rs`). `None`: the h2c preface peek failed (the client
+    /// went away), which Pingora treats as the end of the connection.
+    async fn is_http1(&self, stream: &mut Stream) -> Option<bool> {
+        let opts = self.app.server_options();
+        let h2c = opts.is_some_and(|o| o.h2c);
+        if opts.is_some_and(|o| o.force_custom) {
+            return Some(false);
+        }
+        if stream.get_ssl_digest().is_none() && h2c {
+            let mut buf = [0u8; H2_PREFACE.len()];
+            // Peeking does not consume: whichever side serves the stream reads it again.
+            let peeked = match stream.try_peek(&mut buf).await {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::debug!(error = %e, "read error while peeking the h2c preface");
+                    return None;
+                }
+            };
+            if !peeked || buf == H2_PREFACE {
+                return Some(false);
+            }
+        }
+        Some(matches!(
+            stream.selected_alpn_proto(),
+            None | Some(ALPN::H1) | Some(ALPN::H2H1)
+        ))
+    }
+
+    /// Pingora's HTTP/1 keepalive loop, with the head deadline armed for each request.
+    async fn serve_http1(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) {
+        let stream: Stream = Box::new(HeadDeadlineStream::new(stream, self.head_deadline));
+        let mut session = ServerSession::new_http1(stream);
+        if *shutdown.borrow() {
+            // Stop the client from reusing the connection: the service is shutting down.
+            session.set_keepalive(None);
+        } else {
+            session.set_keepalive(Some(FIRST_REQUEST_KEEPALIVE_SECS));
+        }
+        session.set_keepalive_reuses_remaining(
+            self.app
+                .server_options()
+                .and_then(|o| o.keepalive_request_limit),
+        );
+        let mut result = self.app.process_new_http(session, shutdown).await;
+        while let Some((stream, settings)) = result.map(|r| r.consume()) {
+            let Some(stream) = rearm(stream) else {
+                return;
+            };
+            let mut session = ServerSession::new_http1(stream);
+            apply_settings(settings, &mut session);
+            result = self.app.process_new_http(session, shutdown).await;
+        }
+    }
+}
+
+fn apply_settings(settings: Option<HttpPersistentSettings>, session: &mut ServerSession) {
+    if let Some(settings) = settings {
+        settings.apply_to_session(session);
+    }
+    // With pipelining, bytes of this head may have been read during the previous request (the
+    // pipelined prefix) and never pass through the armed stream, so its end could be missed.
+    // Pipelining is off in Portico (Pingora then refuses reuse when bytes were over-read);
+    // should it be turned on, such requests go without the deadline rather than risk a false
+    // timeout.
+    if session.pipelining_enabled() {
+        if let Some(s) = session
+            .stream()
+            .and_then(|s| s.as_any().downcast_ref::<HeadDeadlineStream>())
+        {
+            s.skip_this_head();
+        }
+    }
+}
+
+/// Arms the head deadline of a connection handed back for keepalive reuse.
+fn rearm(stream: Stream) -> Option<Stream> {
+    match stream.into_any().downcast::<HeadDeadlineStream>() {
+        Ok(mut s) => {
+            s.arm();
+            Some(s)
+        }
+        Err(_) => {
+            // Unreachable: the connection is the stream `serve_http1` wrapped.
+            tracing::error!("keepalive connection lost its head deadline wrapper; closing it");
+            None
+        }
+    }
+}
+
+#[async_trait]
+impl<A> ServerApp for HeadDeadlineApp<A>
+where
+    A: HttpServerApp + Send + Sync + 'static,
+{
+    async fn process_new(
+        self: &Arc<Self>,
+        mut stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        // h2 (ALPN or h2c) and custom protocols: Pingora's own dispatch, unchanged.
+        if self.head_deadline.is_zero() || !self.is_http1(&mut stream).await? {
+            return ServerApp::process_new(&self.app, stream, shutdown).await;
+        }
+        self.serve_http1(stream, shutdown).await;
+        None
+    }
+
+    async fn cleanup(&self) {
+        ServerApp::cleanup(&*self.app).await;
+    }
+}
+
+/// Where a connection is in reading a request head.
+enum Head {
+    /// Between requests, or before the first byte of this one: not timed here.
+    AwaitingFirstByte,
+    /// Part of the head has arrived; the timer fires at the deadline.
+    Reading(Pin<Box<Sleep>>),
+    /// The head has been read: reads (the body, draining it) pass straight through.
+    Done,
+    /// The deadline passed: every read fails.
+    Expired,
+}
+
+/// A connection that fails a request head read that takes longer than its deadline (see the
+/// module doc). Implements Pingora's `IO` bundle by delegating to the wrapped stream.
+pub struct HeadDeadlineStream {
+    inner: Stream,
+    deadline: Duration,
+    head: Head,
+    end: HeadEnd,
+    /// Set through a shared reference (the stream is inside Pingora's session by then): the
+    /// current head is not timed. Checked only while armed.
+    skip: AtomicBool,
+}
+
+impl HeadDeadlineStream {
+    /// Wraps `inner`, armed for the first request.
+    pub fn new(inner: Stream, deadline: Duration) -> Self {
+        HeadDeadlineStream {
+            inner,
+            deadline,
+            head: Head::AwaitingFirstByte,
+            end: HeadEnd::default(),
+            skip: AtomicBool::new(false),
+        }
+    }
+
+    /// Arms the deadline for the next request head (starts at its first byte).
+    pub fn arm(&mut self) {
+        self.head = Head::AwaitingFirstByte;
+        self.end = HeadEnd::default();
+        *self.skip.get_mut() = false;
+    }
+
+    /// Leaves the head of the current request untimed (see `apply_settings`).
+    pub fn skip_this_head(&self) {
+        self.skip.store(true, Ordering::Relaxed);
+    }
+
+    /// Stops timing the current head.
+    pub fn disarm(&mut self) {
+        self.head = Head::Done;
+    }
+
+    /// Whether a head is being timed or awaited.
+    pub fn is_armed(&self) -> bool {
+        matches!(self.head, Head::AwaitingFirstByte | Head::Reading(_))
+    }
+
+    fn timed_out(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "request head not complete within {:?} of its first byte",
+                self.deadline
+            ),
+        )
+    }
+
+    /// The deadline passed: one non-blocking attempt at a `408`, then the read error. Nothing
+    /// of this request has been answered (its head was never parsed), so the reply cannot
+    /// interleave with another response.
+    fn expire(&mut self, cx: &mut Context<'_>) -> io::Error {
+        self.head = Head::Expired;
+        let reply = format!(
+            "HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\
+             {}: {}\r\n\r\n",
+            crate::proxy::REQUEST_ID_HEADER,
+            new_request_id()
+        );
+        if let Poll::Ready(Ok(n)) = Pin::new(&mut self.inner).poll_write(cx, reply.as_bytes()) {
+            if n == reply.len() {
+                let _ = Pin::new(&mut self.inner).poll_flush(cx);
+            }
+        }
+        self.timed_out()
+    }
+}
+
+impl fmt::Debug for HeadDeadlineStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl AsyncRead for HeadDeadlineStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match &mut this.head {
+            Head::Done => return Pin::new(&mut this.inner).poll_read(cx, buf),
+            Head::Expired => return Poll::Ready(Err(this.timed_out())),
+            Head::Reading(timer) => {
+                // Checked before reading so a steady trickle cannot outrun it.
+                if timer.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Err(this.expire(cx)));
+                }
+            }
+            Head::AwaitingFirstByte => {
+                if this.skip.load(Ordering::Relaxed) {
+                    this.head = Head::Done;
+                    return Pin::new(&mut this.inner).poll_read(cx, buf);
+                }
+            }
+        }
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+        let got = &buf.filled()[before..];
+        if got.is_empty() {
+            // End of stream: Pingora reports it.
+            return Poll::Ready(Ok(()));
+        }
+        if this.end.feed(got) {
+            this.head = Head::Done;
+        } else if matches!(this.head, Head::AwaitingFirstByte) {
+            this.head = Head::Reading(Box::pin(tokio::time::sleep(this.deadline)));
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for HeadDeadlineStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[async_trait]
+impl Shutdown for HeadDeadlineStream {
+    async fn shutdown(&mut self) {
+        Shutdown::shutdown(&mut *self.inner).await;
+    }
+}
+
+impl UniqueID for HeadDeadlineStream {
+    fn id(&self) -> UniqueIDType {
+        self.inner.id()
+    }
+}
+
+impl Ssl for HeadDeadlineStream {
+    fn get_ssl(&self) -> Option<&TlsRef> {
+        self.inner.get_ssl()
+    }
+
+    fn get_ssl_digest(&self) -> Option<Arc<SslDigest>> {
+        self.inner.get_ssl_digest()
+    }
+
+    fn selected_alpn_proto(&self) -> Option<ALPN> {
+        self.inner.selected_alpn_proto()
+    }
+}
+
+impl GetTimingDigest for HeadDeadlineStream {
+    fn get_timing_digest(&self) -> Vec<Option<TimingDigest>> {
+        self.inner.get_timing_digest()
+    }
+
+    fn get_read_pending_time(&self) -> Duration {
+        self.inner.get_read_pending_time()
+    }
+
+    fn get_write_pending_time(&self) -> Duration {
+        self.inner.get_write_pending_time()
+    }
+}
+
+impl GetProxyDigest for HeadDeadlineStream {
+    fn get_proxy_digest(&self) -> Option<Arc<ProxyDigest>> {
+        self.inner.get_proxy_digest()
+    }
+
+    fn set_proxy_digest(&mut self, digest: ProxyDigest) {
+        self.inner.set_proxy_digest(digest);
+    }
+}
+
+impl GetSocketDigest for HeadDeadlineStream {
+    fn get_socket_digest(&self) -> Option<Arc<SocketDigest>> {
+        self.inner.get_socket_digest()
+    }
+
+    fn set_socket_digest(&mut self, socket_digest: SocketDigest) {
+        self.inner.set_socket_digest(socket_digest);
+    }
+}
+
+#[async_trait]
+impl Peek for HeadDeadlineStream {
+    async fn try_peek(&mut self, buf: &mut [u8]) -> io::Result<bool> {
+        self.inner.try_peek(buf).await
+    }
+}
+
+/// Finds the end of a request head across reads, as httparse does: the first empty line
+/// (`LF [CR] LF`) after the request line. Empty lines before the request line are skipped
+/// (httparse skips them too), so they cannot end the head early. Bare `CR`s are ignored: a
+/// `CR` not followed by `LF` is a parse error in httparse, so ignoring it can only end the
+/// head where httparse fails anyway.
+#[derive(Debug, Default, Clone, Copy)]
+struct HeadEnd {
+    /// A byte other than CR/LF has been seen (the request line has started).
+    started: bool,
+    /// The last line end seen is followed only by CRs so far.
+    at_line_start: bool,
+}
+
+impl HeadEnd {
+    /// Feeds the next bytes read; true when the head ended within them.
+    fn feed(&mut self, bytes: &[u8]) -> bool {
+        let mut rest = bytes;
+        if !self.started {
+            // Empty lines before the request line (rare): skipped.
+            match rest.iter().position(|&b| b != b'\r' && b != b'\n') {
+                Some(i) => rest = &rest[i..],
+                None => return false,
+            }
+            self.started = true;
+            self.at_line_start = false;
+        }
+        // Fast path, O(1): the bytes end with an empty line (a head arriving in one segment
+        // without a body). The head may have ended earlier in them, which changes nothing.
+        if rest.ends_with(b"\n\n") || rest.ends_with(b"\n\r\n") {
+            return true;
+        }
+        // Otherwise from line end to line end: the head ends at an LF that follows the previous
+        // LF with nothing but CRs in between.
+        let mut after_lf = self.at_line_start;
+        let mut from = 0;
+        while let Some(i) = find_lf(&rest[from..]) {
+            if after_lf && rest[from..from + i].iter().all(|&b| b == b'\r') {
+                return true;
+            }
+            after_lf = true;
+            from += i + 1;
+        }
+        self.at_line_start = after_lf && rest[from..].iter().all(|&b| b == b'\r');
+        false
+    }
+}
+
+/// The index of the first LF in `hay`, eight bytes at a time.
+fn find_lf(hay: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    const LFS: u64 = ONES * b'\n' as u64;
+    let mut words = hay.chunks_exact(8);
+    let mut base = 0;
+    for word in &mut words {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        // Bytes equal to LF become zero; the lowest zero byte is flagged exactly.
+        let x = u64::from_le_bytes(w) ^ LFS;
+        let zeros = x.wrapping_sub(ONES) & !x & HIGHS;
+        if zeros != 0 {
+            return Some(base + (zeros.trailing_zeros() / 8) as usize);
+        }
+        base += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|i| base + i)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    fn ends(chunks: &[&[u8]]) -> Option<usize> {
+        let mut h = HeadEnd::default();
+        chunks.iter().position(|c| h.feed(c))
+    }
+
+    #[test]
+    fn head_end_is_found_across_reads() {
+        assert_eq!(ends(&[b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"]), Some(0));
+        assert_eq!(ends(&[b"GET / HTTP/1.1\r\n\r\n{\"a\":1}"]), Some(0));
+        assert_eq!(ends(&[b"GET / HTTP/1.1\n\n"]), Some(0));
+        assert_eq!(ends(&[b"GET / HTTP/1.1\r\nHost: a\r\n", b"\r\n"]), Some(1));
+        assert_eq!(
+            ends(&[b"GET / HTTP/1.1\r\nHost: a\r", b"\n\r", b"\n"]),
+            Some(2)
+        );
+        assert_eq!(
+            ends(&[b"G", b"E", b"T / HTTP/1.1\r\n", b"H: v\r\n", b"\r\n"]),
+            Some(4)
+        );
+        assert_eq!(ends(&[b"GET / HTTP/1.1\r\nHost: a\r\n"]), None);
+        // Header line ends are not the end of the head.
+        assert_eq!(
+            ends(&[b"GET / HTTP/1.1\r\n", b"A: 1\r\n", b"B: 2\r\n"]),
+            None
+        );
+    }
+
+    #[test]
+    fn leading_empty_lines_do_not_end_the_head() {
+        assert_eq!(ends(&[b"\r\n\r\n\r\n"]), None);
+        assert_eq!(ends(&[b"\r\n", b"\n\n", b"GET / HTTP/1.1\r\n"]), None);
+        assert_eq!(ends(&[b"\r\n\r\nGET / HTTP/1.1\r\n\r\n"]), Some(0));
+        assert_eq!(ends(&[b"\n\n", b"GET / HTTP/1.1\r\n", b"\r\n"]), Some(2));
+    }
+
+    /// The rule byte by byte, as a reference.
+    fn naive_end(bytes: &[u8]) -> Option<usize> {
+        let (mut started, mut at_line_start) = (false, false);
+        for (i, &b) in bytes.iter().enumerate() {
+            match b {
+                b'\n' if at_line_start => return Some(i),
+                b'\n' => at_line_start = started,
+                b'\r' => {}
+                _ => (started, at_line_start) = (true, false),
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn head_end_matches_the_byte_rule_for_any_split() {
+        let alphabet = b"\r\n\r\nab: ";
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..20_000 {
+            let len = rng.usize(0..40);
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| alphabet[rng.usize(..alphabet.len())])
+                .collect();
+            let expected = naive_end(&bytes);
+            let mut h = HeadEnd::default();
+            let mut at = 0;
+            let mut found = None;
+            while at < bytes.len() {
+                let n = rng.usize(1..=bytes.len() - at);
+                if h.feed(&bytes[at..at + n]) {
+                    found = Some(at..at + n);
+                    break;
+                }
+                at += n;
+            }
+            // Reported by the very read that holds the end of the head.
+            match (expected, found) {
+                (Some(end), Some(chunk)) => assert!(chunk.contains(&end), "{bytes:?} {chunk:?}"),
+                (None, None) => {}
+                (e, f) => panic!("{bytes:?}: expected {e:?}, reported in {f:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn find_lf_finds_the_first() {
+        for len in 0..40 {
+            for at in 0..=len {
+                let mut v = vec![b'a'; len];
+                if at < len {
+                    v[at] = b'\n';
+                    if at + 3 < len {
+                        v[at + 3] = b'\n';
+                    }
+                }
+                let want = (at < len).then_some(at);
+                assert_eq!(find_lf(&v), want, "{len} {at}");
+            }
+        }
+    }
+
+    fn pair(deadline: Duration) -> (HeadDeadlineStream, DuplexStream) {
+        let (server, client) = tokio::io::duplex(4096);
+        (HeadDeadlineStream::new(Box::new(server), deadline), client)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickled_head_times_out_with_a_408() {
+        let (mut s, mut c) = pair(Duration::from_millis(500));
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 64];
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) => return Ok(()),
+                    Ok(_) => {}
+                    Err(e) => {
+                        drop(s);
+                        return Err(e);
+                    }
+                }
+            }
+        });
+        c.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        let mut result = None;
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if reader.is_finished() {
+                result = Some(reader.await.unwrap());
+                break;
+            }
+            let _ = c.write_all(b"x").await;
+        }
+        let err = result.expect("the head deadline fired").unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        let mut reply = String::new();
+        c.read_to_string(&mut reply).await.unwrap();
+        assert!(reply.starts_with("HTTP/1.1 408 "), "{reply}");
+        assert!(reply.contains("x-portico-request-id: "), "{reply}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_time_before_the_first_byte_is_not_counted() {
+        let (mut s, mut c) = pair(Duration::from_millis(500));
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            c.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            c.write_all(b"Host: a\r\n\r\nbody").await.unwrap();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            c.write_all(b"more body").await.unwrap();
+            c
+        });
+        let mut buf = [0u8; 64];
+        let mut got = Vec::new();
+        while !got.ends_with(b"more body") {
+            let n = s.read(&mut buf).await.unwrap();
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(!s.is_armed());
+        // Re-armed for the next request: idle again is fine, a slow head is not.
+        s.arm();
+        assert!(s.is_armed());
+    }
+
+    #[tokio::test]
+    async fn a_head_in_one_read_arms_no_timer() {
+        let (mut s, mut c) = pair(Duration::from_millis(500));
+        c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf).await.unwrap();
+        assert_eq!(n, 27);
+        assert!(matches!(s.head, Head::Done));
+    }
+
+    #[test]
+    fn rearm_recovers_the_wrapper_from_a_stream() {
+        let (server, _client) = tokio::io::duplex(64);
+        let mut s = HeadDeadlineStream::new(Box::new(server), Duration::from_secs(1));
+        s.disarm();
+        let stream: Stream = Box::new(s);
+        let stream = rearm(stream).expect("our stream");
+        let s = stream
+            .into_any()
+            .downcast::<HeadDeadlineStream>()
+            .expect("still ours");
+        assert!(s.is_armed());
+    }
+}
