@@ -154,6 +154,12 @@ fn apply_settings(settings: Option<HttpPersistentSettings>, session: &mut Server
     if let Some(settings) = settings {
         settings.apply_to_session(session);
     }
+    // Pingora carries "no limit" (0) over to a reused connection when the client sent no
+    // Keep-Alive header, so an idle client could hold a connection forever: bound the idle
+    // wait between requests as for the first one.
+    if session.get_keepalive() == Some(0) {
+        session.set_keepalive(Some(FIRST_REQUEST_KEEPALIVE_SECS));
+    }
     // With pipelining, bytes of this head may have been read during the previous request (the
     // pipelined prefix) and never pass through the armed stream, so its end could be missed.
     // Pipelining is off in Portico (Pingora then refuses reuse when bytes were over-read);
