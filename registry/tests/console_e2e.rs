@@ -465,3 +465,95 @@ fn console_end_to_end_in_chromium() {
         shots.display()
     );
 }
+
+/// The console's own routes without a browser or a gateway: what `/sandbox/call` and
+/// `/health/apis` answer when something is missing, and that the console needs no token.
+#[test]
+fn console_routes_explain_what_is_missing() {
+    let zk = ZooKeeper::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let config = portico_registry::Config {
+        zk_hosts: zk.connect_string(),
+        zk_root: "/portico".to_owned(),
+        token: Some(TOKEN.to_owned()),
+    };
+    let (addr, _task) = rt
+        .block_on(portico_registry::spawn(
+            &config,
+            std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        ))
+        .unwrap();
+    let reg = Registry {
+        base: format!("http://{addr}"),
+        http: http(),
+    };
+    let call = |body: Value| reg.call(reqwest::Method::POST, "/sandbox/call", Some(body));
+
+    // Without a draft, a method and a path: which field is missing.
+    let (status, reply) = call(json!({}));
+    assert_eq!((status, reply["code"].as_str()), (400, Some("BAD_REQUEST")));
+    assert!(
+        reply["message"].as_str().unwrap().contains("method"),
+        "{reply}"
+    );
+    let (status, reply) = call(json!({"api_id": "nope"}));
+    assert_eq!(status, 404, "{reply}");
+    let (status, reply) = call(json!({"unknown": 1}));
+    assert_eq!(
+        (status, reply["code"].as_str()),
+        (422, Some("VALIDATION_FAILED"))
+    );
+
+    // A draft whose path has variables needs the filled path.
+    reg.post(
+        "/sandbox/clusters",
+        json!({"name": "c", "protocol": "http", "endpoints": [{"addr": "127.0.0.1:9"}]}),
+    );
+    reg.post(
+        "/sandbox/apis",
+        json!({"id": "t.get", "http": {"method": "GET", "path": "/t/{id}"}, "backend": {"cluster": "c", "http": {}}}),
+    );
+    let (status, reply) = call(json!({"api_id": "t.get"}));
+    assert_eq!(status, 400, "{reply}");
+    assert!(
+        reply["message"].as_str().unwrap().contains("/t/{id}"),
+        "{reply}"
+    );
+    // No sandbox app to sign with, then no gateway to call: each said plainly.
+    let (status, reply) = call(json!({"api_id": "t.get", "path": "/t/1"}));
+    assert_eq!(
+        (status, reply["code"].as_str()),
+        (422, Some("SANDBOX_APP_MISSING")),
+        "{reply}"
+    );
+    reg.post("/sandbox/apps", json!({"app_key": "sb", "apis": ["*"]}));
+    let (status, reply) = call(json!({"api_id": "t.get", "path": "/t/1"}));
+    assert_eq!(
+        (status, reply["code"].as_str()),
+        (503, Some("NO_SANDBOX_GATEWAY")),
+        "{reply}"
+    );
+    let (status, reply) =
+        call(json!({"api_id": "t.get", "path": "/t/1", "headers": {"X-Portico-Signature": "x"}}));
+    assert_eq!(status, 400, "{reply}");
+
+    // Health with no gateway: empty, warming up, and parameters checked.
+    let health = reg.get("/health/apis");
+    assert_eq!(health["nodes"], json!([]), "{health:#}");
+    assert_eq!(health["totals"]["requests"], 0.0);
+    let (status, _) = reg.call(reqwest::Method::GET, "/health/apis?window=soon", None);
+    assert_eq!(status, 400);
+    let (status, _) = reg.call(reqwest::Method::GET, "/health/apis?plane=moon", None);
+    assert_eq!(status, 400);
+
+    // Both routes are in the OpenAPI document; the console's pages need no token.
+    let doc = reg.get("/openapi.json");
+    assert!(doc["paths"]["/sandbox/call"]["post"].is_object());
+    assert!(doc["paths"]["/health/apis"]["get"].is_object());
+    let resp = reg
+        .http
+        .get(format!("{}/switches", reg.base))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+}
