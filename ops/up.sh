@@ -35,11 +35,15 @@ bindir="$ROOT/target/$profile"
 ensure_packages cmake zookeeper curl python3
 
 if [ "$build" = 1 ]; then
-    log "cargo build --workspace --bins ($profile)"
-    if [ "$profile" = release ]; then
-        (cd "$ROOT" && cargo build --release --workspace --bins)
-    else
-        (cd "$ROOT" && cargo build --workspace --bins)
+    profile_flag=()
+    [ "$profile" = release ] && profile_flag=(--release)
+    # One build of every binary (one feature resolution, so nothing compiles twice). The
+    # gateway and the demo backend are required; the rest (registry, CLI, bench tools) is
+    # used only when it builds, so on failure build just the required two.
+    log "cargo build ${profile_flag[*]} --workspace --bins"
+    if ! (cd "$ROOT" && cargo build "${profile_flag[@]}" --workspace --bins); then
+        warn "some binaries of the workspace did not build; building the gateway and the demo backend alone"
+        (cd "$ROOT" && cargo build "${profile_flag[@]}" -p portico-gateway -p portico-demo --bins)
     fi
 fi
 [ -x "$bindir/portico-demo-backend" ] || die "$bindir/portico-demo-backend is missing (build failed?)"
