@@ -1,28 +1,34 @@
 #!/usr/bin/env bash
-# Brings up a local Portico: builds the binaries, then starts a private ZooKeeper, the demo
-# backend, the gateway (standalone, on a copy of ops/examples/standalone) and, when it is
-# built, the registry. State, logs and pids go to .run/; ./ops/down.sh stops everything.
+# Brings up a local Portico: builds the binaries and the console, then starts a private
+# ZooKeeper, the demo backend, the registry (with the console), loads a copy of
+# ops/examples/standalone into ZooKeeper through the registry (live and sandbox trees), and
+# starts a gateway in ZooKeeper mode with a sandbox listener and a disk snapshot. State, logs
+# and pids go to .run/; ./ops/down.sh stops everything.
 #
 #   ./ops/up.sh [--debug] [--no-build]
 #
 #   --debug      use the debug build (faster to compile; the default is --release, for
 #                realistic latency and throughput)
 #   --no-build   do not run cargo build (use what target/ has)
+#   --standalone the gateway serves .run/config (a directory) instead of ZooKeeper, and the
+#                registry is not started
 #
 # Preferred ports (any free port instead when taken; the summary prints the real ones):
-# gateway 8080, admin 9180, registry 9000, demo backend HTTP 18081 / gRPC 50051.
-# Override with PORTICO_LISTEN_PORT, PORTICO_ADMIN_PORT, PORTICO_REGISTRY_PORT.
+# gateway 8080, sandbox 8081, admin 9180, registry 9000, demo backend HTTP 18081 / gRPC 50051.
+# Override with PORTICO_LISTEN_PORT, PORTICO_SANDBOX_PORT, PORTICO_ADMIN_PORT, PORTICO_REGISTRY_PORT.
 set -euo pipefail
 # shellcheck source=ops/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 profile="${PORTICO_PROFILE:-release}"
 build=1
+mode=zk
 for arg in "$@"; do
     case "$arg" in
     --debug) profile=debug ;;
     --release) profile=release ;;
     --no-build) build=0 ;;
+    --standalone) mode=standalone ;;
     -h | --help)
         sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
@@ -92,26 +98,11 @@ cp -R "$ROOT/ops/examples/standalone" "$RUN/config"
 find "$RUN/config" -name '*.json' -exec sed -i \
     -e "s/127\.0\.0\.1:18081/$demo_http/g" -e "s/127\.0\.0\.1:50051/$demo_grpc/g" {} +
 
-# --- gateway ---------------------------------------------------------------------------
-gw_port="$(pick_port "${PORTICO_LISTEN_PORT:-8080}")"
-admin_port="$(pick_port "${PORTICO_ADMIN_PORT:-9180}")"
-[ -x "$bindir/portico-gateway" ] || die "$bindir/portico-gateway is missing (build failed?)"
-gw_args=(--config-dir "$RUN/config" --listen "127.0.0.1:$gw_port" --admin-listen "127.0.0.1:$admin_port")
-if "$bindir/portico-gateway" --help 2>/dev/null | grep -q -- '--access-log'; then
-    gw_args+=(--access-log "$RUN/logs/access.log")
-fi
-log "gateway on 127.0.0.1:$gw_port (admin 127.0.0.1:$admin_port)"
-start_bg gateway "$RUN/logs/gateway.log" "$bindir/portico-gateway" "${gw_args[@]}"
-if ! wait_http "http://127.0.0.1:$admin_port/readyz" 60 "$RUN/pids/gateway.pid"; then
-    tail -n 40 "$RUN/logs/gateway.log" >&2 || true
-    die "the gateway did not become ready (log: $RUN/logs/gateway.log)"
-fi
-
-# --- registry (when built) -------------------------------------------------------------
+# --- registry ---------------------------------------------------------------------------
 registry_url=""
-if [ -x "$bindir/portico-registry" ] &&
-    "$bindir/portico-registry" --help 2>/dev/null | grep -q -- '--zk'; then
-    reg_port="$(pick_port "${PORTICO_REGISTRY_PORT:-9000}")"
+reg_port="$(pick_port "${PORTICO_REGISTRY_PORT:-9000}")"
+if [ "$mode" = zk ]; then
+    [ -x "$bindir/portico-registry" ] || die "$bindir/portico-registry is missing (build failed?)"
     log "registry on 127.0.0.1:$reg_port"
     # The admin token (console sign-in, CLI), kept across runs.
     token_file="$RUN/admin-token"
@@ -119,15 +110,38 @@ if [ -x "$bindir/portico-registry" ] &&
     start_bg registry "$RUN/logs/registry.log" \
         "$bindir/portico-registry" --zk "$zk_hosts" --listen "127.0.0.1:$reg_port" \
         --admin-token-file "$token_file"
-    if wait_tcp "$reg_port" 30 && pid_alive "$RUN/pids/registry.pid"; then
-        registry_url="http://127.0.0.1:$reg_port"
-    else
+    if ! wait_http "http://127.0.0.1:$reg_port/api/v1/health" 30 "$RUN/pids/registry.pid"; then
         tail -n 20 "$RUN/logs/registry.log" >&2 || true
-        warn "the registry did not start (log: $RUN/logs/registry.log); going on without it"
-        stop_pidfile "$RUN/pids/registry.pid"
+        die "the registry did not start (log: $RUN/logs/registry.log)"
     fi
+    registry_url="http://127.0.0.1:$reg_port"
+    # Seed ZooKeeper with the example tree, live and sandbox (sandbox apps and clusters let
+    # the console's "try in sandbox" work at once), through the registry: validated and audited.
+    log "loading the example tree into ZooKeeper"
+    for env_flag in "" --sandbox; do
+        PORTICO_ADMIN_TOKEN="$(cat "$token_file")" PORTICO_OPERATOR=ops-up \
+            "$bindir/portico" --registry "$registry_url" import tree "$RUN/config" $env_flag ||
+            die "loading the example tree failed"
+    done
+fi
+
+# --- gateway ---------------------------------------------------------------------------
+gw_port="$(pick_port "${PORTICO_LISTEN_PORT:-8080}")"
+admin_port="$(pick_port "${PORTICO_ADMIN_PORT:-9180}")"
+sandbox_port="$(pick_port "${PORTICO_SANDBOX_PORT:-8081}")"
+[ -x "$bindir/portico-gateway" ] || die "$bindir/portico-gateway is missing (build failed?)"
+gw_args=(--listen "127.0.0.1:$gw_port" --admin-listen "127.0.0.1:$admin_port"
+    --sandbox-listen "127.0.0.1:$sandbox_port" --access-log "$RUN/logs/access.log")
+if [ "$mode" = zk ]; then
+    gw_args+=(--zk "$zk_hosts" --snapshot-dir "$RUN/snapshot" --node-id local-1)
 else
-    log "registry: not built yet, skipped"
+    gw_args+=(--config-dir "$RUN/config")
+fi
+log "gateway on 127.0.0.1:$gw_port (sandbox 127.0.0.1:$sandbox_port, admin 127.0.0.1:$admin_port)"
+start_bg gateway "$RUN/logs/gateway.log" "$bindir/portico-gateway" "${gw_args[@]}"
+if ! wait_http "http://127.0.0.1:$admin_port/readyz" 60 "$RUN/pids/gateway.pid"; then
+    tail -n 40 "$RUN/logs/gateway.log" >&2 || true
+    die "the gateway did not become ready (log: $RUN/logs/gateway.log)"
 fi
 
 up_ok=1
@@ -136,6 +150,7 @@ admin_url="http://127.0.0.1:$admin_port"
 cat >"$RUN/env" <<EOF
 # Written by ops/up.sh: the addresses of this run. Source it: . .run/env
 PORTICO_GATEWAY=$gateway_url
+PORTICO_SANDBOX=http://127.0.0.1:$sandbox_port
 PORTICO_ADMIN=$admin_url
 PORTICO_REGISTRY=$registry_url
 PORTICO_ADMIN_TOKEN_FILE=${registry_url:+$RUN/admin-token}
@@ -147,14 +162,15 @@ EOF
 
 cat <<EOF
 
-Portico is up ($profile build).
+Portico is up ($profile build, $mode mode).
   gateway        $gateway_url
+  sandbox        http://127.0.0.1:$sandbox_port   (drafts, sandbox apps)
   admin          $admin_url   (/metrics /healthz /readyz /status)
-  registry       ${registry_url:-not running (not built yet)}
+  registry       ${registry_url:-not running (standalone mode)}
   console        ${registry_url:+$registry_url/   (sign in with the token in $RUN/admin-token)}
   ZooKeeper      $zk_hosts
   demo backend   http://$demo_http   (gRPC $demo_grpc)
-  config         $RUN/config   (edit a file there; the gateway reloads it)
+  config         $( [ "$mode" = zk ] && echo "ZooKeeper $zk_hosts/portico (change it with the console or ./target/$profile/portico; snapshot in $RUN/snapshot)" || echo "$RUN/config (edit a file there; the gateway reloads it)")
   logs           $RUN/logs/
   addresses      $RUN/env
 
@@ -165,6 +181,7 @@ Try:
   python3 ops/sign.py --key merchant-1 --secret s3cr3t-value --curl GET $gateway_url/v1/orders/42
   curl -s $admin_url/status
   curl -s $admin_url/metrics | grep portico_
+  PORTICO_REGISTRY=$registry_url PORTICO_ADMIN_TOKEN=\$(cat $RUN/admin-token) ./target/$profile/portico status
 
 Stop with ./ops/down.sh
 EOF
