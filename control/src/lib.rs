@@ -17,7 +17,7 @@ pub mod v1;
 pub mod validate;
 pub mod zk;
 
-pub use snapshot::{Api, Binding, BackendKind, ConfigVersion, IpAclRules, Rejection, Snapshot};
+pub use snapshot::{Api, BackendKind, Binding, ConfigVersion, IpAclRules, Rejection, Snapshot};
 pub use source::{ConfigSource, DirSource};
 pub use tree::{DocKind, Tree};
 pub use validate::build_snapshot;

@@ -87,9 +87,15 @@ mod tests {
 
     #[test]
     fn classify_paths() {
-        assert_eq!(DocKind::classify("apis/order.get"), Some((DocKind::Api, "order.get")));
+        assert_eq!(
+            DocKind::classify("apis/order.get"),
+            Some((DocKind::Api, "order.get"))
+        );
         assert_eq!(DocKind::classify("ipacl"), Some((DocKind::IpAcl, "")));
-        assert_eq!(DocKind::classify("descriptors/ab12"), Some((DocKind::Descriptor, "ab12")));
+        assert_eq!(
+            DocKind::classify("descriptors/ab12"),
+            Some((DocKind::Descriptor, "ab12"))
+        );
         assert_eq!(DocKind::classify("nodes/gw-1"), None);
         assert_eq!(DocKind::classify("sandbox/apis/x"), None);
         assert_eq!(DocKind::classify("apis/"), None);
