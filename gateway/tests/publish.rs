@@ -293,7 +293,7 @@ fn a_standalone_tree_imports_into_zookeeper() {
     let out = Command::new(&cli)
         .args([
             "--registry",
-            &format!("{}", registry.url.trim_end_matches("/api/v1")),
+            registry.url.trim_end_matches("/api/v1"),
             "import",
             "tree",
         ])
