@@ -73,6 +73,8 @@ pub struct RequestCtx {
     /// The envelope code of a refusal, or `OK`.
     pub code: &'static str,
     pub status: u16,
+    /// The routed API's metric series (set after `route`).
+    pub api_metrics: Option<Arc<crate::runtime::ApiMetrics>>,
 }
 
 impl RequestCtx {
@@ -85,6 +87,7 @@ impl RequestCtx {
             upstream_latency: None,
             code: "OK",
             status: 0,
+            api_metrics: None,
         }
     }
 }
@@ -127,6 +130,7 @@ pub async fn handle(
         .route
         .clone()
         .ok_or_else(|| GatewayError::new(Code::Internal, "route stage set no API"))?;
+    ctx.api_metrics = rt.apis.get(&route.api.id).map(|a| a.metrics.clone());
     let limit = route
         .api
         .policy

@@ -124,32 +124,33 @@ impl ProxyHttp for Gateway {
         } else {
             ctx.status
         };
-        let status_str = status_label(status);
-        shared
-            .metrics
-            .requests
-            .with_label_values(&[plane, api.unwrap_or("-"), status_str, ctx.code])
-            .inc();
-        if let Some(api) = api {
-            shared
-                .metrics
+        let m = &shared.metrics;
+        match (&ctx.api_metrics, status, ctx.code) {
+            // The common case, on series resolved once per snapshot.
+            (Some(am), 200, "OK") => am.ok.inc(),
+            _ => m
+                .requests
+                .with_label_values(&[plane, api.unwrap_or("-"), status_label(status), ctx.code])
+                .inc(),
+        }
+        match (&ctx.api_metrics, api) {
+            (Some(am), _) => {
+                am.latency.observe(latency.as_secs_f64());
+                if let Some(up) = ctx.upstream_latency {
+                    am.upstream_latency.observe(up.as_secs_f64());
+                }
+            }
+            (None, Some(api)) => m
                 .latency
                 .with_label_values(&[plane, api])
-                .observe(latency.as_secs_f64());
-            if let Some(up) = ctx.upstream_latency {
-                shared
-                    .metrics
-                    .upstream_latency
-                    .with_label_values(&[plane, api])
-                    .observe(up.as_secs_f64());
-            }
+                .observe(latency.as_secs_f64()),
+            (None, None) => {}
         }
         if ctx.code != "OK" {
-            shared
-                .metrics
-                .rejections
-                .with_label_values(&[plane, ctx.code])
-                .inc();
+            m.rejections.with_label_values(&[plane, ctx.code]).inc();
+        }
+        if !shared.access_log.enabled() {
+            return;
         }
         let req = session.req_header();
         let upstream = ctx.upstream.map(|a| a.to_string());

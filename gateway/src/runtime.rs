@@ -53,8 +53,31 @@ pub struct Shared {
     pub default_max_body: u64,
 }
 
+/// An API's metric series, resolved once per snapshot so the request path does not hash
+/// label values for the common case.
+#[derive(Debug)]
+pub struct ApiMetrics {
+    /// `portico_requests_total{plane, api, status="200", code="OK"}`.
+    pub ok: prometheus::IntCounter,
+    pub latency: prometheus::Histogram,
+    pub upstream_latency: prometheus::Histogram,
+}
+
+impl ApiMetrics {
+    fn new(metrics: &Metrics, plane: &str, api: &str) -> ApiMetrics {
+        ApiMetrics {
+            ok: metrics
+                .requests
+                .with_label_values(&[plane, api, "200", "OK"]),
+            latency: metrics.latency.with_label_values(&[plane, api]),
+            upstream_latency: metrics.upstream_latency.with_label_values(&[plane, api]),
+        }
+    }
+}
+
 /// The per-API invoke state: pool, breaker, balancer and resolved endpoints.
 pub struct ApiRuntime {
+    pub metrics: Arc<ApiMetrics>,
     pub bulkhead: Arc<Bulkhead>,
     pub breaker: Arc<Breaker>,
     pub balancer: Arc<Balancer>,
@@ -114,7 +137,7 @@ impl Plane {
             limiters: Arc::new(RateLimiters::new()),
         };
         let empty = Arc::new(Snapshot::default());
-        let runtime = Runtime::build(empty, None, &carried, &shared);
+        let runtime = Runtime::build(empty, None, &carried, &shared, kind);
         Plane {
             kind,
             current: ArcSwap::from_pointee(runtime),
@@ -129,7 +152,13 @@ impl Plane {
     /// Builds a runtime from `snapshot` (carrying state from the current one) and swaps it in.
     pub fn apply(&self, snapshot: Arc<Snapshot>) {
         let previous = self.current.load_full();
-        let runtime = Runtime::build(snapshot, Some(&previous), &self.carried, &self.shared);
+        let runtime = Runtime::build(
+            snapshot,
+            Some(&previous),
+            &self.carried,
+            &self.shared,
+            self.kind,
+        );
         let plane = self.kind.as_str();
         let m = &self.shared.metrics;
         m.config_generation
@@ -184,6 +213,7 @@ impl Runtime {
         previous: Option<&Runtime>,
         carried: &Carried,
         shared: &Shared,
+        kind: PlaneKind,
     ) -> Runtime {
         let edge = Edge {
             ip_acl: IpAclStage::from(snapshot.as_ref()),
@@ -241,9 +271,14 @@ impl Runtime {
             let Some((balancer, addrs)) = clusters.get(&api.cluster).cloned() else {
                 continue;
             };
+            let metrics = match old {
+                Some(o) => o.metrics.clone(),
+                None => Arc::new(ApiMetrics::new(&shared.metrics, kind.as_str(), id)),
+            };
             apis.insert(
                 id.clone(),
                 ApiRuntime {
+                    metrics,
                     bulkhead,
                     breaker,
                     balancer,

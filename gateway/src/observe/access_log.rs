@@ -85,6 +85,11 @@ impl AccessLog {
         })
     }
 
+    /// Whether lines are written at all (`--access-log off` turns it off).
+    pub fn enabled(&self) -> bool {
+        self.tx.is_some()
+    }
+
     /// Queues one record; never blocks.
     pub fn write(&self, record: &AccessRecord<'_>) {
         let Some(tx) = &self.tx else { return };
