@@ -1,0 +1,275 @@
+//! `portico-bench`: the load harness behind `ops/bench.sh`.
+//!
+//! Starts the processes under test on free 127.0.0.1 ports (the demo backend, nginx, the
+//! bare Pingora proxy, Portico), pins them (proxies on one CPU, the load generator and the
+//! backend on the other, when the machine has two or more), runs `portico-load` against
+//! each target in interleaved rounds (A B C D, A B C D, ...), samples every process's CPU
+//! time from `/proc/<pid>/stat`, and writes medians and ratios into benches/RESULTS.md.
+//!
+//! ```text
+//! portico-bench edge|grpc|isolation|switch|all [--rounds 5] [--duration 6] [--connections 32] [--nice -10]
+//! ```
+
+mod edge;
+mod grpc;
+mod isolation;
+mod procs;
+mod report;
+mod runner;
+mod services;
+mod switch;
+mod trees;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(about = "Portico's benchmark harness (see benches/RESULTS.md)")]
+struct Cli {
+    #[command(subcommand)]
+    suite: Suite,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Subcommand, Debug, Clone, Copy, PartialEq, Eq)]
+enum Suite {
+    /// Issue 2: direct backend vs nginx vs bare Pingora vs Portico (full edge pipeline).
+    Edge,
+    /// Issue 3: a transcoded gRPC call vs an HTTP proxy call of the same payload.
+    Grpc,
+    /// Issue 3: API B's throughput and p99 while API A's backend hangs.
+    Isolation,
+    /// Issue 4: switch push latency to two gateways through ZooKeeper, publish → live.
+    Switch,
+    /// Every suite in turn.
+    All,
+}
+
+#[derive(Args, Debug, Clone)]
+struct Common {
+    /// Interleaved rounds per target.
+    #[arg(long, global = true, default_value_t = 5)]
+    rounds: usize,
+    /// Measured seconds per run (at most 30).
+    #[arg(long, global = true, default_value_t = 6.0)]
+    duration: f64,
+    /// Warm-up seconds before each measured run.
+    #[arg(long, global = true, default_value_t = 1.0)]
+    warmup: f64,
+    /// Keep-alive connections of the load generator.
+    #[arg(long, global = true, default_value_t = 32)]
+    connections: usize,
+    /// The results file to update.
+    #[arg(long, global = true, default_value = "benches/RESULTS.md")]
+    results: PathBuf,
+    /// Where the release binaries are (default: next to this executable).
+    #[arg(long, global = true)]
+    bin_dir: Option<PathBuf>,
+    /// Do not pin processes to CPUs.
+    #[arg(long, global = true)]
+    no_pin: bool,
+    /// Niceness of every process under test and of the load generator (e.g. -10 to stand
+    /// out against other work on a shared machine; needs root). 0: unchanged.
+    #[arg(long, global = true, default_value_t = 0, allow_hyphen_values = true)]
+    nice: i32,
+    /// Keep the temporary directory (configs, logs) after the run.
+    #[arg(long, global = true)]
+    keep_tmp: bool,
+}
+
+/// What every suite needs.
+pub struct Ctx {
+    pub bin_dir: PathBuf,
+    pub nginx: PathBuf,
+    pub tmp: PathBuf,
+    pub load_cpu: Option<String>,
+    pub proxy_cpu: Option<String>,
+    pub backend_cpu: Option<String>,
+    pub backend_threads: usize,
+    pub proxy_threads: usize,
+    pub nice: i32,
+    pub connections: usize,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub rounds: usize,
+    pub results: PathBuf,
+}
+
+impl Ctx {
+    pub fn bin(&self, name: &str) -> PathBuf {
+        self.bin_dir.join(name)
+    }
+
+    /// The pinning, in words, for the method notes.
+    pub fn placement(&self) -> String {
+        let nice = if self.nice != 0 {
+            format!(
+                "; every process under test and the load generator at nice {}",
+                self.nice
+            )
+        } else {
+            String::new()
+        };
+        let where_ = match (&self.proxy_cpu, &self.load_cpu, &self.backend_cpu) {
+            (Some(p), Some(l), Some(b)) => format!(
+                "proxy under test pinned to CPU {p}; load generator on CPU {l}; demo backend on CPU {b} ({} tokio worker)",
+                self.backend_threads
+            ),
+            _ => format!(
+                "no CPU pinning; demo backend with {} tokio worker(s)",
+                self.backend_threads
+            ),
+        };
+        format!("{where_}{nice}")
+    }
+
+    /// A fresh sub-directory of the temporary directory.
+    pub fn subdir(&self, name: &str) -> anyhow::Result<PathBuf> {
+        let d = self.tmp.join(name);
+        if d.exists() {
+            std::fs::remove_dir_all(&d)?;
+        }
+        std::fs::create_dir_all(&d)?;
+        Ok(d)
+    }
+}
+
+fn cpu_count() -> usize {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .map(|s| s.lines().filter(|l| l.starts_with("processor")).count())
+        .unwrap_or(0)
+        .max(1)
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn nginx_version(nginx: &Path) -> String {
+    std::process::Command::new(nginx)
+        .arg("-v")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stderr).trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// The header of every generated section: when, where, how (`load`: with the load
+/// parameters).
+pub fn preamble(ctx: &Ctx, started_load: &str, load: bool) -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let date = now
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let how = if load {
+        format!(
+            " {}. {} rounds × {} s measured (+{} s warm-up) per target, {} connections; figures are medians over the rounds.",
+            ctx.placement(),
+            ctx.rounds,
+            ctx.duration_s,
+            ctx.warmup_s,
+            ctx.connections,
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "_Generated by `ops/bench.sh` ({date}). Machine: {} CPUs ({}), Linux {}; load average {started_load} at the start, {} at the end (other builds share this machine).{how}_",
+        cpu_count(),
+        cpu_model(),
+        kernel.trim(),
+        loadavg(),
+    )
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let c = cli.common;
+    if !(c.duration > 0.0 && c.duration <= 30.0) {
+        anyhow::bail!("--duration must be in (0, 30]");
+    }
+    let bin_dir = match c.bin_dir {
+        Some(d) => d,
+        None => std::env::current_exe()?
+            .parent()
+            .context("exe dir")?
+            .to_path_buf(),
+    };
+    let nginx = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .context("nginx not found (apt-get install nginx-light)")?;
+    let tmp = std::env::temp_dir().join(format!("portico-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp)?;
+    let pin = !c.no_pin && cpu_count() >= 2;
+    let ctx = Ctx {
+        bin_dir,
+        nginx: nginx.clone(),
+        tmp: tmp.clone(),
+        load_cpu: pin.then(|| "1".to_owned()),
+        proxy_cpu: pin.then(|| "0".to_owned()),
+        backend_cpu: pin.then(|| "1".to_owned()),
+        backend_threads: 1,
+        proxy_threads: 1,
+        nice: c.nice,
+        connections: c.connections,
+        duration_s: c.duration,
+        warmup_s: c.warmup,
+        rounds: c.rounds.max(1),
+        results: c.results,
+    };
+    eprintln!(
+        "portico-bench: {} ; {}",
+        nginx_version(&nginx),
+        ctx.placement()
+    );
+    eprintln!("portico-bench: logs and configs in {}", tmp.display());
+    let suites: Vec<Suite> = match cli.suite {
+        Suite::All => vec![Suite::Edge, Suite::Grpc, Suite::Isolation, Suite::Switch],
+        s => vec![s],
+    };
+    let mut failed = Vec::new();
+    for s in suites {
+        let r = match s {
+            Suite::Edge => edge::run(&ctx),
+            Suite::Grpc => grpc::run(&ctx),
+            Suite::Isolation => isolation::run(&ctx),
+            Suite::Switch => switch::run(&ctx),
+            Suite::All => Ok(()),
+        };
+        if let Err(e) = r {
+            eprintln!("portico-bench: suite {s:?} failed: {e:#}");
+            failed.push(format!("{s:?}"));
+        }
+    }
+    if !c.keep_tmp && failed.is_empty() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    if !failed.is_empty() {
+        anyhow::bail!(
+            "failed suites: {} (logs in {})",
+            failed.join(", "),
+            tmp.display()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,519 @@
+//! `portico-load`: the benchmark load generator.
+//!
+//! N keep-alive HTTP/1.1 connections (hyper 1), each sending one request at a time for a
+//! fixed duration (at most 30 s) or a fixed request count. Every request is signed per
+//! DESIGN.md §3.1 with a fresh nonce and the current timestamp when `--app-key` and
+//! `--secret` are given, whatever the target: nginx, the bare Pingora proxy and the direct
+//! backend simply carry the headers along, so the client's cost is the same for every
+//! target.
+//!
+//! ```text
+//! portico-load --url http://127.0.0.1:8080/v1/orders/42 --connections 32 --duration 10 \
+//!     --app-key bench-app --secret bench-secret [--method POST --body '{"a":1}'] \
+//!     [--header 'X-Demo-Hang: 1'] [--rate 2000] [--warmup 1] [--label portico]
+//! ```
+//!
+//! Prints one JSON object on stdout: requests, ok (2xx), errors by status (and `transport`
+//! / `timeout`), rps, and latency percentiles in µs over every completed request (closed
+//! loop: no coordinated-omission correction; `--rate` paces each connection but a late
+//! request is sent at once, not back-dated).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use bytes::Bytes;
+use clap::Parser;
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, HOST};
+use http::{Method, Request};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use tokio::net::TcpStream;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The longest run allowed (benchmarks are bounded).
+const MAX_DURATION_S: f64 = 30.0;
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "Portico's load generator: signed keep-alive HTTP/1.1 load, JSON report")]
+struct Args {
+    /// Target: http://HOST:PORT/path?query (HOST must be an IP address).
+    #[arg(long)]
+    url: String,
+    /// HTTP method.
+    #[arg(long, default_value = "GET")]
+    method: String,
+    /// Request body (sent with Content-Type: application/json).
+    #[arg(long, conflicts_with = "body_file")]
+    body: Option<String>,
+    /// Request body from a file.
+    #[arg(long)]
+    body_file: Option<PathBuf>,
+    /// Concurrent keep-alive connections (one request in flight on each).
+    #[arg(long, default_value_t = 32)]
+    connections: usize,
+    /// Measured duration in seconds (at most 30).
+    #[arg(long, conflicts_with = "requests")]
+    duration: Option<f64>,
+    /// Stop after this many requests instead (still cut at 30 s).
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Seconds of load before the measurement starts (not counted).
+    #[arg(long, default_value_t = 0.0)]
+    warmup: f64,
+    /// Target total request rate (requests/s over all connections); unpaced when absent.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// App key to sign with (§3.1).
+    #[arg(long, requires = "secret")]
+    app_key: Option<String>,
+    /// App secret to sign with.
+    #[arg(long, requires = "app_key")]
+    secret: Option<String>,
+    /// Sign as `KEY:SECRET` (repeatable; connection i signs as app i mod n, so several apps
+    /// share the load as merchants would).
+    #[arg(long = "app", conflicts_with = "app_key")]
+    apps: Vec<String>,
+    /// Extra request header `Name: value` (repeatable).
+    #[arg(long = "header")]
+    headers: Vec<String>,
+    /// Tokio worker threads (1: a current-thread runtime).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Per-request timeout in ms (the connection is dropped and re-opened after one).
+    #[arg(long, default_value_t = 10_000)]
+    timeout_ms: u64,
+    /// A label copied into the report.
+    #[arg(long, default_value = "")]
+    label: String,
+}
+
+/// What one run measured.
+#[derive(Debug, Serialize)]
+struct Report {
+    label: String,
+    url: String,
+    method: String,
+    connections: usize,
+    /// Length of the measured window in seconds.
+    duration_s: f64,
+    /// Completed requests (any status) in the window.
+    requests: u64,
+    /// 2xx answers.
+    ok: u64,
+    /// Non-2xx answers by status, plus `transport` (connect/IO errors) and `timeout`.
+    errors: BTreeMap<String, u64>,
+    /// Every answer by status (2xx included).
+    statuses: BTreeMap<u16, u64>,
+    rps: f64,
+    ok_rps: f64,
+    /// Connections opened (the first ones included).
+    connects: u64,
+    /// Latency over every completed request, in µs.
+    latency_us: Latency,
+    /// This load generator's own CPU time (user + system) during the window, in seconds.
+    client_cpu_s: f64,
+}
+
+#[derive(Debug, Serialize, Default)]
+struct Latency {
+    p50: u64,
+    p90: u64,
+    p99: u64,
+    p999: u64,
+    max: u64,
+    mean: f64,
+}
+
+/// One connection's tallies.
+#[derive(Default)]
+struct Tally {
+    latencies_us: Vec<u32>,
+    statuses: BTreeMap<u16, u64>,
+    transport: u64,
+    timeouts: u64,
+    connects: u64,
+}
+
+/// The fixed part of every request.
+struct Plan {
+    addr: SocketAddr,
+    host: HeaderValue,
+    method: Method,
+    /// Path and query as sent on the request line.
+    path_and_query: String,
+    path: String,
+    query: Option<String>,
+    body: Bytes,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    /// (app key, secret) pairs; empty: unsigned.
+    signers: Vec<(String, Vec<u8>)>,
+    timeout: Duration,
+    /// Unique per run, so nonces never repeat across runs against one gateway.
+    run_id: u64,
+}
+
+impl Plan {
+    fn from_args(args: &Args) -> anyhow::Result<Self> {
+        let rest = args
+            .url
+            .strip_prefix("http://")
+            .context("--url must start with http://")?;
+        let (authority, path_and_query) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let addr: SocketAddr = authority
+            .parse()
+            .with_context(|| format!("--url host must be IP:PORT, got {authority}"))?;
+        let (path, query) = match path_and_query.split_once('?') {
+            Some((p, q)) => (p.to_owned(), Some(q.to_owned())),
+            None => (path_and_query.to_owned(), None),
+        };
+        let body = match (&args.body, &args.body_file) {
+            (Some(b), _) => Bytes::from(b.clone().into_bytes()),
+            (None, Some(f)) => {
+                Bytes::from(std::fs::read(f).with_context(|| format!("reading {}", f.display()))?)
+            }
+            (None, None) => Bytes::new(),
+        };
+        let mut headers = Vec::new();
+        for h in &args.headers {
+            let (name, value) = h
+                .split_once(':')
+                .with_context(|| format!("--header {h:?}: expected `Name: value`"))?;
+            headers.push((
+                HeaderName::from_bytes(name.trim().as_bytes())
+                    .with_context(|| format!("header name {name:?}"))?,
+                HeaderValue::from_str(value.trim())
+                    .with_context(|| format!("header value {value:?}"))?,
+            ));
+        }
+        let method =
+            Method::from_bytes(args.method.to_ascii_uppercase().as_bytes()).context("--method")?;
+        let mut signers = Vec::new();
+        if let (Some(k), Some(s)) = (&args.app_key, &args.secret) {
+            signers.push((k.clone(), s.clone().into_bytes()));
+        }
+        for a in &args.apps {
+            let (k, s) = a
+                .split_once(':')
+                .with_context(|| format!("--app {a:?}: expected KEY:SECRET"))?;
+            signers.push((k.to_owned(), s.as_bytes().to_vec()));
+        }
+        Ok(Plan {
+            addr,
+            host: HeaderValue::from_str(authority).context("host header")?,
+            method,
+            path_and_query: path_and_query.to_owned(),
+            path,
+            query,
+            body,
+            headers,
+            signers,
+            timeout: Duration::from_millis(args.timeout_ms.max(1)),
+            run_id: fastrand::u64(..),
+        })
+    }
+
+    /// Builds request number `seq` of connection `conn`, signed with a fresh nonce.
+    fn request(&self, conn: usize, seq: u64) -> anyhow::Result<Request<Full<Bytes>>> {
+        let mut b = Request::builder()
+            .method(self.method.clone())
+            .uri(self.path_and_query.as_str())
+            .header(HOST, self.host.clone());
+        if !self.body.is_empty() {
+            b = b.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        for (n, v) in &self.headers {
+            b = b.header(n, v);
+        }
+        if !self.signers.is_empty() {
+            let (key, secret) = &self.signers[conn % self.signers.len()];
+            let nonce = format!("n{:016x}-{conn}-{seq}", self.run_id);
+            let now_ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or_default();
+            let signed = portico_control::sign::sign_request(
+                secret,
+                self.method.as_str(),
+                &self.path,
+                self.query.as_deref(),
+                key,
+                now_ms,
+                &nonce,
+                &self.body,
+            );
+            for (name, value) in signed.pairs() {
+                b = b.header(name, value);
+            }
+        }
+        Ok(b.body(Full::new(self.body.clone()))?)
+    }
+}
+
+/// Shared run state: when to start counting, when to stop, how many requests remain.
+struct Clock {
+    measure_from: Instant,
+    stop_at: Instant,
+    /// Requests left when `--requests` is given (negative: none left); `i64::MAX` otherwise.
+    remaining: AtomicI64,
+}
+
+async fn connect(addr: SocketAddr) -> anyhow::Result<http1::SendRequest<Full<Bytes>>> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+/// One connection's closed loop.
+async fn worker(plan: Arc<Plan>, clock: Arc<Clock>, conn: usize, pace: Option<Duration>) -> Tally {
+    let mut tally = Tally::default();
+    let mut sender: Option<http1::SendRequest<Full<Bytes>>> = None;
+    let mut seq: u64 = 0;
+    // Spread paced connections over one interval so they do not fire together.
+    let mut next_send = pace.map(|p| Instant::now() + p.mul_f64(fastrand::f64()));
+    loop {
+        if let (Some(p), Some(at)) = (pace, next_send) {
+            if at > clock.stop_at {
+                break;
+            }
+            tokio::time::sleep_until(at.into()).await;
+            next_send = Some(at + p);
+        }
+        let now = Instant::now();
+        if now >= clock.stop_at {
+            break;
+        }
+        let counted = now >= clock.measure_from;
+        if counted && clock.remaining.fetch_sub(1, Ordering::Relaxed) <= 0 {
+            break;
+        }
+        seq += 1;
+        if sender.as_ref().is_none_or(|s| s.is_closed()) {
+            match connect(plan.addr).await {
+                Ok(s) => {
+                    tally.connects += 1;
+                    sender = Some(s);
+                }
+                Err(_) => {
+                    if counted {
+                        tally.transport += 1;
+                    }
+                    sender = None;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            }
+        }
+        let Some(s) = sender.as_mut() else {
+            continue;
+        };
+        let req = match plan.request(conn, seq) {
+            Ok(r) => r,
+            Err(_) => {
+                tally.transport += 1;
+                break;
+            }
+        };
+        let start = Instant::now();
+        let outcome = tokio::time::timeout(plan.timeout, async {
+            s.ready().await?;
+            let resp = s.send_request(req).await?;
+            let status = resp.status().as_u16();
+            resp.into_body().collect().await?;
+            Ok::<u16, hyper::Error>(status)
+        })
+        .await;
+        let elapsed = start.elapsed();
+        match outcome {
+            Ok(Ok(status)) => {
+                if counted {
+                    tally
+                        .latencies_us
+                        .push(u32::try_from(elapsed.as_micros()).unwrap_or(u32::MAX));
+                    *tally.statuses.entry(status).or_default() += 1;
+                }
+            }
+            Ok(Err(_)) => {
+                if counted {
+                    tally.transport += 1;
+                }
+                sender = None;
+            }
+            Err(_) => {
+                if counted {
+                    tally.timeouts += 1;
+                }
+                sender = None;
+            }
+        }
+    }
+    tally
+}
+
+/// utime + stime of this process from `/proc/self/stat`, in seconds (0 if unreadable;
+/// assumes the usual 100 clock ticks per second).
+fn self_cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
+fn percentile(sorted: &[u32], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    u64::from(sorted[rank - 1])
+}
+
+async fn run(args: Args) -> anyhow::Result<Report> {
+    if args.connections == 0 {
+        bail!("--connections must be at least 1");
+    }
+    let duration = match (args.duration, args.requests) {
+        (Some(d), _) if d > 0.0 && d <= MAX_DURATION_S => d,
+        (Some(d), _) => bail!("--duration must be in (0, {MAX_DURATION_S}], got {d}"),
+        (None, Some(_)) => MAX_DURATION_S,
+        (None, None) => bail!("give --duration SECS or --requests N"),
+    };
+    if !(0.0..=10.0).contains(&args.warmup) {
+        bail!("--warmup must be in [0, 10]");
+    }
+    let plan = Arc::new(Plan::from_args(&args)?);
+    let pace = match args.rate {
+        Some(r) if r > 0.0 => Some(Duration::from_secs_f64(args.connections as f64 / r)),
+        Some(r) => bail!("--rate must be positive, got {r}"),
+        None => None,
+    };
+    let begin = Instant::now();
+    let measure_from = begin + Duration::from_secs_f64(args.warmup);
+    let clock = Arc::new(Clock {
+        measure_from,
+        stop_at: measure_from + Duration::from_secs_f64(duration),
+        remaining: AtomicI64::new(
+            args.requests
+                .map(|n| i64::try_from(n).unwrap_or(i64::MAX))
+                .unwrap_or(i64::MAX),
+        ),
+    });
+    let cpu_at_start = tokio::spawn(async move {
+        tokio::time::sleep_until(measure_from.into()).await;
+        self_cpu_seconds()
+    });
+    let mut tasks = Vec::with_capacity(args.connections);
+    for conn in 0..args.connections {
+        tasks.push(tokio::spawn(worker(
+            plan.clone(),
+            clock.clone(),
+            conn,
+            pace,
+        )));
+    }
+    let mut all = Tally::default();
+    for t in tasks {
+        let t = t.await.context("a connection task panicked")?;
+        all.latencies_us.extend_from_slice(&t.latencies_us);
+        for (s, n) in t.statuses {
+            *all.statuses.entry(s).or_default() += n;
+        }
+        all.transport += t.transport;
+        all.timeouts += t.timeouts;
+        all.connects += t.connects;
+    }
+    let end = Instant::now().min(clock.stop_at).max(measure_from);
+    let client_cpu_s = (self_cpu_seconds() - cpu_at_start.await.unwrap_or(0.0)).max(0.0);
+    let window = end.duration_since(measure_from).as_secs_f64().max(1e-9);
+
+    all.latencies_us.sort_unstable();
+    let lat = &all.latencies_us;
+    let latency = Latency {
+        p50: percentile(lat, 0.50),
+        p90: percentile(lat, 0.90),
+        p99: percentile(lat, 0.99),
+        p999: percentile(lat, 0.999),
+        max: lat.last().map(|v| u64::from(*v)).unwrap_or(0),
+        mean: if lat.is_empty() {
+            0.0
+        } else {
+            lat.iter().map(|v| f64::from(*v)).sum::<f64>() / lat.len() as f64
+        },
+    };
+    let requests: u64 = all.statuses.values().sum();
+    let ok: u64 = all
+        .statuses
+        .iter()
+        .filter(|(s, _)| (200..300).contains(*s))
+        .map(|(_, n)| n)
+        .sum();
+    let mut errors: BTreeMap<String, u64> = all
+        .statuses
+        .iter()
+        .filter(|(s, _)| !(200..300).contains(*s))
+        .map(|(s, n)| (s.to_string(), *n))
+        .collect();
+    if all.transport > 0 {
+        errors.insert("transport".into(), all.transport);
+    }
+    if all.timeouts > 0 {
+        errors.insert("timeout".into(), all.timeouts);
+    }
+    Ok(Report {
+        label: args.label.clone(),
+        url: args.url.clone(),
+        method: args.method.to_ascii_uppercase(),
+        connections: args.connections,
+        duration_s: window,
+        requests,
+        ok,
+        errors,
+        statuses: all.statuses,
+        rps: requests as f64 / window,
+        ok_rps: ok as f64 / window,
+        connects: all.connects,
+        latency_us: latency,
+        client_cpu_s,
+    })
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let rt = if args.threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(args.threads)
+            .enable_all()
+            .build()?
+    };
+    let report = rt.block_on(run(args))?;
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(())
+}
