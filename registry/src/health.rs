@@ -869,8 +869,11 @@ portico_config_generation{plane="live"} 42
     }
 
     fn sample(secs: u64, nodes: &[(&str, &str)]) -> Sample {
+        // One base instant for every sample, so the windows are exact.
+        static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let base = *BASE.get_or_init(|| Instant::now() - Duration::from_secs(100));
         Sample {
-            at: Instant::now() - Duration::from_secs(100) + Duration::from_secs(secs),
+            at: base + Duration::from_secs(secs),
             unix_ms: secs * 1000,
             nodes: nodes
                 .iter()
