@@ -151,7 +151,7 @@ fn render(ctx: &Ctx, started_load: &str, targets: &[Target<'_>], runs: &[Vec<Mea
         String::new()
     } else {
         format!(
-            " Note: {}; its throughput here is capped by CPU 1 (load generator + backend), not by the proxy, so its throughput ratios flatter the others and the capacity ratios are the fair comparison.",
+            " Note: {} (saturated: ≥ 90%); below that a proxy's throughput was capped by CPU 1 (load generator + backend) or by other work on the machine, not by the proxy itself, so throughput ratios involving it are not proxy speed and the capacity ratios are the fairer comparison.",
             capped.join(", ")
         )
     };
