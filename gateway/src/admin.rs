@@ -17,6 +17,9 @@ pub struct AdminState {
     pub sandbox: Option<Arc<Plane>>,
     pub started_at_ms: u64,
     pub listen: String,
+    /// Set once the traffic listener accepts connections (Pingora binds it after the admin
+    /// listener is up): `/readyz` waits for it too.
+    pub listening: Arc<std::sync::atomic::AtomicBool>,
     /// The ZooKeeper source, in ZooKeeper mode (its connection state goes into `/status`).
     pub zk: Option<Arc<portico_control::zk::ZkSource>>,
 }
@@ -41,7 +44,13 @@ async fn metrics(State(s): State<AdminState>) -> Response {
 }
 
 async fn readyz(State(s): State<AdminState>) -> Response {
-    if s.live.ready.load(Ordering::Acquire) {
+    if !s.listening.load(Ordering::Acquire) {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "traffic listener not accepting yet\n",
+        )
+            .into_response()
+    } else if s.live.ready.load(Ordering::Acquire) {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         (

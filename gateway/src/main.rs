@@ -160,12 +160,28 @@ fn main() -> anyhow::Result<()> {
         bail!("give --config-dir DIR (standalone) or --zk HOSTS");
     }
 
+    // Readiness also waits for the traffic listener, which Pingora binds after this point.
+    let listening = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let flag = listening.clone();
+        let probe = probe_addr(&args.listen);
+        control_rt.spawn(async move {
+            while let Some(addr) = probe {
+                if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            flag.store(true, std::sync::atomic::Ordering::Release);
+        });
+    }
     let admin_state = AdminState {
         live: live.clone(),
         sandbox: sandbox.clone(),
         started_at_ms: portico_gateway::pipeline::now_ms(),
         listen: args.listen.clone(),
         zk: zk_status,
+        listening: listening.clone(),
     };
     let zk_for_gauge_src = admin_state.zk.clone();
     let admin_listener = control_rt
@@ -263,6 +279,18 @@ fn boot_from_dir(plane: &Plane, dir: &std::path::Path, what: &str) -> anyhow::Re
         .source
         .store(Arc::new(format!("{what}:{}", dir.display())));
     Ok(())
+}
+
+/// Where to connect to check the traffic listener (an unspecified address → loopback).
+fn probe_addr(listen: &str) -> Option<std::net::SocketAddr> {
+    let mut addr: std::net::SocketAddr = listen.parse().ok()?;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    Some(addr)
 }
 
 fn default_node_id() -> String {
