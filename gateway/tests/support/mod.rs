@@ -4,7 +4,7 @@
 
 use portico_control::sign;
 use serde_json::Value;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,25 +15,8 @@ pub use portico_demo::process::BackendProcess;
 pub const KEY: &str = "merchant-1";
 pub const SECRET: &str = "s3cr3t-value";
 
-/// A port that was free a moment ago on 127.0.0.1.
-pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local addr").port()
-}
-
-/// Polls `cond` every 20 ms until it holds or `timeout` passes; returns whether it held.
-pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+/// Free loopback ports and condition polling come from the shared test kit.
+pub use portico_testkit::{free_port, wait_for as wait_until};
 
 /// A temporary §3.3 configuration directory.
 pub struct ConfigTree {
