@@ -7,6 +7,7 @@
 //! - [`source`]: the [`ConfigSource`] trait and the directory source (`--config-dir`).
 //! - [`store`]: the last-known-good snapshot on disk (`--snapshot-dir`).
 
+pub mod clock;
 pub mod sign;
 pub mod snapshot;
 pub mod source;
@@ -18,7 +19,7 @@ pub mod validate;
 pub mod zk;
 
 pub use snapshot::{Api, BackendKind, Binding, ConfigVersion, IpAclRules, Rejection, Snapshot};
-pub use source::{ConfigSource, DirSource};
+pub use source::{ConfigSource, DirSource, SourceStatus};
 pub use tree::{DocKind, Tree};
 pub use validate::build_snapshot;
 pub use zk::{NodeInfo, ZkSource, ZkState, ZkStatus};

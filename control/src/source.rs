@@ -6,12 +6,30 @@ use crate::tree::Tree;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
+/// What a source says about its connection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceStatus {
+    /// Whether changes reach the gateway now (false while ZooKeeper is unreachable).
+    pub connected: bool,
+    /// Source-specific detail for `/status` (ZooKeeper: session, state, last error).
+    pub detail: Option<serde_json::Value>,
+}
+
 /// A source of configuration trees.
 #[async_trait]
 pub trait ConfigSource: Send + Sync + 'static {
     /// Human-readable identity for logs and `/status`, e.g. `dir:/etc/portico`,
     /// `zk:127.0.0.1:2181/portico`.
     fn describe(&self) -> String;
+
+    /// The source's connection state, for `/status` and the `portico_config_source_connected`
+    /// gauge. Sources without a connection (a directory) are always connected.
+    fn status(&self) -> SourceStatus {
+        SourceStatus {
+            connected: true,
+            detail: None,
+        }
+    }
 
     /// Runs until `updates` is closed: sends the whole tree once it has first been read, then
     /// again after every change. Transient failures (an unreadable file, a lost ZooKeeper

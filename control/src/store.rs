@@ -31,7 +31,6 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The name of the version file inside a snapshot folder.
 pub const VERSION_FILE: &str = "VERSION";
@@ -91,12 +90,6 @@ fn sync_dir(path: &Path) -> io::Result<()> {
     }
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 /// Fills `tmp` with the snapshot's accepted documents and the VERSION file, all fsynced.
 fn fill(tmp: &Path, snapshot: &Snapshot) -> io::Result<()> {
     fs::create_dir(tmp)?;
@@ -118,7 +111,7 @@ fn fill(tmp: &Path, snapshot: &Snapshot) -> io::Result<()> {
     let version = VersionFile {
         generation: snapshot.version.generation,
         digest: snapshot.version.digest.clone(),
-        written_at_ms: now_ms(),
+        written_at_ms: crate::clock::now_ms(),
     };
     let json = serde_json::to_vec_pretty(&version).map_err(io::Error::other)?;
     write_synced(&tmp.join(VERSION_FILE), &json)?;

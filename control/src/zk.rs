@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -102,7 +102,7 @@ pub struct NodeInfo {
 impl NodeInfo {
     /// A registration with `started_at` and `updated_at` set to now.
     pub fn new(node_id: &str, addr: &str, admin_addr: &str) -> NodeInfo {
-        let now = now_rfc3339();
+        let now = crate::clock::now_rfc3339();
         NodeInfo {
             node_id: node_id.to_owned(),
             addr: addr.to_owned(),
@@ -230,7 +230,7 @@ impl ZkSource {
     pub fn new(hosts: &str, root: &str) -> ZkSource {
         let (status, _) = watch::channel(ZkStatus {
             state: ZkState::Connecting,
-            since_unix_ms: now_unix_ms(),
+            since_unix_ms: crate::clock::now_ms(),
             session_id: None,
             last_error: None,
             generation: 0,
@@ -308,7 +308,7 @@ impl ZkSource {
                     info.config_version = old.config_version.clone();
                 }
             }
-            info.updated_at = now_rfc3339();
+            info.updated_at = crate::clock::now_rfc3339();
             *current = Some(info);
         });
     }
@@ -321,7 +321,7 @@ impl ZkSource {
             .send_if_modified(|current| match current {
                 Some(info) if info.config_version != *version => {
                     info.config_version = version.clone();
-                    info.updated_at = now_rfc3339();
+                    info.updated_at = crate::clock::now_rfc3339();
                     true
                 }
                 _ => false,
@@ -342,7 +342,7 @@ impl ZkSource {
         self.inner.status.send_modify(|status| {
             if status.state != state {
                 status.state = state;
-                status.since_unix_ms = now_unix_ms();
+                status.since_unix_ms = crate::clock::now_ms();
             }
             if error.is_some() {
                 status.last_error = error;
@@ -580,7 +580,7 @@ impl ZkSource {
         self.inner.status.send_modify(|s| {
             s.generation = generation;
             s.trees_sent += 1;
-            s.last_tree_unix_ms = Some(now_unix_ms());
+            s.last_tree_unix_ms = Some(crate::clock::now_ms());
         });
         true
     }
@@ -658,6 +658,14 @@ impl SessionEnd {
 impl ConfigSource for ZkSource {
     fn describe(&self) -> String {
         format!("zk:{}{}", self.inner.hosts, self.inner.root)
+    }
+
+    fn status(&self) -> crate::source::SourceStatus {
+        let state = self.state();
+        crate::source::SourceStatus {
+            connected: state.state == ZkState::Connected,
+            detail: serde_json::to_value(&state).ok(),
+        }
     }
 
     async fn run(&self, updates: mpsc::Sender<Tree>) {
@@ -857,20 +865,6 @@ pub async fn ensure_path(
         }
     }
     Ok(())
-}
-
-fn now_unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
-/// The current time as RFC 3339 (UTC, seconds precision plus milliseconds).
-pub fn now_rfc3339() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    now.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|_| now.unix_timestamp().to_string())
 }
 
 #[cfg(test)]

@@ -20,8 +20,8 @@ pub struct AdminState {
     /// Set once the traffic listener accepts connections (Pingora binds it after the admin
     /// listener is up): `/readyz` waits for it too.
     pub listening: Arc<std::sync::atomic::AtomicBool>,
-    /// The ZooKeeper source, in ZooKeeper mode (its connection state goes into `/status`).
-    pub zk: Option<Arc<portico_control::zk::ZkSource>>,
+    /// The live plane's configuration source (its connection state goes into `/status`).
+    pub source: Option<Arc<dyn portico_control::ConfigSource>>,
 }
 
 /// The admin router.
@@ -65,7 +65,7 @@ fn plane_status(plane: &Plane) -> serde_json::Value {
     let rt = plane.current.load();
     let snap = &rt.snapshot;
     let applied_at = plane.applied_at_ms.load(Ordering::Relaxed);
-    let now = crate::pipeline::now_ms();
+    let now = portico_control::clock::now_ms();
     let breakers: serde_json::Map<String, serde_json::Value> = rt
         .apis
         .iter()
@@ -110,11 +110,8 @@ async fn status(State(s): State<AdminState>) -> Json<serde_json::Value> {
         if let Some(sb) = &s.sandbox {
             obj.insert("sandbox".into(), plane_status(sb));
         }
-        if let Some(zk) = &s.zk {
-            obj.insert(
-                "zookeeper".into(),
-                serde_json::to_value(zk.state()).unwrap_or_default(),
-            );
+        if let Some(detail) = s.source.as_ref().and_then(|src| src.status().detail) {
+            obj.insert("zookeeper".into(), detail);
         }
     }
     Json(body)

@@ -110,7 +110,7 @@ fn main() -> anyhow::Result<()> {
 
     let mut sources: Vec<(Arc<Plane>, Arc<dyn ConfigSource>)> = Vec::new();
     let mut on_applied: Option<config::OnApplied> = None;
-    let mut zk_status: Option<Arc<ZkSource>> = None;
+    let mut live_source: Option<Arc<dyn ConfigSource>> = None;
     if let Some(dir) = &args.config_dir {
         boot_from_dir(&live, dir, "dir")?;
         sources.push((live.clone(), Arc::new(DirSource::new(dir.clone()))));
@@ -147,7 +147,7 @@ fn main() -> anyhow::Result<()> {
         on_applied = Some(Arc::new(move |snap: &portico_control::Snapshot| {
             reg.set_applied(&snap.version)
         }));
-        zk_status = Some(zk.clone());
+        live_source = Some(zk.clone());
         sources.push((live.clone(), zk));
         if let Some(sb) = &sandbox {
             let root = format!("{}/sandbox", args.zk_root.trim_end_matches('/'));
@@ -178,12 +178,12 @@ fn main() -> anyhow::Result<()> {
     let admin_state = AdminState {
         live: live.clone(),
         sandbox: sandbox.clone(),
-        started_at_ms: portico_gateway::pipeline::now_ms(),
+        started_at_ms: portico_control::clock::now_ms(),
         listen: args.listen.clone(),
-        zk: zk_status,
+        source: live_source,
         listening: listening.clone(),
     };
-    let zk_for_gauge_src = admin_state.zk.clone();
+    let source_for_gauge = admin_state.source.clone();
     let admin_listener = control_rt
         .block_on(tokio::net::TcpListener::bind(&args.admin_listen))
         .with_context(|| format!("binding the admin listener {}", args.admin_listen))?;
@@ -209,7 +209,6 @@ fn main() -> anyhow::Result<()> {
         };
         control_rt.spawn(config::run(plane, source, dir, hook));
     }
-    let zk_for_gauge = zk_for_gauge_src;
     control_rt.spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
         loop {
@@ -225,9 +224,9 @@ fn main() -> anyhow::Result<()> {
             if let Some(p) = planes.first() {
                 p.shared.grpc.retain_endpoints(&endpoints);
             }
-            let connected = zk_for_gauge
+            let connected = source_for_gauge
                 .as_ref()
-                .is_none_or(|zk| zk.state().state == portico_control::zk::ZkState::Connected);
+                .is_none_or(|src| src.status().connected);
             if let Some(p) = planes.first() {
                 p.shared.metrics.source_connected.set(i64::from(connected));
             }

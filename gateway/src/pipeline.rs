@@ -116,7 +116,7 @@ pub async fn handle(
     ctx: &mut RequestCtx,
 ) -> Result<Handled, GatewayError> {
     let rt = plane.current.load_full();
-    let now = now_ms();
+    let now = portico_control::clock::now_ms();
     check_header_limits(session.req_header())?;
 
     // Edge, before the body: cheap checks first.
@@ -396,12 +396,4 @@ async fn read_body(session: &mut Session, limit: u64) -> Result<Bytes, GatewayEr
         )),
         Ok(r) => r.map(|()| buf.freeze()),
     }
-}
-
-/// The wall clock in Unix epoch milliseconds.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }

@@ -7,7 +7,7 @@
 use crate::edge::Reply;
 use crate::error::{Code, GatewayError};
 use crate::invoke::Answer;
-use crate::observe::access_log::{now_rfc3339, AccessRecord};
+use crate::observe::access_log::AccessRecord;
 use crate::pipeline::{self, Handled, RequestCtx};
 use crate::runtime::Plane;
 use async_trait::async_trait;
@@ -16,6 +16,7 @@ use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::{Error, ErrorType};
 use pingora_http::ResponseHeader;
 use pingora_proxy::{ProxyHttp, Session};
+use portico_control::clock::now_rfc3339;
 use std::sync::Arc;
 
 /// The request id header, on every response.

@@ -184,13 +184,15 @@ impl Plane {
         self.current.store(Arc::new(runtime));
         self.ready.store(true, Ordering::Release);
         self.applied_at_ms
-            .store(crate::pipeline::now_ms(), Ordering::Relaxed);
+            .store(portico_control::clock::now_ms(), Ordering::Relaxed);
     }
 
     /// Periodic upkeep off the request path: limiter cleanup and state gauges.
     pub fn housekeeping(&self) {
         self.carried.limiters.housekeeping();
-        self.carried.replay.housekeeping(crate::pipeline::now_ms());
+        self.carried
+            .replay
+            .housekeeping(portico_control::clock::now_ms());
         let rt = self.current.load();
         let plane = self.kind.as_str();
         for (id, api) in &rt.apis {

@@ -484,7 +484,7 @@ async fn round(m: &Monitor, state: &AppState, client: &reqwest::Client) {
     let now = Instant::now();
     let mut sample = Sample {
         at: now,
-        unix_ms: unix_ms(),
+        unix_ms: portico_control::clock::now_ms(),
         nodes: BTreeMap::new(),
     };
     let mut inner = lock(&m.inner);
@@ -524,13 +524,6 @@ async fn round(m: &Monitor, state: &AppState, client: &reqwest::Client) {
         inner.samples.pop_front();
     }
     m.rounds.fetch_add(1, Ordering::Relaxed);
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 // ---- the report ----------------------------------------------------------------------------

@@ -95,13 +95,6 @@ fn nonce() -> String {
     format!("console-{:016x}", fastrand::u64(..))
 }
 
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// Headers the caller may not set: the signature's own and hop-by-hop ones.
 fn reserved_header(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
@@ -223,7 +216,7 @@ async fn call(State(state): State<Shared>, ctx: Ctx, body: Bytes) -> ApiResult<R
             &path,
             query.as_deref(),
             key,
-            unix_ms(),
+            portico_control::clock::now_ms(),
             &nonce(),
             &body_bytes,
         );

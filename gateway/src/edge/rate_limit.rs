@@ -43,7 +43,6 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 const NANOS_PER_MS: u64 = 1_000_000;
 const NANOS_PER_SEC: u64 = 1_000_000_000;
@@ -296,11 +295,7 @@ impl RateLimiters {
 
     /// Drops idle keys, by the system clock. The gateway calls this every few seconds.
     pub fn housekeeping(&self) {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
-        self.housekeeping_at(now_ms);
+        self.housekeeping_at(portico_control::clock::now_ms());
     }
 
     /// Drops keys idle at `now_ms` (their bucket is full again).

@@ -105,15 +105,6 @@ impl AccessLog {
     }
 }
 
-/// The current UTC time in RFC 3339 with milliseconds.
-pub fn now_rfc3339() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    let fmt = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-    );
-    now.format(&fmt).unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,7 +116,7 @@ mod tests {
         let counter = prometheus::IntCounter::new("x", "x").unwrap();
         let log = AccessLog::start(LogTarget::File(path.clone()), counter).unwrap();
         log.write(&AccessRecord {
-            ts: now_rfc3339(),
+            ts: portico_control::clock::now_rfc3339(),
             plane: "live",
             request_id: "r1",
             method: "GET",

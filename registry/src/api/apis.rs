@@ -363,7 +363,7 @@ async fn history(State(state): State<Shared>, Path(id): Path<String>) -> ApiResu
         if let Some(stat) = state.store.stat(&format!("history/{id}/{v}")).await? {
             items.push(json!({
                 "version": v,
-                "published_at": rfc3339_ms(stat.ctime),
+                "published_at": portico_control::clock::rfc3339_ms(stat.ctime),
                 "live": live_version == Some(v),
             }));
         }
@@ -388,16 +388,6 @@ async fn history_version(
         )
         .await?;
     Ok(raw_json_response(StatusCode::OK, doc.data, Some(&doc.stat)))
-}
-
-fn rfc3339_ms(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default()
 }
 
 // ---- drafts -----------------------------------------------------------------------------

@@ -341,7 +341,7 @@ async fn put_switch<const SB: bool>(
         obj.insert("updated_by".to_owned(), Value::String(actor.clone()));
         obj.insert(
             "updated_at".to_owned(),
-            Value::String(portico_control::zk::now_rfc3339()),
+            Value::String(portico_control::clock::now_rfc3339()),
         );
     }
     let pre = ctx.precondition(None)?;

@@ -382,7 +382,7 @@ pub async fn audit(
     detail: Value,
 ) {
     let entry = json!({
-        "at": portico_control::zk::now_rfc3339(),
+        "at": portico_control::clock::now_rfc3339(),
         "actor": actor,
         "action": action,
         "target": target,

@@ -376,13 +376,6 @@ fn parse_header(h: &str) -> Result<(String, String), String> {
     Ok((name.trim().to_owned(), value.trim().to_owned()))
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 fn random_nonce() -> String {
     let mut bytes = [0u8; 12];
     if getrandom::fill(&mut bytes).is_err() {
@@ -421,7 +414,8 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 &path,
                 query.as_deref(),
                 &args.credentials.key,
-                args.timestamp.unwrap_or_else(now_ms),
+                args.timestamp
+                    .unwrap_or_else(portico_control::clock::now_ms),
                 &nonce,
                 &body,
             );
@@ -571,7 +565,7 @@ async fn call(args: &CallArgs) -> Result<ExitCode, String> {
             url.path(),
             url.query(),
             &args.credentials.key,
-            now_ms(),
+            portico_control::clock::now_ms(),
             &random_nonce(),
             &body,
         );
