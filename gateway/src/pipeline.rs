@@ -380,6 +380,7 @@ async fn read_body(session: &mut Session, limit: u64) -> Result<Bytes, GatewayEr
             return Err(too_large());
         }
     }
+    crate::edge::framing::continue_if_expected(session).await?;
     let mut buf = BytesMut::new();
     let read = async {
         while let Some(chunk) = crate::edge::framing::read_body_chunk(session).await? {

@@ -25,10 +25,14 @@
 //! Each refusal closes the connection: after a framing error nothing on it can be trusted.
 //! The same holds for a body that fails to decode ([`read_body_chunk`]): Pingora marks such a
 //! body done, so without this the connection would be kept alive after the `400`.
+//!
+//! [`continue_if_expected`] answers `Expect: 100-continue` (RFC 9110 §10.1.1): the gateway
+//! reads the whole body before calling a backend (the signature covers it), so it is the
+//! server the client waits on.
 
 use crate::error::GatewayError;
 use bytes::Bytes;
-use http::header::{HOST, TRANSFER_ENCODING};
+use http::header::{EXPECT, HOST, TRANSFER_ENCODING};
 use pingora_proxy::Session;
 
 /// Refuses a request whose framing is ambiguous (see the module doc), closing the connection
@@ -127,6 +131,32 @@ pub async fn read_body_chunk(session: &mut Session) -> Result<Option<Bytes>, Gat
             )))
         }
     }
+}
+
+/// Sends `100 Continue` to an HTTP/1.1 request with `Expect: 100-continue` whose body has not
+/// arrived yet. Call it when the request has passed every check that needs only the head, just
+/// before reading the body: a request refused earlier gets its final answer instead, and its
+/// connection is closed (the body is never read), as RFC 9110 §10.1.1 allows.
+pub async fn continue_if_expected(session: &mut Session) -> Result<(), GatewayError> {
+    let req = session.req_header();
+    let expects = req.version == http::Version::HTTP_11
+        && req.headers.get(EXPECT).is_some_and(|v| {
+            v.as_bytes()
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"100-continue")
+        });
+    if !expects || session.is_body_done() {
+        return Ok(());
+    }
+    // Pingora turns keepalive off for any response head written before the body is done, a
+    // `100` included; that rule is for final answers (Pingora's default, restored at once).
+    session.set_close_on_response_before_downstream_finish(false);
+    let written = session.write_continue_response().await;
+    session.set_close_on_response_before_downstream_finish(true);
+    written.map_err(|e| {
+        session.set_keepalive(None);
+        GatewayError::bad_request(format!("writing 100 Continue: {e}"))
+    })
 }
 
 #[cfg(test)]
