@@ -117,7 +117,9 @@ pub async fn handle(
 ) -> Result<Handled, GatewayError> {
     let rt = plane.current.load_full();
     let now = portico_control::clock::now_ms();
-    check_header_limits(session.req_header())?;
+    // Ambiguous framing and oversized heads are refused with the connection closed.
+    crate::edge::framing::check(session)?;
+    check_header_limits(session.req_header()).inspect_err(|_| session.set_keepalive(None))?;
 
     // Edge, before the body: cheap checks first.
     {
@@ -378,11 +380,10 @@ async fn read_body(session: &mut Session, limit: u64) -> Result<Bytes, GatewayEr
             return Err(too_large());
         }
     }
+    crate::edge::framing::continue_if_expected(session).await?;
     let mut buf = BytesMut::new();
     let read = async {
-        while let Some(chunk) = session.read_request_body().await.map_err(|e| {
-            GatewayError::bad_request(format!("reading request body: {}", e.etype().as_str()))
-        })? {
+        while let Some(chunk) = crate::edge::framing::read_body_chunk(session).await? {
             if (buf.len() + chunk.len()) as u64 > limit {
                 return Err(too_large());
             }

@@ -106,8 +106,11 @@ impl ProxyHttp for Gateway {
             _ => GatewayError::new(Code::Internal, "internal error"),
         };
         let code = err.status();
-        let ok =
-            session.response_written().is_none() && self.rescue(session, ctx, err).await.is_ok();
+        // A `100 Continue` is not the start of the response.
+        let started = session
+            .response_written()
+            .is_some_and(|r| !r.status.is_informational());
+        let ok = !started && self.rescue(session, ctx, err).await.is_ok();
         pingora_proxy::FailToProxy {
             error_code: code,
             can_reuse_downstream: ok,
@@ -191,7 +194,10 @@ impl Gateway {
     ) -> pingora_error::Result<()> {
         ctx.status = e.status();
         ctx.code = e.code.as_str();
-        if session.response_written().is_some() {
+        if session
+            .response_written()
+            .is_some_and(|r| !r.status.is_informational())
+        {
             // Half-way through a streamed response: nothing more can be said.
             return Error::e_explain(
                 ErrorType::WriteError,

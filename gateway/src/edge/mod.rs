@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod degrade;
+pub mod framing;
 pub mod ip_acl;
 pub mod permit;
 pub mod rate_limit;
