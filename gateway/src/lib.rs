@@ -11,4 +11,5 @@ pub mod listener;
 pub mod observe;
 pub mod pipeline;
 pub mod proxy;
+pub mod request_id;
 pub mod runtime;

@@ -9,6 +9,7 @@ use crate::error::{Code, GatewayError};
 use crate::invoke::Answer;
 use crate::observe::access_log::AccessRecord;
 use crate::pipeline::{self, Handled, RequestCtx};
+use crate::request_id;
 use crate::runtime::Plane;
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -18,9 +19,6 @@ use pingora_http::ResponseHeader;
 use pingora_proxy::{ProxyHttp, Session};
 use portico_control::clock::now_rfc3339;
 use std::sync::Arc;
-
-/// The request id header, on every response.
-pub const REQUEST_ID_HEADER: &str = "x-portico-request-id";
 
 /// One listener's proxy: a plane (live or sandbox) behind Pingora.
 pub struct Gateway {
@@ -43,7 +41,7 @@ impl ProxyHttp for Gateway {
         session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> pingora_error::Result<bool> {
-        ctx.request_id = request_id(session);
+        ctx.request_id = request_id::keep_or_make(&session.req_header().headers);
         let result = pipeline::handle(&self.plane, session, ctx).await;
         let written = match result {
             Ok(Handled::Streamed(status)) => {
@@ -97,7 +95,7 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> pingora_proxy::FailToProxy {
         if ctx.request_id.is_empty() {
-            ctx.request_id = request_id(session);
+            ctx.request_id = request_id::keep_or_make(&session.req_header().headers);
         }
         let err = match e.etype() {
             ErrorType::InvalidHTTPHeader | ErrorType::H2Error => {
@@ -231,7 +229,7 @@ async fn write_answer(
         head.insert_header("content-type", "application/json")?;
     }
     head.insert_header("content-length", answer.body.len().to_string())?;
-    head.insert_header(REQUEST_ID_HEADER, request_id)?;
+    head.insert_header(request_id::HEADER, request_id)?;
     let head_only = session.req_header().method == http::Method::HEAD;
     session
         .write_response_header(Box::new(head), head_only)
@@ -242,27 +240,6 @@ async fn write_answer(
             .await?;
     }
     Ok(())
-}
-
-/// Keeps a well-formed incoming `X-Portico-Request-Id` (1–64 of `[A-Za-z0-9._-]`), or makes one.
-fn request_id(session: &Session) -> String {
-    if let Some(v) = session.req_header().headers.get(REQUEST_ID_HEADER) {
-        let b = v.as_bytes();
-        if (1..=64).contains(&b.len())
-            && b.iter()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
-        {
-            if let Ok(s) = v.to_str() {
-                return s.to_owned();
-            }
-        }
-    }
-    new_request_id()
-}
-
-/// A fresh 32-hex-digit request id.
-pub fn new_request_id() -> String {
-    format!("{:032x}", fastrand::u128(..))
 }
 
 fn status_label(status: u16) -> &'static str {

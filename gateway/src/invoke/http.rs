@@ -5,6 +5,7 @@
 //! merchant as it arrives. The API's `timeout_ms` bounds connect and the whole exchange.
 
 use crate::error::{Code, GatewayError};
+use crate::request_id;
 use bytes::Bytes;
 use pingora_core::connectors::http::Connector;
 use pingora_core::connectors::ConnectorOptions;
@@ -175,7 +176,7 @@ impl HttpInvoker {
             }
             let _ = head.append_header(name.clone(), value.clone());
         }
-        let _ = head.insert_header(crate::proxy::REQUEST_ID_HEADER, request_id);
+        let _ = head.insert_header(request_id::HEADER, request_id);
         let status = resp.status.as_u16();
         let end = upstream.response_done();
         session
@@ -260,7 +261,7 @@ fn build_request_header(
         };
         h.insert_header("x-forwarded-for", xff).map_err(internal)?;
     }
-    h.insert_header(crate::proxy::REQUEST_ID_HEADER, out.request_id)
+    h.insert_header(request_id::HEADER, out.request_id)
         .map_err(internal)?;
     if let Some(app) = out.app_key {
         h.insert_header("x-portico-app", app).map_err(internal)?;
