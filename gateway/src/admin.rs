@@ -67,6 +67,7 @@ fn plane_status(plane: &Plane) -> serde_json::Value {
     let applied_at = plane.applied_at_ms.load(Ordering::Relaxed);
     let now = portico_control::clock::now_ms();
     let breakers: serde_json::Map<String, serde_json::Value> = rt
+        .invoke
         .apis
         .iter()
         .map(|(id, a)| {

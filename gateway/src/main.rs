@@ -7,13 +7,12 @@ use pingora_core::server::Server;
 use portico_control::zk::{NodeInfo, ZkSource};
 use portico_control::{ConfigSource, DirSource};
 use portico_gateway::admin::{self, AdminState};
-use portico_gateway::config;
-use portico_gateway::invoke::grpc::GrpcInvoker;
-use portico_gateway::invoke::http::HttpInvoker;
+use portico_gateway::invoke::Clients;
 use portico_gateway::listener;
 use portico_gateway::observe::access_log::{AccessLog, LogTarget};
 use portico_gateway::observe::metrics::Metrics;
 use portico_gateway::proxy::Gateway;
+use portico_gateway::reload;
 use portico_gateway::runtime::{system_clock, Plane, PlaneKind, Shared};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -87,8 +86,7 @@ fn main() -> anyhow::Result<()> {
     let shared = Arc::new(Shared {
         metrics,
         access_log,
-        http: HttpInvoker::new(),
-        grpc: GrpcInvoker::new(),
+        clients: Clients::default(),
         clock: system_clock(),
         node_id: node_id.clone(),
         default_max_body: args.max_body_bytes,
@@ -99,7 +97,7 @@ fn main() -> anyhow::Result<()> {
         .as_ref()
         .map(|_| Arc::new(Plane::new(PlaneKind::Sandbox, shared.clone())));
 
-    // The control side (config loops, admin listener, housekeeping) runs on its own runtime,
+    // The control side (reload loops, admin listener, housekeeping) runs on its own runtime,
     // so it never competes with traffic and traffic never waits on it.
     let control_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -109,7 +107,7 @@ fn main() -> anyhow::Result<()> {
         .context("starting the control runtime")?;
 
     let mut sources: Vec<(Arc<Plane>, Arc<dyn ConfigSource>)> = Vec::new();
-    let mut on_applied: Option<config::OnApplied> = None;
+    let mut on_applied: Option<reload::OnApplied> = None;
     let mut live_source: Option<Arc<dyn ConfigSource>> = None;
     if let Some(dir) = &args.config_dir {
         boot_from_dir(&live, dir, "dir")?;
@@ -127,7 +125,7 @@ fn main() -> anyhow::Result<()> {
         if let Some(dir) = &args.snapshot_dir {
             match portico_control::store::read_snapshot(dir) {
                 Ok((tree, version)) if !tree.docs.is_empty() => {
-                    config::apply_tree(&live, &tree);
+                    reload::apply_tree(&live, &tree);
                     live.source
                         .store(Arc::new(format!("snapshot:{}", dir.display())));
                     tracing::info!(dir = %dir.display(), ?version, "booted from the disk snapshot");
@@ -207,7 +205,7 @@ fn main() -> anyhow::Result<()> {
         } else {
             None
         };
-        control_rt.spawn(config::run(plane, source, dir, hook));
+        control_rt.spawn(reload::run(plane, source, dir, hook));
     }
     control_rt.spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(5));
@@ -222,7 +220,7 @@ fn main() -> anyhow::Result<()> {
             }
             // Drop gRPC channels to endpoints no plane uses any more.
             if let Some(p) = planes.first() {
-                p.shared.grpc.retain_endpoints(&endpoints);
+                p.shared.clients.grpc.retain_endpoints(&endpoints);
             }
             let connected = source_for_gauge
                 .as_ref()
@@ -273,7 +271,7 @@ fn main() -> anyhow::Result<()> {
 fn boot_from_dir(plane: &Plane, dir: &std::path::Path, what: &str) -> anyhow::Result<()> {
     let tree = portico_control::source::dir::read_tree(dir)
         .with_context(|| format!("reading {}", dir.display()))?;
-    config::apply_tree(plane, &tree);
+    reload::apply_tree(plane, &tree);
     plane
         .source
         .store(Arc::new(format!("{what}:{}", dir.display())));

@@ -1,18 +1,17 @@
 //! Portico's Pingora `ProxyHttp`: `request_filter` runs the whole pipeline and is the one
-//! rescue point that turns any failure into the §3.2 envelope; `logging` writes the access
-//! log line and the metrics. The gateway answers every request itself (HTTP backends are
-//! called through Pingora's upstream pool inside the pipeline), so `upstream_peer` is never
+//! rescue point that turns any failure into the error envelope (docs/PROTOCOL.md, "The
+//! error envelope") and writes every whole [`Response`]; `logging` writes the access log
+//! line and the metrics. The gateway answers every request itself (HTTP backends are called
+//! through Pingora's upstream pool inside the invoke tier), so `upstream_peer` is never
 //! reached.
 
-use crate::edge::Reply;
 use crate::error::{Code, GatewayError};
-use crate::invoke::Answer;
+use crate::model::{Response, Whole};
 use crate::observe::access_log::AccessRecord;
-use crate::pipeline::{self, Handled, RequestCtx};
+use crate::pipeline::{self, RequestCtx};
 use crate::request_id;
 use crate::runtime::Plane;
 use async_trait::async_trait;
-use bytes::Bytes;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::{Error, ErrorType};
 use pingora_http::ResponseHeader;
@@ -42,30 +41,16 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> pingora_error::Result<bool> {
         ctx.request_id = request_id::keep_or_make(&session.req_header().headers);
-        let result = pipeline::handle(&self.plane, session, ctx).await;
-        let written = match result {
-            Ok(Handled::Streamed(status)) => {
+        let written = match pipeline::handle(&self.plane, session, ctx).await {
+            Ok(Response::Streamed(status)) => {
                 ctx.status = status;
                 Ok(())
             }
-            Ok(Handled::Answer(answer)) => {
-                ctx.status = answer.status;
-                write_answer(session, &answer, &ctx.request_id).await
+            Ok(Response::Whole(whole)) => {
+                ctx.status = whole.status;
+                write_whole(session, &whole, &ctx.request_id).await
             }
-            Ok(Handled::Reply(Reply::Canned {
-                status,
-                headers,
-                body,
-            })) => {
-                ctx.status = status;
-                let answer = Answer {
-                    status,
-                    headers,
-                    body,
-                };
-                write_answer(session, &answer, &ctx.request_id).await
-            }
-            Ok(Handled::Reply(Reply::Error(e))) | Err(e) => self.rescue(session, ctx, e).await,
+            Err(e) => rescue(session, ctx, e).await,
         };
         if let Err(e) = written {
             // The merchant is gone or the response broke half-way: close the connection.
@@ -104,8 +89,7 @@ impl ProxyHttp for Gateway {
             _ => GatewayError::new(Code::Internal, "internal error"),
         };
         let code = err.status();
-        let ok =
-            session.response_written().is_none() && self.rescue(session, ctx, err).await.is_ok();
+        let ok = session.response_written().is_none() && rescue(session, ctx, err).await.is_ok();
         pingora_proxy::FailToProxy {
             error_code: code,
             can_reuse_downstream: ok,
@@ -135,7 +119,7 @@ impl ProxyHttp for Gateway {
         match (&ctx.api_metrics, api) {
             (Some(am), _) => {
                 am.latency.observe(latency.as_secs_f64());
-                if let Some(up) = ctx.upstream_latency {
+                if let Some(up) = ctx.upstream.latency {
                     am.upstream_latency.observe(up.as_secs_f64());
                 }
             }
@@ -152,7 +136,7 @@ impl ProxyHttp for Gateway {
             return;
         }
         let req = session.req_header();
-        let upstream = ctx.upstream.map(|a| a.to_string());
+        let upstream = ctx.upstream.addr.map(|a| a.to_string());
         shared.access_log.write(&AccessRecord {
             ts: now_rfc3339(),
             plane,
@@ -179,64 +163,64 @@ impl ProxyHttp for Gateway {
     }
 }
 
-impl Gateway {
-    /// The one rescue point: a refusal or failure becomes the §3.2 envelope.
-    async fn rescue(
-        &self,
-        session: &mut Session,
-        ctx: &mut RequestCtx,
-        e: GatewayError,
-    ) -> pingora_error::Result<()> {
-        ctx.status = e.status();
-        ctx.code = e.code.as_str();
-        if session.response_written().is_some() {
-            // Half-way through a streamed response: nothing more can be said.
-            return Error::e_explain(
-                ErrorType::WriteError,
-                format!("failure after response started: {e}"),
-            );
-        }
-        // A refusal before the body was read must not leave the body on the connection.
-        if !session.is_body_done() {
-            session.set_keepalive(None);
-        }
-        let mut headers = Vec::new();
-        if let Some(secs) = e.retry_after {
-            headers.push(("retry-after".to_owned(), secs.to_string()));
-        }
-        let answer = Answer {
-            status: e.status(),
-            headers,
-            body: Bytes::from(e.envelope(&ctx.request_id)),
-        };
-        write_answer(session, &answer, &ctx.request_id).await
+/// The one rescue point: a refusal or failure becomes the error envelope.
+async fn rescue(
+    session: &mut Session,
+    ctx: &mut RequestCtx,
+    e: GatewayError,
+) -> pingora_error::Result<()> {
+    ctx.status = e.status();
+    ctx.code = e.code.as_str();
+    if session.response_written().is_some() {
+        // Half-way through a streamed response: nothing more can be said.
+        return Error::e_explain(
+            ErrorType::WriteError,
+            format!("failure after response started: {e}"),
+        );
     }
+    // A refusal before the body was read must not leave the body on the connection.
+    if !session.is_body_done() {
+        session.set_keepalive(None);
+    }
+    write_whole(
+        session,
+        &Whole::envelope(&e, &ctx.request_id),
+        &ctx.request_id,
+    )
+    .await
 }
 
-/// Writes a whole JSON answer with the request id.
-async fn write_answer(
-    session: &mut Session,
-    answer: &Answer,
-    request_id: &str,
-) -> pingora_error::Result<()> {
-    let mut head = ResponseHeader::build(answer.status, Some(answer.headers.len() + 3))?;
+/// The response head of a whole response: its status and headers, `content-type:
+/// application/json` unless it sets a content type, `content-length`, and the request id.
+fn whole_head(whole: &Whole, request_id: &str) -> pingora_error::Result<ResponseHeader> {
+    let mut head = ResponseHeader::build(whole.status, Some(whole.headers.len() + 3))?;
     let mut has_type = false;
-    for (name, value) in &answer.headers {
+    for (name, value) in &whole.headers {
         has_type |= name.eq_ignore_ascii_case("content-type");
         head.append_header(name.clone(), value.as_str())?;
     }
     if !has_type {
         head.insert_header("content-type", "application/json")?;
     }
-    head.insert_header("content-length", answer.body.len().to_string())?;
+    head.insert_header("content-length", whole.body.len().to_string())?;
     head.insert_header(request_id::HEADER, request_id)?;
+    Ok(head)
+}
+
+/// Writes a whole response with the request id (its head only, for a `HEAD` request).
+async fn write_whole(
+    session: &mut Session,
+    whole: &Whole,
+    request_id: &str,
+) -> pingora_error::Result<()> {
+    let head = whole_head(whole, request_id)?;
     let head_only = session.req_header().method == http::Method::HEAD;
     session
         .write_response_header(Box::new(head), head_only)
         .await?;
     if !head_only {
         session
-            .write_response_body(Some(answer.body.clone()), true)
+            .write_response_body(Some(whole.body.clone()), true)
             .await?;
     }
     Ok(())

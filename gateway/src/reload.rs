@@ -1,6 +1,7 @@
-//! The configuration loop of one plane: receive trees from the source, build and validate a
+//! The reload loop of one plane: receive trees from the source, build and validate a
 //! snapshot (keeping the last good version of any bad document), swap it in, and write it to
-//! the disk snapshot as last-known-good. Runs on the admin runtime, never on the request path.
+//! the disk snapshot as last-known-good. Runs on the control runtime, never on the request
+//! path.
 
 use crate::runtime::Plane;
 use portico_control::{build_snapshot, ConfigSource, Snapshot, Tree};

@@ -1,0 +1,144 @@
+//! Test support for the gateway's unit tests: hand-built snapshot pieces (an API, an app, a
+//! cluster), a routed context and a request, shared by the edge stages and the invoke tier.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::edge::{EdgeCtx, EdgeRequest};
+use crate::model::RouteMatch;
+use portico_control::template::PathTemplate;
+use portico_control::{v1, Api, BackendKind, Binding};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// The clock of the signing examples of docs/PROTOCOL.md.
+pub const NOW_MS: u64 = 1_796_000_000_000;
+
+/// An API with no bindings (stages after `route` never look at them).
+pub fn api(id: &str, auth: v1::AuthMode, rate_limits: Vec<v1::RateLimitRule>) -> Arc<Api> {
+    let policy = v1::Policy {
+        rate_limits,
+        ..v1::Policy::default()
+    };
+    Arc::new(api_with(
+        id,
+        &[],
+        BackendKind::Http { path: None },
+        policy,
+        auth,
+    ))
+}
+
+/// An API bound to `bindings` (method, path template), calling `backend` on cluster `c`.
+pub fn api_with(
+    id: &str,
+    bindings: &[(&str, &str)],
+    backend: BackendKind,
+    policy: v1::Policy,
+    auth: v1::AuthMode,
+) -> Api {
+    let bindings: Vec<Binding> = bindings
+        .iter()
+        .map(|(method, path)| Binding {
+            method: (*method).to_owned(),
+            template: PathTemplate::parse(path).unwrap(),
+            body: None,
+            response_body: None,
+        })
+        .collect();
+    let (method, path) = bindings
+        .first()
+        .map(|b| (b.method.clone(), b.template.raw.clone()))
+        .unwrap_or_else(|| ("GET".to_owned(), format!("/{id}")));
+    let definition = v1::ApiDefinition {
+        id: id.to_owned(),
+        version: 1,
+        http: v1::HttpRule {
+            method,
+            path,
+            body: None,
+            response_body: None,
+            additional_bindings: Vec::new(),
+        },
+        backend: v1::Backend {
+            cluster: "c".to_owned(),
+            timeout_ms: 1000,
+            grpc: None,
+            http: Some(v1::HttpBackend::default()),
+        },
+        auth,
+        policy: policy.clone(),
+        description: None,
+    };
+    Api {
+        id: id.to_owned(),
+        version: 1,
+        bindings,
+        backend,
+        cluster: "c".to_owned(),
+        timeout_ms: 1000,
+        auth,
+        policy,
+        definition,
+    }
+}
+
+/// An app document.
+pub fn app(
+    secret: &str,
+    status: v1::AppStatus,
+    apis: &[&str],
+    rate_limits: Vec<v1::AppRateLimit>,
+) -> Arc<v1::App> {
+    Arc::new(v1::App {
+        secret: secret.to_owned(),
+        status,
+        apis: apis.iter().map(|s| (*s).to_owned()).collect(),
+        rate_limits,
+        name: None,
+    })
+}
+
+/// A cluster document over `endpoints` (address, weight).
+pub fn cluster(endpoints: &[(&str, u32)]) -> Arc<v1::Cluster> {
+    Arc::new(v1::Cluster {
+        protocol: v1::Protocol::Http,
+        endpoints: endpoints
+            .iter()
+            .map(|(addr, weight)| v1::Endpoint {
+                addr: (*addr).to_owned(),
+                weight: *weight,
+            })
+            .collect(),
+        balancing: None,
+    })
+}
+
+/// A context as `route` leaves it for `api`.
+pub fn routed(api: &Arc<Api>) -> EdgeCtx {
+    EdgeCtx {
+        route: Some(RouteMatch {
+            api: Arc::clone(api),
+            binding: Some(0),
+            vars: Vec::new(),
+            router_style: false,
+        }),
+        ..EdgeCtx::default()
+    }
+}
+
+/// A bodiless GET of `path` from `peer` at [`NOW_MS`].
+pub fn get<'a>(
+    path: &'a str,
+    headers: &'a http::HeaderMap,
+    peer: Option<IpAddr>,
+) -> EdgeRequest<'a> {
+    EdgeRequest {
+        method: "GET",
+        path,
+        query: None,
+        headers,
+        peer,
+        body: b"",
+        now_ms: NOW_MS,
+    }
+}
