@@ -125,10 +125,11 @@ fn main() -> anyhow::Result<()> {
         if let Some(dir) = &args.snapshot_dir {
             match portico_control::store::read_snapshot(dir) {
                 Ok((tree, version)) if !tree.docs.is_empty() => {
-                    reload::apply_tree(&live, &tree);
-                    live.source
-                        .store(Arc::new(format!("snapshot:{}", dir.display())));
-                    tracing::info!(dir = %dir.display(), ?version, "booted from the disk snapshot");
+                    if reload::apply_tree(&live, &tree).is_some() {
+                        live.source
+                            .store(Arc::new(format!("snapshot:{}", dir.display())));
+                        tracing::info!(dir = %dir.display(), ?version, "booted from the disk snapshot");
+                    }
                 }
                 Ok(_) => tracing::info!(dir = %dir.display(), "no disk snapshot yet"),
                 Err(e) => {
@@ -271,10 +272,11 @@ fn main() -> anyhow::Result<()> {
 fn boot_from_dir(plane: &Plane, dir: &std::path::Path, what: &str) -> anyhow::Result<()> {
     let tree = portico_control::source::dir::read_tree(dir)
         .with_context(|| format!("reading {}", dir.display()))?;
-    reload::apply_tree(plane, &tree);
-    plane
-        .source
-        .store(Arc::new(format!("{what}:{}", dir.display())));
+    if reload::apply_tree(plane, &tree).is_some() {
+        plane
+            .source
+            .store(Arc::new(format!("{what}:{}", dir.display())));
+    }
     Ok(())
 }
 

@@ -14,8 +14,8 @@ use crate::invoke::breaker::{Clock, SystemClock};
 use crate::invoke::{Clients, InvokeState};
 use crate::observe::access_log::AccessLog;
 use crate::observe::metrics::{ApiMetrics, Metrics};
-use arc_swap::ArcSwap;
-use portico_control::Snapshot;
+use arc_swap::{ArcSwap, ArcSwapOption};
+use portico_control::{Rejection, Snapshot};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -95,6 +95,22 @@ impl Runtime {
     }
 }
 
+/// The state of a plane's reload loop, for `/status` (see `reload.rs`).
+#[derive(Default)]
+pub struct ReloadStatus {
+    /// A tree whose snapshot could not be built (the build panicked): reported among the
+    /// rejected documents while the previous configuration keeps being served. Cleared by
+    /// the next snapshot applied.
+    pub build_failure: ArcSwapOption<Rejection>,
+    /// Whether the reload loop is running (false before it starts and while it waits to be
+    /// restarted).
+    pub running: AtomicBool,
+    /// Times the reload loop was restarted after it panicked or its source ended.
+    pub restarts: AtomicU64,
+    /// Why the loop was last restarted, and when (Unix ms).
+    pub last_restart: ArcSwapOption<(u64, String)>,
+}
+
 /// One served tree: the current runtime behind one `ArcSwap`, and what it carries across
 /// reloads.
 pub struct Plane {
@@ -108,6 +124,7 @@ pub struct Plane {
     pub source: ArcSwap<String>,
     /// Unix ms when the applied config was built.
     pub applied_at_ms: AtomicU64,
+    pub reload: ReloadStatus,
 }
 
 impl Plane {
@@ -124,6 +141,7 @@ impl Plane {
             ready: AtomicBool::new(false),
             source: ArcSwap::from_pointee(String::from("none")),
             applied_at_ms: AtomicU64::new(0),
+            reload: ReloadStatus::default(),
         }
     }
 
@@ -159,9 +177,21 @@ impl Plane {
             }
         }
         self.current.store(Arc::new(runtime));
+        self.reload.build_failure.store(None);
         self.ready.store(true, Ordering::Release);
         self.applied_at_ms
             .store(portico_control::clock::now_ms(), Ordering::Relaxed);
+    }
+
+    /// The documents refused by the applied snapshot, and the failed build of a newer tree if
+    /// there was one (`/status`'s `rejected_documents`).
+    pub fn rejected_documents(&self) -> Vec<Rejection> {
+        let rt = self.current.load();
+        let mut out = rt.snapshot.rejected.clone();
+        if let Some(failure) = self.reload.build_failure.load_full() {
+            out.push((*failure).clone());
+        }
+        out
     }
 
     /// Periodic upkeep off the request path: limiter cleanup and state gauges.

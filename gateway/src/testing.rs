@@ -1,12 +1,19 @@
 //! Test support for the gateway's unit tests: hand-built snapshot pieces (an API, an app, a
-//! cluster), a routed context and a request, shared by the edge stages and the invoke tier.
+//! cluster), a routed context and a request for the stages; a plane over a configuration
+//! tree for the runtime and the reload loop.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::edge::{EdgeCtx, EdgeRequest};
+use crate::invoke::breaker::ManualClock;
+use crate::invoke::Clients;
 use crate::model::RouteMatch;
+use crate::observe::access_log::{AccessLog, LogTarget};
+use crate::observe::metrics::Metrics;
+use crate::runtime::{Plane, PlaneKind, Shared};
 use portico_control::template::PathTemplate;
-use portico_control::{v1, Api, BackendKind, Binding};
+use portico_control::{v1, Api, BackendKind, Binding, Tree};
+use serde_json::Value;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -141,4 +148,65 @@ pub fn get<'a>(
         body: b"",
         now_ms: NOW_MS,
     }
+}
+
+/// Process-wide services for tests: fresh metrics, no access log, a manual breaker clock.
+pub fn shared() -> Arc<Shared> {
+    let metrics = Metrics::new().unwrap();
+    let access_log = AccessLog::start(LogTarget::Off, metrics.access_log_dropped.clone()).unwrap();
+    Arc::new(Shared {
+        metrics,
+        access_log,
+        clients: Clients::default(),
+        clock: Arc::new(ManualClock::new(0)),
+        node_id: "test-node".to_owned(),
+        default_max_body: 1024,
+    })
+}
+
+/// A live plane on fresh [`shared`] services, serving nothing yet.
+pub fn plane() -> Plane {
+    Plane::new(PlaneKind::Live, shared())
+}
+
+/// A configuration tree of JSON documents (`apis/a`, `clusters/c`, ...).
+pub fn tree(docs: &[(&str, Value)]) -> Tree {
+    let mut tree = Tree::default();
+    for (path, doc) in docs {
+        assert!(
+            tree.insert(path, serde_json::to_vec(doc).unwrap()),
+            "{path}"
+        );
+    }
+    tree
+}
+
+/// An `apis/<id>` document: `GET /v1/<id>` (and `/v1/<id>/{rest=**}`), an HTTP backend on
+/// `cluster` with `rewrite` as its path, no signature, and `policy`.
+pub fn http_api_doc(id: &str, cluster: &str, rewrite: Option<&str>, policy: Value) -> Value {
+    let mut http = serde_json::json!({});
+    if let Some(path) = rewrite {
+        http["path"] = Value::from(path);
+    }
+    serde_json::json!({
+        "id": id,
+        "version": 1,
+        "http": {
+            "method": "GET",
+            "path": format!("/v1/{id}"),
+            "additional_bindings": [{"method": "POST", "path": format!("/v1/{id}/{{rest=**}}")}],
+        },
+        "backend": {"cluster": cluster, "timeout_ms": 2000, "http": http},
+        "auth": "none",
+        "policy": policy,
+    })
+}
+
+/// A `clusters/<name>` document over `addrs`, each of weight 1.
+pub fn cluster_doc(addrs: &[String]) -> Value {
+    let endpoints: Vec<Value> = addrs
+        .iter()
+        .map(|a| serde_json::json!({"addr": a, "weight": 1}))
+        .collect();
+    serde_json::json!({"protocol": "http", "endpoints": endpoints})
 }

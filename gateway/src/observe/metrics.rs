@@ -28,12 +28,15 @@ pub struct Metrics {
     pub rejections: IntCounterVec,
     /// The applied configuration's generation, by plane.
     pub config_generation: IntGaugeVec,
-    /// Snapshot builds by plane and result (`applied`, `unchanged`).
+    /// Snapshot builds by plane and result (`applied`, `unchanged`, `failed`: the build
+    /// panicked and the previous configuration is kept).
     pub config_reloads: IntCounterVec,
-    /// Documents refused in the latest build, by plane.
+    /// Documents refused in the latest build, by plane (a failed build counts as one).
     pub config_rejected_documents: IntGaugeVec,
-    /// Document refusals over time, by plane and kind.
+    /// Document refusals over time, by plane and kind (`snapshot`: a whole build failed).
     pub config_rejections: IntCounterVec,
+    /// Restarts of a plane's reload loop after it panicked or its source ended, by plane.
+    pub config_loop_restarts: IntCounterVec,
     /// APIs loaded, by plane.
     pub apis_loaded: IntGaugeVec,
     /// Breaker state by plane and API: 0 closed, 1 open, 2 half-open.
@@ -97,6 +100,11 @@ const CONFIG_REJECTIONS: Spec = Spec {
     name: "portico_config_document_rejections_total",
     help: "Document refusals, by kind",
     labels: &["plane", "kind"],
+};
+const CONFIG_LOOP_RESTARTS: Spec = Spec {
+    name: "portico_config_loop_restarts_total",
+    help: "Restarts of the configuration reload loop after it panicked or its source ended",
+    labels: PLANE,
 };
 const APIS_LOADED: Spec = Spec {
     name: "portico_apis_loaded",
@@ -170,6 +178,7 @@ impl Metrics {
             config_reloads: counters(&r, &CONFIG_RELOADS)?,
             config_rejected_documents: gauges(&r, &CONFIG_REJECTED_DOCUMENTS)?,
             config_rejections: counters(&r, &CONFIG_REJECTIONS)?,
+            config_loop_restarts: counters(&r, &CONFIG_LOOP_RESTARTS)?,
             apis_loaded: gauges(&r, &APIS_LOADED)?,
             breaker_state: gauges(&r, &BREAKER_STATE)?,
             bulkhead_in_flight: gauges(&r, &BULKHEAD_IN_FLIGHT)?,
