@@ -218,3 +218,174 @@ impl Plane {
 pub fn system_clock() -> Arc<dyn Clock> {
     Arc::new(SystemClock::new())
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::testing::{cluster_doc, http_api_doc, plane, tree};
+    use portico_control::build_snapshot;
+    use serde_json::{json, Value};
+
+    /// Builds `docs` against the plane's current snapshot and applies it, as a reload does.
+    fn apply(plane: &Plane, docs: &[(&str, Value)]) -> Arc<Runtime> {
+        let previous = plane.current.load_full();
+        let snapshot = build_snapshot(&tree(docs), Some(&previous.snapshot));
+        assert!(snapshot.rejected.is_empty(), "{:?}", snapshot.rejected);
+        plane.apply(Arc::new(snapshot));
+        plane.current.load_full()
+    }
+
+    fn limited(max_concurrent: u32, failures: u32, per_second: u32) -> Value {
+        json!({
+            "bulkhead": {"max_concurrent": max_concurrent},
+            "breaker": {"consecutive_failures": failures},
+            "rate_limits": [{"key": "ip", "limit": per_second, "per": "second"}],
+        })
+    }
+
+    fn endpoints(ports: &[u16]) -> Vec<String> {
+        ports.iter().map(|p| format!("127.0.0.1:{p}")).collect()
+    }
+
+    #[test]
+    fn an_unchanged_policy_keeps_its_limiter_bulkhead_and_breaker() {
+        let plane = plane();
+        let c = cluster_doc(&endpoints(&[1]));
+        let first = apply(
+            &plane,
+            &[
+                ("apis/a", http_api_doc("a", "c", None, limited(8, 5, 10))),
+                ("clusters/c", c.clone()),
+            ],
+        );
+        // Another document changes (a new API): "a" is untouched.
+        let second = apply(
+            &plane,
+            &[
+                ("apis/a", http_api_doc("a", "c", None, limited(8, 5, 10))),
+                ("apis/b", http_api_doc("b", "c", None, json!({}))),
+                ("clusters/c", c),
+            ],
+        );
+        assert_ne!(
+            first.snapshot.version.digest,
+            second.snapshot.version.digest
+        );
+        let limiter = |rt: &Runtime| rt.edge.rate_limit.api_limiter("a", 0).cloned().unwrap();
+        assert!(Arc::ptr_eq(&limiter(&first), &limiter(&second)));
+        let (a1, a2) = (&first.invoke.apis["a"], &second.invoke.apis["a"]);
+        assert!(Arc::ptr_eq(&a1.bulkhead, &a2.bulkhead));
+        assert!(Arc::ptr_eq(&a1.breaker, &a2.breaker));
+        assert!(Arc::ptr_eq(&a1.balancer, &a2.balancer));
+        assert!(Arc::ptr_eq(&first.metrics["a"], &second.metrics["a"]));
+    }
+
+    #[test]
+    fn changed_definitions_get_fresh_state() {
+        let plane = plane();
+        let first = apply(
+            &plane,
+            &[
+                ("apis/a", http_api_doc("a", "c", None, limited(8, 5, 10))),
+                ("clusters/c", cluster_doc(&endpoints(&[1]))),
+            ],
+        );
+        // New endpoints and a new breaker policy; bulkhead and rate limit unchanged.
+        let second = apply(
+            &plane,
+            &[
+                ("apis/a", http_api_doc("a", "c", None, limited(8, 3, 10))),
+                ("clusters/c", cluster_doc(&endpoints(&[1, 2]))),
+            ],
+        );
+        let (a1, a2) = (&first.invoke.apis["a"], &second.invoke.apis["a"]);
+        assert!(!Arc::ptr_eq(&a1.balancer, &a2.balancer));
+        assert_eq!(a2.balancer.len(), 2);
+        assert!(!Arc::ptr_eq(&a1.breaker, &a2.breaker));
+        assert!(Arc::ptr_eq(&a1.bulkhead, &a2.bulkhead));
+        let limiter = |rt: &Runtime| rt.edge.rate_limit.api_limiter("a", 0).cloned().unwrap();
+        assert!(Arc::ptr_eq(&limiter(&first), &limiter(&second)));
+        // A new rate limit and a new bulkhead size: fresh ones.
+        let third = apply(
+            &plane,
+            &[
+                ("apis/a", http_api_doc("a", "c", None, limited(4, 3, 20))),
+                ("clusters/c", cluster_doc(&endpoints(&[1, 2]))),
+            ],
+        );
+        assert!(!Arc::ptr_eq(&limiter(&second), &limiter(&third)));
+        let a3 = &third.invoke.apis["a"];
+        assert!(!Arc::ptr_eq(&a2.bulkhead, &a3.bulkhead));
+        assert!(Arc::ptr_eq(&a2.breaker, &a3.breaker));
+        assert!(Arc::ptr_eq(&a2.balancer, &a3.balancer));
+    }
+
+    #[test]
+    fn a_removed_api_drops_its_state_and_metric_series() {
+        let plane = plane();
+        let c = cluster_doc(&endpoints(&[1]));
+        apply(
+            &plane,
+            &[
+                ("apis/a", http_api_doc("a", "c", None, limited(8, 5, 10))),
+                (
+                    "apis/gone",
+                    http_api_doc("gone", "c", None, limited(8, 5, 10)),
+                ),
+                ("clusters/c", c.clone()),
+            ],
+        );
+        plane.housekeeping();
+        let text = plane.shared.metrics.render();
+        assert!(
+            text.contains(r#"portico_breaker_state{api="gone",plane="live"} 0"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"portico_bulkhead_in_flight{api="gone",plane="live"} 0"#));
+        assert_eq!(plane.carried.limiters.limiters(), 2);
+
+        let rt = apply(
+            &plane,
+            &[
+                ("apis/a", http_api_doc("a", "c", None, limited(8, 5, 10))),
+                ("clusters/c", c),
+            ],
+        );
+        assert!(!rt.invoke.apis.contains_key("gone"));
+        assert!(!rt.metrics.contains_key("gone"));
+        assert!(rt.edge.rate_limit.api_limiter("gone", 0).is_none());
+        assert_eq!(plane.carried.limiters.limiters(), 1);
+        plane.housekeeping();
+        let text = plane.shared.metrics.render();
+        assert!(!text.contains(r#"api="gone",plane="live"} 0"#), "{text}");
+        assert!(text.contains(r#"portico_breaker_state{api="a",plane="live"} 0"#));
+    }
+
+    #[test]
+    fn apply_reports_the_snapshot_and_a_failed_build() {
+        let plane = plane();
+        assert!(!plane.ready.load(Ordering::Acquire));
+        let mut t = tree(&[("clusters/c", cluster_doc(&endpoints(&[1])))]);
+        t.insert("apis/bad", b"{not json".to_vec());
+        let snapshot = build_snapshot(&t, None);
+        plane.apply(Arc::new(snapshot));
+        assert!(plane.ready.load(Ordering::Acquire));
+        let rejected = plane.rejected_documents();
+        assert_eq!(rejected.len(), 1);
+        assert_eq!(rejected[0].path, "apis/bad");
+        let text = plane.shared.metrics.render();
+        assert!(text.contains(r#"portico_config_rejected_documents{plane="live"} 1"#));
+        assert!(text
+            .contains(r#"portico_config_document_rejections_total{kind="apis",plane="live"} 1"#));
+        // A failed build is listed beside the snapshot's own rejections until the next apply.
+        plane.reload.build_failure.store(Some(Arc::new(Rejection {
+            path: "*".to_owned(),
+            reason: "boom".to_owned(),
+            kept_previous: true,
+        })));
+        assert_eq!(plane.rejected_documents().len(), 2);
+        plane.apply(Arc::new(build_snapshot(&tree(&[]), None)));
+        assert!(plane.rejected_documents().is_empty());
+    }
+}

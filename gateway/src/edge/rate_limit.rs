@@ -496,6 +496,14 @@ impl Stage for RateLimitStage {
 }
 
 #[cfg(test)]
+impl RateLimitStage {
+    /// The limiter of rule `index` of API `api_id` (for tests of the reload-carry rule).
+    pub(crate) fn api_limiter(&self, api_id: &str, index: usize) -> Option<&Arc<Limiter>> {
+        self.apis.get(api_id)?.get(index).map(|r| &r.limiter)
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing::{api, app, get, routed, NOW_MS};
