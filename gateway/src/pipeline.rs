@@ -224,3 +224,188 @@ async fn read_body(session: &mut Session, limit: u64) -> Result<Bytes, GatewayEr
         Ok(r) => r.map(|()| buf.freeze()),
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::model::Whole;
+    use crate::testing::{
+        closed_addr, cluster_doc, http_api_doc, plane, session, tree, written, Backend,
+    };
+    use portico_control::build_snapshot;
+    use serde_json::{json, Value};
+
+    /// A plane serving `docs`.
+    fn serving(docs: &[(&str, Value)]) -> Plane {
+        let plane = plane();
+        let snapshot = build_snapshot(&tree(docs), None);
+        assert!(snapshot.rejected.is_empty(), "{:?}", snapshot.rejected);
+        plane.apply(Arc::new(snapshot));
+        plane
+    }
+
+    /// Runs the pipeline on the raw request `raw` with request id `rid-7`.
+    async fn run(plane: &Plane, raw: &str) -> (Result<Response, GatewayError>, RequestCtx, String) {
+        let (mut session, client) = session(raw.as_bytes()).await;
+        let mut ctx = RequestCtx::new();
+        ctx.request_id = "rid-7".to_owned();
+        let result = handle(plane, &mut session, &mut ctx).await;
+        let out = written(session, client).await;
+        (result, ctx, out)
+    }
+
+    fn code(result: &Result<Response, GatewayError>) -> &'static str {
+        match result {
+            Ok(_) => "OK",
+            Err(e) => e.code.as_str(),
+        }
+    }
+
+    fn signed_api(id: &str) -> Value {
+        let mut doc = http_api_doc(id, "c", None, json!({"max_body_bytes": 16}));
+        doc["auth"] = json!("signature");
+        doc
+    }
+
+    fn switch_on(fallback: bool) -> Value {
+        if fallback {
+            json!({"degraded": true, "fallback": {"status": 200, "body": {"items": []}}})
+        } else {
+            json!({"degraded": true, "reason": "maintenance"})
+        }
+    }
+
+    #[test]
+    fn header_limits_count_headers_and_bytes() {
+        let mut headers = http::HeaderMap::new();
+        for i in 0..MAX_HEADERS {
+            headers.insert(
+                http::HeaderName::from_bytes(format!("x-h{i}").as_bytes()).unwrap(),
+                http::HeaderValue::from_static("v"),
+            );
+        }
+        assert!(check_header_limits(&headers).is_ok());
+        headers.insert("x-one-more", http::HeaderValue::from_static("v"));
+        let e = check_header_limits(&headers).unwrap_err();
+        assert_eq!((e.status(), e.code.clone()), (400, Code::BadRequest));
+
+        let mut big = http::HeaderMap::new();
+        let name = "x-big";
+        let fits = "a".repeat(MAX_HEADER_BYTES - name.len());
+        big.insert(name, http::HeaderValue::from_str(&fits).unwrap());
+        assert!(check_header_limits(&big).is_ok());
+        big.insert("x", http::HeaderValue::from_static("1"));
+        let e = check_header_limits(&big).unwrap_err();
+        assert!(e.message.contains("larger than"), "{}", e.message);
+    }
+
+    #[tokio::test]
+    async fn refusals_come_in_stage_order() {
+        let cluster = ("clusters/c", cluster_doc(&[closed_addr()]));
+        // ip_acl before route: with an allow list, an unknown client address is refused
+        // before the path is even looked at.
+        let acl = serving(&[("ipacl", json!({"allow": ["10.0.0.0/8"]})), cluster.clone()]);
+        let (r, _, _) = run(&acl, "GET /nowhere HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        assert_eq!(code(&r), "IP_BLOCKED");
+
+        let plane = serving(&[
+            ("apis/signed", signed_api("signed")),
+            ("apis/off", signed_api("off")),
+            ("switches/off", switch_on(true)),
+            cluster,
+        ]);
+        let (r, ctx, _) = run(&plane, "GET /nowhere HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        assert_eq!(code(&r), "API_NOT_FOUND");
+        assert!(ctx.api_metrics.is_none());
+        // The body limit before auth: an oversized body is refused without a signature check.
+        let big = "POST /v1/signed/x HTTP/1.1\r\nhost: x\r\ncontent-length: 17\r\n\r\n";
+        let (r, ctx, _) = run(&plane, big).await;
+        assert_eq!(code(&r), "BODY_TOO_LARGE");
+        assert!(ctx.api_metrics.is_some());
+        let small = "POST /v1/signed/x HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}";
+        let (r, _, _) = run(&plane, small).await;
+        assert_eq!(code(&r), "SIGNATURE_MISSING");
+        // auth before degrade: a switched-off signed API still wants a signature.
+        let (r, _, _) = run(&plane, "GET /v1/off HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        assert_eq!(code(&r), "SIGNATURE_MISSING");
+        // Too many headers: refused before any stage.
+        let mut flood = String::from("GET /nowhere HTTP/1.1\r\nhost: x\r\n");
+        for i in 0..MAX_HEADERS {
+            flood.push_str(&format!("x-h{i}: v\r\n"));
+        }
+        flood.push_str("\r\n");
+        let (r, _, _) = run(&plane, &flood).await;
+        assert_eq!(code(&r), "BAD_REQUEST");
+    }
+
+    #[tokio::test]
+    async fn a_degraded_api_answers_without_its_backend() {
+        let backend = Backend::start(200, "from backend").await;
+        let plane = serving(&[
+            ("apis/promo", http_api_doc("promo", "c", None, json!({}))),
+            ("apis/down", http_api_doc("down", "c", None, json!({}))),
+            ("switches/promo", switch_on(true)),
+            ("switches/down", switch_on(false)),
+            ("clusters/c", cluster_doc(&[backend.addr.to_string()])),
+        ]);
+        let (r, ctx, _) = run(&plane, "GET /v1/promo HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        match r.unwrap() {
+            Response::Whole(Whole { status, body, .. }) => {
+                assert_eq!(status, 200);
+                assert_eq!(&body[..], br#"{"items":[]}"#);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(ctx.upstream, Upstream::default());
+        let (r, _, _) = run(&plane, "GET /v1/down HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let e = r.unwrap_err();
+        assert_eq!((e.status(), e.code.as_str()), (503, "API_DEGRADED"));
+        assert!(e.message.contains("maintenance"));
+        assert!(backend.heads().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_admitted_call_is_handed_to_the_backend_and_streamed_back() {
+        let backend = Backend::start(201, "made").await;
+        let plane = serving(&[
+            ("apis/a", http_api_doc("a", "c", None, json!({}))),
+            ("clusters/c", cluster_doc(&[backend.addr.to_string()])),
+        ]);
+        let raw = "POST /v1/a/x/y?q=1 HTTP/1.1\r\nhost: x\r\ncontent-length: 7\r\n\r\n{\"k\":1}";
+        let (r, ctx, out) = run(&plane, raw).await;
+        assert_eq!(r.unwrap(), Response::Streamed(201));
+        assert_eq!(ctx.upstream.addr, Some(backend.addr));
+        assert!(ctx.upstream.latency.is_some());
+        let heads = backend.heads();
+        assert_eq!(heads.len(), 1);
+        let seen = heads[0].to_ascii_lowercase();
+        assert!(
+            seen.starts_with("post /v1/a/x/y?q=1 http/1.1\r\n"),
+            "{seen}"
+        );
+        assert!(seen.contains("x-portico-request-id: rid-7\r\n"), "{seen}");
+        assert!(seen.ends_with("\r\n\r\n{\"k\":1}"), "{seen}");
+        assert!(out.starts_with("HTTP/1.1 201"), "{out}");
+        assert!(
+            out.to_ascii_lowercase()
+                .contains("x-portico-request-id: rid-7\r\n"),
+            "{out}"
+        );
+        assert!(out.ends_with("made"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_backend_is_502_naming_the_endpoint_tried() {
+        let closed = closed_addr();
+        let plane = serving(&[
+            ("apis/a", http_api_doc("a", "c", None, json!({}))),
+            ("clusters/c", cluster_doc(std::slice::from_ref(&closed))),
+        ]);
+        let (r, ctx, _) = run(&plane, "GET /v1/a HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let e = r.unwrap_err();
+        assert_eq!((e.status(), e.code.as_str()), (502, "UPSTREAM_ERROR"));
+        assert_eq!(ctx.upstream.addr.map(|a| a.to_string()), Some(closed));
+        assert_eq!(ctx.upstream.latency, None);
+    }
+}

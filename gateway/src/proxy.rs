@@ -255,3 +255,107 @@ fn status_label(status: u16) -> &'static str {
         _ => "5xx",
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::testing::{plane, session, written};
+    use bytes::Bytes;
+
+    fn header<'h>(head: &'h ResponseHeader, name: &str) -> Vec<&'h str> {
+        head.headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect()
+    }
+
+    /// The body of a raw HTTP/1.1 response, as JSON.
+    fn body_json(raw: &str) -> serde_json::Value {
+        let (_, body) = raw.split_once("\r\n\r\n").unwrap();
+        serde_json::from_str(body).unwrap()
+    }
+
+    #[test]
+    fn a_whole_head_is_json_with_length_and_request_id_unless_typed() {
+        let json = Whole {
+            status: 200,
+            headers: vec![("x-extra".to_owned(), "1".to_owned())],
+            body: Bytes::from_static(b"{}"),
+        };
+        let head = whole_head(&json, "rid-1").unwrap();
+        assert_eq!(head.status.as_u16(), 200);
+        assert_eq!(header(&head, "content-type"), ["application/json"]);
+        assert_eq!(header(&head, "content-length"), ["2"]);
+        assert_eq!(header(&head, "x-portico-request-id"), ["rid-1"]);
+        assert_eq!(header(&head, "x-extra"), ["1"]);
+        let text = Whole {
+            status: 503,
+            headers: vec![("Content-Type".to_owned(), "text/plain".to_owned())],
+            body: Bytes::from_static(b"busy"),
+        };
+        let head = whole_head(&text, "rid-2").unwrap();
+        assert_eq!(header(&head, "content-type"), ["text/plain"]);
+        assert_eq!(header(&head, "content-length"), ["4"]);
+    }
+
+    #[tokio::test]
+    async fn a_head_request_gets_the_head_only() {
+        let (mut s, client) = session(b"HEAD /x HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let whole = Whole {
+            status: 200,
+            headers: Vec::new(),
+            body: Bytes::from_static(b"{\"a\":1}"),
+        };
+        write_whole(&mut s, &whole, "rid-3").await.unwrap();
+        let out = written(s, client).await;
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        assert!(
+            out.to_ascii_lowercase().contains("content-length: 7\r\n"),
+            "{out}"
+        );
+        assert!(out.ends_with("\r\n\r\n"), "no body after the head: {out}");
+    }
+
+    #[tokio::test]
+    async fn the_rescue_point_writes_the_envelope_with_retry_after() {
+        let (mut s, client) = session(b"GET /x HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let mut ctx = RequestCtx::new();
+        ctx.request_id = "rid-4".to_owned();
+        let e = GatewayError::new(Code::RateLimited, "slow down").with_retry_after(3);
+        rescue(&mut s, &mut ctx, e).await.unwrap();
+        assert_eq!((ctx.status, ctx.code), (429, "RATE_LIMITED"));
+        let out = written(s, client).await;
+        let lower = out.to_ascii_lowercase();
+        assert!(out.starts_with("HTTP/1.1 429"), "{out}");
+        assert!(lower.contains("retry-after: 3\r\n"), "{out}");
+        assert!(lower.contains("x-portico-request-id: rid-4\r\n"), "{out}");
+        let v = body_json(&out);
+        assert_eq!(v["code"], "RATE_LIMITED");
+        assert_eq!(v["request_id"], "rid-4");
+    }
+
+    #[tokio::test]
+    async fn request_filter_keeps_a_well_formed_request_id_and_makes_one_otherwise() {
+        let gateway = Gateway {
+            plane: Arc::new(plane()),
+        };
+        for (sent, kept) in [("order-42.retry_1", true), ("not ok!", false)] {
+            let raw = format!("GET /x HTTP/1.1\r\nhost: x\r\nx-portico-request-id: {sent}\r\n\r\n");
+            let (mut s, client) = session(raw.as_bytes()).await;
+            let mut ctx = gateway.new_ctx();
+            assert!(gateway.request_filter(&mut s, &mut ctx).await.unwrap());
+            assert_eq!((ctx.status, ctx.code), (404, "API_NOT_FOUND"));
+            if kept {
+                assert_eq!(ctx.request_id, sent);
+            } else {
+                assert_eq!(ctx.request_id.len(), 32, "{}", ctx.request_id);
+            }
+            let out = written(s, client).await;
+            let expected = format!("x-portico-request-id: {}\r\n", ctx.request_id);
+            assert!(out.to_ascii_lowercase().contains(&expected), "{out}");
+            assert_eq!(body_json(&out)["request_id"], ctx.request_id.as_str());
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! Test support for the gateway's unit tests: hand-built snapshot pieces (an API, an app, a
 //! cluster), a routed context and a request for the stages; a plane over a configuration
-//! tree for the runtime and the reload loop.
+//! tree, a Pingora session over an in-memory connection and a loopback HTTP backend for the
+//! runtime, the pipeline, the invoke tier and the rescue point.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,11 +12,13 @@ use crate::model::RouteMatch;
 use crate::observe::access_log::{AccessLog, LogTarget};
 use crate::observe::metrics::Metrics;
 use crate::runtime::{Plane, PlaneKind, Shared};
+use pingora_proxy::Session;
 use portico_control::template::PathTemplate;
 use portico_control::{v1, Api, BackendKind, Binding, Tree};
 use serde_json::Value;
-use std::net::IpAddr;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 /// The clock of the signing examples of docs/PROTOCOL.md.
 pub const NOW_MS: u64 = 1_796_000_000_000;
@@ -209,4 +212,95 @@ pub fn cluster_doc(addrs: &[String]) -> Value {
         .map(|a| serde_json::json!({"addr": a, "weight": 1}))
         .collect();
     serde_json::json!({"protocol": "http", "endpoints": endpoints})
+}
+
+/// A Pingora session that has read the request head `raw` from an in-memory connection, and
+/// the client's end of that connection (its body, if any, follows in `raw`).
+pub async fn session(raw: &[u8]) -> (Session, DuplexStream) {
+    let (server, mut client) = tokio::io::duplex(256 * 1024);
+    client.write_all(raw).await.unwrap();
+    let mut session = Session::new_h1(Box::new(server));
+    assert!(session.read_request().await.unwrap(), "no request head");
+    (session, client)
+}
+
+/// Everything the server wrote to `client` once `session` is dropped (the connection closed).
+pub async fn written(session: Session, mut client: DuplexStream) -> String {
+    drop(session);
+    let mut out = Vec::new();
+    client.read_to_end(&mut out).await.unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A loopback HTTP/1.1 backend: answers every request with `status` and `body` and closes
+/// the connection, recording each request head it read.
+pub struct Backend {
+    pub addr: SocketAddr,
+    pub seen: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Backend {
+    /// Binds an ephemeral loopback port and serves on it.
+    pub async fn start(status: u16, body: &'static str) -> Backend {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        let task = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let log = Arc::clone(&log);
+                tokio::spawn(async move {
+                    let head = read_head(&mut conn).await;
+                    log.lock().unwrap().push(head);
+                    let reply = format!(
+                        "HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = conn.write_all(reply.as_bytes()).await;
+                    let _ = conn.shutdown().await;
+                });
+            }
+        });
+        Backend { addr, seen, task }
+    }
+
+    /// The request heads seen so far.
+    pub fn heads(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Reads a request: its head, then as many body bytes as its `content-length` says. Returns
+/// the head followed by the body.
+async fn read_head(conn: &mut tokio::net::TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match conn.read(&mut byte).await {
+            Ok(1) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let length = text
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    let _ = conn.read_exact(&mut body).await;
+    text + &String::from_utf8_lossy(&body)
+}
+
+/// A loopback address nothing listens on (connections to it are refused).
+pub fn closed_addr() -> String {
+    format!("127.0.0.1:{}", portico_testkit::free_port())
 }

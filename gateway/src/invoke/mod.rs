@@ -275,3 +275,135 @@ async fn call_grpc(
     settle(ticket, outcome);
     result.map(Response::Whole)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::runtime::{Plane, Runtime};
+    use crate::testing::{closed_addr, cluster_doc, http_api_doc, plane, session, tree, Backend};
+    use portico_control::build_snapshot;
+    use serde_json::{json, Value};
+    use std::sync::Arc;
+
+    /// A plane serving API `a` (policy `policy`) on a cluster of `endpoints`.
+    fn serving(endpoints: &[String], policy: Value) -> (Plane, Arc<Runtime>) {
+        let plane = plane();
+        let docs = [
+            ("apis/a", http_api_doc("a", "c", None, policy)),
+            ("clusters/c", cluster_doc(endpoints)),
+        ];
+        plane.apply(Arc::new(build_snapshot(&tree(&docs), None)));
+        let rt = plane.current.load_full();
+        (plane, rt)
+    }
+
+    /// One `GET /v1/a` through [`call`].
+    async fn get(plane: &Plane, rt: &Runtime) -> (Result<Response, GatewayError>, Upstream) {
+        let (mut session, _client) = session(b"GET /v1/a HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let route = rt.edge.route.route("GET", "/v1/a", None).unwrap();
+        let request = Call {
+            route: &route,
+            body: Bytes::new(),
+            request_id: "rid-1",
+            client_ip: None,
+            app_key: None,
+        };
+        let mut upstream = Upstream::default();
+        let clients = &plane.shared.clients;
+        let result = call(clients, &rt.invoke, &mut session, request, &mut upstream).await;
+        (result, upstream)
+    }
+
+    fn code(result: &Result<Response, GatewayError>) -> &'static str {
+        match result {
+            Ok(_) => "OK",
+            Err(e) => e.code.as_str(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_retried_on_another_endpoint() {
+        let backend = Backend::start(200, "ok").await;
+        // Equal weights: the first pick is the first endpoint, the closed one.
+        let (plane, rt) = serving(&[closed_addr(), backend.addr.to_string()], json!({}));
+        let (result, upstream) = get(&plane, &rt).await;
+        assert_eq!(result.unwrap(), Response::Streamed(200));
+        assert_eq!(upstream.addr, Some(backend.addr));
+        assert_eq!(backend.heads().len(), 1);
+        assert_eq!(rt.invoke.apis["a"].breaker.state().as_str(), "closed");
+    }
+
+    #[tokio::test]
+    async fn backend_5xx_answers_are_breaker_failures() {
+        let backend = Backend::start(503, "busy").await;
+        let policy = json!({"breaker": {"consecutive_failures": 2, "open_ms": 60000}});
+        let (plane, rt) = serving(&[backend.addr.to_string()], policy);
+        for _ in 0..2 {
+            let (result, _) = get(&plane, &rt).await;
+            // The backend's own 503 is streamed to the merchant as it is.
+            assert_eq!(result.unwrap(), Response::Streamed(503));
+        }
+        let (result, upstream) = get(&plane, &rt).await;
+        assert_eq!(code(&result), "CIRCUIT_OPEN");
+        assert_eq!(upstream, Upstream::default());
+        assert_eq!(
+            backend.heads().len(),
+            2,
+            "an open breaker does not call the backend"
+        );
+    }
+
+    #[tokio::test]
+    async fn unreachable_endpoints_are_breaker_failures_and_2xx_successes() {
+        let policy = json!({"breaker": {"consecutive_failures": 2, "open_ms": 60000}});
+        let (plane, rt) = serving(&[closed_addr()], policy.clone());
+        assert_eq!(code(&get(&plane, &rt).await.0), "UPSTREAM_ERROR");
+        assert_eq!(code(&get(&plane, &rt).await.0), "UPSTREAM_ERROR");
+        assert_eq!(code(&get(&plane, &rt).await.0), "CIRCUIT_OPEN");
+
+        let backend = Backend::start(404, "no such order").await;
+        let (plane, rt) = serving(&[backend.addr.to_string()], policy);
+        for _ in 0..3 {
+            // A 4xx is the backend's answer, not its failure.
+            assert_eq!(get(&plane, &rt).await.0.unwrap(), Response::Streamed(404));
+        }
+        assert_eq!(rt.invoke.apis["a"].breaker.state().as_str(), "closed");
+    }
+
+    #[tokio::test]
+    async fn a_full_bulkhead_refuses_before_the_backend() {
+        let backend = Backend::start(200, "ok").await;
+        let (plane, rt) = serving(
+            &[backend.addr.to_string()],
+            json!({"bulkhead": {"max_concurrent": 1}}),
+        );
+        let held = rt.invoke.apis["a"].bulkhead.try_acquire().unwrap();
+        assert_eq!(code(&get(&plane, &rt).await.0), "BULKHEAD_FULL");
+        assert!(backend.heads().is_empty());
+        drop(held);
+        assert_eq!(get(&plane, &rt).await.0.unwrap(), Response::Streamed(200));
+    }
+
+    #[tokio::test]
+    async fn an_api_without_invoke_state_has_no_healthy_upstream() {
+        // Validation keeps an API from naming a missing cluster; the invoke tier still
+        // answers rather than assume it.
+        let (plane, rt) = serving(&[closed_addr()], json!({}));
+        let empty = InvokeState::default();
+        let (mut session, _client) = session(b"GET /v1/a HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let route = rt.edge.route.route("GET", "/v1/a", None).unwrap();
+        let request = Call {
+            route: &route,
+            body: Bytes::new(),
+            request_id: "rid-1",
+            client_ip: None,
+            app_key: None,
+        };
+        let mut upstream = Upstream::default();
+        let clients = &plane.shared.clients;
+        let result = call(clients, &empty, &mut session, request, &mut upstream).await;
+        assert_eq!(code(&result), "NO_HEALTHY_UPSTREAM");
+        assert_eq!(upstream, Upstream::default());
+    }
+}
