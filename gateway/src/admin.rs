@@ -1,5 +1,6 @@
 //! The admin listener: `/metrics` (Prometheus text), `/healthz`, `/readyz` (200 once a
-//! snapshot is loaded), `/status` (JSON: node, config source and version, APIs, breakers).
+//! snapshot is loaded), `/status` (JSON: node, config source and version, APIs, breakers,
+//! the reload loop's health). docs/OPERATIONS.md ("Admin endpoints") lists the fields.
 
 use crate::runtime::Plane;
 use axum::extract::State;
@@ -67,6 +68,7 @@ fn plane_status(plane: &Plane) -> serde_json::Value {
     let applied_at = plane.applied_at_ms.load(Ordering::Relaxed);
     let now = portico_control::clock::now_ms();
     let breakers: serde_json::Map<String, serde_json::Value> = rt
+        .invoke
         .apis
         .iter()
         .map(|(id, a)| {
@@ -90,8 +92,23 @@ fn plane_status(plane: &Plane) -> serde_json::Value {
         "apis": snap.apis.keys().collect::<Vec<_>>(),
         "apps_loaded": snap.apps.len(),
         "switches_degraded": snap.switches.iter().filter(|(_, s)| s.degraded).map(|(k, _)| k).collect::<Vec<_>>(),
-        "rejected_documents": snap.rejected,
+        "rejected_documents": plane.rejected_documents(),
+        "config_loop": reload_status(plane),
         "invoke": breakers,
+    })
+}
+
+/// The reload loop's health: running or not, restarts, and the last restart's reason.
+fn reload_status(plane: &Plane) -> serde_json::Value {
+    let r = &plane.reload;
+    let last = r
+        .last_restart
+        .load_full()
+        .map(|last| serde_json::json!({"at_ms": last.0, "reason": last.1}));
+    serde_json::json!({
+        "running": r.running.load(Ordering::Acquire),
+        "restarts": r.restarts.load(Ordering::Relaxed),
+        "last_restart": last,
     })
 }
 
@@ -115,4 +132,46 @@ async fn status(State(s): State<AdminState>) -> Json<serde_json::Value> {
         }
     }
     Json(body)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::testing::plane;
+    use portico_control::Rejection;
+
+    #[test]
+    fn status_reports_a_failed_build_and_the_reload_loop() {
+        let plane = plane();
+        let status = plane_status(&plane);
+        assert_eq!(status["ready"], false);
+        assert_eq!(status["rejected_documents"], serde_json::json!([]));
+        assert_eq!(
+            status["config_loop"],
+            serde_json::json!({"running": false, "restarts": 0, "last_restart": null})
+        );
+        plane.reload.build_failure.store(Some(Arc::new(Rejection {
+            path: "*".to_owned(),
+            reason: "building the configuration failed".to_owned(),
+            kept_previous: true,
+        })));
+        plane.reload.running.store(true, Ordering::Release);
+        plane.reload.restarts.store(1, Ordering::Relaxed);
+        plane
+            .reload
+            .last_restart
+            .store(Some(Arc::new((42, "it panicked: x".to_owned()))));
+        let status = plane_status(&plane);
+        assert_eq!(status["rejected_documents"][0]["path"], "*");
+        assert_eq!(status["rejected_documents"][0]["kept_previous"], true);
+        assert_eq!(
+            status["config_loop"],
+            serde_json::json!({
+                "running": true,
+                "restarts": 1,
+                "last_restart": {"at_ms": 42, "reason": "it panicked: x"},
+            })
+        );
+    }
 }

@@ -1,22 +1,27 @@
 //! The one error type of the data plane. Every refusal or failure on the request path is a
-//! [`GatewayError`]; the rescue point in `proxy.rs` turns it into the envelope of
-//! DESIGN.md §3.2: `{"code", "message", "request_id"}`.
+//! [`GatewayError`]; the rescue point in `proxy.rs` turns it into the error envelope of
+//! docs/PROTOCOL.md ("The error envelope"): `{"code", "message", "request_id"}`.
 
 use std::fmt;
 
-/// Which side a failure came from (as Pingora's `ErrorSource`): it decides what is counted as
-/// a backend failure by the breaker and how the access log reads.
+/// Which side a failure came from (as Pingora's `ErrorSource`). The invoke tier records a
+/// call's breaker outcome from it: only [`Side::Upstream`] counts as a backend failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
     /// The caller sent something the gateway refuses (4xx).
     Client,
     /// The gateway itself refused or could not serve (a limit, a switch, an open breaker).
     Gateway,
-    /// The backend failed, timed out or answered an error.
+    /// The backend answered, with an error status of its own (a gRPC status such as
+    /// `NOT_FOUND` or `FAILED_PRECONDITION`): the call itself worked.
+    Backend,
+    /// The backend failed: it timed out, could not be reached, had no usable endpoint, or
+    /// answered a gRPC `UNAVAILABLE`, `INTERNAL`, `UNKNOWN` or `DEADLINE_EXCEEDED`.
     Upstream,
 }
 
-/// The error codes of the v1 contract (§3.2), plus gRPC status names passed through.
+/// The error codes of the v1 contract (docs/PROTOCOL.md, "The error envelope"), plus gRPC
+/// status names passed through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Code {
     BadRequest,
@@ -102,12 +107,15 @@ impl Code {
         }
     }
 
-    /// The side a code is blamed on.
+    /// The side a code is blamed on (see [`Side`]).
     pub fn side(&self) -> Side {
-        match self.status() {
-            502 | 504 => Side::Upstream,
-            _ if matches!(self, Code::Grpc { .. }) => Side::Upstream,
-            400..=499 => Side::Client,
+        match self {
+            Code::UpstreamError | Code::UpstreamTimeout | Code::NoHealthyUpstream => Side::Upstream,
+            Code::Grpc { name, .. } => match *name {
+                "UNAVAILABLE" | "INTERNAL" | "UNKNOWN" | "DEADLINE_EXCEEDED" => Side::Upstream,
+                _ => Side::Backend,
+            },
+            _ if (400..500).contains(&self.status()) => Side::Client,
             _ => Side::Gateway,
         }
     }
@@ -144,7 +152,7 @@ impl GatewayError {
         self.code.status()
     }
 
-    /// The §3.2 envelope body.
+    /// The error envelope's body (docs/PROTOCOL.md, "The error envelope").
     pub fn envelope(&self, request_id: &str) -> Vec<u8> {
         let body = serde_json::json!({
             "code": self.code.as_str(),
@@ -188,6 +196,44 @@ mod tests {
             .as_str(),
             "NOT_FOUND"
         );
+    }
+
+    #[test]
+    fn sides_decide_what_the_breaker_counts() {
+        let grpc = |name, http_status| Code::Grpc { name, http_status };
+        for upstream in [
+            Code::UpstreamError,
+            Code::UpstreamTimeout,
+            Code::NoHealthyUpstream,
+            grpc("UNAVAILABLE", 503),
+            grpc("INTERNAL", 500),
+            grpc("UNKNOWN", 500),
+            grpc("DEADLINE_EXCEEDED", 504),
+        ] {
+            assert_eq!(upstream.side(), Side::Upstream, "{upstream:?}");
+        }
+        for answered in [
+            grpc("NOT_FOUND", 404),
+            grpc("INVALID_ARGUMENT", 400),
+            grpc("FAILED_PRECONDITION", 500),
+            grpc("UNIMPLEMENTED", 501),
+            grpc("RESOURCE_EXHAUSTED", 429),
+        ] {
+            assert_eq!(answered.side(), Side::Backend, "{answered:?}");
+        }
+        for client in [Code::BadRequest, Code::SignatureInvalid, Code::BodyTooLarge] {
+            assert_eq!(client.side(), Side::Client, "{client:?}");
+        }
+        // The gateway's own refusals: a rate limit is the caller's doing, the rest are not.
+        assert_eq!(Code::RateLimited.side(), Side::Client);
+        for gateway in [
+            Code::CircuitOpen,
+            Code::BulkheadFull,
+            Code::ApiDegraded,
+            Code::Internal,
+        ] {
+            assert_eq!(gateway.side(), Side::Gateway, "{gateway:?}");
+        }
     }
 
     #[test]

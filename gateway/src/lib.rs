@@ -1,14 +1,23 @@
 //! Portico's gateway: a Pingora edge (`edge/`), the invoke tier (`invoke/`), observation
 //! (`observe/`), the one snapshot (`runtime`), the pipeline (`pipeline`) and its rescue point
-//! (`proxy`).
+//! (`proxy`), the reload loop (`reload`) and the admin listener (`admin`).
+//!
+//! Modules only import modules below them (docs/ARCHITECTURE.md, "Gateway layers"):
+//! `listener → proxy → pipeline → runtime → edge | invoke → model → observe, error,
+//! request_id`, with `admin` and `reload` beside `listener`, over `runtime`.
 
 pub mod admin;
-pub mod config;
 pub mod edge;
 pub mod error;
 pub mod invoke;
 pub mod listener;
+pub mod model;
 pub mod observe;
 pub mod pipeline;
 pub mod proxy;
+pub mod reload;
+pub mod request_id;
 pub mod runtime;
+
+#[cfg(test)]
+mod testing;

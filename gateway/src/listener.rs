@@ -25,7 +25,8 @@
 //! are scanned up to the end of the head. A timer (and a clock read) exists only while a head
 //! spans more than one read.
 
-use crate::proxy::{new_request_id, Gateway};
+use crate::proxy::Gateway;
+use crate::request_id;
 use async_trait::async_trait;
 use pingora_core::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
 use pingora_core::protocols::http::ServerSession;
@@ -289,8 +290,8 @@ impl HeadDeadlineStream {
         let reply = format!(
             "HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\
              {}: {}\r\n\r\n",
-            crate::proxy::REQUEST_ID_HEADER,
-            new_request_id()
+            request_id::HEADER,
+            request_id::make()
         );
         if let Poll::Ready(Ok(n)) = Pin::new(&mut self.inner).poll_write(cx, reply.as_bytes()) {
             if n == reply.len() {

@@ -7,15 +7,15 @@ use pingora_core::server::Server;
 use portico_control::zk::{NodeInfo, ZkSource};
 use portico_control::{ConfigSource, DirSource};
 use portico_gateway::admin::{self, AdminState};
-use portico_gateway::config;
-use portico_gateway::invoke::grpc::GrpcInvoker;
-use portico_gateway::invoke::http::HttpInvoker;
+use portico_gateway::invoke::Clients;
 use portico_gateway::listener;
 use portico_gateway::observe::access_log::{AccessLog, LogTarget};
 use portico_gateway::observe::metrics::Metrics;
 use portico_gateway::proxy::Gateway;
+use portico_gateway::reload;
 use portico_gateway::runtime::{system_clock, Plane, PlaneKind, Shared};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,34 +72,16 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PORTICO_LOG")
-                .unwrap_or_else(|_| "info,pingora=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-
+    init_logging();
     let node_id = args.node_id.clone().unwrap_or_else(default_node_id);
-    let metrics = Metrics::new().context("registering metrics")?;
-    let access_log = AccessLog::start(args.access_log.clone(), metrics.access_log_dropped.clone())
-        .context("opening the access log")?;
-    let shared = Arc::new(Shared {
-        metrics,
-        access_log,
-        http: HttpInvoker::new(),
-        grpc: GrpcInvoker::new(),
-        clock: system_clock(),
-        node_id: node_id.clone(),
-        default_max_body: args.max_body_bytes,
-    });
+    let shared = shared_services(&args, &node_id)?;
     let live = Arc::new(Plane::new(PlaneKind::Live, shared.clone()));
     let sandbox = args
         .sandbox_listen
         .as_ref()
         .map(|_| Arc::new(Plane::new(PlaneKind::Sandbox, shared.clone())));
 
-    // The control side (config loops, admin listener, housekeeping) runs on its own runtime,
+    // The control side (reload loops, admin listener, housekeeping) runs on its own runtime,
     // so it never competes with traffic and traffic never waits on it.
     let control_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -107,133 +89,219 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the control runtime")?;
-
-    let mut sources: Vec<(Arc<Plane>, Arc<dyn ConfigSource>)> = Vec::new();
-    let mut on_applied: Option<config::OnApplied> = None;
-    let mut live_source: Option<Arc<dyn ConfigSource>> = None;
-    if let Some(dir) = &args.config_dir {
-        boot_from_dir(&live, dir, "dir")?;
-        sources.push((live.clone(), Arc::new(DirSource::new(dir.clone()))));
-        if let Some(sb) = &sandbox {
-            let sdir = dir.join("sandbox");
-            if sdir.is_dir() {
-                boot_from_dir(sb, &sdir, "dir")?;
-            }
-            sources.push((sb.clone(), Arc::new(DirSource::new(sdir))));
-        }
+    let sources = if let Some(dir) = &args.config_dir {
+        dir_sources(dir, &live, sandbox.as_ref())?
     } else if let Some(hosts) = &args.zk {
-        // Boot from the last-known-good snapshot first, so the gateway serves even when
-        // ZooKeeper is unreachable; ZooKeeper's tree replaces it as soon as it arrives.
-        if let Some(dir) = &args.snapshot_dir {
-            match portico_control::store::read_snapshot(dir) {
-                Ok((tree, version)) if !tree.docs.is_empty() => {
-                    config::apply_tree(&live, &tree);
-                    live.source
-                        .store(Arc::new(format!("snapshot:{}", dir.display())));
-                    tracing::info!(dir = %dir.display(), ?version, "booted from the disk snapshot");
-                }
-                Ok(_) => tracing::info!(dir = %dir.display(), "no disk snapshot yet"),
-                Err(e) => {
-                    tracing::warn!(dir = %dir.display(), error = %e, "disk snapshot unreadable")
-                }
-            }
-        }
-        let session = Duration::from_millis(args.zk_session_timeout_ms);
-        let zk = Arc::new(ZkSource::new(hosts, &args.zk_root).with_session_timeout(session));
-        let mut info = NodeInfo::new(&node_id, &args.listen, &args.admin_listen);
-        info.sandbox_addr = args.sandbox_listen.clone();
-        zk.register_node(info);
-        let reg = zk.clone();
-        on_applied = Some(Arc::new(move |snap: &portico_control::Snapshot| {
-            reg.set_applied(&snap.version)
-        }));
-        live_source = Some(zk.clone());
-        sources.push((live.clone(), zk));
-        if let Some(sb) = &sandbox {
-            let root = format!("{}/sandbox", args.zk_root.trim_end_matches('/'));
-            sources.push((
-                sb.clone(),
-                Arc::new(ZkSource::new(hosts, &root).with_session_timeout(session)),
-            ));
-        }
+        zk_sources(&args, hosts, &node_id, &live, sandbox.as_ref())
     } else {
         bail!("give --config-dir DIR (standalone) or --zk HOSTS");
-    }
-
-    // Readiness also waits for the traffic listener, which Pingora binds after this point.
-    let listening = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    {
-        let flag = listening.clone();
-        let probe = probe_addr(&args.listen);
-        control_rt.spawn(async move {
-            while let Some(addr) = probe {
-                if tokio::net::TcpStream::connect(addr).await.is_ok() {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            flag.store(true, std::sync::atomic::Ordering::Release);
-        });
-    }
-    let admin_state = AdminState {
-        live: live.clone(),
-        sandbox: sandbox.clone(),
-        started_at_ms: portico_control::clock::now_ms(),
-        listen: args.listen.clone(),
-        source: live_source,
-        listening: listening.clone(),
     };
-    let source_for_gauge = admin_state.source.clone();
-    let admin_listener = control_rt
-        .block_on(tokio::net::TcpListener::bind(&args.admin_listen))
-        .with_context(|| format!("binding the admin listener {}", args.admin_listen))?;
-    let snapshot_dir = args.snapshot_dir.clone();
     let planes: Vec<Arc<Plane>> = std::iter::once(live.clone())
         .chain(sandbox.clone())
         .collect();
+    let live_source = sources.live_source.clone();
+    start_admin(&control_rt, &args, &live, sandbox.as_ref(), live_source)?;
+    spawn_reload_loops(&control_rt, &sources, args.snapshot_dir.as_ref());
+    control_rt.spawn(housekeeping(planes, sources.live_source));
+    tracing::info!(node_id = %node_id, listen = %args.listen, admin = %args.admin_listen, sandbox = ?args.sandbox_listen, "portico-gateway starting");
+    // Keep the control runtime alive for the life of the process.
+    let _control = control_rt;
+    serve_traffic(&args, live, sandbox)
+}
+
+/// The gateway's own log, on stderr (`PORTICO_LOG`, docs/OPERATIONS.md).
+fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PORTICO_LOG")
+                .unwrap_or_else(|_| "info,pingora=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// The process-wide services: metrics, the access log, the backend clients, the clock.
+fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
+    let metrics = Metrics::new().context("registering metrics")?;
+    let access_log = AccessLog::start(args.access_log.clone(), metrics.access_log_dropped.clone())
+        .context("opening the access log")?;
+    Ok(Arc::new(Shared {
+        metrics,
+        access_log,
+        clients: Clients::default(),
+        clock: system_clock(),
+        node_id: node_id.to_owned(),
+        default_max_body: args.max_body_bytes,
+    }))
+}
+
+/// Where each plane's configuration comes from.
+struct Sources {
+    /// The source of each plane's reload loop.
+    loops: Vec<(Arc<Plane>, Arc<dyn ConfigSource>)>,
+    /// Run after each snapshot the live plane applies (the node registration).
+    on_applied: Option<reload::OnApplied>,
+    /// The live plane's source, when it has a connection to report (ZooKeeper).
+    live_source: Option<Arc<dyn ConfigSource>>,
+}
+
+/// Standalone mode: the directory (and its `sandbox/`), read once now so the gateway is
+/// ready before it accepts traffic, then watched.
+fn dir_sources(
+    dir: &Path,
+    live: &Arc<Plane>,
+    sandbox: Option<&Arc<Plane>>,
+) -> anyhow::Result<Sources> {
+    boot_from_dir(live, dir, "dir")?;
+    let mut loops: Vec<(Arc<Plane>, Arc<dyn ConfigSource>)> =
+        vec![(live.clone(), Arc::new(DirSource::new(dir.to_path_buf())))];
+    if let Some(sb) = sandbox {
+        let sdir = dir.join("sandbox");
+        if sdir.is_dir() {
+            boot_from_dir(sb, &sdir, "dir")?;
+        }
+        loops.push((sb.clone(), Arc::new(DirSource::new(sdir))));
+    }
+    Ok(Sources {
+        loops,
+        on_applied: None,
+        live_source: None,
+    })
+}
+
+/// ZooKeeper mode: boot from the last-known-good disk snapshot (so the gateway serves even
+/// when ZooKeeper is unreachable), register this node, and watch the live and sandbox trees.
+fn zk_sources(
+    args: &Args,
+    hosts: &str,
+    node_id: &str,
+    live: &Arc<Plane>,
+    sandbox: Option<&Arc<Plane>>,
+) -> Sources {
+    if let Some(dir) = &args.snapshot_dir {
+        boot_from_snapshot(live, dir);
+    }
+    let session = Duration::from_millis(args.zk_session_timeout_ms);
+    let zk = Arc::new(ZkSource::new(hosts, &args.zk_root).with_session_timeout(session));
+    let mut info = NodeInfo::new(node_id, &args.listen, &args.admin_listen);
+    info.sandbox_addr = args.sandbox_listen.clone();
+    zk.register_node(info);
+    let reg = zk.clone();
+    let on_applied: reload::OnApplied =
+        Arc::new(move |snap: &portico_control::Snapshot| reg.set_applied(&snap.version));
+    let mut loops: Vec<(Arc<Plane>, Arc<dyn ConfigSource>)> = vec![(live.clone(), zk.clone())];
+    if let Some(sb) = sandbox {
+        let root = format!("{}/sandbox", args.zk_root.trim_end_matches('/'));
+        let source = ZkSource::new(hosts, &root).with_session_timeout(session);
+        loops.push((sb.clone(), Arc::new(source)));
+    }
+    Sources {
+        loops,
+        on_applied: Some(on_applied),
+        live_source: Some(zk),
+    }
+}
+
+/// Applies the last-known-good tree in `dir`, if there is one; ZooKeeper's tree replaces it
+/// as soon as it arrives.
+fn boot_from_snapshot(live: &Plane, dir: &Path) {
+    match portico_control::store::read_snapshot(dir) {
+        Ok((tree, version)) if !tree.docs.is_empty() => {
+            if reload::apply_tree(live, &tree).is_some() {
+                live.source
+                    .store(Arc::new(format!("snapshot:{}", dir.display())));
+                tracing::info!(dir = %dir.display(), ?version, "booted from the disk snapshot");
+            }
+        }
+        Ok(_) => tracing::info!(dir = %dir.display(), "no disk snapshot yet"),
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "disk snapshot unreadable")
+        }
+    }
+}
+
+/// Binds the admin listener and serves it on the control runtime. `/readyz` also waits for
+/// the traffic listener, which Pingora binds after this point: a probe task watches for it.
+fn start_admin(
+    control_rt: &tokio::runtime::Runtime,
+    args: &Args,
+    live: &Arc<Plane>,
+    sandbox: Option<&Arc<Plane>>,
+    live_source: Option<Arc<dyn ConfigSource>>,
+) -> anyhow::Result<()> {
+    let listening = Arc::new(AtomicBool::new(false));
+    control_rt.spawn(probe_listener(probe_addr(&args.listen), listening.clone()));
+    let state = AdminState {
+        live: live.clone(),
+        sandbox: sandbox.cloned(),
+        started_at_ms: portico_control::clock::now_ms(),
+        listen: args.listen.clone(),
+        source: live_source,
+        listening,
+    };
+    let listener = control_rt
+        .block_on(tokio::net::TcpListener::bind(&args.admin_listen))
+        .with_context(|| format!("binding the admin listener {}", args.admin_listen))?;
     control_rt.spawn(async move {
-        if let Err(e) = axum::serve(admin_listener, admin::router(admin_state)).await {
+        if let Err(e) = axum::serve(listener, admin::router(state)).await {
             tracing::error!(error = %e, "admin listener failed");
         }
     });
-    for (plane, source) in sources {
-        let dir = if plane.kind == PlaneKind::Live {
-            snapshot_dir.clone()
-        } else {
-            None
-        };
-        let hook = if plane.kind == PlaneKind::Live {
-            on_applied.clone()
-        } else {
-            None
-        };
-        control_rt.spawn(config::run(plane, source, dir, hook));
+    Ok(())
+}
+
+/// Sets `listening` once a connection to `addr` (the traffic listener) succeeds.
+async fn probe_listener(addr: Option<std::net::SocketAddr>, listening: Arc<AtomicBool>) {
+    while let Some(addr) = addr {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    control_rt.spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(5));
-        loop {
-            tick.tick().await;
-            let mut endpoints = std::collections::HashSet::new();
-            for p in &planes {
-                p.housekeeping();
-                for cluster in p.current.load().snapshot.clusters.values() {
-                    endpoints.extend(cluster.endpoints.iter().map(|e| e.addr.clone()));
-                }
-            }
-            // Drop gRPC channels to endpoints no plane uses any more.
-            if let Some(p) = planes.first() {
-                p.shared.grpc.retain_endpoints(&endpoints);
-            }
-            let connected = source_for_gauge
-                .as_ref()
-                .is_none_or(|src| src.status().connected);
-            if let Some(p) = planes.first() {
-                p.shared.metrics.source_connected.set(i64::from(connected));
+    listening.store(true, Ordering::Release);
+}
+
+/// One supervised reload loop per plane; the live plane's also writes the disk snapshot and
+/// runs the `on_applied` hook.
+fn spawn_reload_loops(
+    control_rt: &tokio::runtime::Runtime,
+    sources: &Sources,
+    snapshot_dir: Option<&PathBuf>,
+) {
+    for (plane, source) in &sources.loops {
+        let live = plane.kind == PlaneKind::Live;
+        let dir = snapshot_dir.filter(|_| live).cloned();
+        let hook = sources.on_applied.clone().filter(|_| live);
+        control_rt.spawn(reload::run(plane.clone(), source.clone(), dir, hook));
+    }
+}
+
+/// Every 5 s: the planes' housekeeping, gRPC channels to endpoints no plane uses any more
+/// dropped, and the source connection gauge.
+async fn housekeeping(planes: Vec<Arc<Plane>>, live_source: Option<Arc<dyn ConfigSource>>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        let mut endpoints = std::collections::HashSet::new();
+        for p in &planes {
+            p.housekeeping();
+            for cluster in p.current.load().snapshot.clusters.values() {
+                endpoints.extend(cluster.endpoints.iter().map(|e| e.addr.clone()));
             }
         }
-    });
+        let connected = live_source
+            .as_ref()
+            .is_none_or(|src| src.status().connected);
+        if let Some(p) = planes.first() {
+            p.shared.clients.grpc.retain_endpoints(&endpoints);
+            p.shared.metrics.source_connected.set(i64::from(connected));
+        }
+    }
+}
 
-    // Traffic: Pingora.
+/// Traffic: Pingora's server with the live listener (and the sandbox one), until the process
+/// is stopped.
+fn serve_traffic(args: &Args, live: Arc<Plane>, sandbox: Option<Arc<Plane>>) -> anyhow::Result<()> {
     let conf = ServerConf {
         threads: args
             .threads
@@ -245,38 +313,29 @@ fn main() -> anyhow::Result<()> {
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
     let head_deadline = Duration::from_millis(args.head_timeout_ms);
-    let mut svc = listener::service(
-        &server.configuration,
-        Gateway { plane: live },
-        "portico-live",
-        head_deadline,
+    let planes = std::iter::once((live, &args.listen, "portico-live")).chain(
+        sandbox
+            .zip(args.sandbox_listen.as_ref())
+            .map(|(sb, addr)| (sb, addr, "portico-sandbox")),
     );
-    svc.add_tcp(&args.listen);
-    server.add_service(svc);
-    if let (Some(addr), Some(sb)) = (&args.sandbox_listen, sandbox) {
-        let mut svc = listener::service(
-            &server.configuration,
-            Gateway { plane: sb },
-            "portico-sandbox",
-            head_deadline,
-        );
+    for (plane, addr, name) in planes {
+        let gateway = Gateway { plane };
+        let mut svc = listener::service(&server.configuration, gateway, name, head_deadline);
         svc.add_tcp(addr);
         server.add_service(svc);
     }
-    tracing::info!(node_id = %node_id, listen = %args.listen, admin = %args.admin_listen, sandbox = ?args.sandbox_listen, "portico-gateway starting");
-    // Keep the control runtime alive for the life of the process.
-    let _control = control_rt;
     server.run_forever()
 }
 
 /// Reads `dir` once and applies it, so the gateway is ready before it accepts traffic.
-fn boot_from_dir(plane: &Plane, dir: &std::path::Path, what: &str) -> anyhow::Result<()> {
+fn boot_from_dir(plane: &Plane, dir: &Path, what: &str) -> anyhow::Result<()> {
     let tree = portico_control::source::dir::read_tree(dir)
         .with_context(|| format!("reading {}", dir.display()))?;
-    config::apply_tree(plane, &tree);
-    plane
-        .source
-        .store(Arc::new(format!("{what}:{}", dir.display())));
+    if reload::apply_tree(plane, &tree).is_some() {
+        plane
+            .source
+            .store(Arc::new(format!("{what}:{}", dir.display())));
+    }
     Ok(())
 }
 

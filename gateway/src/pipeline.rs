@@ -1,12 +1,17 @@
-//! The request pipeline, top to bottom, in one function ([`handle`]).
+//! The request pipeline, top to bottom, in one function ([`handle`]): the edge stages in
+//! request order, then the hand-over to the invoke tier ([`invoke::call`]).
 //!
 //! ```mermaid
 //! flowchart TD
-//!     A[request head read by Pingora] --> B[ip_acl]
-//!     B -->|IP_BLOCKED 403| R[rescue: envelope]
+//!     A[request head read by Pingora] --> FR[framing: CL/TE, bare LF, Host]
+//!     FR -->|BAD_REQUEST 400, connection closed| R[rescue: envelope]
+//!     FR --> L[header limits]
+//!     L -->|BAD_REQUEST 400| R
+//!     L --> B[ip_acl]
+//!     B -->|IP_BLOCKED 403| R
 //!     B --> C[route]
 //!     C -->|BAD_REQUEST 400 / API_NOT_FOUND 404| R
-//!     C --> D[read body, bounded]
+//!     C --> D[100-continue if expected; read body, bounded]
 //!     D -->|BODY_TOO_LARGE 413| R
 //!     D --> E[auth]
 //!     E -->|401 codes| R
@@ -15,31 +20,26 @@
 //!     F --> G[rate_limit]
 //!     G -->|RATE_LIMITED 429| R
 //!     G --> H[degrade]
-//!     H -->|fallback or API_DEGRADED 503| S[canned reply]
-//!     H --> I[bulkhead]
-//!     I -->|BULKHEAD_FULL 503| R
-//!     I --> J[breaker]
-//!     J -->|CIRCUIT_OPEN 503| R
-//!     J --> K[balance]
-//!     K -->|NO_HEALTHY_UPSTREAM 503| R
-//!     K --> L{backend}
-//!     L -->|http| M[Pingora upstream pool, streamed back]
-//!     L -->|grpc| N[transcode + tonic call, JSON answer]
-//!     M -->|UPSTREAM_ERROR 502 / UPSTREAM_TIMEOUT 504| R
-//!     N -->|gRPC status mapped / 502 / 504| R
+//!     H -->|fallback: Response::Whole| W[rescue point writes it]
+//!     H -->|API_DEGRADED 503| R
+//!     H --> I[invoke::call]
+//!     I -->|bulkhead, breaker, balance: 503| R
+//!     I -->|http: streamed| S[Response::Streamed]
+//!     I -->|grpc: transcoded JSON| W
+//!     I -->|502 / 504 / gRPC status| R
 //! ```
 //!
 //! Every stage reads the same `Runtime`, loaded once at the top. Nothing here waits on
 //! ZooKeeper, a lock or a disk.
 
-use crate::edge::{EdgeCtx, EdgeRequest, Flow, Reply, RouteMatch, Stage};
+use crate::edge::{EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
-use crate::invoke::http::{Attempt, Outgoing};
-use crate::invoke::Answer;
-use crate::runtime::{ApiRuntime, Plane, Runtime};
+use crate::invoke::{self, Call, Upstream};
+use crate::model::Response;
+use crate::observe::metrics::ApiMetrics;
+use crate::runtime::Plane;
 use bytes::{Bytes, BytesMut};
 use pingora_proxy::Session;
-use portico_control::BackendKind;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,30 +51,19 @@ pub const MAX_HEADERS: usize = 100;
 /// At most this many bytes of request headers (names + values).
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 
-/// What the pipeline did with a request that was not refused.
-pub enum Handled {
-    /// A reply for the rescue point to write (a fallback, a transcoded answer).
-    Reply(Reply),
-    /// A whole answer from a gRPC backend.
-    Answer(Answer),
-    /// An HTTP backend's response, already streamed to the merchant with this status.
-    Streamed(u16),
-}
-
 /// Per-request state kept by the proxy for logging and metrics.
 #[derive(Debug)]
 pub struct RequestCtx {
     pub request_id: String,
     pub started: Instant,
     pub edge: EdgeCtx,
-    /// The backend endpoint called, if any.
-    pub upstream: Option<std::net::SocketAddr>,
-    pub upstream_latency: Option<Duration>,
+    /// The backend endpoint called, if any, and its latency.
+    pub upstream: Upstream,
     /// The envelope code of a refusal, or `OK`.
     pub code: &'static str,
     pub status: u16,
     /// The routed API's metric series (set after `route`).
-    pub api_metrics: Option<Arc<crate::runtime::ApiMetrics>>,
+    pub api_metrics: Option<Arc<ApiMetrics>>,
 }
 
 impl RequestCtx {
@@ -83,8 +72,7 @@ impl RequestCtx {
             request_id: String::new(),
             started: Instant::now(),
             edge: EdgeCtx::default(),
-            upstream: None,
-            upstream_latency: None,
+            upstream: Upstream::default(),
             code: "OK",
             status: 0,
             api_metrics: None,
@@ -101,25 +89,25 @@ impl Default for RequestCtx {
 /// Runs one stage: on `Flow::Respond` the pipeline stops and answers.
 macro_rules! stage {
     ($stage:expr, $req:expr, $ctx:expr) => {
-        match Stage::apply(&$stage, $req, $ctx) {
-            Flow::Continue => {}
-            Flow::Respond(Reply::Error(e)) => return Err(e),
-            Flow::Respond(reply) => return Ok(Handled::Reply(reply)),
+        if let Flow::Respond(answer) = Stage::apply(&$stage, $req, $ctx) {
+            return answer;
         }
     };
 }
 
-/// The pipeline: edge stages in request order, then the invoke tier.
+/// The pipeline: edge stages in request order, then the invoke tier. `Ok` is the answer for
+/// the rescue point (or the note that it was streamed); `Err` a refusal or failure.
 pub async fn handle(
     plane: &Plane,
     session: &mut Session,
     ctx: &mut RequestCtx,
-) -> Result<Handled, GatewayError> {
+) -> Result<Response, GatewayError> {
     let rt = plane.current.load_full();
     let now = portico_control::clock::now_ms();
     // Ambiguous framing and oversized heads are refused with the connection closed.
     crate::edge::framing::check(session)?;
-    check_header_limits(session.req_header()).inspect_err(|_| session.set_keepalive(None))?;
+    check_header_limits(&session.req_header().headers)
+        .inspect_err(|_| session.set_keepalive(None))?;
 
     // Edge, before the body: cheap checks first.
     {
@@ -132,7 +120,7 @@ pub async fn handle(
         .route
         .clone()
         .ok_or_else(|| GatewayError::new(Code::Internal, "route stage set no API"))?;
-    ctx.api_metrics = rt.apis.get(&route.api.id).map(|a| a.metrics.clone());
+    ctx.api_metrics = rt.metrics.get(&route.api.id).cloned();
     let limit = route
         .api
         .policy
@@ -150,186 +138,26 @@ pub async fn handle(
     }
 
     // Invoke: bulkhead → breaker → balance → backend.
-    invoke(plane, &rt, session, ctx, &route, body).await
-}
-
-async fn invoke(
-    plane: &Plane,
-    rt: &Arc<Runtime>,
-    session: &mut Session,
-    ctx: &mut RequestCtx,
-    route: &RouteMatch,
-    body: Bytes,
-) -> Result<Handled, GatewayError> {
-    let api = &route.api;
-    let api_rt: &ApiRuntime = rt.apis.get(&api.id).ok_or_else(|| {
-        GatewayError::new(
-            Code::NoHealthyUpstream,
-            format!("cluster {} has no endpoints", api.cluster),
-        )
-    })?;
-    let _permit = api_rt.bulkhead.acquire().await?;
-    let timeout = Duration::from_millis(api.timeout_ms);
-    let ticket = api_rt.breaker.try_acquire_with_timeout(timeout)?;
-    let deadline = Instant::now() + timeout;
-
-    match &api.backend {
-        BackendKind::Http { path } => {
-            let upstream_path = upstream_path(session, route, path.as_deref())?;
-            let req = session.req_header();
-            let out = Outgoing {
-                method: &req.method,
-                path_and_query: &upstream_path,
-                headers: &req.headers,
-                body,
-                request_id: &ctx.request_id,
-                client_ip: ctx.edge.client_ip,
-                app_key: ctx.edge.app_key.as_deref(),
-            };
-            // Pick an endpoint; on a connect failure (nothing sent) try one other.
-            let mut tried: Vec<&str> = Vec::with_capacity(2);
-            let mut last_err = None;
-            let mut answered = None;
-            for _ in 0..2 {
-                let Some(name) = api_rt.balancer.pick_excluding(&tried) else {
-                    break;
-                };
-                tried.push(name);
-                let Some(addr) = api_rt.addrs.get(name).copied() else {
-                    continue;
-                };
-                ctx.upstream = Some(addr);
-                match plane.shared.http.attempt(addr, &out, deadline).await {
-                    Attempt::Answered(up, latency) => {
-                        answered = Some((up, latency, addr));
-                        break;
-                    }
-                    Attempt::ConnectFailed(e) => last_err = Some(e),
-                    Attempt::Failed(e) => {
-                        last_err = Some(e);
-                        break;
-                    }
-                }
-            }
-            let Some((upstream, latency, addr)) = answered else {
-                ticket.failure();
-                return Err(last_err.unwrap_or_else(|| {
-                    GatewayError::new(
-                        Code::NoHealthyUpstream,
-                        format!("cluster {} has no usable endpoint", api.cluster),
-                    )
-                }));
-            };
-            ctx.upstream_latency = Some(latency);
-            let status = upstream
-                .response_header()
-                .map(|h| h.status.as_u16())
-                .unwrap_or(502);
-            if status >= 500 {
-                ticket.failure();
-            } else {
-                ticket.success(latency);
-            }
-            let status = plane
-                .shared
-                .http
-                .relay(session, upstream, addr, &ctx.request_id, deadline)
-                .await?;
-            Ok(Handled::Streamed(status))
-        }
-        BackendKind::Grpc { .. } => {
-            let method = rt.grpc.get(&api.id).ok_or_else(|| {
-                GatewayError::new(
-                    Code::Internal,
-                    format!("API {} has no prepared gRPC method", api.id),
-                )
-            })?;
-            let Some(name) = api_rt.balancer.pick_excluding(&[]) else {
-                ticket.failure();
-                return Err(GatewayError::new(
-                    Code::NoHealthyUpstream,
-                    format!("cluster {} has no endpoints", api.cluster),
-                ));
-            };
-            let started = Instant::now();
-            let timeout = deadline.saturating_duration_since(started);
-            let req = session.req_header();
-            let query = req.uri.query();
-            let result = plane
-                .shared
-                .grpc
-                .call(
-                    &method,
-                    route,
-                    query,
-                    &body,
-                    &req.headers,
-                    name,
-                    timeout,
-                    &ctx.request_id,
-                )
-                .await;
-            let latency = started.elapsed();
-            ctx.upstream = api_rt.addrs.get(name).copied();
-            ctx.upstream_latency = Some(latency);
-            match &result {
-                Err(e) if crate::invoke::grpc::is_backend_failure(e) => ticket.failure(),
-                _ => ticket.success(latency),
-            }
-            result.map(Handled::Answer)
-        }
-    }
-}
-
-/// The upstream path for an HTTP backend: the rewrite template filled with the path
-/// variables, or the path as sent (router-style calls go to the rewrite or `/`), plus the query.
-fn upstream_path(
-    session: &Session,
-    route: &RouteMatch,
-    rewrite: Option<&str>,
-) -> Result<String, GatewayError> {
-    let req = session.req_header();
-    let path = match (rewrite, route.binding) {
-        (Some(rewrite), Some(i)) => {
-            let template = &route
-                .api
-                .bindings
-                .get(i)
-                .ok_or_else(|| GatewayError::new(Code::Internal, "binding out of range"))?
-                .template;
-            portico_control::template::render_rewrite(rewrite, template, &route.vars)
-                .map_err(|e| GatewayError::bad_request(format!("path variables: {e}")))?
-        }
-        // Router style has no path variables: a rewrite that needs one cannot be served.
-        (Some(rewrite), None) => portico_control::template::render_path(rewrite, &route.vars)
-            .map_err(|e| {
-                GatewayError::bad_request(format!(
-                    "API {} needs path variables; call it by its RESTful path ({e})",
-                    route.api.id
-                ))
-            })?,
-        (None, _) if route.router_style => "/".to_owned(),
-        (None, _) => req.uri.path().to_owned(),
+    let call = Call {
+        route: &route,
+        body,
+        request_id: &ctx.request_id,
+        client_ip: ctx.edge.client_ip,
+        app_key: ctx.edge.app_key.as_deref(),
     };
-    let query = if route.router_style {
-        None
-    } else {
-        req.uri.query()
-    };
-    Ok(match query {
-        Some(q) => format!("{path}?{q}"),
-        None => path,
-    })
+    let clients = &plane.shared.clients;
+    invoke::call(clients, &rt.invoke, session, call, &mut ctx.upstream).await
 }
 
-fn check_header_limits(req: &pingora_http::RequestHeader) -> Result<(), GatewayError> {
-    if req.headers.len() > MAX_HEADERS {
+/// Refuses a request head with more than [`MAX_HEADERS`] headers or more than
+/// [`MAX_HEADER_BYTES`] of names and values: 400 `BAD_REQUEST`.
+fn check_header_limits(headers: &http::HeaderMap) -> Result<(), GatewayError> {
+    if headers.len() > MAX_HEADERS {
         return Err(GatewayError::bad_request(format!(
             "too many headers (more than {MAX_HEADERS})"
         )));
     }
-    let bytes: usize = req
-        .headers
+    let bytes: usize = headers
         .iter()
         .map(|(n, v)| n.as_str().len() + v.len())
         .sum();
@@ -361,7 +189,9 @@ fn client_peer(session: &Session) -> Option<IpAddr> {
         .map(|a| a.ip())
 }
 
-/// Reads the whole request body, refusing more than `limit` bytes with 413 `BODY_TOO_LARGE`.
+/// Reads the whole request body, refusing more than `limit` bytes with 413 `BODY_TOO_LARGE`
+/// (on `Content-Length` before reading, and while reading), and a body not received within
+/// [`BODY_READ_DEADLINE`] with 400 `BAD_REQUEST`.
 async fn read_body(session: &mut Session, limit: u64) -> Result<Bytes, GatewayError> {
     let too_large = || {
         GatewayError::new(
@@ -396,5 +226,190 @@ async fn read_body(session: &mut Session, limit: u64) -> Result<Bytes, GatewayEr
             "request body not received in time",
         )),
         Ok(r) => r.map(|()| buf.freeze()),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::model::Whole;
+    use crate::testing::{
+        closed_addr, cluster_doc, http_api_doc, plane, session, tree, written, Backend,
+    };
+    use portico_control::build_snapshot;
+    use serde_json::{json, Value};
+
+    /// A plane serving `docs`.
+    fn serving(docs: &[(&str, Value)]) -> Plane {
+        let plane = plane();
+        let snapshot = build_snapshot(&tree(docs), None);
+        assert!(snapshot.rejected.is_empty(), "{:?}", snapshot.rejected);
+        plane.apply(Arc::new(snapshot));
+        plane
+    }
+
+    /// Runs the pipeline on the raw request `raw` with request id `rid-7`.
+    async fn run(plane: &Plane, raw: &str) -> (Result<Response, GatewayError>, RequestCtx, String) {
+        let (mut session, client) = session(raw.as_bytes()).await;
+        let mut ctx = RequestCtx::new();
+        ctx.request_id = "rid-7".to_owned();
+        let result = handle(plane, &mut session, &mut ctx).await;
+        let out = written(session, client).await;
+        (result, ctx, out)
+    }
+
+    fn code(result: &Result<Response, GatewayError>) -> &'static str {
+        match result {
+            Ok(_) => "OK",
+            Err(e) => e.code.as_str(),
+        }
+    }
+
+    fn signed_api(id: &str) -> Value {
+        let mut doc = http_api_doc(id, "c", None, json!({"max_body_bytes": 16}));
+        doc["auth"] = json!("signature");
+        doc
+    }
+
+    fn switch_on(fallback: bool) -> Value {
+        if fallback {
+            json!({"degraded": true, "fallback": {"status": 200, "body": {"items": []}}})
+        } else {
+            json!({"degraded": true, "reason": "maintenance"})
+        }
+    }
+
+    #[test]
+    fn header_limits_count_headers_and_bytes() {
+        let mut headers = http::HeaderMap::new();
+        for i in 0..MAX_HEADERS {
+            headers.insert(
+                http::HeaderName::from_bytes(format!("x-h{i}").as_bytes()).unwrap(),
+                http::HeaderValue::from_static("v"),
+            );
+        }
+        assert!(check_header_limits(&headers).is_ok());
+        headers.insert("x-one-more", http::HeaderValue::from_static("v"));
+        let e = check_header_limits(&headers).unwrap_err();
+        assert_eq!((e.status(), e.code.clone()), (400, Code::BadRequest));
+
+        let mut big = http::HeaderMap::new();
+        let name = "x-big";
+        let fits = "a".repeat(MAX_HEADER_BYTES - name.len());
+        big.insert(name, http::HeaderValue::from_str(&fits).unwrap());
+        assert!(check_header_limits(&big).is_ok());
+        big.insert("x", http::HeaderValue::from_static("1"));
+        let e = check_header_limits(&big).unwrap_err();
+        assert!(e.message.contains("larger than"), "{}", e.message);
+    }
+
+    #[tokio::test]
+    async fn refusals_come_in_stage_order() {
+        let cluster = ("clusters/c", cluster_doc(&[closed_addr()]));
+        // ip_acl before route: with an allow list, an unknown client address is refused
+        // before the path is even looked at.
+        let acl = serving(&[("ipacl", json!({"allow": ["10.0.0.0/8"]})), cluster.clone()]);
+        let (r, _, _) = run(&acl, "GET /nowhere HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        assert_eq!(code(&r), "IP_BLOCKED");
+
+        let plane = serving(&[
+            ("apis/signed", signed_api("signed")),
+            ("apis/off", signed_api("off")),
+            ("switches/off", switch_on(true)),
+            cluster,
+        ]);
+        let (r, ctx, _) = run(&plane, "GET /nowhere HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        assert_eq!(code(&r), "API_NOT_FOUND");
+        assert!(ctx.api_metrics.is_none());
+        // The body limit before auth: an oversized body is refused without a signature check.
+        let big = "POST /v1/signed/x HTTP/1.1\r\nhost: x\r\ncontent-length: 17\r\n\r\n";
+        let (r, ctx, _) = run(&plane, big).await;
+        assert_eq!(code(&r), "BODY_TOO_LARGE");
+        assert!(ctx.api_metrics.is_some());
+        let small = "POST /v1/signed/x HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}";
+        let (r, _, _) = run(&plane, small).await;
+        assert_eq!(code(&r), "SIGNATURE_MISSING");
+        // auth before degrade: a switched-off signed API still wants a signature.
+        let (r, _, _) = run(&plane, "GET /v1/off HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        assert_eq!(code(&r), "SIGNATURE_MISSING");
+        // Too many headers: refused before any stage.
+        let mut flood = String::from("GET /nowhere HTTP/1.1\r\nhost: x\r\n");
+        for i in 0..MAX_HEADERS {
+            flood.push_str(&format!("x-h{i}: v\r\n"));
+        }
+        flood.push_str("\r\n");
+        let (r, _, _) = run(&plane, &flood).await;
+        assert_eq!(code(&r), "BAD_REQUEST");
+    }
+
+    #[tokio::test]
+    async fn a_degraded_api_answers_without_its_backend() {
+        let backend = Backend::start(200, "from backend").await;
+        let plane = serving(&[
+            ("apis/promo", http_api_doc("promo", "c", None, json!({}))),
+            ("apis/down", http_api_doc("down", "c", None, json!({}))),
+            ("switches/promo", switch_on(true)),
+            ("switches/down", switch_on(false)),
+            ("clusters/c", cluster_doc(&[backend.addr.to_string()])),
+        ]);
+        let (r, ctx, _) = run(&plane, "GET /v1/promo HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        match r.unwrap() {
+            Response::Whole(Whole { status, body, .. }) => {
+                assert_eq!(status, 200);
+                assert_eq!(&body[..], br#"{"items":[]}"#);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(ctx.upstream, Upstream::default());
+        let (r, _, _) = run(&plane, "GET /v1/down HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let e = r.unwrap_err();
+        assert_eq!((e.status(), e.code.as_str()), (503, "API_DEGRADED"));
+        assert!(e.message.contains("maintenance"));
+        assert!(backend.heads().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_admitted_call_is_handed_to_the_backend_and_streamed_back() {
+        let backend = Backend::start(201, "made").await;
+        let plane = serving(&[
+            ("apis/a", http_api_doc("a", "c", None, json!({}))),
+            ("clusters/c", cluster_doc(&[backend.addr.to_string()])),
+        ]);
+        let raw = "POST /v1/a/x/y?q=1 HTTP/1.1\r\nhost: x\r\ncontent-length: 7\r\n\r\n{\"k\":1}";
+        let (r, ctx, out) = run(&plane, raw).await;
+        assert_eq!(r.unwrap(), Response::Streamed(201));
+        assert_eq!(ctx.upstream.addr, Some(backend.addr));
+        assert!(ctx.upstream.latency.is_some());
+        let heads = backend.heads();
+        assert_eq!(heads.len(), 1);
+        let seen = heads[0].to_ascii_lowercase();
+        assert!(
+            seen.starts_with("post /v1/a/x/y?q=1 http/1.1\r\n"),
+            "{seen}"
+        );
+        assert!(seen.contains("x-portico-request-id: rid-7\r\n"), "{seen}");
+        assert!(seen.ends_with("\r\n\r\n{\"k\":1}"), "{seen}");
+        assert!(out.starts_with("HTTP/1.1 201"), "{out}");
+        assert!(
+            out.to_ascii_lowercase()
+                .contains("x-portico-request-id: rid-7\r\n"),
+            "{out}"
+        );
+        assert!(out.ends_with("made"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_backend_is_502_naming_the_endpoint_tried() {
+        let closed = closed_addr();
+        let plane = serving(&[
+            ("apis/a", http_api_doc("a", "c", None, json!({}))),
+            ("clusters/c", cluster_doc(std::slice::from_ref(&closed))),
+        ]);
+        let (r, ctx, _) = run(&plane, "GET /v1/a HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let e = r.unwrap_err();
+        assert_eq!((e.status(), e.code.as_str()), (502, "UPSTREAM_ERROR"));
+        assert_eq!(ctx.upstream.addr.map(|a| a.to_string()), Some(closed));
+        assert_eq!(ctx.upstream.latency, None);
     }
 }

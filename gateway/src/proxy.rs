@@ -1,26 +1,23 @@
 //! Portico's Pingora `ProxyHttp`: `request_filter` runs the whole pipeline and is the one
-//! rescue point that turns any failure into the §3.2 envelope; `logging` writes the access
-//! log line and the metrics. The gateway answers every request itself (HTTP backends are
-//! called through Pingora's upstream pool inside the pipeline), so `upstream_peer` is never
+//! rescue point that turns any failure into the error envelope (docs/PROTOCOL.md, "The
+//! error envelope") and writes every whole [`Response`]; `logging` writes the access log
+//! line and the metrics. The gateway answers every request itself (HTTP backends are called
+//! through Pingora's upstream pool inside the invoke tier), so `upstream_peer` is never
 //! reached.
 
-use crate::edge::Reply;
 use crate::error::{Code, GatewayError};
-use crate::invoke::Answer;
+use crate::model::{Response, Whole};
 use crate::observe::access_log::AccessRecord;
-use crate::pipeline::{self, Handled, RequestCtx};
+use crate::pipeline::{self, RequestCtx};
+use crate::request_id;
 use crate::runtime::Plane;
 use async_trait::async_trait;
-use bytes::Bytes;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::{Error, ErrorType};
 use pingora_http::ResponseHeader;
 use pingora_proxy::{ProxyHttp, Session};
 use portico_control::clock::now_rfc3339;
 use std::sync::Arc;
-
-/// The request id header, on every response.
-pub const REQUEST_ID_HEADER: &str = "x-portico-request-id";
 
 /// One listener's proxy: a plane (live or sandbox) behind Pingora.
 pub struct Gateway {
@@ -43,31 +40,17 @@ impl ProxyHttp for Gateway {
         session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> pingora_error::Result<bool> {
-        ctx.request_id = request_id(session);
-        let result = pipeline::handle(&self.plane, session, ctx).await;
-        let written = match result {
-            Ok(Handled::Streamed(status)) => {
+        ctx.request_id = request_id::keep_or_make(&session.req_header().headers);
+        let written = match pipeline::handle(&self.plane, session, ctx).await {
+            Ok(Response::Streamed(status)) => {
                 ctx.status = status;
                 Ok(())
             }
-            Ok(Handled::Answer(answer)) => {
-                ctx.status = answer.status;
-                write_answer(session, &answer, &ctx.request_id).await
+            Ok(Response::Whole(whole)) => {
+                ctx.status = whole.status;
+                write_whole(session, &whole, &ctx.request_id).await
             }
-            Ok(Handled::Reply(Reply::Canned {
-                status,
-                headers,
-                body,
-            })) => {
-                ctx.status = status;
-                let answer = Answer {
-                    status,
-                    headers,
-                    body,
-                };
-                write_answer(session, &answer, &ctx.request_id).await
-            }
-            Ok(Handled::Reply(Reply::Error(e))) | Err(e) => self.rescue(session, ctx, e).await,
+            Err(e) => rescue(session, ctx, e).await,
         };
         if let Err(e) = written {
             // The merchant is gone or the response broke half-way: close the connection.
@@ -97,7 +80,7 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> pingora_proxy::FailToProxy {
         if ctx.request_id.is_empty() {
-            ctx.request_id = request_id(session);
+            ctx.request_id = request_id::keep_or_make(&session.req_header().headers);
         }
         let err = match e.etype() {
             ErrorType::InvalidHTTPHeader | ErrorType::H2Error => {
@@ -106,11 +89,7 @@ impl ProxyHttp for Gateway {
             _ => GatewayError::new(Code::Internal, "internal error"),
         };
         let code = err.status();
-        // A `100 Continue` is not the start of the response.
-        let started = session
-            .response_written()
-            .is_some_and(|r| !r.status.is_informational());
-        let ok = !started && self.rescue(session, ctx, err).await.is_ok();
+        let ok = !response_started(session) && rescue(session, ctx, err).await.is_ok();
         pingora_proxy::FailToProxy {
             error_code: code,
             can_reuse_downstream: ok,
@@ -140,7 +119,7 @@ impl ProxyHttp for Gateway {
         match (&ctx.api_metrics, api) {
             (Some(am), _) => {
                 am.latency.observe(latency.as_secs_f64());
-                if let Some(up) = ctx.upstream_latency {
+                if let Some(up) = ctx.upstream.latency {
                     am.upstream_latency.observe(up.as_secs_f64());
                 }
             }
@@ -157,7 +136,7 @@ impl ProxyHttp for Gateway {
             return;
         }
         let req = session.req_header();
-        let upstream = ctx.upstream.map(|a| a.to_string());
+        let upstream = ctx.upstream.addr.map(|a| a.to_string());
         shared.access_log.write(&AccessRecord {
             ts: now_rfc3339(),
             plane,
@@ -184,91 +163,75 @@ impl ProxyHttp for Gateway {
     }
 }
 
-impl Gateway {
-    /// The one rescue point: a refusal or failure becomes the §3.2 envelope.
-    async fn rescue(
-        &self,
-        session: &mut Session,
-        ctx: &mut RequestCtx,
-        e: GatewayError,
-    ) -> pingora_error::Result<()> {
-        ctx.status = e.status();
-        ctx.code = e.code.as_str();
-        if session
-            .response_written()
-            .is_some_and(|r| !r.status.is_informational())
-        {
-            // Half-way through a streamed response: nothing more can be said.
-            return Error::e_explain(
-                ErrorType::WriteError,
-                format!("failure after response started: {e}"),
-            );
-        }
-        // A refusal before the body was read must not leave the body on the connection.
-        if !session.is_body_done() {
-            session.set_keepalive(None);
-        }
-        let mut headers = Vec::new();
-        if let Some(secs) = e.retry_after {
-            headers.push(("retry-after".to_owned(), secs.to_string()));
-        }
-        let answer = Answer {
-            status: e.status(),
-            headers,
-            body: Bytes::from(e.envelope(&ctx.request_id)),
-        };
-        write_answer(session, &answer, &ctx.request_id).await
-    }
+/// Whether a final response head has been written (a `100 Continue` answered to
+/// `Expect: 100-continue` is not the start of the response; see `edge/framing.rs`).
+fn response_started(session: &Session) -> bool {
+    session
+        .response_written()
+        .is_some_and(|r| !r.status.is_informational())
 }
 
-/// Writes a whole JSON answer with the request id.
-async fn write_answer(
+/// The one rescue point: a refusal or failure becomes the error envelope.
+async fn rescue(
     session: &mut Session,
-    answer: &Answer,
-    request_id: &str,
+    ctx: &mut RequestCtx,
+    e: GatewayError,
 ) -> pingora_error::Result<()> {
-    let mut head = ResponseHeader::build(answer.status, Some(answer.headers.len() + 3))?;
+    ctx.status = e.status();
+    ctx.code = e.code.as_str();
+    if response_started(session) {
+        // Half-way through a streamed response: nothing more can be said.
+        return Error::e_explain(
+            ErrorType::WriteError,
+            format!("failure after response started: {e}"),
+        );
+    }
+    // A refusal before the body was read must not leave the body on the connection.
+    if !session.is_body_done() {
+        session.set_keepalive(None);
+    }
+    write_whole(
+        session,
+        &Whole::envelope(&e, &ctx.request_id),
+        &ctx.request_id,
+    )
+    .await
+}
+
+/// The response head of a whole response: its status and headers, `content-type:
+/// application/json` unless it sets a content type, `content-length`, and the request id.
+fn whole_head(whole: &Whole, request_id: &str) -> pingora_error::Result<ResponseHeader> {
+    let mut head = ResponseHeader::build(whole.status, Some(whole.headers.len() + 3))?;
     let mut has_type = false;
-    for (name, value) in &answer.headers {
+    for (name, value) in &whole.headers {
         has_type |= name.eq_ignore_ascii_case("content-type");
         head.append_header(name.clone(), value.as_str())?;
     }
     if !has_type {
         head.insert_header("content-type", "application/json")?;
     }
-    head.insert_header("content-length", answer.body.len().to_string())?;
-    head.insert_header(REQUEST_ID_HEADER, request_id)?;
+    head.insert_header("content-length", whole.body.len().to_string())?;
+    head.insert_header(request_id::HEADER, request_id)?;
+    Ok(head)
+}
+
+/// Writes a whole response with the request id (its head only, for a `HEAD` request).
+async fn write_whole(
+    session: &mut Session,
+    whole: &Whole,
+    request_id: &str,
+) -> pingora_error::Result<()> {
+    let head = whole_head(whole, request_id)?;
     let head_only = session.req_header().method == http::Method::HEAD;
     session
         .write_response_header(Box::new(head), head_only)
         .await?;
     if !head_only {
         session
-            .write_response_body(Some(answer.body.clone()), true)
+            .write_response_body(Some(whole.body.clone()), true)
             .await?;
     }
     Ok(())
-}
-
-/// Keeps a well-formed incoming `X-Portico-Request-Id` (1–64 of `[A-Za-z0-9._-]`), or makes one.
-fn request_id(session: &Session) -> String {
-    if let Some(v) = session.req_header().headers.get(REQUEST_ID_HEADER) {
-        let b = v.as_bytes();
-        if (1..=64).contains(&b.len())
-            && b.iter()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
-        {
-            if let Ok(s) = v.to_str() {
-                return s.to_owned();
-            }
-        }
-    }
-    new_request_id()
-}
-
-/// A fresh 32-hex-digit request id.
-pub fn new_request_id() -> String {
-    format!("{:032x}", fastrand::u128(..))
 }
 
 fn status_label(status: u16) -> &'static str {
@@ -298,5 +261,109 @@ fn status_label(status: u16) -> &'static str {
         s if s < 400 => "3xx",
         s if s < 500 => "4xx",
         _ => "5xx",
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::testing::{plane, session, written};
+    use bytes::Bytes;
+
+    fn header<'h>(head: &'h ResponseHeader, name: &str) -> Vec<&'h str> {
+        head.headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect()
+    }
+
+    /// The body of a raw HTTP/1.1 response, as JSON.
+    fn body_json(raw: &str) -> serde_json::Value {
+        let (_, body) = raw.split_once("\r\n\r\n").unwrap();
+        serde_json::from_str(body).unwrap()
+    }
+
+    #[test]
+    fn a_whole_head_is_json_with_length_and_request_id_unless_typed() {
+        let json = Whole {
+            status: 200,
+            headers: vec![("x-extra".to_owned(), "1".to_owned())],
+            body: Bytes::from_static(b"{}"),
+        };
+        let head = whole_head(&json, "rid-1").unwrap();
+        assert_eq!(head.status.as_u16(), 200);
+        assert_eq!(header(&head, "content-type"), ["application/json"]);
+        assert_eq!(header(&head, "content-length"), ["2"]);
+        assert_eq!(header(&head, "x-portico-request-id"), ["rid-1"]);
+        assert_eq!(header(&head, "x-extra"), ["1"]);
+        let text = Whole {
+            status: 503,
+            headers: vec![("Content-Type".to_owned(), "text/plain".to_owned())],
+            body: Bytes::from_static(b"busy"),
+        };
+        let head = whole_head(&text, "rid-2").unwrap();
+        assert_eq!(header(&head, "content-type"), ["text/plain"]);
+        assert_eq!(header(&head, "content-length"), ["4"]);
+    }
+
+    #[tokio::test]
+    async fn a_head_request_gets_the_head_only() {
+        let (mut s, client) = session(b"HEAD /x HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let whole = Whole {
+            status: 200,
+            headers: Vec::new(),
+            body: Bytes::from_static(b"{\"a\":1}"),
+        };
+        write_whole(&mut s, &whole, "rid-3").await.unwrap();
+        let out = written(s, client).await;
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        assert!(
+            out.to_ascii_lowercase().contains("content-length: 7\r\n"),
+            "{out}"
+        );
+        assert!(out.ends_with("\r\n\r\n"), "no body after the head: {out}");
+    }
+
+    #[tokio::test]
+    async fn the_rescue_point_writes_the_envelope_with_retry_after() {
+        let (mut s, client) = session(b"GET /x HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let mut ctx = RequestCtx::new();
+        ctx.request_id = "rid-4".to_owned();
+        let e = GatewayError::new(Code::RateLimited, "slow down").with_retry_after(3);
+        rescue(&mut s, &mut ctx, e).await.unwrap();
+        assert_eq!((ctx.status, ctx.code), (429, "RATE_LIMITED"));
+        let out = written(s, client).await;
+        let lower = out.to_ascii_lowercase();
+        assert!(out.starts_with("HTTP/1.1 429"), "{out}");
+        assert!(lower.contains("retry-after: 3\r\n"), "{out}");
+        assert!(lower.contains("x-portico-request-id: rid-4\r\n"), "{out}");
+        let v = body_json(&out);
+        assert_eq!(v["code"], "RATE_LIMITED");
+        assert_eq!(v["request_id"], "rid-4");
+    }
+
+    #[tokio::test]
+    async fn request_filter_keeps_a_well_formed_request_id_and_makes_one_otherwise() {
+        let gateway = Gateway {
+            plane: Arc::new(plane()),
+        };
+        for (sent, kept) in [("order-42.retry_1", true), ("not ok!", false)] {
+            let raw = format!("GET /x HTTP/1.1\r\nhost: x\r\nx-portico-request-id: {sent}\r\n\r\n");
+            let (mut s, client) = session(raw.as_bytes()).await;
+            let mut ctx = gateway.new_ctx();
+            assert!(gateway.request_filter(&mut s, &mut ctx).await.unwrap());
+            assert_eq!((ctx.status, ctx.code), (404, "API_NOT_FOUND"));
+            if kept {
+                assert_eq!(ctx.request_id, sent);
+            } else {
+                assert_eq!(ctx.request_id.len(), 32, "{}", ctx.request_id);
+            }
+            let out = written(s, client).await;
+            let expected = format!("x-portico-request-id: {}\r\n", ctx.request_id);
+            assert!(out.to_ascii_lowercase().contains(&expected), "{out}");
+            assert_eq!(body_json(&out)["request_id"], ctx.request_id.as_str());
+        }
     }
 }

@@ -1,26 +1,23 @@
 //! The gateway's one snapshot: everything a request reads, built and validated fully before
-//! it is swapped in behind a single `ArcSwap` (DESIGN.md §4.4). Runtime state that must
-//! outlive a reload (replay cache, rate limiters, bulkheads, breakers, balancers, gRPC
-//! channels, the upstream pool) is carried across by key when its definition is unchanged.
+//! it is swapped in behind a single `ArcSwap` (docs/ARCHITECTURE.md, "One snapshot").
+//!
+//! A [`Runtime`] is composed of the edge stages ([`Stages`]), the invoke tier's state
+//! ([`InvokeState`]) and the per-API metric series. Each part carries what must outlive a
+//! reload by key, when its definition is unchanged: the edge through the plane's
+//! [`Carried`] (replay cache, rate limiters per rule), the invoke tier from the previous
+//! runtime (bulkheads, breakers, balancers and resolved endpoints, descriptor pools; see
+//! `invoke/state.rs`), and the metric series per API. Process-wide services (the HTTP pool
+//! and gRPC channels, metrics, the access log) live in [`Shared`].
 
-use crate::edge::auth::{AuthStage, ReplayCache};
-use crate::edge::degrade::DegradeStage;
-use crate::edge::ip_acl::IpAclStage;
-use crate::edge::permit::PermitStage;
-use crate::edge::rate_limit::{RateLimitStage, RateLimiters};
-use crate::edge::route::RouteStage;
-use crate::invoke::balance::Balancer;
-use crate::invoke::breaker::{Breaker, Clock, SystemClock};
-use crate::invoke::bulkhead::Bulkhead;
-use crate::invoke::grpc::{GrpcInvoker, GrpcMethods};
-use crate::invoke::http::HttpInvoker;
+use crate::edge::{Carried, Stages};
+use crate::invoke::breaker::{Clock, SystemClock};
+use crate::invoke::{Clients, InvokeState};
 use crate::observe::access_log::AccessLog;
-use crate::observe::metrics::Metrics;
-use arc_swap::ArcSwap;
-use portico_control::{Api, Snapshot};
+use crate::observe::metrics::{ApiMetrics, Metrics};
+use arc_swap::{ArcSwap, ArcSwapOption};
+use portico_control::{Rejection, Snapshot};
 use std::collections::HashMap;
-use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Which tree a plane serves.
@@ -45,73 +42,73 @@ impl PlaneKind {
 pub struct Shared {
     pub metrics: Metrics,
     pub access_log: AccessLog,
-    pub http: HttpInvoker,
-    pub grpc: GrpcInvoker,
+    /// The backend clients: the HTTP connection pool and the gRPC channels.
+    pub clients: Clients,
+    /// The breakers' monotonic clock.
     pub clock: Arc<dyn Clock>,
     pub node_id: String,
     /// Request body limit when an API sets none.
     pub default_max_body: u64,
 }
 
-/// An API's metric series, resolved once per snapshot so the request path does not hash
-/// label values for the common case.
-#[derive(Debug)]
-pub struct ApiMetrics {
-    /// `portico_requests_total{plane, api, status="200", code="OK"}`.
-    pub ok: prometheus::IntCounter,
-    pub latency: prometheus::Histogram,
-    pub upstream_latency: prometheus::Histogram,
+/// Everything one request reads, from one snapshot.
+pub struct Runtime {
+    pub snapshot: Arc<Snapshot>,
+    pub edge: Stages,
+    pub invoke: InvokeState,
+    /// Per API id: its metric series.
+    pub metrics: HashMap<String, Arc<ApiMetrics>>,
 }
 
-impl ApiMetrics {
-    fn new(metrics: &Metrics, plane: &str, api: &str) -> ApiMetrics {
-        ApiMetrics {
-            ok: metrics
-                .requests
-                .with_label_values(&[plane, api, "200", "OK"]),
-            latency: metrics.latency.with_label_values(&[plane, api]),
-            upstream_latency: metrics.upstream_latency.with_label_values(&[plane, api]),
+impl Runtime {
+    /// Builds every stage, the invoke state and the metric series from `snapshot`, reusing
+    /// state from `previous` (and the plane's `carried` edge state) where the definition is
+    /// unchanged. Runs on the reload task, never per request.
+    pub fn build(
+        snapshot: Arc<Snapshot>,
+        previous: Option<&Runtime>,
+        carried: &Carried,
+        shared: &Shared,
+        kind: PlaneKind,
+    ) -> Runtime {
+        let edge = Stages::build(&snapshot, carried);
+        let invoke = InvokeState::build(&snapshot, previous.map(|p| &p.invoke), &shared.clock);
+        let metrics = snapshot
+            .apis
+            .keys()
+            .map(|id| {
+                let series = previous
+                    .and_then(|p| p.metrics.get(id))
+                    .cloned()
+                    .unwrap_or_else(|| {
+                        Arc::new(ApiMetrics::new(&shared.metrics, kind.as_str(), id))
+                    });
+                (id.clone(), series)
+            })
+            .collect();
+        Runtime {
+            snapshot,
+            edge,
+            invoke,
+            metrics,
         }
     }
 }
 
-/// The per-API invoke state: pool, breaker, balancer and resolved endpoints.
-pub struct ApiRuntime {
-    pub metrics: Arc<ApiMetrics>,
-    pub bulkhead: Arc<Bulkhead>,
-    pub breaker: Arc<Breaker>,
-    pub balancer: Arc<Balancer>,
-    /// The cluster's endpoints resolved to socket addresses (in the balancer's order).
-    pub addrs: Arc<HashMap<String, SocketAddr>>,
-}
-
-/// The edge stages, built from one snapshot.
-pub struct Edge {
-    pub ip_acl: IpAclStage,
-    pub route: RouteStage,
-    pub auth: AuthStage,
-    pub permit: PermitStage,
-    pub rate_limit: RateLimitStage,
-    pub degrade: DegradeStage,
-}
-
-/// A cluster's balancer and its endpoints resolved to socket addresses.
-pub type ClusterRuntime = (Arc<Balancer>, Arc<HashMap<String, SocketAddr>>);
-
-/// Everything one request reads, from one snapshot.
-pub struct Runtime {
-    pub snapshot: Arc<Snapshot>,
-    pub edge: Edge,
-    pub apis: HashMap<String, ApiRuntime>,
-    pub grpc: GrpcMethods,
-    /// Resolved endpoints per cluster (shared by the APIs of that cluster).
-    pub clusters: HashMap<String, ClusterRuntime>,
-}
-
-/// Runtime state that lives across reloads of one plane.
-pub struct Carried {
-    pub replay: Arc<ReplayCache>,
-    pub limiters: Arc<RateLimiters>,
+/// The state of a plane's reload loop, for `/status` (see `reload.rs`).
+#[derive(Default)]
+pub struct ReloadStatus {
+    /// A tree whose snapshot could not be built (the build panicked): reported among the
+    /// rejected documents while the previous configuration keeps being served. Cleared by
+    /// the next snapshot applied.
+    pub build_failure: ArcSwapOption<Rejection>,
+    /// Whether the reload loop is running (false before it starts and while it waits to be
+    /// restarted).
+    pub running: AtomicBool,
+    /// Times the reload loop was restarted after it panicked or its source ended.
+    pub restarts: AtomicU64,
+    /// Why the loop was last restarted, and when (Unix ms).
+    pub last_restart: ArcSwapOption<(u64, String)>,
 }
 
 /// One served tree: the current runtime behind one `ArcSwap`, and what it carries across
@@ -126,16 +123,14 @@ pub struct Plane {
     /// Describes the live source (`dir:...`, `zk:...`, `snapshot:...`).
     pub source: ArcSwap<String>,
     /// Unix ms when the applied config was built.
-    pub applied_at_ms: std::sync::atomic::AtomicU64,
+    pub applied_at_ms: AtomicU64,
+    pub reload: ReloadStatus,
 }
 
 impl Plane {
     /// A plane serving an empty configuration until the first snapshot arrives.
     pub fn new(kind: PlaneKind, shared: Arc<Shared>) -> Plane {
-        let carried = Carried {
-            replay: Arc::new(ReplayCache::new()),
-            limiters: Arc::new(RateLimiters::new()),
-        };
+        let carried = Carried::default();
         let empty = Arc::new(Snapshot::default());
         let runtime = Runtime::build(empty, None, &carried, &shared, kind);
         Plane {
@@ -145,7 +140,8 @@ impl Plane {
             shared,
             ready: AtomicBool::new(false),
             source: ArcSwap::from_pointee(String::from("none")),
-            applied_at_ms: std::sync::atomic::AtomicU64::new(0),
+            applied_at_ms: AtomicU64::new(0),
+            reload: ReloadStatus::default(),
         }
     }
 
@@ -161,30 +157,41 @@ impl Plane {
         );
         let plane = self.kind.as_str();
         let m = &self.shared.metrics;
+        let snapshot = &runtime.snapshot;
         m.config_generation
             .with_label_values(&[plane])
-            .set(runtime.snapshot.version.generation as i64);
+            .set(snapshot.version.generation as i64);
         m.apis_loaded
             .with_label_values(&[plane])
-            .set(runtime.snapshot.apis.len() as i64);
+            .set(snapshot.apis.len() as i64);
         m.config_rejected_documents
             .with_label_values(&[plane])
-            .set(runtime.snapshot.rejected.len() as i64);
-        for r in &runtime.snapshot.rejected {
+            .set(snapshot.rejected.len() as i64);
+        for r in &snapshot.rejected {
             let kind = r.path.split('/').next().unwrap_or("other");
             m.config_rejections.with_label_values(&[plane, kind]).inc();
         }
-        // Forget per-API series of APIs that are gone.
-        for id in previous.apis.keys() {
-            if !runtime.apis.contains_key(id) {
-                let _ = m.breaker_state.remove_label_values(&[plane, id]);
-                let _ = m.bulkhead_in_flight.remove_label_values(&[plane, id]);
+        for id in previous.metrics.keys() {
+            if !runtime.metrics.contains_key(id) {
+                ApiMetrics::forget(m, plane, id);
             }
         }
         self.current.store(Arc::new(runtime));
+        self.reload.build_failure.store(None);
         self.ready.store(true, Ordering::Release);
         self.applied_at_ms
             .store(portico_control::clock::now_ms(), Ordering::Relaxed);
+    }
+
+    /// The documents refused by the applied snapshot, and the failed build of a newer tree if
+    /// there was one (`/status`'s `rejected_documents`).
+    pub fn rejected_documents(&self) -> Vec<Rejection> {
+        let rt = self.current.load();
+        let mut out = rt.snapshot.rejected.clone();
+        if let Some(failure) = self.reload.build_failure.load_full() {
+            out.push((*failure).clone());
+        }
+        out
     }
 
     /// Periodic upkeep off the request path: limiter cleanup and state gauges.
@@ -195,8 +202,8 @@ impl Plane {
             .housekeeping(portico_control::clock::now_ms());
         let rt = self.current.load();
         let plane = self.kind.as_str();
-        for (id, api) in &rt.apis {
-            let m = &self.shared.metrics;
+        let m = &self.shared.metrics;
+        for (id, api) in &rt.invoke.apis {
             m.breaker_state
                 .with_label_values(&[plane, id])
                 .set(api.breaker.state().gauge());
@@ -207,105 +214,178 @@ impl Plane {
     }
 }
 
-impl Runtime {
-    /// Builds every stage and the per-API invoke state from `snapshot`, reusing state from
-    /// `previous` where the definition is unchanged. Runs on the config task, never per request.
-    pub fn build(
-        snapshot: Arc<Snapshot>,
-        previous: Option<&Runtime>,
-        carried: &Carried,
-        shared: &Shared,
-        kind: PlaneKind,
-    ) -> Runtime {
-        let edge = Edge {
-            ip_acl: IpAclStage::from(snapshot.as_ref()),
-            route: RouteStage::build(&snapshot),
-            auth: AuthStage::new(&snapshot, carried.replay.clone()),
-            permit: PermitStage::from(snapshot.as_ref()),
-            rate_limit: RateLimitStage::build(&snapshot, &carried.limiters),
-            degrade: DegradeStage::from(snapshot.as_ref()),
-        };
-        let mut clusters = HashMap::new();
-        for (name, cluster) in &snapshot.clusters {
-            let reuse = previous.and_then(|p| {
-                let old = p.snapshot.clusters.get(name)?;
-                if old.endpoints == cluster.endpoints {
-                    p.clusters.get(name).cloned()
-                } else {
-                    None
-                }
-            });
-            let entry = reuse.unwrap_or_else(|| {
-                let mut addrs = HashMap::new();
-                for ep in &cluster.endpoints {
-                    match ep.addr.to_socket_addrs().map(|mut it| it.next()) {
-                        Ok(Some(a)) => {
-                            addrs.insert(ep.addr.clone(), a);
-                        }
-                        _ => tracing::warn!(cluster = %name, addr = %ep.addr, "endpoint does not resolve; skipped"),
-                    }
-                }
-                (Arc::new(Balancer::new(&cluster.endpoints)), Arc::new(addrs))
-            });
-            clusters.insert(name.clone(), entry);
-        }
-        let mut apis = HashMap::new();
-        for (id, api) in &snapshot.apis {
-            let old = previous.and_then(|p| p.apis.get(id));
-            let bulkhead = match old {
-                Some(o) if o.bulkhead.same_policy(api.policy.bulkhead.as_ref()) => {
-                    o.bulkhead.clone()
-                }
-                _ => Arc::new(Bulkhead::new(api.policy.bulkhead.as_ref())),
-            };
-            let breaker = match old {
-                Some(o)
-                    if o.breaker.same_policy(api.policy.breaker.as_ref())
-                        && same_backend(previous, id, api) =>
-                {
-                    o.breaker.clone()
-                }
-                _ => Arc::new(Breaker::new(
-                    api.policy.breaker.as_ref(),
-                    shared.clock.clone(),
-                )),
-            };
-            let Some((balancer, addrs)) = clusters.get(&api.cluster).cloned() else {
-                continue;
-            };
-            let metrics = match old {
-                Some(o) => o.metrics.clone(),
-                None => Arc::new(ApiMetrics::new(&shared.metrics, kind.as_str(), id)),
-            };
-            apis.insert(
-                id.clone(),
-                ApiRuntime {
-                    metrics,
-                    bulkhead,
-                    breaker,
-                    balancer,
-                    addrs,
-                },
-            );
-        }
-        let grpc = GrpcMethods::build(&snapshot, previous.map(|p| &p.grpc));
-        Runtime {
-            snapshot,
-            edge,
-            apis,
-            grpc,
-            clusters,
-        }
-    }
-}
-
-fn same_backend(previous: Option<&Runtime>, id: &str, api: &Api) -> bool {
-    previous
-        .and_then(|p| p.snapshot.apis.get(id))
-        .is_some_and(|old| old.backend == api.backend && old.cluster == api.cluster)
-}
-
 /// The system clock for breakers.
 pub fn system_clock() -> Arc<dyn Clock> {
     Arc::new(SystemClock::new())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::testing::{cluster_doc, http_api_doc, plane, tree};
+    use portico_control::build_snapshot;
+    use serde_json::{json, Value};
+
+    /// Builds `docs` against the plane's current snapshot and applies it, as a reload does.
+    fn apply(plane: &Plane, docs: &[(&str, Value)]) -> Arc<Runtime> {
+        let previous = plane.current.load_full();
+        let snapshot = build_snapshot(&tree(docs), Some(&previous.snapshot));
+        assert!(snapshot.rejected.is_empty(), "{:?}", snapshot.rejected);
+        plane.apply(Arc::new(snapshot));
+        plane.current.load_full()
+    }
+
+    fn limited(max_concurrent: u32, failures: u32, per_second: u32) -> Value {
+        json!({
+            "bulkhead": {"max_concurrent": max_concurrent},
+            "breaker": {"consecutive_failures": failures},
+            "rate_limits": [{"key": "ip", "limit": per_second, "per": "second"}],
+        })
+    }
+
+    fn endpoints(ports: &[u16]) -> Vec<String> {
+        ports.iter().map(|p| format!("127.0.0.1:{p}")).collect()
+    }
+
+    #[test]
+    fn an_unchanged_policy_keeps_its_limiter_bulkhead_and_breaker() {
+        let plane = plane();
+        let c = cluster_doc(&endpoints(&[1]));
+        let first = apply(
+            &plane,
+            &[
+                ("apis/a", http_api_doc("a", "c", None, limited(8, 5, 10))),
+                ("clusters/c", c.clone()),
+            ],
+        );
+        // Another document changes (a new API): "a" is untouched.
+        let second = apply(
+            &plane,
+            &[
+                ("apis/a", http_api_doc("a", "c", None, limited(8, 5, 10))),
+                ("apis/b", http_api_doc("b", "c", None, json!({}))),
+                ("clusters/c", c),
+            ],
+        );
+        assert_ne!(
+            first.snapshot.version.digest,
+            second.snapshot.version.digest
+        );
+        let limiter = |rt: &Runtime| rt.edge.rate_limit.api_limiter("a", 0).cloned().unwrap();
+        assert!(Arc::ptr_eq(&limiter(&first), &limiter(&second)));
+        let (a1, a2) = (&first.invoke.apis["a"], &second.invoke.apis["a"]);
+        assert!(Arc::ptr_eq(&a1.bulkhead, &a2.bulkhead));
+        assert!(Arc::ptr_eq(&a1.breaker, &a2.breaker));
+        assert!(Arc::ptr_eq(&a1.balancer, &a2.balancer));
+        assert!(Arc::ptr_eq(&first.metrics["a"], &second.metrics["a"]));
+    }
+
+    #[test]
+    fn changed_definitions_get_fresh_state() {
+        let plane = plane();
+        let first = apply(
+            &plane,
+            &[
+                ("apis/a", http_api_doc("a", "c", None, limited(8, 5, 10))),
+                ("clusters/c", cluster_doc(&endpoints(&[1]))),
+            ],
+        );
+        // New endpoints and a new breaker policy; bulkhead and rate limit unchanged.
+        let second = apply(
+            &plane,
+            &[
+                ("apis/a", http_api_doc("a", "c", None, limited(8, 3, 10))),
+                ("clusters/c", cluster_doc(&endpoints(&[1, 2]))),
+            ],
+        );
+        let (a1, a2) = (&first.invoke.apis["a"], &second.invoke.apis["a"]);
+        assert!(!Arc::ptr_eq(&a1.balancer, &a2.balancer));
+        assert_eq!(a2.balancer.len(), 2);
+        assert!(!Arc::ptr_eq(&a1.breaker, &a2.breaker));
+        assert!(Arc::ptr_eq(&a1.bulkhead, &a2.bulkhead));
+        let limiter = |rt: &Runtime| rt.edge.rate_limit.api_limiter("a", 0).cloned().unwrap();
+        assert!(Arc::ptr_eq(&limiter(&first), &limiter(&second)));
+        // A new rate limit and a new bulkhead size: fresh ones.
+        let third = apply(
+            &plane,
+            &[
+                ("apis/a", http_api_doc("a", "c", None, limited(4, 3, 20))),
+                ("clusters/c", cluster_doc(&endpoints(&[1, 2]))),
+            ],
+        );
+        assert!(!Arc::ptr_eq(&limiter(&second), &limiter(&third)));
+        let a3 = &third.invoke.apis["a"];
+        assert!(!Arc::ptr_eq(&a2.bulkhead, &a3.bulkhead));
+        assert!(Arc::ptr_eq(&a2.breaker, &a3.breaker));
+        assert!(Arc::ptr_eq(&a2.balancer, &a3.balancer));
+    }
+
+    #[test]
+    fn a_removed_api_drops_its_state_and_metric_series() {
+        let plane = plane();
+        let c = cluster_doc(&endpoints(&[1]));
+        apply(
+            &plane,
+            &[
+                ("apis/a", http_api_doc("a", "c", None, limited(8, 5, 10))),
+                (
+                    "apis/gone",
+                    http_api_doc("gone", "c", None, limited(8, 5, 10)),
+                ),
+                ("clusters/c", c.clone()),
+            ],
+        );
+        plane.housekeeping();
+        let text = plane.shared.metrics.render();
+        assert!(
+            text.contains(r#"portico_breaker_state{api="gone",plane="live"} 0"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"portico_bulkhead_in_flight{api="gone",plane="live"} 0"#));
+        assert_eq!(plane.carried.limiters.limiters(), 2);
+
+        let rt = apply(
+            &plane,
+            &[
+                ("apis/a", http_api_doc("a", "c", None, limited(8, 5, 10))),
+                ("clusters/c", c),
+            ],
+        );
+        assert!(!rt.invoke.apis.contains_key("gone"));
+        assert!(!rt.metrics.contains_key("gone"));
+        assert!(rt.edge.rate_limit.api_limiter("gone", 0).is_none());
+        assert_eq!(plane.carried.limiters.limiters(), 1);
+        plane.housekeeping();
+        let text = plane.shared.metrics.render();
+        assert!(!text.contains(r#"api="gone",plane="live"} 0"#), "{text}");
+        assert!(text.contains(r#"portico_breaker_state{api="a",plane="live"} 0"#));
+    }
+
+    #[test]
+    fn apply_reports_the_snapshot_and_a_failed_build() {
+        let plane = plane();
+        assert!(!plane.ready.load(Ordering::Acquire));
+        let mut t = tree(&[("clusters/c", cluster_doc(&endpoints(&[1])))]);
+        t.insert("apis/bad", b"{not json".to_vec());
+        let snapshot = build_snapshot(&t, None);
+        plane.apply(Arc::new(snapshot));
+        assert!(plane.ready.load(Ordering::Acquire));
+        let rejected = plane.rejected_documents();
+        assert_eq!(rejected.len(), 1);
+        assert_eq!(rejected[0].path, "apis/bad");
+        let text = plane.shared.metrics.render();
+        assert!(text.contains(r#"portico_config_rejected_documents{plane="live"} 1"#));
+        assert!(text
+            .contains(r#"portico_config_document_rejections_total{kind="apis",plane="live"} 1"#));
+        // A failed build is listed beside the snapshot's own rejections until the next apply.
+        plane.reload.build_failure.store(Some(Arc::new(Rejection {
+            path: "*".to_owned(),
+            reason: "boom".to_owned(),
+            kept_previous: true,
+        })));
+        assert_eq!(plane.rejected_documents().len(), 2);
+        plane.apply(Arc::new(build_snapshot(&tree(&[]), None)));
+        assert!(plane.rejected_documents().is_empty());
+    }
 }

@@ -14,10 +14,9 @@
 
 use portico_control::{build_snapshot, BackendKind, Snapshot, Tree};
 use portico_demo::grpc::{self as demo, GrpcStats};
-use portico_gateway::edge::RouteMatch;
-use portico_gateway::error::{Code, GatewayError};
-use portico_gateway::invoke::grpc::{is_backend_failure, GrpcConfig, GrpcInvoker, GrpcMethods};
-use portico_gateway::invoke::Answer;
+use portico_gateway::error::{Code, GatewayError, Side};
+use portico_gateway::invoke::grpc::{GrpcConfig, GrpcInvoker, GrpcMethods};
+use portico_gateway::model::{RouteMatch, Whole};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
@@ -25,6 +24,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Whether the invoke tier counts `e` as a backend failure for the breaker.
+fn is_backend_failure(e: &GatewayError) -> bool {
+    e.code.side() == Side::Upstream
+}
 
 fn example_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/examples/standalone")
@@ -160,7 +164,7 @@ impl Harness {
         body: &str,
         headers: &[(&str, &str)],
         addr: &str,
-    ) -> Result<Answer, GatewayError> {
+    ) -> Result<Whole, GatewayError> {
         let method = self.methods.get(&route.api.id).unwrap();
         let mut h = http::HeaderMap::new();
         for (k, v) in headers {
@@ -189,7 +193,7 @@ impl Harness {
         uri: &str,
         body: &str,
         headers: &[(&str, &str)],
-    ) -> Result<Answer, GatewayError> {
+    ) -> Result<Whole, GatewayError> {
         let (path, query) = match uri.split_once('?') {
             Some((p, q)) => (p, Some(q)),
             None => (uri, None),
@@ -214,7 +218,7 @@ impl Harness {
     }
 }
 
-fn err(r: Result<Answer, GatewayError>) -> GatewayError {
+fn err(r: Result<Whole, GatewayError>) -> GatewayError {
     match r {
         Ok(a) => panic!(
             "expected an error, got {} {}",

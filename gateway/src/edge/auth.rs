@@ -24,14 +24,16 @@
 //! The [`ReplayCache`] is runtime state kept across snapshot reloads. It is per gateway
 //! node: a replay sent to another node is not seen (a shared store would be needed for that).
 
-use crate::edge::sign::{
-    string_to_sign, valid_nonce, verify, HEADER_APP_KEY, HEADER_NONCE, HEADER_SIGNATURE,
-    HEADER_TIMESTAMP, MAX_SKEW_MS,
-};
-use crate::edge::{EdgeCtx, EdgeRequest, Flow, Stage};
+use crate::edge::{Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
+// Signing is `portico_control::sign`, the one implementation shared with the `portico` CLI
+// and the tests, so the gateway can never drift from what merchants' tools compute.
+use portico_control::sign::{
+    string_to_sign, valid_nonce, verify, HEADER_APP_KEY, HEADER_NONCE, HEADER_SIGNATURE,
+    HEADER_TIMESTAMP, MAX_SKEW_MS,
+};
 use portico_control::{v1, Snapshot};
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -206,23 +208,12 @@ impl ReplayCache {
     }
 }
 
-/// Verifies signed calls (DESIGN.md §3.1) and sets `ctx.app_key` / `ctx.app`.
+/// Verifies signed calls (docs/PROTOCOL.md, "Signing a request") and sets `ctx.app_key` /
+/// `ctx.app`.
 #[derive(Debug)]
 pub struct AuthStage {
     apps: HashMap<String, Arc<v1::App>>,
     replay: Arc<ReplayCache>,
-}
-
-impl AuthStage {
-    /// Builds the stage over the snapshot's apps; `replay` is the process-wide cache.
-    pub fn new(snapshot: &Snapshot, replay: Arc<ReplayCache>) -> Self {
-        let apps = snapshot
-            .apps
-            .iter()
-            .map(|(k, v)| (k.clone(), Arc::clone(v)))
-            .collect();
-        AuthStage { apps, replay }
-    }
 }
 
 fn invalid(message: impl Into<String>) -> GatewayError {
@@ -244,107 +235,148 @@ fn header<'a>(headers: &'a http::HeaderMap, name: &str) -> Result<Option<&'a str
     Ok(if value.is_empty() { None } else { Some(value) })
 }
 
-impl AuthStage {
-    fn check(&self, req: &EdgeRequest<'_>, ctx: &mut EdgeCtx) -> Result<(), GatewayError> {
-        let app_key = header(req.headers, HEADER_APP_KEY)?;
-        let timestamp = header(req.headers, HEADER_TIMESTAMP)?;
-        let nonce = header(req.headers, HEADER_NONCE)?;
-        let signature = header(req.headers, HEADER_SIGNATURE)?;
-        let (Some(app_key), Some(timestamp), Some(nonce), Some(signature)) =
+/// The four signing headers of a call, all present and non-empty.
+struct Signed<'a> {
+    app_key: &'a str,
+    timestamp: &'a str,
+    nonce: &'a str,
+    signature: &'a str,
+}
+
+impl<'a> Signed<'a> {
+    /// Check 1: all four headers present and non-empty (401 `SIGNATURE_MISSING` naming the
+    /// missing ones), none repeated or non-ASCII (401 `SIGNATURE_INVALID`).
+    fn read(headers: &'a http::HeaderMap) -> Result<Self, GatewayError> {
+        let app_key = header(headers, HEADER_APP_KEY)?;
+        let timestamp = header(headers, HEADER_TIMESTAMP)?;
+        let nonce = header(headers, HEADER_NONCE)?;
+        let signature = header(headers, HEADER_SIGNATURE)?;
+        if let (Some(app_key), Some(timestamp), Some(nonce), Some(signature)) =
             (app_key, timestamp, nonce, signature)
-        else {
-            let missing: Vec<&str> = [
-                (HEADER_APP_KEY, app_key.is_none()),
-                (HEADER_TIMESTAMP, timestamp.is_none()),
-                (HEADER_NONCE, nonce.is_none()),
-                (HEADER_SIGNATURE, signature.is_none()),
-            ]
-            .into_iter()
-            .filter_map(|(name, missing)| missing.then_some(name))
-            .collect();
-            return Err(GatewayError::new(
-                Code::SignatureMissing,
-                format!(
-                    "this API needs a signed call; missing {}",
-                    missing.join(", ")
-                ),
-            ));
-        };
-
-        let ts = (timestamp.len() <= 20 && timestamp.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| timestamp.parse::<u64>().ok())
-            .flatten()
-            .ok_or_else(|| {
-                GatewayError::new(
-                    Code::SignatureExpired,
-                    format!("{HEADER_TIMESTAMP} must be Unix epoch milliseconds"),
-                )
-            })?;
-        let skew = req.now_ms.abs_diff(ts);
-        if skew > MAX_SKEW_MS {
-            return Err(GatewayError::new(
-                Code::SignatureExpired,
-                format!(
-                    "{HEADER_TIMESTAMP} is {} s {} the gateway's clock (at most {} s allowed)",
-                    skew / 1000,
-                    if ts < req.now_ms {
-                        "behind"
-                    } else {
-                        "ahead of"
-                    },
-                    MAX_SKEW_MS / 1000
-                ),
-            ));
+        {
+            return Ok(Signed {
+                app_key,
+                timestamp,
+                nonce,
+                signature,
+            });
         }
+        let missing: Vec<&str> = [
+            (HEADER_APP_KEY, app_key.is_none()),
+            (HEADER_TIMESTAMP, timestamp.is_none()),
+            (HEADER_NONCE, nonce.is_none()),
+            (HEADER_SIGNATURE, signature.is_none()),
+        ]
+        .into_iter()
+        .filter_map(|(name, missing)| missing.then_some(name))
+        .collect();
+        Err(GatewayError::new(
+            Code::SignatureMissing,
+            format!(
+                "this API needs a signed call; missing {}",
+                missing.join(", ")
+            ),
+        ))
+    }
+}
 
-        if !valid_nonce(nonce) {
+/// Check 2: the timestamp is decimal Unix epoch milliseconds within [`MAX_SKEW_MS`] of
+/// `now_ms`, else 401 `SIGNATURE_EXPIRED`. Returns it parsed.
+fn check_timestamp(timestamp: &str, now_ms: u64) -> Result<u64, GatewayError> {
+    let ts = (timestamp.len() <= 20 && timestamp.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| timestamp.parse::<u64>().ok())
+        .flatten()
+        .ok_or_else(|| {
+            GatewayError::new(
+                Code::SignatureExpired,
+                format!("{HEADER_TIMESTAMP} must be Unix epoch milliseconds"),
+            )
+        })?;
+    let skew = now_ms.abs_diff(ts);
+    if skew > MAX_SKEW_MS {
+        return Err(GatewayError::new(
+            Code::SignatureExpired,
+            format!(
+                "{HEADER_TIMESTAMP} is {} s {} the gateway's clock (at most {} s allowed)",
+                skew / 1000,
+                if ts < now_ms { "behind" } else { "ahead of" },
+                MAX_SKEW_MS / 1000
+            ),
+        ));
+    }
+    Ok(ts)
+}
+
+impl AuthStage {
+    /// The checks of the module documentation, in order; on success records who is calling.
+    fn check(&self, req: &EdgeRequest<'_>, ctx: &mut EdgeCtx) -> Result<(), GatewayError> {
+        let signed = Signed::read(req.headers)?;
+        let ts = check_timestamp(signed.timestamp, req.now_ms)?;
+        if !valid_nonce(signed.nonce) {
             return Err(invalid(format!(
                 "{HEADER_NONCE} must be 8-64 of [A-Za-z0-9_-]"
             )));
         }
-
-        let Some(app) = self.apps.get(app_key) else {
+        let Some(app) = self.apps.get(signed.app_key) else {
             return Err(GatewayError::new(Code::AppUnknown, "unknown app key"));
         };
-
         let sts = string_to_sign(
-            req.method, req.path, req.query, app_key, timestamp, nonce, req.body,
+            req.method,
+            req.path,
+            req.query,
+            signed.app_key,
+            signed.timestamp,
+            signed.nonce,
+            req.body,
         );
-        if !verify(app.secret.as_bytes(), &sts, signature) {
+        if !verify(app.secret.as_bytes(), &sts, signed.signature) {
             return Err(invalid(format!(
                 "signature does not match; the gateway's string-to-sign is {sts:?}"
             )));
         }
-
-        match self.replay.check_and_record(
-            app_key,
-            nonce,
-            ts.saturating_add(MAX_SKEW_MS),
-            req.now_ms,
-        ) {
-            NonceCheck::Fresh => {}
-            NonceCheck::Replayed => {
-                return Err(GatewayError::new(
-                    Code::NonceReplayed,
-                    "this nonce was already used by this app within the last 300 s",
-                ))
-            }
-            NonceCheck::Full => {
-                return Err(GatewayError::new(
-                    Code::RateLimited,
-                    "too many signed calls by this app within the replay window",
-                )
-                .with_retry_after(1))
-            }
-        }
-
-        ctx.app_key = Some(app_key.to_owned());
+        self.record_nonce(&signed, ts, req.now_ms)?;
+        ctx.app_key = Some(signed.app_key.to_owned());
         ctx.app = Some(Arc::clone(app));
         Ok(())
+    }
+
+    /// Check 6, only once the signature verified: the nonce is new for this app within the
+    /// window (401 `NONCE_REPLAYED`), and the app's cache has room (429 `RATE_LIMITED`).
+    fn record_nonce(&self, signed: &Signed<'_>, ts: u64, now_ms: u64) -> Result<(), GatewayError> {
+        let until = ts.saturating_add(MAX_SKEW_MS);
+        match self
+            .replay
+            .check_and_record(signed.app_key, signed.nonce, until, now_ms)
+        {
+            NonceCheck::Fresh => Ok(()),
+            NonceCheck::Replayed => Err(GatewayError::new(
+                Code::NonceReplayed,
+                "this nonce was already used by this app within the last 300 s",
+            )),
+            NonceCheck::Full => Err(GatewayError::new(
+                Code::RateLimited,
+                "too many signed calls by this app within the replay window",
+            )
+            .with_retry_after(1)),
+        }
     }
 }
 
 impl Stage for AuthStage {
+    /// Reload phase: indexes the snapshot's apps; the replay cache is the plane's, carried
+    /// across reloads (a reload must not forget the nonces already seen).
+    fn build(snapshot: &Snapshot, carried: &Carried) -> Self {
+        let apps = snapshot
+            .apps
+            .iter()
+            .map(|(k, v)| (k.clone(), Arc::clone(v)))
+            .collect();
+        AuthStage {
+            apps,
+            replay: Arc::clone(&carried.replay),
+        }
+    }
+
     fn name(&self) -> &'static str {
         "auth"
     }
@@ -370,10 +402,9 @@ impl Stage for AuthStage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edge::sign::testing::{api, app, routed, NOW_MS};
-    use crate::edge::sign::{sign_request, SignedHeaders};
-    use crate::edge::Reply;
+    use crate::testing::{api, app, routed, NOW_MS};
     use http::HeaderMap;
+    use portico_control::sign::{sign_request, SignedHeaders};
     use portico_control::v1::{AppStatus, AuthMode};
 
     const SECRET: &str = "s3cr3t-value";
@@ -398,7 +429,7 @@ mod tests {
         map
     }
 
-    /// The first DESIGN.md vector's headers.
+    /// The headers of docs/PROTOCOL.md's worked example 1.
     fn vector_1() -> HeaderMap {
         let mut map = HeaderMap::new();
         map.insert(HEADER_APP_KEY, "merchant-1".parse().unwrap());
@@ -433,7 +464,7 @@ mod tests {
         let mut ctx = routed(&api("order.get", AuthMode::Signature, vec![]));
         match stage.apply(req, &mut ctx) {
             Flow::Continue => Ok(ctx),
-            Flow::Respond(Reply::Error(e)) => Err((e.code.as_str(), e)),
+            Flow::Respond(Err(e)) => Err((e.code.as_str(), e)),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -446,11 +477,20 @@ mod tests {
     }
 
     fn stage() -> AuthStage {
-        AuthStage::new(&snapshot(), Arc::new(ReplayCache::new()))
+        with_cache(&Arc::new(ReplayCache::new()))
+    }
+
+    /// The stage over [`snapshot`] sharing `cache`, as a plane's stages do across reloads.
+    fn with_cache(cache: &Arc<ReplayCache>) -> AuthStage {
+        let carried = Carried {
+            replay: Arc::clone(cache),
+            ..Carried::default()
+        };
+        AuthStage::build(&snapshot(), &carried)
     }
 
     #[test]
-    fn design_vector_1_is_accepted_and_sets_the_app() {
+    fn protocol_example_1_is_accepted_and_sets_the_app() {
         let s = stage();
         let headers = vector_1();
         let ctx = run(&s, &get_req(&headers, NOW_MS))
@@ -461,7 +501,7 @@ mod tests {
     }
 
     #[test]
-    fn design_vector_2_is_accepted() {
+    fn protocol_example_2_is_accepted() {
         let s = stage();
         let mut headers = HeaderMap::new();
         headers.insert(HEADER_APP_KEY, "merchant-1".parse().unwrap());
@@ -494,7 +534,7 @@ mod tests {
     #[test]
     fn replay_is_refused_within_the_window_and_cache_survives_rebuilds() {
         let cache = Arc::new(ReplayCache::new());
-        let s = AuthStage::new(&snapshot(), Arc::clone(&cache));
+        let s = with_cache(&cache);
         let headers = vector_1();
         assert_eq!(code(run(&s, &get_req(&headers, NOW_MS))), "OK");
         assert_eq!(
@@ -502,7 +542,7 @@ mod tests {
             "NONCE_REPLAYED"
         );
         // A stage built from a reloaded snapshot shares the cache.
-        let reloaded = AuthStage::new(&snapshot(), Arc::clone(&cache));
+        let reloaded = with_cache(&cache);
         assert_eq!(
             code(run(&reloaded, &get_req(&headers, NOW_MS + 300_000))),
             "NONCE_REPLAYED"

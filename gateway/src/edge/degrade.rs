@@ -7,8 +7,9 @@
 //! `API_DEGRADED` with the switch's reason in the message. Replies are prepared when the
 //! stage is built, so a degraded API costs one map lookup and a cheap clone per request.
 
-use crate::edge::{EdgeCtx, EdgeRequest, Flow, Reply, Stage};
+use crate::edge::{Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
+use crate::model::{Response, Whole};
 use bytes::Bytes;
 use portico_control::{v1, Snapshot};
 use std::collections::HashMap;
@@ -16,12 +17,12 @@ use std::collections::HashMap;
 /// Answers degraded APIs from their switches.
 #[derive(Debug, Clone, Default)]
 pub struct DegradeStage {
-    /// API id → the prepared answer, for switches that are on.
-    degraded: HashMap<String, Reply>,
+    /// API id → the prepared answer, for switches that are on: the fallback, or the refusal.
+    degraded: HashMap<String, Result<Whole, GatewayError>>,
 }
 
 /// The answer of a switch that is on.
-fn reply_for(api_id: &str, switch: &v1::Switch) -> Reply {
+fn reply_for(api_id: &str, switch: &v1::Switch) -> Result<Whole, GatewayError> {
     match &switch.fallback {
         Some(fallback) => {
             let mut headers: Vec<(String, String)> = fallback
@@ -41,11 +42,11 @@ fn reply_for(api_id: &str, switch: &v1::Switch) -> Reply {
             if !has_type && !body.is_empty() {
                 headers.push(("content-type".to_owned(), "application/json".to_owned()));
             }
-            Reply::Canned {
+            Ok(Whole {
                 status: fallback.status,
                 headers,
                 body,
-            }
+            })
         }
         None => {
             let message = match switch.reason.as_deref().map(str::trim) {
@@ -54,14 +55,15 @@ fn reply_for(api_id: &str, switch: &v1::Switch) -> Reply {
                 }
                 _ => format!("API {api_id} is degraded"),
             };
-            Reply::Error(GatewayError::new(Code::ApiDegraded, message))
+            Err(GatewayError::new(Code::ApiDegraded, message))
         }
     }
 }
 
-impl DegradeStage {
-    /// Prepares the answers of the snapshot's switches that are on.
-    pub fn new(snapshot: &Snapshot) -> Self {
+impl Stage for DegradeStage {
+    /// Reload phase: prepares the answers of the snapshot's switches that are on. Carries
+    /// nothing.
+    fn build(snapshot: &Snapshot, _carried: &Carried) -> Self {
         let degraded = snapshot
             .switches
             .iter()
@@ -70,15 +72,7 @@ impl DegradeStage {
             .collect();
         DegradeStage { degraded }
     }
-}
 
-impl From<&Snapshot> for DegradeStage {
-    fn from(snapshot: &Snapshot) -> Self {
-        Self::new(snapshot)
-    }
-}
-
-impl Stage for DegradeStage {
     fn name(&self) -> &'static str {
         "degrade"
     }
@@ -91,7 +85,7 @@ impl Stage for DegradeStage {
             return GatewayError::new(Code::Internal, "degrade ran before route").into();
         };
         match self.degraded.get(&api.id) {
-            Some(reply) => Flow::Respond(reply.clone()),
+            Some(reply) => Flow::Respond(reply.clone().map(Response::Whole)),
             None => Flow::Continue,
         }
     }
@@ -100,7 +94,7 @@ impl Stage for DegradeStage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edge::sign::testing::{api, get, routed};
+    use crate::testing::{api, get, routed};
     use http::HeaderMap;
     use std::collections::BTreeMap;
     use std::sync::Arc;
@@ -139,7 +133,7 @@ mod tests {
             fallback: None,
             ..v1::Switch::default()
         };
-        let stage = DegradeStage::new(&snapshot(&[("order.get", off)]));
+        let stage = DegradeStage::build(&snapshot(&[("order.get", off)]), &Carried::default());
         assert!(matches!(run(&stage, "order.get"), Flow::Continue));
         assert!(matches!(run(&stage, "other"), Flow::Continue));
     }
@@ -156,13 +150,13 @@ mod tests {
             )),
             ..v1::Switch::default()
         };
-        let stage = DegradeStage::new(&snapshot(&[("order.get", sw)]));
+        let stage = DegradeStage::build(&snapshot(&[("order.get", sw)]), &Carried::default());
         match run(&stage, "order.get") {
-            Flow::Respond(Reply::Canned {
+            Flow::Respond(Ok(Response::Whole(Whole {
                 status,
                 headers,
                 body,
-            }) => {
+            }))) => {
                 assert_eq!(status, 200);
                 assert_eq!(&body[..], br#"{"items":[]}"#);
                 assert!(headers.contains(&("X-Degraded".to_owned(), "1".to_owned())));
@@ -191,9 +185,9 @@ mod tests {
             fallback: Some(fallback(204, &[], serde_json::Value::Null)),
             ..v1::Switch::default()
         };
-        let stage = DegradeStage::new(&snapshot(&[("a", sw), ("b", empty)]));
+        let stage = DegradeStage::build(&snapshot(&[("a", sw), ("b", empty)]), &Carried::default());
         match run(&stage, "a") {
-            Flow::Respond(Reply::Canned { headers, body, .. }) => {
+            Flow::Respond(Ok(Response::Whole(Whole { headers, body, .. }))) => {
                 assert_eq!(
                     headers,
                     vec![("Content-Type".to_owned(), "text/plain".to_owned())]
@@ -203,11 +197,11 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         match run(&stage, "b") {
-            Flow::Respond(Reply::Canned {
+            Flow::Respond(Ok(Response::Whole(Whole {
                 status,
                 headers,
                 body,
-            }) => {
+            }))) => {
                 assert_eq!(status, 204);
                 assert!(headers.is_empty());
                 assert!(body.is_empty());
@@ -227,9 +221,12 @@ mod tests {
             degraded: true,
             ..v1::Switch::default()
         };
-        let stage = DegradeStage::new(&snapshot(&[("order.get", sw), ("x", bare)]));
+        let stage = DegradeStage::build(
+            &snapshot(&[("order.get", sw), ("x", bare)]),
+            &Carried::default(),
+        );
         match run(&stage, "order.get") {
-            Flow::Respond(Reply::Error(e)) => {
+            Flow::Respond(Err(e)) => {
                 assert_eq!(e.code, Code::ApiDegraded);
                 assert_eq!(e.status(), 503);
                 assert_eq!(e.message, "API order.get is degraded: db failover");
@@ -237,7 +234,7 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         match run(&stage, "x") {
-            Flow::Respond(Reply::Error(e)) => assert_eq!(e.message, "API x is degraded"),
+            Flow::Respond(Err(e)) => assert_eq!(e.message, "API x is degraded"),
             other => panic!("unexpected {other:?}"),
         }
     }

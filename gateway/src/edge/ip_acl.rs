@@ -16,7 +16,7 @@
 //! - Lists are compiled into sorted, merged ranges: a lookup is a binary search, with no
 //!   allocation on the request path, however long the lists are.
 
-use crate::edge::{EdgeCtx, EdgeRequest, Flow, Stage};
+use crate::edge::{Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
 use ipnet::IpNet;
 use portico_control::{IpAclRules, Snapshot};
@@ -148,20 +148,6 @@ pub struct IpAclStage {
 }
 
 impl IpAclStage {
-    /// Compiles the snapshot's `ipacl`.
-    pub fn new(snapshot: &Snapshot) -> Self {
-        Self::from_rules(&snapshot.ipacl)
-    }
-
-    /// Compiles parsed ACL rules.
-    pub fn from_rules(rules: &IpAclRules) -> Self {
-        IpAclStage {
-            deny: RangeSet::new(&rules.deny),
-            allow: RangeSet::new(&rules.allow),
-            trusted: RangeSet::new(&rules.trusted_proxies),
-        }
-    }
-
     /// The client's address: the peer, or through trusted proxies the right-most
     /// `X-Forwarded-For` hop that is not a trusted proxy (see the module docs). Normalised.
     pub fn client_ip(&self, peer: Option<IpAddr>, headers: &http::HeaderMap) -> Option<IpAddr> {
@@ -191,13 +177,17 @@ impl IpAclStage {
     }
 }
 
-impl From<&Snapshot> for IpAclStage {
-    fn from(snapshot: &Snapshot) -> Self {
-        Self::new(snapshot)
-    }
-}
-
 impl Stage for IpAclStage {
+    /// Reload phase: compiles the snapshot's `ipacl` into sorted ranges. Carries nothing.
+    fn build(snapshot: &Snapshot, _carried: &Carried) -> Self {
+        let rules: &IpAclRules = &snapshot.ipacl;
+        IpAclStage {
+            deny: RangeSet::new(&rules.deny),
+            allow: RangeSet::new(&rules.allow),
+            trusted: RangeSet::new(&rules.trusted_proxies),
+        }
+    }
+
     fn name(&self) -> &'static str {
         "ip_acl"
     }
@@ -227,8 +217,7 @@ impl Stage for IpAclStage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edge::sign::testing::get;
-    use crate::edge::Reply;
+    use crate::testing::get;
     use http::HeaderMap;
 
     fn nets(list: &[&str]) -> Vec<IpNet> {
@@ -244,7 +233,7 @@ mod tests {
             }),
             ..Snapshot::default()
         };
-        IpAclStage::new(&snapshot)
+        IpAclStage::build(&snapshot, &Carried::default())
     }
 
     fn ip(s: &str) -> IpAddr {
@@ -261,7 +250,7 @@ mod tests {
         let mut ctx = EdgeCtx::default();
         match stage.apply(&req, &mut ctx) {
             Flow::Continue => Ok(ctx.client_ip),
-            Flow::Respond(Reply::Error(e)) => {
+            Flow::Respond(Err(e)) => {
                 assert_eq!(e.status(), 403);
                 Err(e.code.as_str())
             }

@@ -1,7 +1,10 @@
 //! The edge: cheap checks first, each stage in its own file, all reading one snapshot.
 //!
-//! Request order (the pipeline in `crate::pipeline` lists them exactly so):
+//! Request order (the pipeline, `pipeline.rs`, lists them exactly so):
 //! `ip_acl → route → (read body) → auth → permit → rate_limit → degrade`.
+//!
+//! Every stage is built the same way, [`Stage::build`] from the snapshot and the state the
+//! plane [`Carried`] across reloads, and answers the same way, [`Flow`].
 
 pub mod auth;
 pub mod degrade;
@@ -10,11 +13,16 @@ pub mod ip_acl;
 pub mod permit;
 pub mod rate_limit;
 pub mod route;
-pub mod sign;
 
 use crate::error::GatewayError;
-use portico_control::v1;
-use portico_control::Api;
+use crate::model::{Response, RouteMatch};
+use auth::{AuthStage, ReplayCache};
+use degrade::DegradeStage;
+use ip_acl::IpAclStage;
+use permit::PermitStage;
+use portico_control::{v1, Api, Snapshot};
+use rate_limit::{RateLimitStage, RateLimiters};
+use route::RouteStage;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -23,26 +31,15 @@ use std::sync::Arc;
 pub enum Flow {
     /// Go on to the next stage.
     Continue,
-    /// Stop here and answer with this reply (the backend is not called).
-    Respond(Reply),
-}
-
-/// An answer the gateway makes itself.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Reply {
-    /// A refusal or failure, answered with the §3.2 envelope.
-    Error(GatewayError),
-    /// A canned answer (a degradation switch's fallback).
-    Canned {
-        status: u16,
-        headers: Vec<(String, String)>,
-        body: bytes::Bytes,
-    },
+    /// Stop here and answer: `Ok` with a response the gateway makes itself (a degradation
+    /// fallback), `Err` with a refusal for the rescue point's envelope. The backend is not
+    /// called.
+    Respond(Result<Response, GatewayError>),
 }
 
 impl From<GatewayError> for Flow {
     fn from(e: GatewayError) -> Self {
-        Flow::Respond(Reply::Error(e))
+        Flow::Respond(Err(e))
     }
 }
 
@@ -64,20 +61,8 @@ pub struct EdgeRequest<'a> {
     pub now_ms: u64,
 }
 
-/// What a route match found: the API, which binding matched, and the path variables.
-#[derive(Debug, Clone)]
-pub struct RouteMatch {
-    pub api: Arc<Api>,
-    /// Index into `api.bindings`; `None` for the `/router?method=` style.
-    pub binding: Option<usize>,
-    /// Path variables: field path (`order_id`, `parent.name`) → percent-decoded value.
-    pub vars: Vec<(String, String)>,
-    /// Whether the request came in the open-platform router style.
-    pub router_style: bool,
-}
-
-/// What the stages learn about a request, in order; read by later stages, the invoke tier
-/// and the access log.
+/// What the stages learn about a request, in order; read by later stages, the pipeline
+/// (which hands the route and the caller to the invoke tier) and the access log.
 #[derive(Debug, Default)]
 pub struct EdgeCtx {
     /// The client's address after trusted-proxy resolution (set by `ip_acl`).
@@ -97,13 +82,54 @@ impl EdgeCtx {
     }
 }
 
-/// One edge stage. Each is built from a snapshot (`TryFrom`/`build`) and is immutable
-/// afterwards, except for runtime state it deliberately carries (limiters, replay cache).
+/// Edge state that lives across reloads of one plane (docs/ARCHITECTURE.md, "One
+/// snapshot"): stages built from a new snapshot share it with the stages they replace.
+#[derive(Debug, Clone, Default)]
+pub struct Carried {
+    /// Nonces seen per app within the signature window (`auth`).
+    pub replay: Arc<ReplayCache>,
+    /// Rate limiters, kept per rule while the rule is unchanged (`rate_limit`).
+    pub limiters: Arc<RateLimiters>,
+}
+
+/// One edge stage: one file, one struct, one `impl Stage`. Immutable once built, except for
+/// the state it deliberately shares through [`Carried`].
 pub trait Stage: Send + Sync {
+    /// Reload phase, on the reload task (never per request): builds the stage from a
+    /// validated snapshot, taking any state it keeps across reloads from `carried`. The stage
+    /// built serves every request of this snapshot.
+    fn build(snapshot: &Snapshot, carried: &Carried) -> Self
+    where
+        Self: Sized;
+
     /// The stage's name, as in metrics and the pipeline chart.
     fn name(&self) -> &'static str;
 
     /// Runs in the request phase, in pipeline order. `Flow::Continue` passes the request on;
     /// `Flow::Respond` answers it at once and nothing after this stage runs.
     fn apply(&self, req: &EdgeRequest<'_>, ctx: &mut EdgeCtx) -> Flow;
+}
+
+/// The six edge stages, built from one snapshot.
+pub struct Stages {
+    pub ip_acl: IpAclStage,
+    pub route: RouteStage,
+    pub auth: AuthStage,
+    pub permit: PermitStage,
+    pub rate_limit: RateLimitStage,
+    pub degrade: DegradeStage,
+}
+
+impl Stages {
+    /// Builds every stage from `snapshot` ([`Stage::build`]), in request order.
+    pub fn build(snapshot: &Snapshot, carried: &Carried) -> Stages {
+        Stages {
+            ip_acl: IpAclStage::build(snapshot, carried),
+            route: RouteStage::build(snapshot, carried),
+            auth: AuthStage::build(snapshot, carried),
+            permit: PermitStage::build(snapshot, carried),
+            rate_limit: RateLimitStage::build(snapshot, carried),
+            degrade: DegradeStage::build(snapshot, carried),
+        }
+    }
 }

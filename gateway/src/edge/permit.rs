@@ -7,7 +7,7 @@
 //! The stage reads the app `auth` put in the context (the snapshot's document at the time
 //! the pipeline was built), so it holds no state of its own.
 
-use crate::edge::{EdgeCtx, EdgeRequest, Flow, Stage};
+use crate::edge::{Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
 use portico_control::{v1, Snapshot};
 
@@ -15,24 +15,18 @@ use portico_control::{v1, Snapshot};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PermitStage;
 
-impl PermitStage {
-    pub fn new(_snapshot: &Snapshot) -> Self {
-        PermitStage
-    }
-}
-
-impl From<&Snapshot> for PermitStage {
-    fn from(snapshot: &Snapshot) -> Self {
-        Self::new(snapshot)
-    }
-}
-
 /// Whether `app` is granted the API `api_id`: `"*"` or the id itself in its `apis`.
 pub fn granted(app: &v1::App, api_id: &str) -> bool {
     app.apis.iter().any(|a| a == "*" || a == api_id)
 }
 
 impl Stage for PermitStage {
+    /// Reload phase: nothing to prepare (the stage reads the app `auth` found). Carries
+    /// nothing.
+    fn build(_snapshot: &Snapshot, _carried: &Carried) -> Self {
+        PermitStage
+    }
+
     fn name(&self) -> &'static str {
         "permit"
     }
@@ -67,8 +61,7 @@ impl Stage for PermitStage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edge::sign::testing::{api, app, get, routed};
-    use crate::edge::Reply;
+    use crate::testing::{api, app, get, routed};
     use http::HeaderMap;
     use v1::{AppStatus, AuthMode};
 
@@ -77,9 +70,9 @@ mod tests {
         let req = get("/x", &headers, None);
         let mut ctx = routed(&api(api_id, auth, vec![]));
         ctx.app = caller;
-        match PermitStage::new(&Snapshot::default()).apply(&req, &mut ctx) {
+        match PermitStage::build(&Snapshot::default(), &Carried::default()).apply(&req, &mut ctx) {
             Flow::Continue => "OK",
-            Flow::Respond(Reply::Error(e)) => e.code.as_str(),
+            Flow::Respond(Err(e)) => e.code.as_str(),
             other => panic!("unexpected {other:?}"),
         }
     }

@@ -33,7 +33,7 @@
 //! refusing every newcomer; an attacker able to mint keys, e.g. header values, can mint
 //! fresh buckets anyway).
 
-use crate::edge::{EdgeCtx, EdgeRequest, Flow, Stage};
+use crate::edge::{Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
 use dashmap::DashMap;
 use http::HeaderName;
@@ -347,7 +347,7 @@ fn per_str(per: v1::Per) -> &'static str {
 impl RateLimitStage {
     /// Builds the stage for `snapshot`, taking limiters from (and registering new ones in)
     /// `limiters`; limiters of rules no longer in the snapshot are dropped from the registry.
-    pub fn build(snapshot: &Snapshot, limiters: &RateLimiters) -> Self {
+    fn with_limiters(snapshot: &Snapshot, limiters: &RateLimiters) -> Self {
         let mut apis = HashMap::new();
         for (id, api) in &snapshot.apis {
             let rules: Vec<ApiRule> = api
@@ -437,6 +437,13 @@ impl RateLimitStage {
 }
 
 impl Stage for RateLimitStage {
+    /// Reload phase: takes each rule's limiter from the plane's carried registry, the same
+    /// limiter (and its buckets) while the rule is unchanged, a fresh one where it changed;
+    /// limiters of rules gone are dropped from the registry.
+    fn build(snapshot: &Snapshot, carried: &Carried) -> Self {
+        RateLimitStage::with_limiters(snapshot, &carried.limiters)
+    }
+
     fn name(&self) -> &'static str {
         "rate_limit"
     }
@@ -489,10 +496,17 @@ impl Stage for RateLimitStage {
 }
 
 #[cfg(test)]
+impl RateLimitStage {
+    /// The limiter of rule `index` of API `api_id` (for tests of the reload-carry rule).
+    pub(crate) fn api_limiter(&self, api_id: &str, index: usize) -> Option<&Arc<Limiter>> {
+        self.apis.get(api_id)?.get(index).map(|r| &r.limiter)
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edge::sign::testing::{api, app, routed, NOW_MS};
-    use crate::edge::Reply;
+    use crate::testing::{api, app, get, routed, NOW_MS};
     use http::HeaderMap;
     use std::net::IpAddr;
     use v1::{AppStatus, AuthMode, Per, RateKey, RateLimitRule};
@@ -584,7 +598,7 @@ mod tests {
         ctx.client_ip = call.ip.map(|s| s.parse::<IpAddr>().unwrap());
         match stage.apply(&req, &mut ctx) {
             Flow::Continue => Ok(()),
-            Flow::Respond(Reply::Error(e)) => {
+            Flow::Respond(Err(e)) => {
                 assert_eq!(e.code, Code::RateLimited);
                 assert_eq!(e.status(), 429);
                 Err(e.retry_after.unwrap())
@@ -604,7 +618,7 @@ mod tests {
     fn exactly_limit_pass_then_429_then_refill() {
         let snap = snapshot(&[("a", vec![rule(&["api"], 5, Per::Second, None)])], &[]);
         let reg = RateLimiters::new();
-        let stage = RateLimitStage::build(&snap, &reg);
+        let stage = RateLimitStage::with_limiters(&snap, &reg);
         let call = Call::new("a");
         assert_eq!(passes(&stage, &snap, &call, 5), 5);
         assert_eq!(run(&stage, &snap, &call), Err(1));
@@ -619,7 +633,7 @@ mod tests {
     #[test]
     fn per_minute_and_retry_after() {
         let snap = snapshot(&[("a", vec![rule(&["api"], 2, Per::Minute, None)])], &[]);
-        let stage = RateLimitStage::build(&snap, &RateLimiters::new());
+        let stage = RateLimitStage::with_limiters(&snap, &RateLimiters::new());
         assert_eq!(passes(&stage, &snap, &Call::new("a"), 2), 2);
         // One call every 30 s: the next is 30 s away.
         assert_eq!(run(&stage, &snap, &Call::new("a")), Err(30));
@@ -634,7 +648,7 @@ mod tests {
             &[("a", vec![rule(&["api"], 10, Per::Second, Some(2))])],
             &[],
         );
-        let stage = RateLimitStage::build(&snap, &RateLimiters::new());
+        let stage = RateLimitStage::with_limiters(&snap, &RateLimiters::new());
         assert_eq!(passes(&stage, &snap, &Call::new("a"), 5), 2);
         assert_eq!(passes(&stage, &snap, &Call::new("a").at(100), 5), 1);
     }
@@ -642,7 +656,7 @@ mod tests {
     #[test]
     fn ip_key_counts_per_address_and_missing_parts_share_one_bucket() {
         let snap = snapshot(&[("a", vec![rule(&["ip"], 2, Per::Second, None)])], &[]);
-        let stage = RateLimitStage::build(&snap, &RateLimiters::new());
+        let stage = RateLimitStage::with_limiters(&snap, &RateLimiters::new());
         assert_eq!(passes(&stage, &snap, &Call::new("a").ip("192.0.2.1"), 3), 2);
         assert_eq!(passes(&stage, &snap, &Call::new("a").ip("192.0.2.2"), 3), 2);
         assert_eq!(
@@ -664,7 +678,7 @@ mod tests {
             ],
             &[],
         );
-        let stage = RateLimitStage::build(&snap, &RateLimiters::new());
+        let stage = RateLimitStage::with_limiters(&snap, &RateLimiters::new());
         let east = Call::new("h").header("x-region", "east");
         let west = Call::new("h").header("x-region", "west");
         assert_eq!(passes(&stage, &snap, &east, 2), 1);
@@ -741,7 +755,7 @@ mod tests {
                 }],
             )],
         );
-        let stage = RateLimitStage::build(&snap, &RateLimiters::new());
+        let stage = RateLimitStage::with_limiters(&snap, &RateLimiters::new());
         assert_eq!(run(&stage, &snap, &Call::new("a").app("m1")), Ok(()));
         assert_eq!(
             run(&stage, &snap, &Call::new("b").app("m1").ip("192.0.2.1")),
@@ -787,7 +801,7 @@ mod tests {
             ],
             &[("m1", app_limit.clone())],
         );
-        let stage1 = RateLimitStage::build(&snap1, &reg);
+        let stage1 = RateLimitStage::with_limiters(&snap1, &reg);
         assert_eq!(passes(&stage1, &snap1, &Call::new("a"), 2), 2);
         assert_eq!(passes(&stage1, &snap1, &Call::new("b"), 2), 2);
         assert_eq!(run(&stage1, &snap1, &Call::new("c").app("m1")), Ok(()));
@@ -803,7 +817,7 @@ mod tests {
             ],
             &[("m1", app_limit)],
         );
-        let stage2 = RateLimitStage::build(&snap2, &reg);
+        let stage2 = RateLimitStage::with_limiters(&snap2, &reg);
         assert_eq!(run(&stage2, &snap2, &Call::new("a")), Err(1));
         assert_eq!(passes(&stage2, &snap2, &Call::new("b"), 4), 3);
         assert_eq!(
@@ -815,7 +829,7 @@ mod tests {
 
         // Removed rules are dropped from the registry.
         let snap3 = snapshot(&[("a", vec![rule(&["api"], 2, Per::Second, None)])], &[]);
-        let _stage3 = RateLimitStage::build(&snap3, &reg);
+        let _stage3 = RateLimitStage::with_limiters(&snap3, &reg);
         assert_eq!(reg.limiters(), 1);
     }
 
@@ -823,7 +837,7 @@ mod tests {
     fn housekeeping_drops_idle_keys_only() {
         let reg = RateLimiters::new();
         let snap = snapshot(&[("a", vec![rule(&["ip"], 1, Per::Minute, None)])], &[]);
-        let stage = RateLimitStage::build(&snap, &reg);
+        let stage = RateLimitStage::with_limiters(&snap, &reg);
         for i in 0..100 {
             let ip = format!("10.0.0.{i}");
             assert_eq!(run(&stage, &snap, &Call::new("a").ip(&ip)), Ok(()));
@@ -848,7 +862,7 @@ mod tests {
     fn key_cap_admits_new_keys_untracked() {
         let reg = RateLimiters::with_max_keys(2);
         let snap = snapshot(&[("a", vec![rule(&["ip"], 1, Per::Minute, None)])], &[]);
-        let stage = RateLimitStage::build(&snap, &reg);
+        let stage = RateLimitStage::with_limiters(&snap, &reg);
         assert_eq!(run(&stage, &snap, &Call::new("a").ip("10.0.0.1")), Ok(()));
         assert_eq!(run(&stage, &snap, &Call::new("a").ip("10.0.0.2")), Ok(()));
         assert_eq!(passes(&stage, &snap, &Call::new("a").ip("10.0.0.3"), 3), 3);
@@ -865,7 +879,7 @@ mod tests {
             ],
             &[],
         );
-        let stage = RateLimitStage::build(&snap, &RateLimiters::new());
+        let stage = RateLimitStage::with_limiters(&snap, &RateLimiters::new());
         assert_eq!(run(&stage, &snap, &Call::new("z")), Err(60));
         assert_eq!(run(&stage, &snap, &Call::new("a").at(10_000)), Ok(()));
         // The clock steps back 10 s: the bucket looks empty, for one interval only.
@@ -876,10 +890,10 @@ mod tests {
     #[test]
     fn no_rules_continue_and_no_route_fails_closed() {
         let snap = snapshot(&[("a", vec![])], &[]);
-        let stage = RateLimitStage::build(&snap, &RateLimiters::new());
+        let stage = RateLimitStage::with_limiters(&snap, &RateLimiters::new());
         assert_eq!(passes(&stage, &snap, &Call::new("a"), 100), 100);
         let headers = HeaderMap::new();
-        let req = crate::edge::sign::testing::get("/x", &headers, None);
+        let req = get("/x", &headers, None);
         assert!(matches!(
             stage.apply(&req, &mut EdgeCtx::default()),
             Flow::Respond(_)
@@ -889,7 +903,7 @@ mod tests {
     #[test]
     fn concurrent_calls_never_exceed_the_burst() {
         let snap = snapshot(&[("a", vec![rule(&["ip"], 1000, Per::Minute, None)])], &[]);
-        let stage = RateLimitStage::build(&snap, &RateLimiters::new());
+        let stage = RateLimitStage::with_limiters(&snap, &RateLimiters::new());
         let admitted = AtomicUsize::new(0);
         std::thread::scope(|scope| {
             for _ in 0..8 {

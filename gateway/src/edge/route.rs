@@ -22,8 +22,9 @@
 //! 404 `API_NOT_FOUND` ("no API for GET /x"); a known path with another method is also 404
 //! `API_NOT_FOUND` (the contract has no 405), its message naming the methods the path takes.
 
-use super::{EdgeCtx, EdgeRequest, Flow, RouteMatch, Stage};
+use crate::edge::{Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
+use crate::model::RouteMatch;
 use portico_control::template::{decode_segment, is_valid_percent_encoding, Segment};
 use portico_control::{Api, BackendKind, Snapshot};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -225,7 +226,7 @@ pub struct RouteStage {
 impl RouteStage {
     /// Indexes every binding of every API in `snapshot` (APIs in id order; validation has
     /// already refused two APIs binding the same method and path shape).
-    pub fn build(snapshot: &Snapshot) -> Self {
+    fn index(snapshot: &Snapshot) -> Self {
         let mut stage = RouteStage {
             apis: snapshot.apis.clone(),
             ..RouteStage::default()
@@ -356,13 +357,13 @@ impl RouteStage {
     }
 }
 
-impl From<&Snapshot> for RouteStage {
-    fn from(snapshot: &Snapshot) -> Self {
-        RouteStage::build(snapshot)
-    }
-}
-
 impl Stage for RouteStage {
+    /// Reload phase: indexes every binding of the snapshot into per-method tries. Carries
+    /// nothing.
+    fn build(snapshot: &Snapshot, _carried: &Carried) -> Self {
+        RouteStage::index(snapshot)
+    }
+
     fn name(&self) -> &'static str {
         "route"
     }
@@ -439,7 +440,7 @@ mod tests {
             apis: apis.into_iter().map(|a| (a.id.clone(), a)).collect(),
             ..Snapshot::default()
         };
-        RouteStage::from(&snap)
+        RouteStage::build(&snap, &Carried::default())
     }
 
     fn demo() -> RouteStage {
@@ -774,7 +775,7 @@ mod tests {
         };
         let mut ctx = EdgeCtx::default();
         match s.apply(&req, &mut ctx) {
-            Flow::Respond(super::super::Reply::Error(e)) => assert_eq!(e.code, Code::BadRequest),
+            Flow::Respond(Err(e)) => assert_eq!(e.code, Code::BadRequest),
             other => panic!("{other:?}"),
         }
         assert!(ctx.route.is_none());

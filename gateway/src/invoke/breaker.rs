@@ -1,5 +1,5 @@
-//! The circuit breaker: one per API (DESIGN.md §1, isolation), with the textbook states
-//! Closed / Open / HalfOpen.
+//! The circuit breaker: one per API (docs/ARCHITECTURE.md, "The invoke tier"), with the
+//! textbook states Closed / Open / HalfOpen.
 //!
 //! - **Closed**: calls go through. The breaker trips to Open on any of
 //!   - `consecutive_failures` failures in a row (default [`DEFAULT_CONSECUTIVE_FAILURES`];
@@ -375,7 +375,8 @@ impl CallTicket {
     }
 
     /// Records that the call failed (timeout, connect error, 5xx, gRPC UNAVAILABLE/INTERNAL/
-    /// UNKNOWN/DEADLINE_EXCEEDED: the caller decides what is a backend failure).
+    /// UNKNOWN/DEADLINE_EXCEEDED: the invoke tier decides what is a backend failure, from the
+    /// error's `Code::side`).
     pub fn failure(mut self) {
         self.recorded = true;
         self.core.record(self.kind, Outcome::Failure);

@@ -1,4 +1,4 @@
-//! The bulkhead: one concurrency pool per API (DESIGN.md §1, isolation).
+//! The bulkhead: one concurrency pool per API (docs/ARCHITECTURE.md, "The invoke tier").
 //!
 //! A call holds a [`BulkheadPermit`] for its whole duration. When the pool is full the call
 //! is refused with 503 `BULKHEAD_FULL`, at once or, when the policy sets `max_wait_ms`, after

@@ -11,7 +11,7 @@
 //! # Channels and runtimes
 //!
 //! A channel is a tonic [`Channel`] made with `connect_lazy` on first use, inside the
-//! running runtime, never at start-up (DESIGN.md §6). Its background task (the connection
+//! running runtime, never at start-up. Its background task (the connection
 //! driver and the request buffer) is spawned on the runtime that made it, so channels are
 //! cached per endpoint *and per runtime kind*: on a multi-threaded (work-stealing) runtime,
 //! Pingora's default, one channel per endpoint is shared by all worker threads; on a
@@ -19,7 +19,7 @@
 //! its own channel per endpoint, so no call depends on another thread's runtime being
 //! polled and a connection's I/O stays on the thread that uses it. HTTP/2 multiplexes the
 //! calls of a channel over one connection; a failed connection is re-dialled on the next
-//! call.
+//! call. (Channels are process-wide: docs/ARCHITECTURE.md, "One snapshot".)
 //!
 //! # Metadata sent to the backend
 //!
@@ -37,10 +37,10 @@
 //! The reply's metadata comes back as `grpc-metadata-<key>` response headers (ASCII keys
 //! only, reserved ones left out).
 
-use crate::edge::RouteMatch;
 use crate::error::{Code, GatewayError};
 use crate::invoke::transcode::MethodPlan;
-use crate::invoke::Answer;
+use crate::model::{RouteMatch, Whole};
+use crate::request_id;
 use bytes::{Buf, Bytes};
 use dashmap::DashMap;
 use http::uri::PathAndQuery;
@@ -294,8 +294,11 @@ impl GrpcInvoker {
     /// - no reply within `timeout`: 504 `UPSTREAM_TIMEOUT`;
     /// - no connection, a broken one, a reply over the size limit or that does not decode:
     ///   502 `UPSTREAM_ERROR`;
-    /// - a non-OK status: its name and message, with the HTTP status of DESIGN.md §3.2
-    ///   ([`status_to_error`]).
+    /// - a non-OK status: its name and message, with the HTTP status of docs/PROTOCOL.md
+    ///   ("The error envelope"; [`status_to_error`]).
+    ///
+    /// Which of these the breaker counts as a backend failure is the error's
+    /// [`Code::side`](crate::error::Code::side), decided by the invoke tier.
     #[allow(clippy::too_many_arguments)]
     pub async fn call(
         &self,
@@ -307,7 +310,7 @@ impl GrpcInvoker {
         endpoint_addr: &str,
         timeout: Duration,
         request_id: &str,
-    ) -> Result<Answer, GatewayError> {
+    ) -> Result<Whole, GatewayError> {
         let query = if route.router_style { None } else { query };
         let message = method
             .plan
@@ -345,7 +348,7 @@ impl GrpcInvoker {
         let mut answer_headers = Vec::with_capacity(2);
         answer_headers.push(("content-type".to_owned(), "application/json".to_owned()));
         reply_metadata(&metadata, &mut answer_headers);
-        Ok(Answer {
+        Ok(Whole {
             status: 200,
             headers: answer_headers,
             body: Bytes::from(body),
@@ -436,24 +439,10 @@ pub fn code_name_and_status(code: tonic::Code) -> (&'static str, u16) {
 }
 
 /// A backend's non-OK status as the gateway's error: code = the status name, message = the
-/// status message, HTTP status as DESIGN.md §3.2 says.
+/// status message, HTTP status as docs/PROTOCOL.md ("The error envelope") says.
 pub fn status_to_error(status: &Status) -> GatewayError {
     let (name, http_status) = code_name_and_status(status.code());
     GatewayError::new(Code::Grpc { name, http_status }, status.message())
-}
-
-/// Whether an invoke error counts as a backend failure for the circuit breaker: a timeout,
-/// a connection failure (502), or the gRPC statuses UNAVAILABLE, INTERNAL, UNKNOWN and
-/// DEADLINE_EXCEEDED. A caller's mistake (400) or a business status (NOT_FOUND, ...) is not.
-pub fn is_backend_failure(err: &GatewayError) -> bool {
-    match &err.code {
-        Code::UpstreamTimeout | Code::UpstreamError => true,
-        Code::Grpc { name, .. } => matches!(
-            *name,
-            "UNAVAILABLE" | "INTERNAL" | "UNKNOWN" | "DEADLINE_EXCEEDED"
-        ),
-        _ => false,
-    }
 }
 
 /// Request headers never passed on as metadata.
@@ -502,7 +491,7 @@ pub fn forwarded_headers(headers: &http::HeaderMap, request_id: &str) -> http::H
         out.append(name.clone(), value.clone());
     }
     if let Ok(v) = http::HeaderValue::from_str(request_id) {
-        out.insert("x-portico-request-id", v);
+        out.insert(request_id::HEADER, v);
     }
     out
 }
@@ -609,26 +598,6 @@ mod tests {
             assert_eq!(e.status(), http);
             assert_eq!(e.message, "why");
         }
-    }
-
-    #[test]
-    fn backend_failures_for_the_breaker() {
-        let grpc = |c| status_to_error(&Status::new(c, "x"));
-        assert!(is_backend_failure(&grpc(tonic::Code::Unavailable)));
-        assert!(is_backend_failure(&grpc(tonic::Code::Internal)));
-        assert!(is_backend_failure(&grpc(tonic::Code::Unknown)));
-        assert!(is_backend_failure(&grpc(tonic::Code::DeadlineExceeded)));
-        assert!(!is_backend_failure(&grpc(tonic::Code::NotFound)));
-        assert!(!is_backend_failure(&grpc(tonic::Code::InvalidArgument)));
-        assert!(is_backend_failure(&GatewayError::new(
-            Code::UpstreamTimeout,
-            "t"
-        )));
-        assert!(is_backend_failure(&GatewayError::new(
-            Code::UpstreamError,
-            "c"
-        )));
-        assert!(!is_backend_failure(&GatewayError::bad_request("b")));
     }
 
     #[test]

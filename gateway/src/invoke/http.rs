@@ -3,8 +3,16 @@
 //! The gateway has already read and verified the whole request body (the signature covers
 //! it), so the upstream request is written in one go; the response is streamed back to the
 //! merchant as it arrives. The API's `timeout_ms` bounds connect and the whole exchange.
+//!
+//! The upstream request: the path from [`upstream_path`] (the API's rewrite filled with the
+//! path variables, or the path as sent), the merchant's headers without hop-by-hop ones,
+//! `Host` (the endpoint's address when the merchant sent none), `Content-Length`,
+//! `X-Forwarded-For` with the client's address appended, `X-Portico-Request-Id`, and
+//! `X-Portico-App` (the calling app's key on signed calls).
 
 use crate::error::{Code, GatewayError};
+use crate::model::RouteMatch;
+use crate::request_id;
 use bytes::Bytes;
 use pingora_core::connectors::http::Connector;
 use pingora_core::connectors::ConnectorOptions;
@@ -44,14 +52,6 @@ pub struct Outgoing<'a> {
     pub request_id: &'a str,
     pub client_ip: Option<std::net::IpAddr>,
     pub app_key: Option<&'a str>,
-}
-
-/// How a forwarded call ended, for the breaker and the access log.
-#[derive(Debug)]
-pub struct Forwarded {
-    pub status: u16,
-    /// Time until the response header arrived.
-    pub latency: Duration,
 }
 
 /// Result of one attempt before anything was written downstream.
@@ -175,7 +175,7 @@ impl HttpInvoker {
             }
             let _ = head.append_header(name.clone(), value.clone());
         }
-        let _ = head.insert_header(crate::proxy::REQUEST_ID_HEADER, request_id);
+        let _ = head.insert_header(request_id::HEADER, request_id);
         let status = resp.status.as_u16();
         let end = upstream.response_done();
         session
@@ -211,6 +211,48 @@ impl HttpInvoker {
     }
 }
 
+/// The upstream path and query for an HTTP backend: the API's rewrite template filled with the
+/// path variables, or the path as sent; the query as sent. Router-style calls (which have no
+/// path variables and whose query names the API) go to the rewrite, or `/`, without a query.
+/// `Err`: 400 `BAD_REQUEST` when a variable does not fit the rewrite.
+pub fn upstream_path(
+    uri: &http::Uri,
+    route: &RouteMatch,
+    rewrite: Option<&str>,
+) -> Result<String, GatewayError> {
+    let path = match (rewrite, route.binding) {
+        (Some(rewrite), Some(i)) => {
+            let template = &route
+                .api
+                .bindings
+                .get(i)
+                .ok_or_else(|| GatewayError::new(Code::Internal, "binding out of range"))?
+                .template;
+            portico_control::template::render_rewrite(rewrite, template, &route.vars)
+                .map_err(|e| GatewayError::bad_request(format!("path variables: {e}")))?
+        }
+        // Router style has no path variables: a rewrite that needs one cannot be served.
+        (Some(rewrite), None) => portico_control::template::render_path(rewrite, &route.vars)
+            .map_err(|e| {
+                GatewayError::bad_request(format!(
+                    "API {} needs path variables; call it by its RESTful path ({e})",
+                    route.api.id
+                ))
+            })?,
+        (None, _) if route.router_style => "/".to_owned(),
+        (None, _) => uri.path().to_owned(),
+    };
+    let query = if route.router_style {
+        None
+    } else {
+        uri.query()
+    };
+    Ok(match query {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    })
+}
+
 fn timeout_error(addr: SocketAddr) -> GatewayError {
     GatewayError::new(
         Code::UpstreamTimeout,
@@ -218,6 +260,7 @@ fn timeout_error(addr: SocketAddr) -> GatewayError {
     )
 }
 
+/// The upstream request head for `out` sent to `addr` (see the module docs).
 fn build_request_header(
     out: &Outgoing<'_>,
     addr: SocketAddr,
@@ -260,10 +303,179 @@ fn build_request_header(
         };
         h.insert_header("x-forwarded-for", xff).map_err(internal)?;
     }
-    h.insert_header(crate::proxy::REQUEST_ID_HEADER, out.request_id)
+    h.insert_header(request_id::HEADER, out.request_id)
         .map_err(internal)?;
     if let Some(app) = out.app_key {
         h.insert_header("x-portico-app", app).map_err(internal)?;
     }
     Ok(h)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::testing::api_with;
+    use portico_control::{v1, BackendKind};
+    use std::sync::Arc;
+
+    fn route(bindings: &[(&str, &str)], vars: &[(&str, &str)], router_style: bool) -> RouteMatch {
+        let api = api_with(
+            "items",
+            bindings,
+            BackendKind::Http { path: None },
+            v1::Policy::default(),
+            v1::AuthMode::None,
+        );
+        RouteMatch {
+            api: Arc::new(api),
+            binding: (!router_style).then_some(0),
+            vars: vars
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            router_style,
+        }
+    }
+
+    fn uri(s: &str) -> http::Uri {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn the_path_as_sent_with_its_query_without_a_rewrite() {
+        let r = route(&[("GET", "/v1/items/{id}")], &[("id", "a b")], false);
+        assert_eq!(
+            upstream_path(&uri("/v1/items/a%20b?x=1&y"), &r, None).unwrap(),
+            "/v1/items/a%20b?x=1&y"
+        );
+        assert_eq!(
+            upstream_path(&uri("/v1/items/7"), &r, None).unwrap(),
+            "/v1/items/7"
+        );
+    }
+
+    #[test]
+    fn a_rewrite_is_filled_from_the_path_variables() {
+        let r = route(
+            &[("GET", "/v1/items/{id}/{rest=**}")],
+            &[("id", "a b"), ("rest", "x/y%2Fz")],
+            false,
+        );
+        let got = upstream_path(
+            &uri("/v1/items/a%20b/x/y%2Fz?q=1"),
+            &r,
+            Some("/in/{id}/files/{rest}"),
+        )
+        .unwrap();
+        // A single-segment value is encoded whole; a `**` value keeps its slashes (and a
+        // `%2F` it carried stays encoded).
+        assert_eq!(got, "/in/a%20b/files/x/y%2Fz?q=1");
+        let e = upstream_path(&uri("/v1/items/1/2"), &r, Some("/in/{missing}")).unwrap_err();
+        assert_eq!(e.code, Code::BadRequest);
+        assert!(e.message.contains("missing"), "{}", e.message);
+    }
+
+    #[test]
+    fn router_style_goes_to_the_rewrite_or_the_root_without_the_query() {
+        let r = route(&[("GET", "/v1/items")], &[], true);
+        let sent = uri("/router?method=items&x=1");
+        assert_eq!(upstream_path(&sent, &r, None).unwrap(), "/");
+        assert_eq!(
+            upstream_path(&sent, &r, Some("/internal/items")).unwrap(),
+            "/internal/items"
+        );
+        // A rewrite that needs a path variable cannot be called in the router style.
+        let e = upstream_path(&sent, &r, Some("/internal/{id}")).unwrap_err();
+        assert_eq!(e.code, Code::BadRequest);
+        assert!(e.message.contains("RESTful path"), "{}", e.message);
+    }
+
+    fn outgoing<'a>(
+        method: &'a http::Method,
+        headers: &'a http::HeaderMap,
+        body: &'static [u8],
+        client_ip: Option<std::net::IpAddr>,
+        app_key: Option<&'a str>,
+    ) -> Outgoing<'a> {
+        Outgoing {
+            method,
+            path_and_query: "/in/7?x=1",
+            headers,
+            body: Bytes::from_static(body),
+            request_id: "rid-1",
+            client_ip,
+            app_key,
+        }
+    }
+
+    fn header<'h>(h: &'h RequestHeader, name: &str) -> Vec<&'h str> {
+        h.headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn request_headers_drop_hop_by_hop_and_add_the_gateway_s_own() {
+        let mut headers = http::HeaderMap::new();
+        for (k, v) in [
+            ("connection", "keep-alive, x-secret"),
+            ("keep-alive", "timeout=5"),
+            ("transfer-encoding", "chunked"),
+            ("content-length", "999"),
+            ("upgrade", "websocket"),
+            ("te", "trailers"),
+            ("expect", "100-continue"),
+            ("x-portico-request-id", "spoofed"),
+            ("x-portico-app", "spoofed"),
+            ("accept", "application/json"),
+            ("x-forwarded-for", "198.51.100.1"),
+        ] {
+            headers.append(k, http::HeaderValue::from_static(v));
+        }
+        let method = http::Method::POST;
+        let client = Some("192.0.2.7".parse().unwrap());
+        let out = outgoing(&method, &headers, b"{\"a\":1}", client, Some("merchant-1"));
+        let addr: SocketAddr = "127.0.0.1:8081".parse().unwrap();
+        let h = build_request_header(&out, addr).unwrap();
+        assert_eq!(h.method, http::Method::POST);
+        assert_eq!(h.uri.to_string(), "/in/7?x=1");
+        for gone in [
+            "connection",
+            "keep-alive",
+            "transfer-encoding",
+            "upgrade",
+            "te",
+            "expect",
+        ] {
+            assert!(header(&h, gone).is_empty(), "{gone} was forwarded");
+        }
+        assert_eq!(header(&h, "content-length"), ["7"]);
+        assert_eq!(header(&h, "accept"), ["application/json"]);
+        assert_eq!(header(&h, "host"), ["127.0.0.1:8081"]);
+        assert_eq!(header(&h, "x-forwarded-for"), ["198.51.100.1, 192.0.2.7"]);
+        assert_eq!(header(&h, "x-portico-request-id"), ["rid-1"]);
+        assert_eq!(header(&h, "x-portico-app"), ["merchant-1"]);
+    }
+
+    #[test]
+    fn a_bodiless_get_keeps_the_host_and_has_no_length_or_caller_headers() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("host", http::HeaderValue::from_static("api.example"));
+        let method = http::Method::GET;
+        let out = outgoing(&method, &headers, b"", None, None);
+        let h = build_request_header(&out, "127.0.0.1:1".parse().unwrap()).unwrap();
+        assert_eq!(header(&h, "host"), ["api.example"]);
+        assert!(header(&h, "content-length").is_empty());
+        assert!(header(&h, "x-forwarded-for").is_empty());
+        assert!(header(&h, "x-portico-app").is_empty());
+        assert_eq!(header(&h, "x-portico-request-id"), ["rid-1"]);
+        // A POST without a body still says so.
+        let post = http::Method::POST;
+        let out = outgoing(&post, &headers, b"", None, None);
+        let h = build_request_header(&out, "127.0.0.1:1".parse().unwrap()).unwrap();
+        assert_eq!(header(&h, "content-length"), ["0"]);
+    }
 }

@@ -1,23 +1,409 @@
-//! The invoke tier: `bulkhead → breaker → balance → http proxy | grpc generic call`.
+//! The invoke tier: it owns a call end to end, in [`call`]:
+//! `bulkhead → breaker → balance → http proxy | grpc generic call`.
 //!
 //! Every call holds a bulkhead permit and a breaker ticket for its whole duration, and has a
-//! deadline (the API's `timeout_ms`).
+//! deadline (the API's `timeout_ms`). The breaker outcome is decided here, in one place
+//! ([`settle`]): an HTTP answer with a 5xx status, or an error whose
+//! [`Code::side`](crate::error::Code::side) is [`Side::Upstream`] (a timeout, a connection
+//! failure, no usable endpoint, gRPC `UNAVAILABLE`/`INTERNAL`/`UNKNOWN`/`DEADLINE_EXCEEDED`),
+//! is a failure; any other outcome is a success with the call's latency. A request refused
+//! before a backend is chosen (a rewrite the path variables do not fit, an unprepared gRPC
+//! method) leaves its ticket unrecorded.
+//!
+//! The per-API state ([`ApiRuntime`]: bulkhead, breaker, balancer, resolved endpoints) is
+//! built per snapshot in [`state`]; the runtime holds it.
 
 pub mod balance;
 pub mod breaker;
 pub mod bulkhead;
 pub mod grpc;
 pub mod http;
+pub mod state;
 pub mod transcode;
 
-use bytes::Bytes;
+pub use state::{ApiRuntime, ClusterRuntime, InvokeState};
 
-/// A whole answer produced by the invoke tier (gRPC calls are answered in full; HTTP
-/// responses are streamed by `http.rs` instead).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Answer {
-    pub status: u16,
-    /// Extra response headers (`content-type` is always JSON for transcoded calls).
-    pub headers: Vec<(String, String)>,
+use self::http::{Attempt, HttpInvoker, Outgoing};
+use crate::error::{Code, GatewayError, Side};
+use crate::model::{Response, RouteMatch};
+use breaker::CallTicket;
+use bytes::Bytes;
+use grpc::{GrpcInvoker, GrpcMethods};
+use pingora_core::protocols::http::client::HttpSession;
+use pingora_proxy::Session;
+use portico_control::BackendKind;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// The process-wide backend clients, shared by every plane and kept for the life of the
+/// process: Pingora's HTTP connection pool and the gRPC channels.
+#[derive(Default)]
+pub struct Clients {
+    pub http: HttpInvoker,
+    pub grpc: GrpcInvoker,
+}
+
+/// One call, as the pipeline hands it over after the edge.
+#[derive(Debug)]
+pub struct Call<'a> {
+    /// What `route` found: the API, its binding and the path variables.
+    pub route: &'a RouteMatch,
+    /// The whole request body, already read and verified.
     pub body: Bytes,
+    pub request_id: &'a str,
+    /// The client's address after trusted-proxy resolution (for `X-Forwarded-For`).
+    pub client_ip: Option<IpAddr>,
+    /// The calling app's key on a signed call (for `X-Portico-App`).
+    pub app_key: Option<&'a str>,
+}
+
+/// Which endpoint a call reached and how long the backend took, for the access log and the
+/// upstream latency metric. Filled in as far as the call got, also when it failed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Upstream {
+    pub addr: Option<SocketAddr>,
+    pub latency: Option<Duration>,
+}
+
+/// Calls the backend of `call.route`'s API: takes a bulkhead slot, asks the breaker, picks an
+/// endpoint and proxies (HTTP, streamed to `session`: [`Response::Streamed`]) or transcodes
+/// (gRPC: [`Response::Whole`]). `Err` is any refusal or failure on the way (503
+/// `BULKHEAD_FULL`, `CIRCUIT_OPEN`, `NO_HEALTHY_UPSTREAM`, 502, 504, a gRPC status, ...).
+pub async fn call(
+    clients: &Clients,
+    state: &InvokeState,
+    session: &mut Session,
+    call: Call<'_>,
+    upstream: &mut Upstream,
+) -> Result<Response, GatewayError> {
+    let api = &call.route.api;
+    let target = state
+        .apis
+        .get(&api.id)
+        .ok_or_else(|| no_endpoint(&api.cluster, "has no endpoints"))?;
+    let _permit = target.bulkhead.acquire().await?;
+    let timeout = Duration::from_millis(api.timeout_ms);
+    let admitted = Admitted {
+        target,
+        ticket: target.breaker.try_acquire_with_timeout(timeout)?,
+        deadline: Instant::now() + timeout,
+    };
+    match &api.backend {
+        BackendKind::Http { path } => {
+            let rewrite = path.as_deref();
+            call_http(&clients.http, session, &call, admitted, rewrite, upstream).await
+        }
+        BackendKind::Grpc { .. } => {
+            let methods = &state.grpc;
+            call_grpc(&clients.grpc, methods, session, &call, admitted, upstream).await
+        }
+    }
+}
+
+/// A call the bulkhead and the breaker let through: the API's state, the breaker ticket to
+/// settle, and the call's deadline.
+struct Admitted<'a> {
+    target: &'a ApiRuntime,
+    ticket: CallTicket,
+    deadline: Instant,
+}
+
+/// How a backend call ended, as the breaker counts it.
+enum Outcome<'e> {
+    /// The backend answered with this HTTP status after `latency`.
+    Answered { status: u16, latency: Duration },
+    /// The call failed with `error` after `latency`.
+    Failed {
+        error: &'e GatewayError,
+        latency: Duration,
+    },
+}
+
+/// Records a call's outcome on its breaker ticket: a 5xx answer or an [`Side::Upstream`]
+/// error is a failure, anything else a success after its latency.
+fn settle(ticket: CallTicket, outcome: Outcome<'_>) {
+    match outcome {
+        Outcome::Answered { status, .. } if status >= 500 => ticket.failure(),
+        Outcome::Failed { error, .. } if error.code.side() == Side::Upstream => ticket.failure(),
+        Outcome::Answered { latency, .. } | Outcome::Failed { latency, .. } => {
+            ticket.success(latency)
+        }
+    }
+}
+
+/// 503 `NO_HEALTHY_UPSTREAM` for `cluster`.
+fn no_endpoint(cluster: &str, why: &str) -> GatewayError {
+    GatewayError::new(Code::NoHealthyUpstream, format!("cluster {cluster} {why}"))
+}
+
+/// The HTTP backend: the upstream request written in one go, the response streamed back.
+async fn call_http(
+    http: &HttpInvoker,
+    session: &mut Session,
+    call: &Call<'_>,
+    admitted: Admitted<'_>,
+    rewrite: Option<&str>,
+    upstream: &mut Upstream,
+) -> Result<Response, GatewayError> {
+    let Admitted {
+        target,
+        ticket,
+        deadline,
+    } = admitted;
+    let req = session.req_header();
+    let path_and_query = self::http::upstream_path(&req.uri, call.route, rewrite)?;
+    let out = Outgoing {
+        method: &req.method,
+        path_and_query: &path_and_query,
+        headers: &req.headers,
+        body: call.body.clone(),
+        request_id: call.request_id,
+        client_ip: call.client_ip,
+        app_key: call.app_key,
+    };
+    let (answer, latency, addr) = match first_answer(http, target, &out, deadline, upstream).await {
+        Ok(answered) => answered,
+        Err(error) => {
+            let latency = Duration::ZERO;
+            settle(
+                ticket,
+                Outcome::Failed {
+                    error: &error,
+                    latency,
+                },
+            );
+            return Err(error);
+        }
+    };
+    upstream.latency = Some(latency);
+    let status = answer.response_header().map_or(502, |h| h.status.as_u16());
+    settle(ticket, Outcome::Answered { status, latency });
+    let status = http
+        .relay(session, answer, addr, call.request_id, deadline)
+        .await?;
+    Ok(Response::Streamed(status))
+}
+
+/// Balance for an HTTP call: picks an endpoint and sends the request; when the connection
+/// cannot be made (nothing was sent) tries one other endpoint. Returns the answered upstream
+/// session, the time to its response header and the endpoint; `upstream.addr` is the last
+/// endpoint tried.
+async fn first_answer(
+    http: &HttpInvoker,
+    target: &ApiRuntime,
+    out: &Outgoing<'_>,
+    deadline: Instant,
+    upstream: &mut Upstream,
+) -> Result<(Box<HttpSession>, Duration, SocketAddr), GatewayError> {
+    let mut tried: Vec<&str> = Vec::with_capacity(2);
+    let mut last_err = None;
+    for _ in 0..2 {
+        let Some(name) = target.balancer.pick_excluding(&tried) else {
+            break;
+        };
+        tried.push(name);
+        let Some(addr) = target.addrs.get(name).copied() else {
+            continue;
+        };
+        upstream.addr = Some(addr);
+        match http.attempt(addr, out, deadline).await {
+            Attempt::Answered(answer, latency) => return Ok((answer, latency, addr)),
+            Attempt::ConnectFailed(e) => last_err = Some(e),
+            Attempt::Failed(e) => return Err(e),
+        }
+    }
+    Err(last_err.unwrap_or_else(|| no_endpoint(&target.api.cluster, "has no usable endpoint")))
+}
+
+/// The gRPC backend: the request transcoded, one unary call, the reply as JSON.
+async fn call_grpc(
+    grpc: &GrpcInvoker,
+    methods: &GrpcMethods,
+    session: &Session,
+    call: &Call<'_>,
+    admitted: Admitted<'_>,
+    upstream: &mut Upstream,
+) -> Result<Response, GatewayError> {
+    let Admitted {
+        target,
+        ticket,
+        deadline,
+    } = admitted;
+    let api = &call.route.api;
+    let method = methods.get(&api.id).ok_or_else(|| {
+        GatewayError::new(
+            Code::Internal,
+            format!("API {} has no prepared gRPC method", api.id),
+        )
+    })?;
+    let Some(endpoint) = target.balancer.pick() else {
+        let error = no_endpoint(&api.cluster, "has no endpoints");
+        settle(
+            ticket,
+            Outcome::Failed {
+                error: &error,
+                latency: Duration::ZERO,
+            },
+        );
+        return Err(error);
+    };
+    let started = Instant::now();
+    let timeout = deadline.saturating_duration_since(started);
+    let req = session.req_header();
+    let result = grpc
+        .call(
+            &method,
+            call.route,
+            req.uri.query(),
+            &call.body,
+            &req.headers,
+            endpoint,
+            timeout,
+            call.request_id,
+        )
+        .await;
+    let latency = started.elapsed();
+    upstream.addr = target.addrs.get(endpoint).copied();
+    upstream.latency = Some(latency);
+    let outcome = match &result {
+        Ok(whole) => Outcome::Answered {
+            status: whole.status,
+            latency,
+        },
+        Err(error) => Outcome::Failed { error, latency },
+    };
+    settle(ticket, outcome);
+    result.map(Response::Whole)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::runtime::{Plane, Runtime};
+    use crate::testing::{closed_addr, cluster_doc, http_api_doc, plane, session, tree, Backend};
+    use portico_control::build_snapshot;
+    use serde_json::{json, Value};
+    use std::sync::Arc;
+
+    /// A plane serving API `a` (policy `policy`) on a cluster of `endpoints`.
+    fn serving(endpoints: &[String], policy: Value) -> (Plane, Arc<Runtime>) {
+        let plane = plane();
+        let docs = [
+            ("apis/a", http_api_doc("a", "c", None, policy)),
+            ("clusters/c", cluster_doc(endpoints)),
+        ];
+        plane.apply(Arc::new(build_snapshot(&tree(&docs), None)));
+        let rt = plane.current.load_full();
+        (plane, rt)
+    }
+
+    /// One `GET /v1/a` through [`call`].
+    async fn get(plane: &Plane, rt: &Runtime) -> (Result<Response, GatewayError>, Upstream) {
+        let (mut session, _client) = session(b"GET /v1/a HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let route = rt.edge.route.route("GET", "/v1/a", None).unwrap();
+        let request = Call {
+            route: &route,
+            body: Bytes::new(),
+            request_id: "rid-1",
+            client_ip: None,
+            app_key: None,
+        };
+        let mut upstream = Upstream::default();
+        let clients = &plane.shared.clients;
+        let result = call(clients, &rt.invoke, &mut session, request, &mut upstream).await;
+        (result, upstream)
+    }
+
+    fn code(result: &Result<Response, GatewayError>) -> &'static str {
+        match result {
+            Ok(_) => "OK",
+            Err(e) => e.code.as_str(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_retried_on_another_endpoint() {
+        let backend = Backend::start(200, "ok").await;
+        // Equal weights: the first pick is the first endpoint, the closed one.
+        let (plane, rt) = serving(&[closed_addr(), backend.addr.to_string()], json!({}));
+        let (result, upstream) = get(&plane, &rt).await;
+        assert_eq!(result.unwrap(), Response::Streamed(200));
+        assert_eq!(upstream.addr, Some(backend.addr));
+        assert_eq!(backend.heads().len(), 1);
+        assert_eq!(rt.invoke.apis["a"].breaker.state().as_str(), "closed");
+    }
+
+    #[tokio::test]
+    async fn backend_5xx_answers_are_breaker_failures() {
+        let backend = Backend::start(503, "busy").await;
+        let policy = json!({"breaker": {"consecutive_failures": 2, "open_ms": 60000}});
+        let (plane, rt) = serving(&[backend.addr.to_string()], policy);
+        for _ in 0..2 {
+            let (result, _) = get(&plane, &rt).await;
+            // The backend's own 503 is streamed to the merchant as it is.
+            assert_eq!(result.unwrap(), Response::Streamed(503));
+        }
+        let (result, upstream) = get(&plane, &rt).await;
+        assert_eq!(code(&result), "CIRCUIT_OPEN");
+        assert_eq!(upstream, Upstream::default());
+        assert_eq!(
+            backend.heads().len(),
+            2,
+            "an open breaker does not call the backend"
+        );
+    }
+
+    #[tokio::test]
+    async fn unreachable_endpoints_are_breaker_failures_and_2xx_successes() {
+        let policy = json!({"breaker": {"consecutive_failures": 2, "open_ms": 60000}});
+        let (plane, rt) = serving(&[closed_addr()], policy.clone());
+        assert_eq!(code(&get(&plane, &rt).await.0), "UPSTREAM_ERROR");
+        assert_eq!(code(&get(&plane, &rt).await.0), "UPSTREAM_ERROR");
+        assert_eq!(code(&get(&plane, &rt).await.0), "CIRCUIT_OPEN");
+
+        let backend = Backend::start(404, "no such order").await;
+        let (plane, rt) = serving(&[backend.addr.to_string()], policy);
+        for _ in 0..3 {
+            // A 4xx is the backend's answer, not its failure.
+            assert_eq!(get(&plane, &rt).await.0.unwrap(), Response::Streamed(404));
+        }
+        assert_eq!(rt.invoke.apis["a"].breaker.state().as_str(), "closed");
+    }
+
+    #[tokio::test]
+    async fn a_full_bulkhead_refuses_before_the_backend() {
+        let backend = Backend::start(200, "ok").await;
+        let (plane, rt) = serving(
+            &[backend.addr.to_string()],
+            json!({"bulkhead": {"max_concurrent": 1}}),
+        );
+        let held = rt.invoke.apis["a"].bulkhead.try_acquire().unwrap();
+        assert_eq!(code(&get(&plane, &rt).await.0), "BULKHEAD_FULL");
+        assert!(backend.heads().is_empty());
+        drop(held);
+        assert_eq!(get(&plane, &rt).await.0.unwrap(), Response::Streamed(200));
+    }
+
+    #[tokio::test]
+    async fn an_api_without_invoke_state_has_no_healthy_upstream() {
+        // Validation keeps an API from naming a missing cluster; the invoke tier still
+        // answers rather than assume it.
+        let (plane, rt) = serving(&[closed_addr()], json!({}));
+        let empty = InvokeState::default();
+        let (mut session, _client) = session(b"GET /v1/a HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let route = rt.edge.route.route("GET", "/v1/a", None).unwrap();
+        let request = Call {
+            route: &route,
+            body: Bytes::new(),
+            request_id: "rid-1",
+            client_ip: None,
+            app_key: None,
+        };
+        let mut upstream = Upstream::default();
+        let clients = &plane.shared.clients;
+        let result = call(clients, &empty, &mut session, request, &mut upstream).await;
+        assert_eq!(code(&result), "NO_HEALTHY_UPSTREAM");
+        assert_eq!(upstream, Upstream::default());
+    }
 }

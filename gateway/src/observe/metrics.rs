@@ -3,6 +3,7 @@
 //! Per-API latency is a histogram whose buckets are fine enough for TP50/90/99/999 with
 //! `histogram_quantile()`; availability is `requests_total` by status class.
 
+use prometheus::core::Collector;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
@@ -27,12 +28,15 @@ pub struct Metrics {
     pub rejections: IntCounterVec,
     /// The applied configuration's generation, by plane.
     pub config_generation: IntGaugeVec,
-    /// Snapshot builds by plane and result (`applied`, `unchanged`).
+    /// Snapshot builds by plane and result (`applied`, `unchanged`, `failed`: the build
+    /// panicked and the previous configuration is kept).
     pub config_reloads: IntCounterVec,
-    /// Documents refused in the latest build, by plane.
+    /// Documents refused in the latest build, by plane (a failed build counts as one).
     pub config_rejected_documents: IntGaugeVec,
-    /// Document refusals over time, by plane and kind.
+    /// Document refusals over time, by plane and kind (`snapshot`: a whole build failed).
     pub config_rejections: IntCounterVec,
+    /// Restarts of a plane's reload loop after it panicked or its source ended, by plane.
+    pub config_loop_restarts: IntCounterVec,
     /// APIs loaded, by plane.
     pub apis_loaded: IntGaugeVec,
     /// Breaker state by plane and API: 0 closed, 1 open, 2 half-open.
@@ -47,125 +51,147 @@ pub struct Metrics {
     pub source_connected: IntGauge,
 }
 
+/// A metric's name, help text and label names.
+struct Spec {
+    name: &'static str,
+    help: &'static str,
+    labels: &'static [&'static str],
+}
+
+const PLANE: &[&str] = &["plane"];
+const PLANE_API: &[&str] = &["plane", "api"];
+
+const REQUESTS: Spec = Spec {
+    name: "portico_requests_total",
+    help: "Requests by plane, API, status and code",
+    labels: &["plane", "api", "status", "code"],
+};
+const REQUEST_DURATION: Spec = Spec {
+    name: "portico_request_duration_seconds",
+    help: "End-to-end request latency",
+    labels: PLANE_API,
+};
+const UPSTREAM_DURATION: Spec = Spec {
+    name: "portico_upstream_duration_seconds",
+    help: "Backend call latency",
+    labels: PLANE_API,
+};
+const REJECTIONS: Spec = Spec {
+    name: "portico_rejections_total",
+    help: "Requests answered by the gateway with an error code",
+    labels: &["plane", "code"],
+};
+const CONFIG_GENERATION: Spec = Spec {
+    name: "portico_config_generation",
+    help: "Generation of the applied configuration",
+    labels: PLANE,
+};
+const CONFIG_RELOADS: Spec = Spec {
+    name: "portico_config_reloads_total",
+    help: "Configuration snapshots built",
+    labels: &["plane", "result"],
+};
+const CONFIG_REJECTED_DOCUMENTS: Spec = Spec {
+    name: "portico_config_rejected_documents",
+    help: "Documents refused in the latest snapshot build",
+    labels: PLANE,
+};
+const CONFIG_REJECTIONS: Spec = Spec {
+    name: "portico_config_document_rejections_total",
+    help: "Document refusals, by kind",
+    labels: &["plane", "kind"],
+};
+const CONFIG_LOOP_RESTARTS: Spec = Spec {
+    name: "portico_config_loop_restarts_total",
+    help: "Restarts of the configuration reload loop after it panicked or its source ended",
+    labels: PLANE,
+};
+const APIS_LOADED: Spec = Spec {
+    name: "portico_apis_loaded",
+    help: "APIs in the applied configuration",
+    labels: PLANE,
+};
+const BREAKER_STATE: Spec = Spec {
+    name: "portico_breaker_state",
+    help: "Circuit breaker state: 0 closed, 1 open, 2 half-open",
+    labels: PLANE_API,
+};
+const BULKHEAD_IN_FLIGHT: Spec = Spec {
+    name: "portico_bulkhead_in_flight",
+    help: "Backend calls in flight",
+    labels: PLANE_API,
+};
+const ACCESS_LOG_DROPPED: Spec = Spec {
+    name: "portico_access_log_dropped_total",
+    help: "Access log lines dropped because the writer fell behind",
+    labels: &[],
+};
+const SNAPSHOT_BUILD: Spec = Spec {
+    name: "portico_snapshot_build_seconds",
+    help: "Time to build and validate a snapshot",
+    labels: &[],
+};
+const SOURCE_CONNECTED: Spec = Spec {
+    name: "portico_config_source_connected",
+    help: "1 when the live configuration source is connected (always 1 for a directory)",
+    labels: &[],
+};
+
+/// Snapshot build time buckets in seconds: 100 µs to 5 s.
+const BUILD_BUCKETS: &[f64] = &[0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
+
+/// Registers `metric` in `registry`.
+fn registered<M>(registry: &Registry, metric: prometheus::Result<M>) -> prometheus::Result<M>
+where
+    M: prometheus::core::Collector + Clone + 'static,
+{
+    let metric = metric?;
+    registry.register(Box::new(metric.clone()))?;
+    Ok(metric)
+}
+
+fn counters(r: &Registry, s: &Spec) -> prometheus::Result<IntCounterVec> {
+    registered(r, IntCounterVec::new(Opts::new(s.name, s.help), s.labels))
+}
+
+fn gauges(r: &Registry, s: &Spec) -> prometheus::Result<IntGaugeVec> {
+    registered(r, IntGaugeVec::new(Opts::new(s.name, s.help), s.labels))
+}
+
+fn histograms(r: &Registry, s: &Spec, buckets: &[f64]) -> prometheus::Result<HistogramVec> {
+    let opts = HistogramOpts::new(s.name, s.help).buckets(buckets.to_vec());
+    registered(r, HistogramVec::new(opts, s.labels))
+}
+
 impl Metrics {
     /// Creates and registers every metric. Fails only on a programming error (a bad name).
     pub fn new() -> prometheus::Result<Metrics> {
-        let registry = Registry::new();
-        let requests = IntCounterVec::new(
-            Opts::new(
-                "portico_requests_total",
-                "Requests by plane, API, status and code",
-            ),
-            &["plane", "api", "status", "code"],
-        )?;
-        let latency = HistogramVec::new(
-            HistogramOpts::new(
-                "portico_request_duration_seconds",
-                "End-to-end request latency",
-            )
-            .buckets(LATENCY_BUCKETS.to_vec()),
-            &["plane", "api"],
-        )?;
-        let upstream_latency = HistogramVec::new(
-            HistogramOpts::new("portico_upstream_duration_seconds", "Backend call latency")
-                .buckets(LATENCY_BUCKETS.to_vec()),
-            &["plane", "api"],
-        )?;
-        let rejections = IntCounterVec::new(
-            Opts::new(
-                "portico_rejections_total",
-                "Requests answered by the gateway with an error code",
-            ),
-            &["plane", "code"],
-        )?;
-        let config_generation = IntGaugeVec::new(
-            Opts::new(
-                "portico_config_generation",
-                "Generation of the applied configuration",
-            ),
-            &["plane"],
-        )?;
-        let config_reloads = IntCounterVec::new(
-            Opts::new(
-                "portico_config_reloads_total",
-                "Configuration snapshots built",
-            ),
-            &["plane", "result"],
-        )?;
-        let config_rejected_documents = IntGaugeVec::new(
-            Opts::new(
-                "portico_config_rejected_documents",
-                "Documents refused in the latest snapshot build",
-            ),
-            &["plane"],
-        )?;
-        let config_rejections = IntCounterVec::new(
-            Opts::new(
-                "portico_config_document_rejections_total",
-                "Document refusals, by kind",
-            ),
-            &["plane", "kind"],
-        )?;
-        let apis_loaded = IntGaugeVec::new(
-            Opts::new("portico_apis_loaded", "APIs in the applied configuration"),
-            &["plane"],
-        )?;
-        let breaker_state = IntGaugeVec::new(
-            Opts::new(
-                "portico_breaker_state",
-                "Circuit breaker state: 0 closed, 1 open, 2 half-open",
-            ),
-            &["plane", "api"],
-        )?;
-        let bulkhead_in_flight = IntGaugeVec::new(
-            Opts::new("portico_bulkhead_in_flight", "Backend calls in flight"),
-            &["plane", "api"],
-        )?;
-        let access_log_dropped = IntCounter::new(
-            "portico_access_log_dropped_total",
-            "Access log lines dropped because the writer fell behind",
-        )?;
-        let snapshot_build_seconds = Histogram::with_opts(
-            HistogramOpts::new(
-                "portico_snapshot_build_seconds",
-                "Time to build and validate a snapshot",
-            )
-            .buckets(vec![0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]),
-        )?;
-        let source_connected = IntGauge::new(
-            "portico_config_source_connected",
-            "1 when the live configuration source is connected (always 1 for a directory)",
-        )?;
-        registry.register(Box::new(requests.clone()))?;
-        registry.register(Box::new(latency.clone()))?;
-        registry.register(Box::new(upstream_latency.clone()))?;
-        registry.register(Box::new(rejections.clone()))?;
-        registry.register(Box::new(config_generation.clone()))?;
-        registry.register(Box::new(config_reloads.clone()))?;
-        registry.register(Box::new(config_rejected_documents.clone()))?;
-        registry.register(Box::new(config_rejections.clone()))?;
-        registry.register(Box::new(apis_loaded.clone()))?;
-        registry.register(Box::new(breaker_state.clone()))?;
-        registry.register(Box::new(bulkhead_in_flight.clone()))?;
-        registry.register(Box::new(access_log_dropped.clone()))?;
-        registry.register(Box::new(snapshot_build_seconds.clone()))?;
-        registry.register(Box::new(source_connected.clone()))?;
+        let r = Registry::new();
+        let build = HistogramOpts::new(SNAPSHOT_BUILD.name, SNAPSHOT_BUILD.help)
+            .buckets(BUILD_BUCKETS.to_vec());
         Ok(Metrics {
-            registry,
-            requests,
-            latency,
-            upstream_latency,
-            rejections,
-            config_generation,
-            config_reloads,
-            config_rejected_documents,
-            config_rejections,
-            apis_loaded,
-            breaker_state,
-            bulkhead_in_flight,
-            access_log_dropped,
-            snapshot_build_seconds,
-            source_connected,
+            requests: counters(&r, &REQUESTS)?,
+            latency: histograms(&r, &REQUEST_DURATION, LATENCY_BUCKETS)?,
+            upstream_latency: histograms(&r, &UPSTREAM_DURATION, LATENCY_BUCKETS)?,
+            rejections: counters(&r, &REJECTIONS)?,
+            config_generation: gauges(&r, &CONFIG_GENERATION)?,
+            config_reloads: counters(&r, &CONFIG_RELOADS)?,
+            config_rejected_documents: gauges(&r, &CONFIG_REJECTED_DOCUMENTS)?,
+            config_rejections: counters(&r, &CONFIG_REJECTIONS)?,
+            config_loop_restarts: counters(&r, &CONFIG_LOOP_RESTARTS)?,
+            apis_loaded: gauges(&r, &APIS_LOADED)?,
+            breaker_state: gauges(&r, &BREAKER_STATE)?,
+            bulkhead_in_flight: gauges(&r, &BULKHEAD_IN_FLIGHT)?,
+            access_log_dropped: registered(
+                &r,
+                IntCounter::new(ACCESS_LOG_DROPPED.name, ACCESS_LOG_DROPPED.help),
+            )?,
+            snapshot_build_seconds: registered(&r, Histogram::with_opts(build))?,
+            source_connected: registered(
+                &r,
+                IntGauge::new(SOURCE_CONNECTED.name, SOURCE_CONNECTED.help),
+            )?,
+            registry: r,
         })
     }
 
@@ -177,6 +203,66 @@ impl Metrics {
             tracing::error!(error = %e, "encoding metrics");
         }
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// An API's metric series, resolved once per snapshot so the request path does not hash
+/// label values for the common case.
+#[derive(Debug)]
+pub struct ApiMetrics {
+    /// `portico_requests_total{plane, api, status="200", code="OK"}`.
+    pub ok: IntCounter,
+    pub latency: Histogram,
+    pub upstream_latency: Histogram,
+}
+
+impl ApiMetrics {
+    /// The series of API `api` on `plane`.
+    pub fn new(metrics: &Metrics, plane: &str, api: &str) -> ApiMetrics {
+        ApiMetrics {
+            ok: metrics
+                .requests
+                .with_label_values(&[plane, api, "200", "OK"]),
+            latency: metrics.latency.with_label_values(&[plane, api]),
+            upstream_latency: metrics.upstream_latency.with_label_values(&[plane, api]),
+        }
+    }
+
+    /// Drops every series of an API no longer configured on `plane` (requests by status and
+    /// code, latencies, breaker state, bulkhead occupancy), so `/metrics` stops reporting an
+    /// API that is gone. Runs at reload, never per request.
+    pub fn forget(metrics: &Metrics, plane: &str, api: &str) {
+        let _ = metrics.breaker_state.remove_label_values(&[plane, api]);
+        let _ = metrics
+            .bulkhead_in_flight
+            .remove_label_values(&[plane, api]);
+        let _ = metrics.latency.remove_label_values(&[plane, api]);
+        let _ = metrics.upstream_latency.remove_label_values(&[plane, api]);
+        // `requests_total` has a series per status and code seen: find them.
+        let family = metrics
+            .requests
+            .collect()
+            .into_iter()
+            .flat_map(|f| f.get_metric().to_vec());
+        for metric in family {
+            let label = |name: &str| {
+                metric
+                    .get_label()
+                    .iter()
+                    .find(|l| l.name() == name)
+                    .map(|l| l.value().to_owned())
+                    .unwrap_or_default()
+            };
+            if label("plane") == plane && label("api") == api {
+                let (status, code) = (label("status"), label("code"));
+                let _ = metrics.requests.remove_label_values(&[
+                    plane,
+                    api,
+                    status.as_str(),
+                    code.as_str(),
+                ]);
+            }
+        }
     }
 }
 
@@ -198,5 +284,38 @@ mod tests {
             "portico_requests_total{api=\"order.get\",code=\"OK\",plane=\"live\",status=\"200\"} 1"
         ));
         assert!(text.contains("portico_request_duration_seconds_bucket"));
+    }
+
+    #[test]
+    fn forgetting_an_api_drops_all_its_series_on_that_plane_only() {
+        let m = Metrics::new().unwrap();
+        for plane in ["live", "sandbox"] {
+            let api = ApiMetrics::new(&m, plane, "gone");
+            api.ok.inc();
+            api.latency.observe(0.01);
+            api.upstream_latency.observe(0.005);
+            m.requests
+                .with_label_values(&[plane, "gone", "429", "RATE_LIMITED"])
+                .inc();
+            m.breaker_state.with_label_values(&[plane, "gone"]).set(1);
+            m.bulkhead_in_flight
+                .with_label_values(&[plane, "gone"])
+                .set(2);
+        }
+        ApiMetrics::new(&m, "live", "kept").ok.inc();
+        ApiMetrics::forget(&m, "live", "gone");
+        let text = m.render();
+        let live_gone = text
+            .lines()
+            .filter(|l| l.contains("api=\"gone\"") && l.contains("plane=\"live\""))
+            .collect::<Vec<_>>();
+        assert!(live_gone.is_empty(), "{live_gone:?}");
+        assert!(text.contains(
+            "portico_requests_total{api=\"gone\",code=\"RATE_LIMITED\",plane=\"sandbox\",status=\"429\"} 1"
+        ));
+        assert!(text.contains("portico_breaker_state{api=\"gone\",plane=\"sandbox\"} 1"));
+        assert!(text.contains(
+            "portico_requests_total{api=\"kept\",code=\"OK\",plane=\"live\",status=\"200\"} 1"
+        ));
     }
 }

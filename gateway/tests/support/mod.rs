@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 pub use portico_demo::process::BackendProcess;
 
-/// The merchant used by most tests (the DESIGN.md test-vector app).
+/// The merchant used by most tests (the app of the signing examples in docs/PROTOCOL.md).
 pub const KEY: &str = "merchant-1";
 pub const SECRET: &str = "s3cr3t-value";
 

@@ -1,0 +1,87 @@
+//! The request model: the types the edge stages, the invoke tier, the pipeline and the rescue
+//! point hand to one another. It sits below `edge` and `invoke` so that neither imports the
+//! other (docs/ARCHITECTURE.md, "Gateway layers").
+//!
+//! - [`RouteMatch`]: what the `route` stage found, read by later stages and by the invoke tier.
+//! - [`Response`]: the one shape of an answer, from a stage or the invoke tier to the rescue
+//!   point in `proxy.rs`; a refusal travels beside it as a `GatewayError`.
+
+use crate::error::GatewayError;
+use bytes::Bytes;
+use portico_control::Api;
+use std::sync::Arc;
+
+/// What a route match found: the API, which binding matched, and the path variables.
+#[derive(Debug, Clone)]
+pub struct RouteMatch {
+    pub api: Arc<Api>,
+    /// Index into `api.bindings`; `None` for the `/router?method=` style.
+    pub binding: Option<usize>,
+    /// Path variables: field path (`order_id`, `parent.name`) → percent-decoded value.
+    pub vars: Vec<(String, String)>,
+    /// Whether the request came in the open-platform router style.
+    pub router_style: bool,
+}
+
+/// How a request is answered when it is not refused.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Response {
+    /// A whole response, for the rescue point to write: a degradation fallback, a transcoded
+    /// gRPC reply.
+    Whole(Whole),
+    /// An HTTP backend's response, already streamed to the merchant with this status.
+    Streamed(u16),
+}
+
+/// A response written in one go: status, headers besides the ones the gateway always sets
+/// (`content-length`, the request id, `content-type: application/json` unless given), body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Whole {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+}
+
+impl Whole {
+    /// The error envelope of `error` (docs/PROTOCOL.md, "The error envelope"), with
+    /// `Retry-After` when the error sets one.
+    pub fn envelope(error: &GatewayError, request_id: &str) -> Whole {
+        let headers = error
+            .retry_after
+            .map(|secs| vec![("retry-after".to_owned(), secs.to_string())])
+            .unwrap_or_default();
+        Whole {
+            status: error.status(),
+            headers,
+            body: Bytes::from(error.envelope(request_id)),
+        }
+    }
+}
+
+impl From<Whole> for Response {
+    fn from(whole: Whole) -> Self {
+        Response::Whole(whole)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::error::Code;
+
+    #[test]
+    fn an_envelope_carries_status_code_and_retry_after() {
+        let e = GatewayError::new(Code::RateLimited, "slow down").with_retry_after(7);
+        let w = Whole::envelope(&e, "rid-9");
+        assert_eq!(w.status, 429);
+        assert_eq!(w.headers, vec![("retry-after".to_owned(), "7".to_owned())]);
+        let v: serde_json::Value = serde_json::from_slice(&w.body).unwrap();
+        assert_eq!(v["code"], "RATE_LIMITED");
+        assert_eq!(v["message"], "slow down");
+        assert_eq!(v["request_id"], "rid-9");
+        let plain = Whole::envelope(&GatewayError::bad_request("x"), "r");
+        assert_eq!(plain.status, 400);
+        assert!(plain.headers.is_empty());
+    }
+}
