@@ -96,7 +96,7 @@ impl PreparedMethod {
         }
         let path = PathAndQuery::try_from(format!("/{service}/{method}"))
             .map_err(|e| format!("bad method path /{service}/{method}: {e}"))?;
-        let plan = MethodPlan::for_api(&m, api)?;
+        let plan = MethodPlan::for_api(&m, api).map_err(|e| e.message)?;
         Ok(PreparedMethod {
             api_id: api.id.clone(),
             service: service.to_owned(),
