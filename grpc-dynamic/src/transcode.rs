@@ -764,7 +764,7 @@ mod tests {
     /// The demo services, compiled from the repository's `.proto` sources (the demo crate
     /// depends on this one, so its compiled set is not used here).
     fn pool() -> DescriptorPool {
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../protos/proto");
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../protos");
         protox::Compiler::new([root])
             .unwrap()
             .open_files(["demo/order.proto", "demo/product.proto"])

@@ -1,10 +1,11 @@
 //! The gRPC demo services (`--grpc ADDR`): `demo.order.v1.OrderService` and
-//! `demo.product.v1.ProductService` (`protos/proto/demo/*.proto`, annotated with
+//! `demo.product.v1.ProductService` (`protos/demo/*.proto`, annotated with
 //! `google.api.http`), plus gRPC server reflection (v1 and v1alpha).
 //!
 //! The services are implemented without generated stubs: requests and replies are
 //! [`prost_reflect::DynamicMessage`]s of the demo descriptor set, which is compiled from the
-//! `.proto` sources embedded in this crate with `protox` (no `protoc` anywhere). The same
+//! `.proto` sources of the repository's `protos/` folder, embedded in this crate, with
+//! `protox` (no `protoc` anywhere); the codec is `portico_grpc_dynamic`'s. The same
 //! bytes are what the gateway loads from `descriptors/<sha256>.pb`, see
 //! [`descriptor_set_bytes`].
 //!
@@ -57,19 +58,19 @@ use tonic::{Code, Status};
 pub const PROTO_FILES: &[(&str, &str)] = &[
     (
         "google/api/http.proto",
-        include_str!("../proto/google/api/http.proto"),
+        include_str!("../../protos/google/api/http.proto"),
     ),
     (
         "google/api/annotations.proto",
-        include_str!("../proto/google/api/annotations.proto"),
+        include_str!("../../protos/google/api/annotations.proto"),
     ),
     (
         "demo/order.proto",
-        include_str!("../proto/demo/order.proto"),
+        include_str!("../../protos/demo/order.proto"),
     ),
     (
         "demo/product.proto",
-        include_str!("../proto/demo/product.proto"),
+        include_str!("../../protos/demo/product.proto"),
     ),
 ];
 
@@ -95,7 +96,7 @@ impl protox::file::FileResolver for EmbeddedFiles {
 
 /// Compiles the demo protos into an encoded `FileDescriptorSet` (imports included, no source
 /// info). Uses `protox::Compiler` and its own encoding so the `google.api.http` method
-/// options survive (DESIGN.md §6).
+/// options survive (a round trip through `prost_types` would drop them).
 pub fn compile_descriptor_set() -> Result<Vec<u8>, protox::Error> {
     let mut compiler = protox::Compiler::with_file_resolver(EmbeddedFiles);
     compiler.include_imports(true).include_source_info(false);
