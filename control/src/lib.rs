@@ -3,11 +3,13 @@
 //! - [`v1`]: the external documents of the configuration tree (DESIGN.md §3.3).
 //! - [`tree`]: a raw tree of documents as read from a source (paths → bytes).
 //! - [`template`]: `google.api.http` path templates (parse, match).
+//! - [`fieldpath`]: field paths (`shop.id`) resolved through a protobuf message type.
 //! - [`validate`]: a [`Tree`] → one immutable [`Snapshot`], rejecting bad documents one by one.
 //! - [`source`]: the [`ConfigSource`] trait and the directory source (`--config-dir`).
 //! - [`store`]: the last-known-good snapshot on disk (`--snapshot-dir`).
 
 pub mod clock;
+pub mod fieldpath;
 pub mod sign;
 pub mod snapshot;
 pub mod source;

@@ -10,12 +10,13 @@
 //! switches, then APIs (which need their cluster and descriptor). Two APIs binding the same
 //! method to the same path shape: the one later by id is refused, naming the other.
 
+use crate::fieldpath::{self, Syntax};
 use crate::snapshot::{Api, BackendKind, Binding, ConfigVersion, IpAclRules, Rejection, Snapshot};
 use crate::template::{is_field_path, PathTemplate, Rewrite, Segment};
 use crate::tree::{DocKind, Tree};
 use crate::v1;
 use ipnet::IpNet;
-use prost_reflect::{DescriptorPool, Kind, MessageDescriptor};
+use prost_reflect::DescriptorPool;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -332,14 +333,16 @@ impl Builder<'_> {
         for (i, b) in bindings.iter().enumerate() {
             let field = binding_field(i);
             for v in b.template.variables() {
-                resolve_field(&input, &v.field_path, true)
+                fieldpath::resolve(&input, &v.field_path, Syntax::Rule)
+                    .and_then(|p| p.check_scalar())
                     .map_err(|e| format!("{field}.path: variable {{{}}}: {e}", v.field_path))?;
             }
             if let Some(body) = b.body.as_deref().filter(|b| *b != "*") {
-                resolve_field(&input, body, false).map_err(|e| format!("{field}.body: {e}"))?;
+                fieldpath::resolve(&input, body, Syntax::Rule)
+                    .map_err(|e| format!("{field}.body: {e}"))?;
             }
             if let Some(rb) = &b.response_body {
-                resolve_field(&method.output(), rb, false)
+                fieldpath::resolve(&method.output(), rb, Syntax::Rule)
                     .map_err(|e| format!("{field}.response_body: {e}"))?;
             }
         }
@@ -357,43 +360,6 @@ fn binding_field(i: usize) -> String {
 
 fn short(sha: &str) -> &str {
     sha.get(..12).unwrap_or(sha)
-}
-
-/// Resolves a field path in a message; a path variable's leaf must be a singular scalar
-/// (or a well-known google.protobuf type).
-fn resolve_field(msg: &MessageDescriptor, path: &str, path_variable: bool) -> Result<(), String> {
-    let mut cur = msg.clone();
-    let parts: Vec<&str> = path.split('.').collect();
-    for (i, part) in parts.iter().enumerate() {
-        let Some(f) = cur.get_field_by_name(part) else {
-            return Err(format!("{} has no field {part:?}", cur.full_name()));
-        };
-        let last = i + 1 == parts.len();
-        if !last {
-            match f.kind() {
-                Kind::Message(m) if !f.is_list() && !f.is_map() => cur = m,
-                _ => {
-                    return Err(format!(
-                        "{}.{part} is not a singular message field",
-                        cur.full_name()
-                    ))
-                }
-            }
-        } else if path_variable {
-            if f.is_list() || f.is_map() {
-                return Err(format!("{}.{part} is repeated", cur.full_name()));
-            }
-            if let Kind::Message(m) = f.kind() {
-                if !m.full_name().starts_with("google.protobuf.") {
-                    return Err(format!(
-                        "{}.{part} is a message, not a scalar",
-                        cur.full_name()
-                    ));
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 fn check_binding(

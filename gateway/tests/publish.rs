@@ -91,7 +91,7 @@ impl Drop for Registry {
 }
 
 fn proto_files() -> Value {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../protos/proto");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../protos");
     let mut files = serde_json::Map::new();
     for rel in [
         "demo/order.proto",

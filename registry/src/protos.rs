@@ -18,8 +18,8 @@ use std::time::Duration;
 /// ZooKeeper's default `jute.maxbuffer` is 1 MiB; keep descriptors comfortably below it.
 pub const MAX_DESCRIPTOR_BYTES: usize = 1_000_000;
 
-const ANNOTATIONS_PROTO: &str = include_str!("../proto/google/api/annotations.proto");
-const HTTP_PROTO: &str = include_str!("../proto/google/api/http.proto");
+const ANNOTATIONS_PROTO: &str = include_str!("../../protos/google/api/annotations.proto");
+const HTTP_PROTO: &str = include_str!("../../protos/google/api/http.proto");
 
 /// Options of an import: where the drafts' calls go and how they are named.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

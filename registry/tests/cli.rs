@@ -193,7 +193,7 @@ async fn import_publish_switch_status_history_export() {
     let base = reg.base.clone();
 
     // Import the demo proto, naming one API, and publish it.
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protos/proto");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protos");
     let file = root.join("demo/order.proto");
     let run = portico(
         &base,

@@ -320,7 +320,7 @@ fn console_end_to_end_in_chromium() {
 
     // The browser run.
     let script = workspace().join("admin-ui/e2e/console.e2e.mjs");
-    let proto = workspace().join("protos/proto/demo/order.proto");
+    let proto = workspace().join("protos/demo/order.proto");
     let started = Instant::now();
     let mut node = Command::new("node")
         .arg(&script)

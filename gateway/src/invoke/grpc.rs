@@ -41,16 +41,15 @@ use crate::error::{Code, GatewayError};
 use crate::invoke::transcode::MethodPlan;
 use crate::model::{RouteMatch, Whole};
 use crate::request_id;
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use dashmap::DashMap;
 use http::uri::PathAndQuery;
 use portico_control::{BackendKind, Snapshot};
-use prost::Message;
-use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, MethodDescriptor};
+use portico_grpc_dynamic::{code_name_and_status, DynamicCodec};
+use prost_reflect::{DescriptorPool, MethodDescriptor};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::MetadataMap;
 use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
@@ -97,7 +96,7 @@ impl PreparedMethod {
         }
         let path = PathAndQuery::try_from(format!("/{service}/{method}"))
             .map_err(|e| format!("bad method path /{service}/{method}: {e}"))?;
-        let plan = MethodPlan::for_api(&m, api)?;
+        let plan = MethodPlan::for_api(&m, api).map_err(|e| e.message)?;
         Ok(PreparedMethod {
             api_id: api.id.clone(),
             service: service.to_owned(),
@@ -324,7 +323,7 @@ impl GrpcInvoker {
         let mut request = tonic::Request::new(message);
         *request.metadata_mut() = MetadataMap::from_headers(forwarded_headers(headers, request_id));
         request.set_timeout(timeout);
-        let codec = DynamicCodec::new(method.plan.output().clone());
+        let codec = DynamicCodec::client(method.plan.output().clone());
         let path = method.path.clone();
 
         let started = Instant::now();
@@ -414,30 +413,6 @@ fn timeout_error(addr: &str, timeout: Duration) -> GatewayError {
     )
 }
 
-/// The §3.2 name and HTTP status of a gRPC status code (as grpc-gateway maps them).
-pub fn code_name_and_status(code: tonic::Code) -> (&'static str, u16) {
-    use tonic::Code as C;
-    match code {
-        C::Ok => ("OK", 200),
-        C::Cancelled => ("CANCELLED", 500),
-        C::Unknown => ("UNKNOWN", 500),
-        C::InvalidArgument => ("INVALID_ARGUMENT", 400),
-        C::DeadlineExceeded => ("DEADLINE_EXCEEDED", 504),
-        C::NotFound => ("NOT_FOUND", 404),
-        C::AlreadyExists => ("ALREADY_EXISTS", 409),
-        C::PermissionDenied => ("PERMISSION_DENIED", 403),
-        C::ResourceExhausted => ("RESOURCE_EXHAUSTED", 429),
-        C::FailedPrecondition => ("FAILED_PRECONDITION", 500),
-        C::Aborted => ("ABORTED", 409),
-        C::OutOfRange => ("OUT_OF_RANGE", 500),
-        C::Unimplemented => ("UNIMPLEMENTED", 501),
-        C::Internal => ("INTERNAL", 500),
-        C::Unavailable => ("UNAVAILABLE", 503),
-        C::DataLoss => ("DATA_LOSS", 500),
-        C::Unauthenticated => ("UNAUTHENTICATED", 401),
-    }
-}
-
 /// A backend's non-OK status as the gateway's error: code = the status name, message = the
 /// status message, HTTP status as docs/PROTOCOL.md ("The error envelope") says.
 pub fn status_to_error(status: &Status) -> GatewayError {
@@ -508,65 +483,6 @@ fn reply_metadata(metadata: &MetadataMap, out: &mut Vec<(String, String)>) {
                 out.push((format!("grpc-metadata-{k}"), v.to_owned()));
             }
         }
-    }
-}
-
-/// A tonic codec for prost-reflect messages: encodes any [`DynamicMessage`], decodes the
-/// reply type it was made for.
-#[derive(Debug, Clone)]
-pub struct DynamicCodec {
-    reply: MessageDescriptor,
-}
-
-impl DynamicCodec {
-    pub fn new(reply: MessageDescriptor) -> Self {
-        DynamicCodec { reply }
-    }
-}
-
-impl Codec for DynamicCodec {
-    type Encode = DynamicMessage;
-    type Decode = DynamicMessage;
-    type Encoder = DynamicEncoder;
-    type Decoder = DynamicDecoder;
-
-    fn encoder(&mut self) -> DynamicEncoder {
-        DynamicEncoder
-    }
-
-    fn decoder(&mut self) -> DynamicDecoder {
-        DynamicDecoder(self.reply.clone())
-    }
-}
-
-/// Encodes a [`DynamicMessage`].
-#[derive(Debug)]
-pub struct DynamicEncoder;
-
-impl Encoder for DynamicEncoder {
-    type Item = DynamicMessage;
-    type Error = Status;
-
-    fn encode(&mut self, item: DynamicMessage, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.reserve(item.encoded_len());
-        item.encode(dst)
-            .map_err(|e| Status::internal(format!("encoding the request: {e}")))
-    }
-}
-
-/// Decodes a [`DynamicMessage`] of one type.
-#[derive(Debug)]
-pub struct DynamicDecoder(MessageDescriptor);
-
-impl Decoder for DynamicDecoder {
-    type Item = DynamicMessage;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<DynamicMessage>, Status> {
-        let bytes = src.copy_to_bytes(src.remaining());
-        DynamicMessage::decode(self.0.clone(), bytes)
-            .map(Some)
-            .map_err(|e| Status::internal(format!("the reply does not decode: {e}")))
     }
 }
 

@@ -128,4 +128,4 @@ impl Registry {
 }
 
 /// The demo order service's .proto source (from the demo crate).
-pub const ORDER_PROTO: &str = include_str!("../../../protos/proto/demo/order.proto");
+pub const ORDER_PROTO: &str = include_str!("../../../protos/demo/order.proto");

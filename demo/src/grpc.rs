@@ -1,10 +1,11 @@
 //! The gRPC demo services (`--grpc ADDR`): `demo.order.v1.OrderService` and
-//! `demo.product.v1.ProductService` (`protos/proto/demo/*.proto`, annotated with
+//! `demo.product.v1.ProductService` (`protos/demo/*.proto`, annotated with
 //! `google.api.http`), plus gRPC server reflection (v1 and v1alpha).
 //!
 //! The services are implemented without generated stubs: requests and replies are
 //! [`prost_reflect::DynamicMessage`]s of the demo descriptor set, which is compiled from the
-//! `.proto` sources embedded in this crate with `protox` (no `protoc` anywhere). The same
+//! `.proto` sources of the repository's `protos/` folder, embedded in this crate, with
+//! `protox` (no `protoc` anywhere); the codec is `portico_grpc_dynamic`'s. The same
 //! bytes are what the gateway loads from `descriptors/<sha256>.pb`, see
 //! [`descriptor_set_bytes`].
 //!
@@ -45,13 +46,11 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Buf;
-use prost::Message;
+use portico_grpc_dynamic::{code_by_name, code_name_and_status, DynamicCodec};
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, ReflectMessage, Value};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 
@@ -59,19 +58,19 @@ use tonic::{Code, Status};
 pub const PROTO_FILES: &[(&str, &str)] = &[
     (
         "google/api/http.proto",
-        include_str!("../proto/google/api/http.proto"),
+        include_str!("../../protos/google/api/http.proto"),
     ),
     (
         "google/api/annotations.proto",
-        include_str!("../proto/google/api/annotations.proto"),
+        include_str!("../../protos/google/api/annotations.proto"),
     ),
     (
         "demo/order.proto",
-        include_str!("../proto/demo/order.proto"),
+        include_str!("../../protos/demo/order.proto"),
     ),
     (
         "demo/product.proto",
-        include_str!("../proto/demo/product.proto"),
+        include_str!("../../protos/demo/product.proto"),
     ),
 ];
 
@@ -97,7 +96,7 @@ impl protox::file::FileResolver for EmbeddedFiles {
 
 /// Compiles the demo protos into an encoded `FileDescriptorSet` (imports included, no source
 /// info). Uses `protox::Compiler` and its own encoding so the `google.api.http` method
-/// options survive (DESIGN.md §6).
+/// options survive (a round trip through `prost_types` would drop them).
 pub fn compile_descriptor_set() -> Result<Vec<u8>, protox::Error> {
     let mut compiler = protox::Compiler::with_file_resolver(EmbeddedFiles);
     compiler.include_imports(true).include_source_info(false);
@@ -176,70 +175,6 @@ pub async fn spawn(
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
     Ok((addr, tokio::spawn(serve_grpc_with(listener, stats))))
-}
-
-// ---------------------------------------------------------------------------------------
-// The codec: DynamicMessage in both directions.
-
-/// A tonic codec for prost-reflect messages: encodes any [`DynamicMessage`], decodes into
-/// the message type it was made for.
-#[derive(Debug, Clone)]
-pub struct DynamicCodec {
-    decode: MessageDescriptor,
-}
-
-impl DynamicCodec {
-    /// A codec that decodes `decode` messages.
-    pub fn new(decode: MessageDescriptor) -> Self {
-        DynamicCodec { decode }
-    }
-}
-
-impl Codec for DynamicCodec {
-    type Encode = DynamicMessage;
-    type Decode = DynamicMessage;
-    type Encoder = DynamicEncoder;
-    type Decoder = DynamicDecoder;
-
-    fn encoder(&mut self) -> DynamicEncoder {
-        DynamicEncoder
-    }
-
-    fn decoder(&mut self) -> DynamicDecoder {
-        DynamicDecoder(self.decode.clone())
-    }
-}
-
-/// Encodes a [`DynamicMessage`].
-#[derive(Debug)]
-pub struct DynamicEncoder;
-
-impl Encoder for DynamicEncoder {
-    type Item = DynamicMessage;
-    type Error = Status;
-
-    fn encode(&mut self, item: DynamicMessage, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        // EncodeBuf grows on demand; reserve so prost's capacity check passes.
-        dst.reserve(item.encoded_len());
-        item.encode(dst)
-            .map_err(|e| Status::internal(format!("encoding the message: {e}")))
-    }
-}
-
-/// Decodes a [`DynamicMessage`] of one type.
-#[derive(Debug)]
-pub struct DynamicDecoder(MessageDescriptor);
-
-impl Decoder for DynamicDecoder {
-    type Item = DynamicMessage;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<DynamicMessage>, Status> {
-        let bytes = src.copy_to_bytes(src.remaining());
-        DynamicMessage::decode(self.0.clone(), bytes)
-            .map(Some)
-            .map_err(|e| Status::internal(format!("decoding the message: {e}")))
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -345,7 +280,7 @@ where
             let Some((input, _)) = demo.methods.get(&path).cloned() else {
                 return Ok(Status::unimplemented(format!("no method {path}")).into_http());
             };
-            let mut grpc = tonic::server::Grpc::new(DynamicCodec::new(input));
+            let mut grpc = tonic::server::Grpc::new(DynamicCodec::server(input));
             let method = Method { demo, path };
             Ok(grpc.unary(method, req).await)
         })
@@ -396,39 +331,13 @@ impl Drop for InFlight {
     }
 }
 
-/// The gRPC status codes by name, in code order.
-const CODE_NAMES: [&str; 17] = [
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-];
-
 /// Parses `x-demo-status`: a code number or name, any case.
 pub fn parse_code(s: &str) -> Option<Code> {
     let s = s.trim();
     if let Ok(n) = s.parse::<i32>() {
         return (0..=16).contains(&n).then(|| Code::from_i32(n));
     }
-    let upper = s.to_ascii_uppercase().replace('-', "_");
-    CODE_NAMES
-        .iter()
-        .position(|n| *n == upper)
-        .and_then(|i| i32::try_from(i).ok())
-        .map(Code::from_i32)
+    code_by_name(&s.to_ascii_uppercase().replace('-', "_"))
 }
 
 fn metadata_str<'a>(md: &'a MetadataMap, key: &str) -> Option<&'a str> {
@@ -445,10 +354,7 @@ async fn inject_faults(md: &MetadataMap) -> Result<(), Status> {
     }
     if let Some(code) = metadata_str(md, "x-demo-status").and_then(parse_code) {
         if code != Code::Ok {
-            let name = CODE_NAMES
-                .get(usize::try_from(code as i32).unwrap_or(2))
-                .copied()
-                .unwrap_or("UNKNOWN");
+            let (name, _) = code_name_and_status(code);
             return Err(Status::new(code, format!("injected {name}")));
         }
     }
