@@ -5,7 +5,7 @@
 //!
 //! - [`server`]: start-up, middleware (request id, bearer auth, error envelope).
 //! - [`api`]: the routes (one table; the OpenAPI document is generated from it).
-//! - [`store`]: ZooKeeper access with compare-and-set writes.
+//! - [`zk_store`]: ZooKeeper access with compare-and-set writes.
 //! - [`protos`]: proto compilation, descriptor analysis, gRPC reflection import, drafts.
 //! - [`openapi`]: the OpenAPI 3 document.
 //! - [`client`]: a small HTTP client of this API (used by the CLI).
@@ -21,6 +21,6 @@ pub mod openapi;
 pub mod protos;
 pub mod sandbox_call;
 pub mod server;
-pub mod store;
+pub mod zk_store;
 
 pub use server::{router, spawn, AppState, Config};

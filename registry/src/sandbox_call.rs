@@ -16,7 +16,7 @@
 use crate::api::{check_name, json_response, Body, Ctx, Reply, Route};
 use crate::error::{ApiError, ApiResult};
 use crate::server::Shared;
-use crate::store::Env;
+use crate::zk_store::Env;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{Method, StatusCode};

@@ -3,7 +3,7 @@
 
 use crate::api;
 use crate::error::{ApiError, Envelope, ErrorBody};
-use crate::store::Store;
+use crate::zk_store::Store;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};

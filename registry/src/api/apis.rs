@@ -9,7 +9,7 @@ use crate::api::docs::{delete_doc, get_json, list_json};
 use crate::error::{ApiError, ApiResult};
 use crate::protos::{self, Analysis, ImportOptions};
 use crate::server::Shared;
-use crate::store::{Env, Op, Precondition};
+use crate::zk_store::{Env, Op, Precondition};
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Multipart, Path, Query, Request, State};
 use axum::http::{header, Method, StatusCode};

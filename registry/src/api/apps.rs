@@ -9,7 +9,7 @@ use super::{
 use crate::api::docs::delete_doc;
 use crate::error::{ApiError, ApiResult};
 use crate::server::Shared;
-use crate::store::{Env, Precondition};
+use crate::zk_store::{Env, Precondition};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, Method, StatusCode};

@@ -6,7 +6,7 @@ use super::{
 };
 use crate::error::{ApiError, ApiResult};
 use crate::server::Shared;
-use crate::store::{Env, Precondition};
+use crate::zk_store::{Env, Precondition};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};

@@ -19,7 +19,7 @@ pub mod ops;
 
 use crate::error::{ApiError, ApiResult, Detail};
 use crate::server::{RequestId, Shared, OPERATOR_HEADER};
-use crate::store::{Env, Precondition, Stat};
+use crate::zk_store::{Env, Precondition, Stat};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};

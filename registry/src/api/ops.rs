@@ -3,7 +3,7 @@
 use super::{audit, json_response, validate_change, Body, Ctx, Reply, Route};
 use crate::error::{ApiError, ApiResult};
 use crate::server::Shared;
-use crate::store::{Env, Precondition};
+use crate::zk_store::{Env, Precondition};
 use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{Method, StatusCode};
