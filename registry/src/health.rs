@@ -12,9 +12,10 @@
 //! A counter that went down between two samples (the node restarted) counts from zero, as
 //! Prometheus' `rate()` does.
 
-use crate::api::Route;
+use crate::api::reply::json_response;
 use crate::error::ApiResult;
-use crate::server::{AppState, Shared};
+use crate::route::Route;
+use crate::state::{AppState, Shared};
 use axum::extract::{Query, State};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
@@ -796,7 +797,7 @@ async fn apis_health(
         }
     }
     let body = report(&lock(&m.inner), Duration::from_secs(window), plane, &series);
-    Ok(crate::api::json_response(StatusCode::OK, &body, None))
+    Ok(json_response(StatusCode::OK, &body, None))
 }
 
 #[cfg(test)]

@@ -13,9 +13,12 @@
 //! `*`) is used, and an API whose `auth` is `none` is called unsigned. `body` is sent as is
 //! when a string, as JSON otherwise.
 
-use crate::api::{check_name, json_response, Body, Ctx, Reply, Route};
+use crate::api::context::Ctx;
+use crate::api::reply::json_response;
 use crate::error::{ApiError, ApiResult};
-use crate::server::Shared;
+use crate::input::{check_name, parse_json};
+use crate::route::{Body, Reply, Route};
+use crate::state::Shared;
 use crate::zk_store::Env;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -106,7 +109,7 @@ fn reserved_header(name: &str) -> bool {
 }
 
 async fn call(State(state): State<Shared>, ctx: Ctx, body: Bytes) -> ApiResult<Response> {
-    let (req, _) = crate::api::parse_json::<CallRequest>(&body, "sandbox call")?;
+    let (req, _) = parse_json::<CallRequest>(&body, "sandbox call")?;
     let store = &state.store;
 
     // The API, if named.
@@ -119,7 +122,7 @@ async fn call(State(state): State<Shared>, ctx: Ctx, body: Bytes) -> ApiResult<R
                     &format!("draft API {id:?} (import or create it first)"),
                 )
                 .await?;
-            Some(crate::api::parse_json::<v1::ApiDefinition>(&doc.data, &format!("draft {id}"))?.0)
+            Some(parse_json::<v1::ApiDefinition>(&doc.data, &format!("draft {id}"))?.0)
         }
         None => None,
     };
@@ -430,14 +433,14 @@ mod tests {
 
     #[test]
     fn call_requests_parse() {
-        let (r, _) = crate::api::parse_json::<CallRequest>(
+        let (r, _) = parse_json::<CallRequest>(
             br#"{"api_id":"order.getorder","path":"/v1/orders/42?x=1","body":{"a":1},"headers":{"X-Demo":"1"}}"#,
             "call",
         )
         .unwrap();
         assert_eq!(r.api_id.as_deref(), Some("order.getorder"));
         assert_eq!(r.headers["X-Demo"], "1");
-        let e = crate::api::parse_json::<CallRequest>(br#"{"nope":1}"#, "call").unwrap_err();
+        let e = parse_json::<CallRequest>(br#"{"nope":1}"#, "call").unwrap_err();
         assert_eq!(e.code, "VALIDATION_FAILED");
     }
 }
