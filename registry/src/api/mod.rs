@@ -26,6 +26,7 @@ pub mod clusters;
 pub mod context;
 pub mod descriptors;
 pub mod documents;
+pub mod health;
 pub mod ipacl;
 pub mod ops;
 pub mod reply;
@@ -50,7 +51,7 @@ pub fn routes() -> Vec<Route> {
         tree::routes(),
         apis::routes(),
         crate::sandbox_call::routes(),
-        crate::health::routes(),
+        health::routes(),
         in_each_env(&in_both_envs),
     ]
     .concat()
