@@ -30,6 +30,7 @@ pub mod health;
 pub mod ipacl;
 pub mod ops;
 pub mod reply;
+pub mod sandbox;
 pub mod switches;
 pub mod tree;
 pub mod validation;
@@ -50,7 +51,7 @@ pub fn routes() -> Vec<Route> {
         ops::routes(),
         tree::routes(),
         apis::routes(),
-        crate::sandbox_call::routes(),
+        sandbox::routes(),
         health::routes(),
         in_each_env(&in_both_envs),
     ]
