@@ -29,6 +29,8 @@ pub mod route;
 pub mod sandbox_call;
 pub mod server;
 pub mod state;
+#[cfg(test)]
+mod test_support;
 pub mod zk_store;
 
 pub use server::{router, spawn};

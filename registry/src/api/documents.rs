@@ -121,3 +121,218 @@ pub async fn delete_doc(
     audit(state, ctx, &ctx.actor(None), action, &path, json!({})).await;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{ctx, read, TestRegistry};
+    use serde_json::json;
+
+    const CLUSTER: &str = r#"{"protocol":"http","endpoints":[{"addr":"127.0.0.1:1"}]}"#;
+
+    fn api(cluster: &str) -> Value {
+        json!({"id": "a", "version": 0, "http": {"method": "GET", "path": "/a"},
+               "backend": {"cluster": cluster, "http": {}}})
+    }
+
+    async fn last_audit(state: &Shared) -> Value {
+        let names = state.store.list("audit").await.unwrap();
+        let last = names.last().expect("an audit entry");
+        let doc = state.store.get(&format!("audit/{last}")).await.unwrap();
+        serde_json::from_slice(&doc.unwrap().data).unwrap()
+    }
+
+    #[tokio::test]
+    async fn writes_check_the_precondition_validate_and_audit() {
+        let reg = TestRegistry::start();
+        let (state, c) = (&reg.state, ctx(&[]));
+        let cluster: Value = serde_json::from_str(CLUSTER).unwrap();
+        let write = |rel, value, pre, action| Write {
+            env: Env::Sandbox,
+            rel,
+            value,
+            pre,
+            action,
+            actor: "tester".to_owned(),
+        };
+        let created = write_json(
+            state,
+            &c,
+            write(
+                "clusters/c",
+                &cluster,
+                Precondition::Absent,
+                "cluster.create",
+            ),
+        );
+        let (status, etag, body) = read(created.await.unwrap()).await;
+        assert_eq!((status, etag.as_deref()), (201, Some("0")));
+        assert_eq!(body, cluster);
+        let entry = last_audit(state).await;
+        assert_eq!(entry["action"], "cluster.create");
+        assert_eq!(entry["actor"], "tester");
+        assert_eq!(entry["target"], "sandbox/clusters/c");
+        assert_eq!(entry["request_id"], "req-test");
+        assert_eq!(entry["detail"], json!({"version": 0, "created": true}));
+
+        // Preconditions fail before validation: a create over an existing document, a stale
+        // version, a version of a missing document.
+        let again = write_json(
+            state,
+            &c,
+            write("clusters/c", &cluster, Precondition::Absent, "x"),
+        );
+        assert_eq!(again.await.unwrap_err().code, "CONFLICT");
+        let stale = write_json(
+            state,
+            &c,
+            write("clusters/c", &cluster, Precondition::Version(3), "x"),
+        );
+        let e = stale.await.unwrap_err();
+        assert!(
+            e.message.contains("is at version 0 (If-Match said 3)"),
+            "{}",
+            e.message
+        );
+        let missing = write_json(
+            state,
+            &c,
+            write("clusters/d", &cluster, Precondition::Version(0), "x"),
+        );
+        assert_eq!(missing.await.unwrap_err().code, "NOT_FOUND");
+        let updated = write_json(
+            state,
+            &c,
+            write(
+                "clusters/c",
+                &cluster,
+                Precondition::Version(0),
+                "cluster.put",
+            ),
+        );
+        let (status, etag, _) = read(updated.await.unwrap()).await;
+        assert_eq!((status, etag.as_deref()), (200, Some("1")));
+
+        // A document gateways would reject is refused, naming it, and not written.
+        let orphan = api("nowhere");
+        let refused = write_json(state, &c, write("apis/a", &orphan, Precondition::Any, "x"));
+        let e = refused.await.unwrap_err();
+        assert_eq!(e.code, "VALIDATION_FAILED");
+        assert_eq!(e.details[0].path.as_deref(), Some("sandbox/apis/a"));
+        assert!(state.store.get("sandbox/apis/a").await.unwrap().is_none());
+        // The live tree is another tree: the sandbox cluster does not count there.
+        let uses_c = api("c");
+        let live = Write {
+            env: Env::Live,
+            ..write("apis/a", &uses_c, Precondition::Any, "x")
+        };
+        assert_eq!(
+            write_json(state, &c, live).await.unwrap_err().code,
+            "VALIDATION_FAILED"
+        );
+    }
+
+    #[tokio::test]
+    async fn deletes_keep_the_tree_valid_unless_forced() {
+        let reg = TestRegistry::start();
+        let state = &reg.state;
+        let store = &state.store;
+        store
+            .put("clusters/c", CLUSTER.as_bytes(), Precondition::Any)
+            .await
+            .unwrap();
+        let api = serde_json::to_vec(&api("c")).unwrap();
+        store.put("apis/a", &api, Precondition::Any).await.unwrap();
+
+        let e = delete_doc(
+            state,
+            &ctx(&[]),
+            Env::Live,
+            "clusters/c",
+            false,
+            "cluster.delete",
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.code, "VALIDATION_FAILED");
+        assert_eq!(e.details[0].path.as_deref(), Some("apis/a"));
+        let stale = ctx(&[("if-match", "\"4\"")]);
+        let e = delete_doc(state, &stale, Env::Live, "clusters/c", true, "x")
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, "CONFLICT");
+        let plain = ctx(&[]);
+        let done = delete_doc(
+            state,
+            &plain,
+            Env::Live,
+            "clusters/c",
+            true,
+            "cluster.delete",
+        );
+        assert_eq!(done.await.unwrap().status(), StatusCode::NO_CONTENT);
+        assert!(store.get("clusters/c").await.unwrap().is_none());
+        assert_eq!(last_audit(state).await["action"], "cluster.delete");
+        let e = delete_doc(state, &ctx(&[]), Env::Live, "clusters/c", true, "x")
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, "NOT_FOUND");
+    }
+
+    #[tokio::test]
+    async fn reads_answer_documents_with_their_etags() {
+        let reg = TestRegistry::start();
+        let state = &reg.state;
+        state
+            .store
+            .put(
+                "sandbox/switches/b",
+                br#"{"degraded":true}"#,
+                Precondition::Any,
+            )
+            .await
+            .unwrap();
+        state
+            .store
+            .put("sandbox/switches/a", b"{not json", Precondition::Any)
+            .await
+            .unwrap();
+        state
+            .store
+            .put(
+                "sandbox/switches/b",
+                br#"{"degraded":false}"#,
+                Precondition::Any,
+            )
+            .await
+            .unwrap();
+
+        let (status, _, body) =
+            read(list_json(state, Env::Sandbox, "switches").await.unwrap()).await;
+        assert_eq!(status, 200);
+        let items = body["items"].as_array().unwrap();
+        assert_eq!(items[0]["id"], "a");
+        assert!(
+            items[0]["error"].is_string(),
+            "an unreadable document is listed"
+        );
+        assert_eq!(
+            items[1],
+            json!({"id": "b", "etag": "1", "document": {"degraded": false}})
+        );
+        let (_, _, empty) = read(list_json(state, Env::Live, "switches").await.unwrap()).await;
+        assert_eq!(empty, json!({"items": []}));
+
+        let one = get_json(state, Env::Sandbox, "switches/b", "switch \"b\"");
+        let (status, etag, body) = read(one.await.unwrap()).await;
+        assert_eq!((status, etag.as_deref()), (200, Some("1")));
+        assert_eq!(body, json!({"degraded": false}));
+        let e = get_json(state, Env::Live, "switches/b", "switch \"b\"")
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            ("NOT_FOUND", "switch \"b\" does not exist")
+        );
+    }
+}

@@ -299,3 +299,156 @@ async fn remove(
     check_name("app key", &key)?;
     delete_doc(&state, &ctx, env, &rel(&key), true, "app.delete").await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{ctx, read as answer, TestRegistry};
+
+    fn body(v: Value) -> Bytes {
+        Bytes::from(serde_json::to_vec(&v).unwrap())
+    }
+
+    fn key(k: &str) -> Path<String> {
+        Path(k.to_owned())
+    }
+
+    async fn stored(s: &Shared, k: &str) -> v1::App {
+        let doc = s
+            .store
+            .get(&format!("sandbox/apps/{k}"))
+            .await
+            .unwrap()
+            .unwrap();
+        serde_json::from_slice(&doc.data).unwrap()
+    }
+
+    #[tokio::test]
+    async fn secrets_are_shown_once_and_never_read_back() {
+        let reg = TestRegistry::start();
+        let (s, env) = (reg.state.clone(), Extension(Env::Sandbox));
+        let made = create(
+            State(s.clone()),
+            env,
+            ctx(&[]),
+            body(json!({"app_key": "m1"})),
+        );
+        let (status, etag, shown) = answer(made.await.unwrap()).await;
+        assert_eq!((status, etag.as_deref()), (201, Some("0")));
+        let secret = shown["secret"].as_str().unwrap().to_owned();
+        assert_eq!(secret.len(), 48);
+        assert!(shown["app"].get("secret").is_none());
+        assert_eq!(
+            stored(&s, "m1").await.secret,
+            secret,
+            "the secret shown is the one stored"
+        );
+
+        // Reads never show it, nor the raw text of an unreadable app.
+        s.store
+            .put(
+                "sandbox/apps/broken",
+                br#"{"secret":"leak-me""#,
+                Precondition::Any,
+            )
+            .await
+            .unwrap();
+        let (_, _, all) = answer(list(State(s.clone()), env).await.unwrap()).await;
+        assert_eq!(all["items"].as_array().unwrap().len(), 2);
+        assert!(!all.to_string().contains(&secret));
+        assert!(!all.to_string().contains("leak-me"));
+        let one = read(State(s.clone()), env, key("m1"));
+        let (_, etag, app) = answer(one.await.unwrap()).await;
+        assert_eq!(etag.as_deref(), Some("0"));
+        assert_eq!(app, json!({"status": "active", "apis": []}));
+
+        // Rotation shows the new one once.
+        let rotated = rotate_secret(State(s.clone()), env, key("m1"), ctx(&[]));
+        let (_, etag, shown) = answer(rotated.await.unwrap()).await;
+        let new = shown["secret"].as_str().unwrap();
+        assert_ne!(new, secret);
+        assert_eq!(etag.as_deref(), Some("1"));
+        assert_eq!(stored(&s, "m1").await.secret, new);
+        // A patch may not set it.
+        let patch = update(
+            State(s.clone()),
+            env,
+            key("m1"),
+            ctx(&[]),
+            body(json!({"secret": "x"})),
+        );
+        assert_eq!(patch.await.unwrap_err().code, "BAD_REQUEST");
+    }
+
+    #[tokio::test]
+    async fn grants_status_and_preconditions() {
+        let reg = TestRegistry::start();
+        let (s, env) = (reg.state.clone(), Extension(Env::Live));
+        let made = create(
+            State(s.clone()),
+            env,
+            ctx(&[]),
+            body(json!({"app_key": "m2", "apis": ["a"]})),
+        );
+        made.await.unwrap();
+        let granted = grant(
+            State(s.clone()),
+            env,
+            key("m2"),
+            ctx(&[]),
+            body(json!({"apis": ["b", "a", "*"]})),
+        );
+        let (_, etag, app) = answer(granted.await.unwrap()).await;
+        assert_eq!(app["apis"], json!(["a", "b", "*"]));
+        assert_eq!(etag.as_deref(), Some("1"));
+        let bad = grant(
+            State(s.clone()),
+            env,
+            key("m2"),
+            ctx(&[]),
+            body(json!({"apis": ["a/b"]})),
+        );
+        assert_eq!(bad.await.unwrap_err().code, "BAD_REQUEST");
+
+        // If-Match: only over that version; without it, over the version read.
+        let stale = revoke(
+            State(s.clone()),
+            env,
+            key("m2"),
+            ctx(&[("if-match", "\"0\"")]),
+            body(json!({"apis": ["a"]})),
+        );
+        assert_eq!(stale.await.unwrap_err().code, "CONFLICT");
+        let revoked = revoke(
+            State(s.clone()),
+            env,
+            key("m2"),
+            ctx(&[("if-match", "\"1\"")]),
+            body(json!({"apis": ["a"]})),
+        );
+        let (_, _, app) = answer(revoked.await.unwrap()).await;
+        assert_eq!(app["apis"], json!(["b", "*"]));
+
+        let off = disable(State(s.clone()), env, key("m2"), ctx(&[]));
+        let (_, etag, app) = answer(off.await.unwrap()).await;
+        assert_eq!(
+            (app["status"].as_str(), etag.as_deref()),
+            (Some("disabled"), Some("3"))
+        );
+        let names = s.store.list("audit").await.unwrap();
+        let last = s
+            .store
+            .get(&format!("audit/{}", names.last().unwrap()))
+            .await
+            .unwrap()
+            .unwrap();
+        let last: Value = serde_json::from_slice(&last.data).unwrap();
+        assert_eq!(
+            (last["action"].as_str(), last["target"].as_str()),
+            (Some("app.disable"), Some("apps/m2"))
+        );
+
+        let missing = enable(State(s.clone()), env, key("nobody"), ctx(&[]));
+        assert_eq!(missing.await.unwrap_err().code, "NOT_FOUND");
+    }
+}
