@@ -1,5 +1,6 @@
 //! The registry's one error type and its JSON envelope
-//! `{"code", "message", "request_id"[, "details"]}` (the gateway's, DESIGN.md §3.2).
+//! `{"code", "message", "request_id"[, "details"]}` (the gateway's: docs/PROTOCOL.md, "The
+//! error envelope").
 //!
 //! Handlers return [`ApiError`]; it becomes a response carrying an [`ErrorBody`] extension,
 //! which the request middleware ([`crate::server`]) renders with the request id.

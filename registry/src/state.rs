@@ -1,7 +1,7 @@
 //! What every request shares: how the registry runs ([`Config`]), the state built from it
 //! ([`AppState`], one ZooKeeper store) and the id of the current request ([`RequestId`]).
 //!
-//! The registry keeps no other state (docs/ARCHITECTURE.md, "Control plane"): any number can
+//! The registry keeps no other state (docs/ARCHITECTURE.md, the control plane): any number can
 //! run side by side against one ZooKeeper.
 
 use crate::zk_store::Store;

@@ -1,7 +1,7 @@
 //! The generic document operations behind most routes: list a folder, read one document,
 //! write one (precondition checked, validated, audited) and delete one.
 //!
-//! Conventions (docs/ARCHITECTURE.md, "Control plane"): a single document is answered as
+//! Conventions (docs/ARCHITECTURE.md, the control plane): a single document is answered as
 //! itself with its znode version as `ETag: "N"`; lists are `{"items": [{"id", "etag",
 //! "document"}]}`; writes are compare-and-set under the request's precondition.
 

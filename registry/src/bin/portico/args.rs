@@ -38,7 +38,7 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Print the four signature headers for a request (DESIGN §3.1).
+    /// Print the four signature headers for a request (docs/PROTOCOL.md).
     Sign(SignArgs),
     /// Send a signed request and print the status and body.
     Call(CallArgs),
@@ -212,8 +212,8 @@ pub(crate) enum ImportCommand {
         options: DraftOptions,
         file: PathBuf,
     },
-    /// Load a whole §3.3 directory (a standalone config tree, an export) into the registry's
-    /// tree, validated as a whole.
+    /// Load a whole tree directory (docs/OPERATIONS.md: a standalone config tree, an export)
+    /// into the registry's tree, validated as a whole.
     Tree {
         /// The directory (apis/, clusters/, apps/, switches/, descriptors/, ipacl.json).
         dir: PathBuf,
