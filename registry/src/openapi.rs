@@ -4,6 +4,12 @@
 
 use crate::route::{Body, Reply, Route};
 use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+/// The document of the routes the server mounted, built once at start-up and handed to the
+/// route that serves it (as a request extension).
+#[derive(Debug, Clone)]
+pub struct Served(pub Arc<Value>);
 
 /// The OpenAPI document of `routes` (served at `/api/v1/openapi.json`).
 pub fn document(routes: &[Route]) -> Value {

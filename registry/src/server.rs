@@ -1,18 +1,19 @@
-//! The registry's HTTP server: the router (every route of [`crate::api`] under `/api/v1`, the
-//! console as the fallback), the request middleware (request id, bearer authentication, the
+//! The registry's HTTP server: the router (every route of [`crate::api`] under `/api/v1`, with
+//! their OpenAPI document, and the console as the fallback), the request middleware (request id, bearer authentication, the
 //! error envelope of docs/PROTOCOL.md, "The error envelope") and start-up.
 //!
 //! Nothing else in the crate imports this module: it sits on top.
 
 use crate::api;
 use crate::error::{ApiError, Envelope, ErrorBody};
+use crate::openapi;
 use crate::state::{AppState, Config, RequestId, Shared, REQUEST_ID_HEADER};
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::Router;
+use axum::{Extension, Router};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,10 +38,12 @@ pub fn router(state: Shared) -> Router {
         .filter(|r| r.public)
         .map(|r| format!("/api/v1{}", r.path))
         .collect();
+    let served = openapi::Served(Arc::new(openapi::document(&routes)));
     let mut api = Router::new();
     for route in routes {
         api = api.route(&route.path, route.handler);
     }
+    let api = api.layer(Extension(served));
     let gate = Gate {
         state: state.clone(),
         public: Arc::new(public),

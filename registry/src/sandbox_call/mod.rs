@@ -26,45 +26,14 @@ use crate::zk_store::Env;
 use base64::Engine as _;
 use portico_control::v1;
 use portico_control::zk::NodeInfo;
+pub use prepare::CallRequest;
 use prepare::{Outgoing, Target};
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Largest response body shown (the rest is cut, and `truncated` says so).
 const MAX_SHOWN_BODY: usize = 1024 * 1024;
-
-/// What the console asks to call.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CallRequest {
-    /// A draft API (`sandbox/apis/<id>`): gives the method, and the path if it has no variables.
-    #[serde(default)]
-    pub api_id: Option<String>,
-    /// The HTTP method (default: the draft's).
-    #[serde(default)]
-    pub method: Option<String>,
-    /// The path as sent, optionally with `?query`.
-    #[serde(default)]
-    pub path: Option<String>,
-    /// The raw query (without `?`), if not in `path`.
-    #[serde(default)]
-    pub query: Option<String>,
-    /// A string is sent as is; any other JSON value is sent as JSON.
-    #[serde(default)]
-    pub body: Option<Value>,
-    /// Extra request headers (not the signature's, not hop-by-hop ones).
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// The sandbox app to sign with.
-    #[serde(default)]
-    pub app_key: Option<String>,
-    /// The gateway node to call (default: the first live node with a sandbox listener).
-    #[serde(default)]
-    pub node_id: Option<String>,
-}
 
 /// What came back from the gateway.
 struct Received {

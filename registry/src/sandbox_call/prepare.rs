@@ -1,13 +1,43 @@
-//! What a "try it" call sends: the method, path and query (from the request, or the draft
-//! API it names), the body, the caller's headers, and the signature over exactly what is sent
-//! (docs/PROTOCOL.md, "Signing a request").
+//! What a "try it" call asks for ([`CallRequest`]) and what it sends: the method, path and
+//! query (from the request, or the draft API it names), the body, the caller's headers, and
+//! the signature over exactly what is sent (docs/PROTOCOL.md, "Signing a request").
 
-use super::CallRequest;
 use crate::error::{ApiError, ApiResult};
 use portico_control::sign::sign_request;
 use portico_control::v1;
+use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+
+/// What the console asks to call.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallRequest {
+    /// A draft API (`sandbox/apis/<id>`): gives the method, and the path if it has no variables.
+    #[serde(default)]
+    pub api_id: Option<String>,
+    /// The HTTP method (default: the draft's).
+    #[serde(default)]
+    pub method: Option<String>,
+    /// The path as sent, optionally with `?query`.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// The raw query (without `?`), if not in `path`.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// A string is sent as is; any other JSON value is sent as JSON.
+    #[serde(default)]
+    pub body: Option<Value>,
+    /// Extra request headers (not the signature's, not hop-by-hop ones).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The sandbox app to sign with.
+    #[serde(default)]
+    pub app_key: Option<String>,
+    /// The gateway node to call (default: the first live node with a sandbox listener).
+    #[serde(default)]
+    pub node_id: Option<String>,
+}
 
 /// Where the call goes on the gateway.
 #[derive(Debug, Clone, PartialEq)]

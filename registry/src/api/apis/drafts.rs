@@ -1,7 +1,7 @@
 //! Draft APIs (`sandbox/apis/<id>`): written directly (an HTTP-backend API, say) or made by
 //! the imports; served by gateways' sandbox listeners and published from here.
 
-use super::api_rel;
+use super::paths::api_rel;
 use crate::api::context::Ctx;
 use crate::api::documents::{delete_doc, get_json, list_json, write_json, Write};
 use crate::error::{ApiError, ApiResult, Detail};

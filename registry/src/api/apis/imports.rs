@@ -3,7 +3,7 @@
 //! sandbox (`sandbox/descriptors/<sha256>`) and one draft is written per RPC that has a
 //! `google.api.http` rule (the proto work itself is [`crate::protos`]).
 
-use super::api_rel;
+use super::paths::api_rel;
 use crate::api::audit::audit;
 use crate::api::context::Ctx;
 use crate::api::reply::json_response;

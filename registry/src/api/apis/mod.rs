@@ -4,14 +4,10 @@
 
 pub mod drafts;
 pub mod imports;
+pub mod paths;
 pub mod published;
 
 use crate::route::Route;
-
-/// The tree path of an API, relative to its env.
-fn api_rel(id: &str) -> String {
-    format!("apis/{id}")
-}
 
 /// The routes: published APIs, drafts, imports.
 pub fn routes() -> Vec<Route> {

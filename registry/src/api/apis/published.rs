@@ -1,7 +1,7 @@
 //! Published APIs (`apis/<id>` in the live tree) and their history (`history/<id>/<version>`):
 //! publish a sandbox draft, roll back to an earlier version, unpublish, and read both.
 
-use super::api_rel;
+use super::paths::{api_rel, history_dir, history_rel};
 use crate::api::audit::audit;
 use crate::api::context::Ctx;
 use crate::api::documents::{delete_doc, get_json, list_json};
@@ -139,7 +139,7 @@ async fn rollback(
     let old = state
         .store
         .require(
-            &format!("history/{id}/{}", req.version),
+            &history_rel(&id, req.version),
             &format!("version {} of API {id:?}", req.version),
         )
         .await?;
@@ -175,7 +175,7 @@ async fn write_version(
     let rel = api_rel(id);
     let live = store.get(&rel).await?;
     let current_version = version_of(live.as_ref()).unwrap_or(0);
-    let history = store.list(&format!("history/{id}")).await?;
+    let history = store.list(&history_dir(id)).await?;
     let max_history = history.iter().filter_map(|v| v.parse::<u64>().ok()).max();
     let next = current_version.max(max_history.unwrap_or(0)) + 1;
     let obj = value
@@ -195,7 +195,7 @@ async fn write_version(
     validate_change(state, Env::Live, &changes).await?;
     ops.push(live_write(id, &rel, &data, pre, live.as_ref())?);
     ops.push(Op::Create {
-        rel: format!("history/{id}/{next}"),
+        rel: history_rel(id, next),
         data,
     });
     commit(store, id, &ops).await?;
@@ -292,7 +292,7 @@ fn live_write(
 /// Runs the publishing transaction (after making the folders it writes into); a conflict says
 /// the API changed concurrently.
 async fn commit(store: &Store, id: &str, ops: &[Op]) -> ApiResult<()> {
-    store.ensure_dir(&format!("history/{id}")).await?;
+    store.ensure_dir(&history_dir(id)).await?;
     let writes_descriptor = ops
         .iter()
         .any(|op| matches!(op, Op::Create { rel, .. } if rel.starts_with("descriptors/")));
@@ -316,7 +316,7 @@ async fn commit(store: &Store, id: &str, ops: &[Op]) -> ApiResult<()> {
 /// The published versions of an API, which one is live, and when each was published.
 async fn history(State(state): State<Shared>, Path(id): Path<String>) -> ApiResult<Response> {
     check_name("api id", &id)?;
-    let names = state.store.list(&format!("history/{id}")).await?;
+    let names = state.store.list(&history_dir(&id)).await?;
     let mut versions: Vec<u64> = names.iter().filter_map(|n| n.parse().ok()).collect();
     versions.sort_unstable();
     if versions.is_empty() {
@@ -328,7 +328,7 @@ async fn history(State(state): State<Shared>, Path(id): Path<String>) -> ApiResu
     let live_version = version_of(live.as_ref());
     let mut items = Vec::new();
     for v in versions {
-        if let Some(stat) = state.store.stat(&format!("history/{id}/{v}")).await? {
+        if let Some(stat) = state.store.stat(&history_rel(&id, v)).await? {
             items.push(json!({
                 "version": v,
                 "published_at": portico_control::clock::rfc3339_ms(stat.ctime),
@@ -351,7 +351,7 @@ async fn history_version(
     let doc = state
         .store
         .require(
-            &format!("history/{id}/{version}"),
+            &history_rel(&id, version),
             &format!("version {version} of API {id:?}"),
         )
         .await?;
