@@ -37,6 +37,7 @@ impl Env {
         }
     }
 
+    /// `live` or `sandbox`.
     pub fn name(self) -> &'static str {
         match self {
             Env::Live => "live",
@@ -59,14 +60,18 @@ pub enum Precondition {
 /// A document as read: bytes and its znode stat (`stat.version` is the ETag).
 #[derive(Debug, Clone)]
 pub struct Doc {
+    /// The bytes as stored.
     pub data: Vec<u8>,
+    /// The znode's stat (`version` is the ETag).
     pub stat: Stat,
 }
 
 /// How a versioned write ended.
 #[derive(Debug, Clone, Copy)]
 pub struct Written {
+    /// The znode's stat (`version` is the ETag).
     pub stat: Stat,
+    /// Whether the write created the document.
     pub created: bool,
 }
 
@@ -97,6 +102,7 @@ fn persistent() -> zk::CreateOptions<'static> {
 }
 
 impl Store {
+    /// A store of the tree under `root` on the ZooKeeper `hosts` (connected on first use).
     pub fn new(hosts: &str, root: &str) -> Store {
         Store {
             hosts: hosts.to_owned(),
@@ -106,10 +112,12 @@ impl Store {
         }
     }
 
+    /// The root of the tree (normalized, e.g. `/portico`).
     pub fn root(&self) -> &str {
         &self.root
     }
 
+    /// The ZooKeeper connect string.
     pub fn hosts(&self) -> &str {
         &self.hosts
     }
@@ -395,23 +403,18 @@ impl Store {
 /// One write of a [`Store::multi`].
 #[derive(Debug, Clone)]
 pub enum Op {
-    Create {
-        rel: String,
-        data: Vec<u8>,
-    },
+    /// Create `rel` (its parent must exist).
+    Create { rel: String, data: Vec<u8> },
+    /// Set `rel`'s data if it is at `version`.
     Set {
         rel: String,
         data: Vec<u8>,
         version: i32,
     },
-    Check {
-        rel: String,
-        version: i32,
-    },
-    Delete {
-        rel: String,
-        version: Option<i32>,
-    },
+    /// Only if `rel` is at `version`.
+    Check { rel: String, version: i32 },
+    /// Delete `rel` (at `version`, if given).
+    Delete { rel: String, version: Option<i32> },
 }
 
 impl Op {

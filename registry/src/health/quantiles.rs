@@ -68,9 +68,13 @@ fn add_bucket_deltas(acc: &mut Buckets, new: &[(f64, f64)], old: Option<&[(f64, 
 /// The latency quantiles of a report, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
 pub struct Quantiles {
+    /// TP50.
     pub p50: Option<f64>,
+    /// TP90.
     pub p90: Option<f64>,
+    /// TP99.
     pub p99: Option<f64>,
+    /// TP99.9.
     pub p999: Option<f64>,
 }
 

@@ -36,9 +36,13 @@ pub struct Sample {
 /// How the last scrape of a node went.
 #[derive(Debug, Clone, Serialize)]
 pub struct NodeStatus {
+    /// The node's id.
     pub node_id: String,
+    /// Where its `/metrics` is.
     pub admin_addr: String,
+    /// Whether the last scrape read it.
     pub ok: bool,
+    /// Why the last scrape failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Milliseconds since the node's metrics were last read, if ever (set by the report).
