@@ -347,4 +347,47 @@ mod tests {
         assert_eq!(r["warming_up"], true);
         assert_eq!(r["apis"][0]["breaker"], "open");
     }
+
+    #[test]
+    fn the_window_starts_at_the_oldest_sample_within_it() {
+        let at = |secs, ok: u32| {
+            let text = TEXT.replace("status=\"200\"} 90", &format!("status=\"200\"}} {ok}"));
+            sample(secs, &[("a", &text)])
+        };
+        // Requests (200s plus the ten 502s): 100, 200, 300, 600.
+        let inner = Inner {
+            samples: [at(0, 90), at(5, 190), at(10, 290), at(15, 590)]
+                .into_iter()
+                .collect(),
+            ..Inner::default()
+        };
+        let r = report(
+            &inner,
+            Duration::from_secs(5),
+            Some("live"),
+            &SeriesFilter::All,
+        );
+        assert_eq!(r["window_s"], 5.0);
+        assert_eq!(r["apis"][0]["requests"], 300.0);
+        assert_eq!(r["apis"][0]["qps"], 60.0);
+        assert_eq!(r["apis"][0]["series"].as_array().unwrap().len(), 3);
+        assert_eq!(r["totals"]["series"][0]["qps"], 20.0);
+        let r = report(
+            &inner,
+            Duration::from_secs(60),
+            Some("live"),
+            &SeriesFilter::All,
+        );
+        assert_eq!(r["window_s"], 15.0);
+        assert_eq!(r["apis"][0]["qps"], 33.333);
+        // Another plane has nothing.
+        let r = report(
+            &inner,
+            Duration::from_secs(5),
+            Some("sandbox"),
+            &SeriesFilter::All,
+        );
+        assert_eq!(r["apis"], json!([]));
+        assert_eq!(r["totals"]["requests"], 0.0);
+    }
 }
