@@ -16,9 +16,13 @@ pub struct RegistryClient {
 /// A registry answer.
 #[derive(Debug, Clone)]
 pub struct Answer {
+    /// The HTTP status.
     pub status: StatusCode,
+    /// The ETag, unquoted (the znode version).
     pub etag: Option<String>,
+    /// The JSON body (`Null` when empty or not JSON).
     pub body: Value,
+    /// The body as received.
     pub bytes: Vec<u8>,
 }
 
@@ -61,6 +65,7 @@ impl RegistryClient {
         })
     }
 
+    /// The API's base URL (ending in `/api/v1`).
     pub fn base(&self) -> &str {
         &self.base
     }
@@ -115,14 +120,17 @@ impl RegistryClient {
         })
     }
 
+    /// `GET path`; a non-2xx answer is an error.
     pub async fn get(&self, path: &str) -> Result<Answer, ClientError> {
         self.send(self.request(Method::GET, path)).await
     }
 
+    /// `POST path` with a JSON body; a non-2xx answer is an error.
     pub async fn post(&self, path: &str, body: &Value) -> Result<Answer, ClientError> {
         self.send(self.request(Method::POST, path).json(body)).await
     }
 
+    /// `PUT path` with a JSON body; a non-2xx answer is an error.
     pub async fn put(&self, path: &str, body: &Value) -> Result<Answer, ClientError> {
         self.send(self.request(Method::PUT, path).json(body)).await
     }

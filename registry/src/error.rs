@@ -1,5 +1,6 @@
 //! The registry's one error type and its JSON envelope
-//! `{"code", "message", "request_id"[, "details"]}` (the gateway's, DESIGN.md §3.2).
+//! `{"code", "message", "request_id"[, "details"]}` (the gateway's: docs/PROTOCOL.md, "The
+//! error envelope").
 //!
 //! Handlers return [`ApiError`]; it becomes a response carrying an [`ErrorBody`] extension,
 //! which the request middleware ([`crate::server`]) renders with the request id.
@@ -18,27 +19,36 @@ pub struct Detail {
     /// The field, e.g. `backend.timeout_ms` (absent when the whole document is at fault).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// What is wrong.
     pub reason: String,
 }
 
 /// A failed request.
 #[derive(Debug, Clone)]
 pub struct ApiError {
+    /// The HTTP status.
     pub status: StatusCode,
+    /// The envelope's `code` (`CONFLICT`, `VALIDATION_FAILED`, ...).
     pub code: &'static str,
+    /// Text for a person.
     pub message: String,
+    /// The problems found in a document, if any.
     pub details: Vec<Detail>,
 }
 
 /// The rendered error, carried as a response extension until the middleware adds the request id.
 #[derive(Debug, Clone)]
 pub struct ErrorBody {
+    /// As [`ApiError::code`].
     pub code: &'static str,
+    /// As [`ApiError::message`].
     pub message: String,
+    /// As [`ApiError::details`].
     pub details: Vec<Detail>,
 }
 
 impl ApiError {
+    /// An error with its status, envelope code and message.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
@@ -48,23 +58,28 @@ impl ApiError {
         }
     }
 
+    /// The same error with `details`.
     pub fn with_details(mut self, details: Vec<Detail>) -> ApiError {
         self.details = details;
         self
     }
 
+    /// 400 `BAD_REQUEST`: unparseable JSON or a bad parameter.
     pub fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "BAD_REQUEST", message)
     }
 
+    /// 401 `UNAUTHENTICATED`: a missing or wrong admin token.
     pub fn unauthenticated(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", message)
     }
 
+    /// 404 `NOT_FOUND`.
     pub fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", message)
     }
 
+    /// 409 `CONFLICT`: a version mismatch, or the document already exists.
     pub fn conflict(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::CONFLICT, "CONFLICT", message)
     }
@@ -79,10 +94,12 @@ impl ApiError {
         .with_details(details)
     }
 
+    /// 413 `BODY_TOO_LARGE`.
     pub fn too_large(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "BODY_TOO_LARGE", message)
     }
 
+    /// 503 `ZOOKEEPER_UNAVAILABLE`.
     pub fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -91,10 +108,12 @@ impl ApiError {
         )
     }
 
+    /// 502 `UPSTREAM_ERROR`: a gateway or backend the registry called failed.
     pub fn bad_gateway(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_GATEWAY, "UPSTREAM_ERROR", message)
     }
 
+    /// 500 `INTERNAL`.
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", message)
     }
@@ -149,11 +168,16 @@ impl IntoResponse for ApiError {
 /// The JSON envelope as sent.
 #[derive(Debug, Serialize)]
 pub struct Envelope<'a> {
+    /// The error code.
     pub code: &'a str,
+    /// The message.
     pub message: &'a str,
+    /// The request's id.
     pub request_id: &'a str,
+    /// The details (left out when empty).
     #[serde(skip_serializing_if = "<[Detail]>::is_empty")]
     pub details: &'a [Detail],
 }
 
+/// The result of everything that can fail a request.
 pub type ApiResult<T> = Result<T, ApiError>;

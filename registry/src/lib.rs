@@ -1,14 +1,19 @@
 //! Portico's registry: the admin REST API over the ZooKeeper configuration tree (stateless;
 //! any number can run side by side), the publishing workflow for backend teams (protos →
-//! descriptor → sandbox drafts → publish → history → rollback), and the client side used by the
-//! `portico` CLI.
+//! descriptor → sandbox drafts → publish → history → rollback), the console's server side, and
+//! the client side used by the `portico` CLI.
 //!
-//! - [`server`]: start-up, middleware (request id, bearer auth, error envelope).
-//! - [`api`]: the routes (one table; the OpenAPI document is generated from it).
-//! - [`store`]: ZooKeeper access with compare-and-set writes.
-//! - [`protos`]: proto compilation, descriptor analysis, gRPC reflection import, drafts.
-//! - [`openapi`]: the OpenAPI 3 document.
-//! - [`client`]: a small HTTP client of this API (used by the CLI).
+//! Layers, each importing only the ones below it:
+//! - [`server`]: the router, the request middleware (request id, bearer auth, error envelope)
+//!   and start-up;
+//! - [`api`]: the routes, one module per resource; [`openapi`]: the OpenAPI document of them;
+//! - [`health`] (per-API health from the gateways' metrics), [`sandbox_call`] (the console's
+//!   "try it"), [`protos`] (proto compilation, descriptor analysis, reflection, drafts):
+//!   the logic behind some routes;
+//! - [`route`] (route descriptions), [`input`] (checking what clients send), [`state`]
+//!   (config and shared state), [`zk_store`] (ZooKeeper access with compare-and-set writes),
+//!   [`console`] (the built admin UI), [`error`] (the one error type);
+//! - [`client`]: a small HTTP client of this API (used by the CLI), apart from the rest.
 
 #![recursion_limit = "1024"]
 
@@ -17,10 +22,16 @@ pub mod client;
 pub mod console;
 pub mod error;
 pub mod health;
+pub mod input;
 pub mod openapi;
 pub mod protos;
+pub mod route;
 pub mod sandbox_call;
 pub mod server;
-pub mod store;
+pub mod state;
+#[cfg(test)]
+mod test_support;
+pub mod zk_store;
 
-pub use server::{router, spawn, AppState, Config};
+pub use server::{router, spawn};
+pub use state::{AppState, Config};

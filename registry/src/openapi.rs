@@ -1,88 +1,23 @@
-//! The OpenAPI 3 document of `/api/v1`, generated from the route table ([`crate::api::routes`])
-//! plus hand-written schemas of the v1 documents and the API's own messages.
+//! The OpenAPI 3 document of `/api/v1`, generated from the route descriptions
+//! ([`crate::route::Route`], listed by [`crate::api::routes`]) plus hand-written schemas of the v1
+//! documents and the API's own messages.
 
-use crate::api::{routes, Body, Reply};
+use crate::route::{Body, Reply, Route};
 use serde_json::{json, Map, Value};
+use std::sync::Arc;
 
-/// The OpenAPI document served at `/api/v1/openapi.json`.
-pub fn document() -> Value {
+/// The document of the routes the server mounted, built once at start-up and handed to the
+/// route that serves it (as a request extension).
+#[derive(Debug, Clone)]
+pub struct Served(pub Arc<Value>);
+
+/// The OpenAPI document of `routes` (served at `/api/v1/openapi.json`).
+pub fn document(routes: &[Route]) -> Value {
     let mut paths = Map::new();
-    for route in routes() {
+    for route in routes {
         let entry = paths.entry(route.path.clone()).or_insert_with(|| json!({}));
-        let mut parameters: Vec<Value> = route
-            .path
-            .split('/')
-            .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
-            .map(|name| {
-                let schema = if name == "version" {
-                    json!({"type": "integer", "minimum": 1})
-                } else {
-                    json!({"type": "string", "pattern": "^[A-Za-z0-9._-]{1,128}$"})
-                };
-                json!({"name": name, "in": "path", "required": true, "schema": schema})
-            })
-            .collect();
-        for (name, description) in &route.query {
-            parameters.push(json!({
-                "name": name, "in": "query", "required": false,
-                "description": description, "schema": {"type": "string"}
-            }));
-        }
-        if route.conditional {
-            parameters.push(json!({"$ref": "#/components/parameters/IfMatch"}));
-            parameters.push(json!({"$ref": "#/components/parameters/IfNoneMatch"}));
-        }
-        parameters.push(json!({"$ref": "#/components/parameters/Operator"}));
-        parameters.push(json!({"$ref": "#/components/parameters/RequestId"}));
-
-        let mut responses = Map::new();
-        match route.reply {
-            Reply::Json(status, schema) => {
-                responses.insert(
-                    status.to_string(),
-                    json!({
-                        "description": "success",
-                        "headers": {"ETag": {"$ref": "#/components/headers/ETag"}},
-                        "content": {"application/json": {"schema": schema_ref(schema)}}
-                    }),
-                );
-            }
-            Reply::Binary => {
-                responses.insert(
-                    "200".to_owned(),
-                    json!({"description": "success", "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}),
-                );
-            }
-            Reply::Empty => {
-                responses.insert("204".to_owned(), json!({"description": "done"}));
-            }
-        }
-        let mut errors = vec!["400", "404", "409", "422", "503"];
-        if !route.public {
-            errors.push("401");
-        }
-        for status in errors {
-            responses.insert(
-                status.to_owned(),
-                json!({"$ref": format!("#/components/responses/Error{status}")}),
-            );
-        }
-
-        let mut op = json!({
-            "operationId": operation_id(route.method.as_str(), &route.path),
-            "summary": route.summary,
-            "tags": [route.tag],
-            "parameters": parameters,
-            "responses": responses,
-        });
-        if route.public {
-            op["security"] = json!([]);
-        }
-        if let Some(body) = request_body(route.body) {
-            op["requestBody"] = body;
-        }
         if let Some(obj) = entry.as_object_mut() {
-            obj.insert(route.method.as_str().to_ascii_lowercase(), op);
+            obj.insert(route.method.as_str().to_ascii_lowercase(), operation(route));
         }
     }
     json!({
@@ -100,6 +35,92 @@ pub fn document() -> Value {
         "paths": paths,
         "components": components(),
     })
+}
+
+/// The operation object of one route.
+fn operation(route: &Route) -> Value {
+    let mut op = json!({
+        "operationId": operation_id(route.method.as_str(), &route.path),
+        "summary": route.summary,
+        "tags": [route.tag],
+        "parameters": parameters(route),
+        "responses": responses(route),
+    });
+    if route.public {
+        op["security"] = json!([]);
+    }
+    if let Some(body) = request_body(route.body) {
+        op["requestBody"] = body;
+    }
+    op
+}
+
+/// Path variables (`{version}` an integer, others names), query parameters, the
+/// precondition headers of conditional routes, and the operator and request id headers.
+fn parameters(route: &Route) -> Vec<Value> {
+    let mut parameters: Vec<Value> = route
+        .path
+        .split('/')
+        .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+        .map(|name| {
+            let schema = if name == "version" {
+                json!({"type": "integer", "minimum": 1})
+            } else {
+                json!({"type": "string", "pattern": "^[A-Za-z0-9._-]{1,128}$"})
+            };
+            json!({"name": name, "in": "path", "required": true, "schema": schema})
+        })
+        .collect();
+    for (name, description) in &route.query {
+        parameters.push(json!({
+            "name": name, "in": "query", "required": false,
+            "description": description, "schema": {"type": "string"}
+        }));
+    }
+    if route.conditional {
+        parameters.push(json!({"$ref": "#/components/parameters/IfMatch"}));
+        parameters.push(json!({"$ref": "#/components/parameters/IfNoneMatch"}));
+    }
+    parameters.push(json!({"$ref": "#/components/parameters/Operator"}));
+    parameters.push(json!({"$ref": "#/components/parameters/RequestId"}));
+    parameters
+}
+
+/// The success response, and the error envelopes the route can answer (401 unless public).
+fn responses(route: &Route) -> Map<String, Value> {
+    let mut responses = Map::new();
+    match route.reply {
+        Reply::Json(status, schema) => {
+            responses.insert(
+                status.to_string(),
+                json!({
+                    "description": "success",
+                    "headers": {"ETag": {"$ref": "#/components/headers/ETag"}},
+                    "content": {"application/json": {"schema": schema_ref(schema)}}
+                }),
+            );
+        }
+        Reply::Binary => {
+            responses.insert(
+                "200".to_owned(),
+                json!({"description": "success", "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}),
+            );
+        }
+        Reply::Empty => {
+            responses.insert("204".to_owned(), json!({"description": "done"}));
+        }
+    }
+    let mut errors = vec!["400", "404", "409", "422", "503"];
+    if !route.public {
+        errors.push("401");
+    }
+    for status in errors {
+        responses.insert(
+            status.to_owned(),
+            json!({"$ref": format!("#/components/responses/Error{status}")}),
+        );
+    }
+    responses
 }
 
 fn operation_id(method: &str, path: &str) -> String {
@@ -147,11 +168,8 @@ fn error_response(description: &str) -> Value {
     json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
 }
 
+/// The reusable parts: security, parameters, headers, error responses and schemas.
 fn components() -> Value {
-    let rate_key = json!({"oneOf": [
-        {"type": "string", "description": "api, app, ip or header:<Name>"},
-        {"type": "array", "items": {"type": "string"}}
-    ]});
     json!({
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "the admin token (--admin-token-file or PORTICO_ADMIN_TOKEN)"}},
         "parameters": {
@@ -169,157 +187,233 @@ fn components() -> Value {
             "Error422": error_response("VALIDATION_FAILED: details name the document and field"),
             "Error503": error_response("ZOOKEEPER_UNAVAILABLE")
         },
-        "schemas": {
-            "Error": {"type": "object", "required": ["code", "message", "request_id"], "properties": {
-                "code": {"type": "string"}, "message": {"type": "string"}, "request_id": {"type": "string"},
-                "details": {"type": "array", "items": {"type": "object", "properties": {
-                    "path": {"type": "string"}, "field": {"type": "string"}, "reason": {"type": "string"}}}}
-            }},
-            "List": {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {
-                "id": {"type": "string"}, "etag": {"type": "string"}, "document": {"type": "object"}, "error": {"type": "string"}}}}}},
-            "HttpBinding": {"type": "object", "required": ["method", "path"], "properties": {
-                "method": {"type": "string"}, "path": {"type": "string"}, "body": {"type": "string"}, "response_body": {"type": "string"}}},
-            "HttpRule": {"type": "object", "required": ["method", "path"], "properties": {
-                "method": {"type": "string", "enum": ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]},
-                "path": {"type": "string", "description": "google.api.http path template"},
-                "body": {"type": "string"}, "response_body": {"type": "string"},
-                "additional_bindings": {"type": "array", "items": {"$ref": "#/components/schemas/HttpBinding"}}}},
-            "RateLimitRule": {"type": "object", "required": ["limit", "per"], "properties": {
-                "key": rate_key, "limit": {"type": "integer"}, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": {"type": "integer"}}},
-            "Policy": {"type": "object", "properties": {
-                "bulkhead": {"type": "object", "properties": {"max_concurrent": {"type": "integer"}, "max_wait_ms": {"type": "integer"}}},
-                "breaker": {"type": "object", "properties": {
-                    "consecutive_failures": {"type": "integer"}, "slow_call_ms": {"type": "integer"}, "consecutive_slow_calls": {"type": "integer"},
-                    "open_ms": {"type": "integer"}, "half_open_probes": {"type": "integer"}, "error_ratio": {"type": "number"},
-                    "min_calls": {"type": "integer"}, "window_ms": {"type": "integer"}}},
-                "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/RateLimitRule"}},
-                "max_body_bytes": {"type": "integer"}}},
-            "ApiDefinition": {"type": "object", "required": ["http", "backend"], "properties": {
-                "id": {"type": "string"}, "version": {"type": "integer"},
-                "http": {"$ref": "#/components/schemas/HttpRule"},
-                "backend": {"type": "object", "required": ["cluster"], "properties": {
-                    "cluster": {"type": "string"}, "timeout_ms": {"type": "integer", "default": 3000},
-                    "grpc": {"type": "object", "required": ["service", "method", "descriptor"], "properties": {
-                        "service": {"type": "string"}, "method": {"type": "string"}, "descriptor": {"type": "string", "description": "sha256 of descriptors/<sha256>"}}},
-                    "http": {"type": "object", "properties": {"path": {"type": "string"}}}}},
-                "auth": {"type": "string", "enum": ["signature", "none"], "default": "signature"},
-                "policy": {"$ref": "#/components/schemas/Policy"},
-                "description": {"type": "string"}}},
-            "Cluster": {"type": "object", "required": ["protocol", "endpoints"], "properties": {
-                "protocol": {"type": "string", "enum": ["http", "grpc"]},
-                "endpoints": {"type": "array", "items": {"type": "object", "required": ["addr"], "properties": {
-                    "addr": {"type": "string"}, "weight": {"type": "integer", "default": 1}}}},
-                "balancing": {"type": "string"}}},
-            "NamedCluster": {"allOf": [{"$ref": "#/components/schemas/Cluster"}, {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}]},
-            "Switch": {"type": "object", "properties": {
-                "degraded": {"type": "boolean"}, "reason": {"type": "string"},
-                "updated_by": {"type": "string", "description": "set from X-Portico-Operator, else this field, else admin"},
-                "updated_at": {"type": "string", "format": "date-time", "description": "set by the registry"},
-                "fallback": {"type": "object", "properties": {
-                    "status": {"type": "integer", "default": 200}, "headers": {"type": "object", "additionalProperties": {"type": "string"}}, "body": {}}}}},
-            "IpAcl": {"type": "object", "properties": {
-                "deny": {"type": "array", "items": {"type": "string"}}, "allow": {"type": "array", "items": {"type": "string"}},
-                "trusted_proxies": {"type": "array", "items": {"type": "string"}}}},
-            "AppRateLimit": {"type": "object", "required": ["limit", "per"], "properties": {
-                "limit": {"type": "integer"}, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": {"type": "integer"}}},
-            "AppView": {"type": "object", "description": "an app without its secret", "properties": {
-                "name": {"type": "string"}, "status": {"type": "string", "enum": ["active", "disabled"]},
-                "apis": {"type": "array", "items": {"type": "string"}},
-                "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}}}},
-            "AppCreate": {"type": "object", "properties": {
-                "app_key": {"type": "string"}, "name": {"type": "string"}, "secret": {"type": "string", "minLength": 8},
-                "status": {"type": "string", "enum": ["active", "disabled"]},
-                "apis": {"type": "array", "items": {"type": "string"}},
-                "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}}}},
-            "AppPatch": {"type": "object", "properties": {
-                "name": {"type": "string"}, "status": {"type": "string", "enum": ["active", "disabled"]},
-                "apis": {"type": "array", "items": {"type": "string"}},
-                "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}}}},
-            "AppCredentials": {"type": "object", "required": ["app_key", "secret"], "properties": {
-                "app_key": {"type": "string"}, "secret": {"type": "string", "description": "shown only in this response"},
-                "etag": {"type": "string"}, "app": {"$ref": "#/components/schemas/AppView"}}},
-            "ApiIds": {"type": "object", "required": ["apis"], "properties": {"apis": {"type": "array", "items": {"type": "string"}}}},
-            "PublishRequest": {"type": "object", "properties": {
-                "expected_version": {"type": "integer", "description": "the live document's ETag (as If-Match)"}, "comment": {"type": "string"}}},
-            "RollbackRequest": {"type": "object", "required": ["version"], "properties": {
-                "version": {"type": "integer"}, "expected_version": {"type": "integer"}, "comment": {"type": "string"}}},
-            "Published": {"type": "object", "properties": {
-                "id": {"type": "string"}, "version": {"type": "integer"}, "etag": {"type": "string"},
-                "document": {"$ref": "#/components/schemas/ApiDefinition"}}},
-            "History": {"type": "object", "properties": {
-                "id": {"type": "string"}, "live_version": {"type": "integer", "nullable": true},
-                "versions": {"type": "array", "items": {"type": "object", "properties": {
-                    "version": {"type": "integer"}, "published_at": {"type": "string", "format": "date-time"}, "live": {"type": "boolean"}}}}}},
-            "ImportOptions": {"type": "object", "required": ["cluster"], "properties": {
-                "cluster": {"type": "string"}, "auth": {"type": "string", "enum": ["signature", "none"]},
-                "timeout_ms": {"type": "integer"}, "services": {"type": "array", "items": {"type": "string"}},
-                "ids": {"type": "object", "additionalProperties": {"type": "string"}, "description": "API id by RPC (pkg.Service/Method)"}}},
-            "ProtoImport": {"allOf": [{"$ref": "#/components/schemas/ImportOptions"}, {"type": "object", "required": ["files"], "properties": {
-                "files": {"type": "object", "additionalProperties": {"type": "string"}, "description": "import path → .proto source"}}}]},
-            "DescriptorImport": {"allOf": [{"$ref": "#/components/schemas/ImportOptions"}, {"type": "object", "required": ["descriptor_set"], "properties": {
-                "descriptor_set": {"type": "string", "format": "byte"}}}]},
-            "ReflectionImport": {"allOf": [{"$ref": "#/components/schemas/ImportOptions"}, {"type": "object", "required": ["addr"], "properties": {
-                "addr": {"type": "string", "description": "host:port of the gRPC backend"}}}]},
-            "ImportResult": {"type": "object", "properties": {
-                "descriptor": {"type": "string"}, "descriptor_bytes": {"type": "integer"},
-                "services": {"type": "array", "items": {"type": "string"}},
-                "drafts": {"type": "array", "items": {"type": "object", "properties": {
-                    "id": {"type": "string"}, "rpc": {"type": "string"}, "created": {"type": "boolean"}, "etag": {"type": "string"},
-                    "http": {"$ref": "#/components/schemas/HttpRule"}}}},
-                "skipped": {"type": "array", "items": {"type": "object", "properties": {"method": {"type": "string"}, "reason": {"type": "string"}}}},
-                "problems": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "reason": {"type": "string"}}}}}},
-            "DescriptorList": {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {
-                "sha256": {"type": "string"}, "bytes": {"type": "integer"}}}}}},
-            "Health": {"type": "object", "properties": {"status": {"type": "string"}, "zookeeper": {"type": "string"}, "root": {"type": "string"}}},
-            "AuditLog": {"type": "object", "properties": {
-                "entries": {"type": "array", "items": {"type": "object", "properties": {
-                    "id": {"type": "string"}, "at": {"type": "string", "format": "date-time"}, "actor": {"type": "string"},
-                    "action": {"type": "string"}, "target": {"type": "string"}, "request_id": {"type": "string"}, "detail": {"type": "object"}}}},
-                "next_before": {"type": "string", "nullable": true}}},
-            "Nodes": {"type": "object", "properties": {
-                "generation": {"type": "integer", "description": "the live tree's current generation"},
-                "digest": {"type": "string"},
-                "nodes": {"type": "array", "items": {"type": "object", "properties": {
-                    "node_id": {"type": "string"}, "addr": {"type": "string"}, "admin_addr": {"type": "string"}, "sandbox_addr": {"type": "string"},
-                    "started_at": {"type": "string"}, "updated_at": {"type": "string"},
-                    "config_version": {"type": "object", "properties": {"generation": {"type": "integer"}, "digest": {"type": "string"}}},
-                    "in_sync": {"type": "boolean"}, "lag_zxid": {"type": "integer"}, "updated_ms_ago": {"type": "integer"}}}}}},
-            "Export": {"type": "object", "properties": {
-                "env": {"type": "string"}, "generation": {"type": "integer"},
-                "files": {"type": "object", "additionalProperties": {"type": "object", "properties": {
-                    "encoding": {"type": "string", "enum": ["utf-8", "base64"]}, "content": {"type": "string"}}}}}}
+        "schemas": merged([document_schemas(), message_schemas(), import_and_ops_schemas()]),
+    })
+}
+
+/// One object of the keys of every object of `parts`.
+fn merged<const N: usize>(parts: [Value; N]) -> Value {
+    let mut all = Map::new();
+    for part in parts {
+        if let Value::Object(map) = part {
+            all.extend(map);
         }
+    }
+    Value::Object(all)
+}
+
+/// The v1 documents of the tree (docs/OPERATIONS.md, "The configuration tree").
+fn document_schemas() -> Value {
+    let rate_key = json!({"oneOf": [
+        {"type": "string", "description": "api, app, ip or header:<Name>"},
+        {"type": "array", "items": {"type": "string"}}
+    ]});
+    json!({
+    "HttpBinding": {"type": "object", "required": ["method", "path"], "properties": {
+        "method": {"type": "string"}, "path": {"type": "string"}, "body": {"type": "string"}, "response_body": {"type": "string"}}},
+    "HttpRule": {"type": "object", "required": ["method", "path"], "properties": {
+        "method": {"type": "string", "enum": ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]},
+        "path": {"type": "string", "description": "google.api.http path template"},
+        "body": {"type": "string"}, "response_body": {"type": "string"},
+        "additional_bindings": {"type": "array", "items": {"$ref": "#/components/schemas/HttpBinding"}}}},
+    "RateLimitRule": {"type": "object", "required": ["limit", "per"], "properties": {
+        "key": rate_key, "limit": {"type": "integer"}, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": {"type": "integer"}}},
+    "Policy": {"type": "object", "properties": {
+        "bulkhead": {"type": "object", "properties": {"max_concurrent": {"type": "integer"}, "max_wait_ms": {"type": "integer"}}},
+        "breaker": {"type": "object", "properties": {
+            "consecutive_failures": {"type": "integer"}, "slow_call_ms": {"type": "integer"}, "consecutive_slow_calls": {"type": "integer"},
+            "open_ms": {"type": "integer"}, "half_open_probes": {"type": "integer"}, "error_ratio": {"type": "number"},
+            "min_calls": {"type": "integer"}, "window_ms": {"type": "integer"}}},
+        "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/RateLimitRule"}},
+        "max_body_bytes": {"type": "integer"}}},
+    "ApiDefinition": {"type": "object", "required": ["http", "backend"], "properties": {
+        "id": {"type": "string"}, "version": {"type": "integer"},
+        "http": {"$ref": "#/components/schemas/HttpRule"},
+        "backend": {"type": "object", "required": ["cluster"], "properties": {
+            "cluster": {"type": "string"}, "timeout_ms": {"type": "integer", "default": 3000},
+            "grpc": {"type": "object", "required": ["service", "method", "descriptor"], "properties": {
+                "service": {"type": "string"}, "method": {"type": "string"}, "descriptor": {"type": "string", "description": "sha256 of descriptors/<sha256>"}}},
+            "http": {"type": "object", "properties": {"path": {"type": "string"}}}}},
+        "auth": {"type": "string", "enum": ["signature", "none"], "default": "signature"},
+        "policy": {"$ref": "#/components/schemas/Policy"},
+        "description": {"type": "string"}}},
+    "Cluster": {"type": "object", "required": ["protocol", "endpoints"], "properties": {
+        "protocol": {"type": "string", "enum": ["http", "grpc"]},
+        "endpoints": {"type": "array", "items": {"type": "object", "required": ["addr"], "properties": {
+            "addr": {"type": "string"}, "weight": {"type": "integer", "default": 1}}}},
+        "balancing": {"type": "string"}}},
+    "NamedCluster": {"allOf": [{"$ref": "#/components/schemas/Cluster"}, {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}]},
+    "Switch": {"type": "object", "properties": {
+        "degraded": {"type": "boolean"}, "reason": {"type": "string"},
+        "updated_by": {"type": "string", "description": "set from X-Portico-Operator, else this field, else admin"},
+        "updated_at": {"type": "string", "format": "date-time", "description": "set by the registry"},
+        "fallback": {"type": "object", "properties": {
+            "status": {"type": "integer", "default": 200}, "headers": {"type": "object", "additionalProperties": {"type": "string"}}, "body": {}}}}},
+    "IpAcl": {"type": "object", "properties": {
+        "deny": {"type": "array", "items": {"type": "string"}}, "allow": {"type": "array", "items": {"type": "string"}},
+        "trusted_proxies": {"type": "array", "items": {"type": "string"}}}},
+    "AppRateLimit": {"type": "object", "required": ["limit", "per"], "properties": {
+        "limit": {"type": "integer"}, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": {"type": "integer"}}}
+    })
+}
+
+/// The API's own messages: errors, lists, apps, publishing.
+fn message_schemas() -> Value {
+    json!({
+    "Error": {"type": "object", "required": ["code", "message", "request_id"], "properties": {
+        "code": {"type": "string"}, "message": {"type": "string"}, "request_id": {"type": "string"},
+        "details": {"type": "array", "items": {"type": "object", "properties": {
+            "path": {"type": "string"}, "field": {"type": "string"}, "reason": {"type": "string"}}}}
+    }},
+    "List": {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {
+        "id": {"type": "string"}, "etag": {"type": "string"}, "document": {"type": "object"}, "error": {"type": "string"}}}}}},
+    "AppView": {"type": "object", "description": "an app without its secret", "properties": {
+        "name": {"type": "string"}, "status": {"type": "string", "enum": ["active", "disabled"]},
+        "apis": {"type": "array", "items": {"type": "string"}},
+        "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}}}},
+    "AppCreate": {"type": "object", "properties": {
+        "app_key": {"type": "string"}, "name": {"type": "string"}, "secret": {"type": "string", "minLength": 8},
+        "status": {"type": "string", "enum": ["active", "disabled"]},
+        "apis": {"type": "array", "items": {"type": "string"}},
+        "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}}}},
+    "AppPatch": {"type": "object", "properties": {
+        "name": {"type": "string"}, "status": {"type": "string", "enum": ["active", "disabled"]},
+        "apis": {"type": "array", "items": {"type": "string"}},
+        "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}}}},
+    "AppCredentials": {"type": "object", "required": ["app_key", "secret"], "properties": {
+        "app_key": {"type": "string"}, "secret": {"type": "string", "description": "shown only in this response"},
+        "etag": {"type": "string"}, "app": {"$ref": "#/components/schemas/AppView"}}},
+    "ApiIds": {"type": "object", "required": ["apis"], "properties": {"apis": {"type": "array", "items": {"type": "string"}}}},
+    "PublishRequest": {"type": "object", "properties": {
+        "expected_version": {"type": "integer", "description": "the live document's ETag (as If-Match)"}, "comment": {"type": "string"}}},
+    "RollbackRequest": {"type": "object", "required": ["version"], "properties": {
+        "version": {"type": "integer"}, "expected_version": {"type": "integer"}, "comment": {"type": "string"}}},
+    "Published": {"type": "object", "properties": {
+        "id": {"type": "string"}, "version": {"type": "integer"}, "etag": {"type": "string"},
+        "document": {"$ref": "#/components/schemas/ApiDefinition"}}},
+    "History": {"type": "object", "properties": {
+        "id": {"type": "string"}, "live_version": {"type": "integer", "nullable": true},
+        "versions": {"type": "array", "items": {"type": "object", "properties": {
+            "version": {"type": "integer"}, "published_at": {"type": "string", "format": "date-time"}, "live": {"type": "boolean"}}}}}}
+    })
+}
+
+/// The API's own messages: imports, descriptors, health, audit, nodes, export.
+fn import_and_ops_schemas() -> Value {
+    json!({
+    "ImportOptions": {"type": "object", "required": ["cluster"], "properties": {
+        "cluster": {"type": "string"}, "auth": {"type": "string", "enum": ["signature", "none"]},
+        "timeout_ms": {"type": "integer"}, "services": {"type": "array", "items": {"type": "string"}},
+        "ids": {"type": "object", "additionalProperties": {"type": "string"}, "description": "API id by RPC (pkg.Service/Method)"}}},
+    "ProtoImport": {"allOf": [{"$ref": "#/components/schemas/ImportOptions"}, {"type": "object", "required": ["files"], "properties": {
+        "files": {"type": "object", "additionalProperties": {"type": "string"}, "description": "import path → .proto source"}}}]},
+    "DescriptorImport": {"allOf": [{"$ref": "#/components/schemas/ImportOptions"}, {"type": "object", "required": ["descriptor_set"], "properties": {
+        "descriptor_set": {"type": "string", "format": "byte"}}}]},
+    "ReflectionImport": {"allOf": [{"$ref": "#/components/schemas/ImportOptions"}, {"type": "object", "required": ["addr"], "properties": {
+        "addr": {"type": "string", "description": "host:port of the gRPC backend"}}}]},
+    "ImportResult": {"type": "object", "properties": {
+        "descriptor": {"type": "string"}, "descriptor_bytes": {"type": "integer"},
+        "services": {"type": "array", "items": {"type": "string"}},
+        "drafts": {"type": "array", "items": {"type": "object", "properties": {
+            "id": {"type": "string"}, "rpc": {"type": "string"}, "created": {"type": "boolean"}, "etag": {"type": "string"},
+            "http": {"$ref": "#/components/schemas/HttpRule"}}}},
+        "skipped": {"type": "array", "items": {"type": "object", "properties": {"method": {"type": "string"}, "reason": {"type": "string"}}}},
+        "problems": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "reason": {"type": "string"}}}}}},
+    "DescriptorList": {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {
+        "sha256": {"type": "string"}, "bytes": {"type": "integer"}}}}}},
+    "Health": {"type": "object", "properties": {"status": {"type": "string"}, "zookeeper": {"type": "string"}, "root": {"type": "string"}}},
+    "AuditLog": {"type": "object", "properties": {
+        "entries": {"type": "array", "items": {"type": "object", "properties": {
+            "id": {"type": "string"}, "at": {"type": "string", "format": "date-time"}, "actor": {"type": "string"},
+            "action": {"type": "string"}, "target": {"type": "string"}, "request_id": {"type": "string"}, "detail": {"type": "object"}}}},
+        "next_before": {"type": "string", "nullable": true}}},
+    "Nodes": {"type": "object", "properties": {
+        "generation": {"type": "integer", "description": "the live tree's current generation"},
+        "digest": {"type": "string"},
+        "nodes": {"type": "array", "items": {"type": "object", "properties": {
+            "node_id": {"type": "string"}, "addr": {"type": "string"}, "admin_addr": {"type": "string"}, "sandbox_addr": {"type": "string"},
+            "started_at": {"type": "string"}, "updated_at": {"type": "string"},
+            "config_version": {"type": "object", "properties": {"generation": {"type": "integer"}, "digest": {"type": "string"}}},
+            "in_sync": {"type": "boolean"}, "lag_zxid": {"type": "integer"}, "updated_ms_ago": {"type": "integer"}}}}}},
+    "Export": {"type": "object", "properties": {
+        "env": {"type": "string"}, "generation": {"type": "integer"},
+        "files": {"type": "object", "additionalProperties": {"type": "object", "properties": {
+            "encoding": {"type": "string", "enum": ["utf-8", "base64"]}, "content": {"type": "string"}}}}}}
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::Method;
+    use axum::routing::get;
 
-    /// Every route is in the document, and every `$ref` resolves.
+    fn sample_routes() -> Vec<Route> {
+        vec![
+            Route::new(Method::GET, "/open", "meta", "Open", get(|| async {})).public(),
+            Route::new(
+                Method::PUT,
+                "/apis/{id}/history/{version}",
+                "apis",
+                "Put",
+                get(|| async {}),
+            )
+            .body(Body::Json("PublishRequest"))
+            .reply(Reply::Empty)
+            .query("force", "even so")
+            .conditional(),
+        ]
+    }
+
     #[test]
-    fn complete_and_consistent() {
-        let doc = document();
-        for route in routes() {
-            let op = &doc["paths"][&route.path][route.method.as_str().to_ascii_lowercase()];
-            assert!(
-                op.is_object(),
-                "{} {} missing from the OpenAPI document",
-                route.method,
-                route.path
-            );
-        }
-        let text = doc.to_string();
-        let mut rest = text.as_str();
-        while let Some(i) = rest.find("\"$ref\":\"#/components/") {
-            let tail = &rest[i + "\"$ref\":\"#/components/".len()..];
-            let end = tail.find('"').unwrap();
-            let mut target = &doc["components"];
-            for part in tail[..end].split('/') {
-                target = &target[part];
-            }
-            assert!(!target.is_null(), "dangling $ref {}", &tail[..end]);
-            rest = &tail[end..];
+    fn operations_follow_the_route_descriptions() {
+        let doc = document(&sample_routes());
+        let open = &doc["paths"]["/open"]["get"];
+        assert_eq!(open["operationId"], "get_open");
+        assert_eq!(open["security"], json!([]));
+        assert!(open["responses"].get("401").is_none());
+        assert!(open["responses"]["200"].is_object());
+
+        let put = &doc["paths"]["/apis/{id}/history/{version}"]["put"];
+        assert_eq!(put["operationId"], "put_apis_id_history_version");
+        assert_eq!(put["tags"], json!(["apis"]));
+        assert!(put.get("security").is_none());
+        assert!(put["responses"]["401"].is_object());
+        assert!(put["responses"]["204"].is_object());
+        let params = put["parameters"].as_array().unwrap();
+        assert_eq!(params[0]["name"], "id");
+        assert_eq!(params[0]["schema"]["type"], "string");
+        assert_eq!(params[1]["name"], "version");
+        assert_eq!(params[1]["schema"]["type"], "integer");
+        assert_eq!(params[2]["in"], "query");
+        let refs: Vec<&str> = params[3..]
+            .iter()
+            .filter_map(|p| p["$ref"].as_str())
+            .collect();
+        assert_eq!(
+            refs,
+            [
+                "#/components/parameters/IfMatch",
+                "#/components/parameters/IfNoneMatch",
+                "#/components/parameters/Operator",
+                "#/components/parameters/RequestId"
+            ]
+        );
+        // A publish body may be empty.
+        assert_eq!(put["requestBody"]["required"], false);
+    }
+
+    #[test]
+    fn schemas_of_every_part_are_merged() {
+        let schemas = &components()["schemas"];
+        for name in [
+            "ApiDefinition",
+            "Error",
+            "AppCredentials",
+            "ImportResult",
+            "Export",
+        ] {
+            assert!(schemas[name].is_object(), "{name}");
         }
     }
 }

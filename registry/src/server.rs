@@ -1,68 +1,58 @@
-//! The registry's HTTP server: shared state, the request middleware (request id, bearer
-//! authentication, the error envelope) and start-up.
+//! The registry's HTTP server: the router (every route of [`crate::api`] under `/api/v1`, with
+//! their OpenAPI document, and the console as the fallback), the request middleware (request id, bearer authentication, the
+//! error envelope of docs/PROTOCOL.md, "The error envelope") and start-up.
+//!
+//! Nothing else in the crate imports this module: it sits on top.
 
 use crate::api;
 use crate::error::{ApiError, Envelope, ErrorBody};
-use crate::store::Store;
+use crate::openapi;
+use crate::state::{AppState, Config, RequestId, Shared, REQUEST_ID_HEADER};
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::Router;
+use axum::{Extension, Router};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// The header carrying the request id, as on the gateway.
-pub const REQUEST_ID_HEADER: &str = "x-portico-request-id";
-/// Who made a change, for the audit log and switches (`X-Portico-Operator: sre-alice`).
-pub const OPERATOR_HEADER: &str = "x-portico-operator";
 /// Largest request body (proto sources and descriptor sets included).
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
-/// How a registry runs.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// ZooKeeper connect string.
-    pub zk_hosts: String,
-    /// Root of the tree (default `/portico`).
-    pub zk_root: String,
-    /// The admin bearer token; `None` only with `--insecure-no-auth`.
-    pub token: Option<String>,
-}
-
-/// State shared by every request.
-pub struct AppState {
-    pub store: Store,
-    pub token: Option<String>,
-}
-
-pub type Shared = Arc<AppState>;
-
-/// The request id of the current request.
-#[derive(Debug, Clone)]
-pub struct RequestId(pub String);
-
-impl AppState {
-    pub fn new(config: &Config) -> Shared {
-        Arc::new(AppState {
-            store: Store::new(&config.zk_hosts, &config.zk_root),
-            token: config.token.clone(),
-        })
-    }
+/// What the middleware needs: the state (for the token) and the paths reachable without the
+/// token.
+#[derive(Clone)]
+struct Gate {
+    state: Shared,
+    /// `/api/v1` paths of the routes marked public (a public route's path has no variables).
+    public: Arc<BTreeSet<String>>,
 }
 
 /// The whole application: `/api/v1/...` plus the middleware.
 pub fn router(state: Shared) -> Router {
+    let routes = api::routes();
+    let public = routes
+        .iter()
+        .filter(|r| r.public)
+        .map(|r| format!("/api/v1{}", r.path))
+        .collect();
+    let served = openapi::Served(Arc::new(openapi::document(&routes)));
     let mut api = Router::new();
-    for route in api::routes() {
+    for route in routes {
         api = api.route(&route.path, route.handler);
     }
+    let api = api.layer(Extension(served));
+    let gate = Gate {
+        state: state.clone(),
+        public: Arc::new(public),
+    };
     Router::new()
         .nest("/api/v1", api)
         .fallback(crate::console::fallback)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), context))
+        .layer(axum::middleware::from_fn_with_state(gate, context))
         .with_state(state)
 }
 
@@ -94,10 +84,10 @@ fn new_request_id() -> String {
     format!("reg-{:016x}", fastrand::u64(..))
 }
 
-/// Routes reachable without the token: the OpenAPI document, health, and everything outside
-/// `/api/` (the console's static files; the console itself asks for the token).
-fn is_public(path: &str) -> bool {
-    matches!(path, "/api/v1/openapi.json" | "/api/v1/health") || !path.starts_with("/api/")
+/// Whether `path` is reachable without the token: a public route of the API, or anything
+/// outside `/api/` (the console's static files; the console itself asks for the token).
+fn is_public(gate: &Gate, path: &str) -> bool {
+    gate.public.contains(path) || !path.starts_with("/api/")
 }
 
 /// Constant-time comparison of the presented and the configured token.
@@ -134,7 +124,7 @@ fn authenticate(state: &AppState, req: &Request) -> Result<(), ApiError> {
 }
 
 /// Request id in, authentication, handler, envelope out.
-async fn context(State(state): State<Shared>, mut req: Request, next: Next) -> Response {
+async fn context(State(gate): State<Gate>, mut req: Request, next: Next) -> Response {
     let request_id = req
         .headers()
         .get(REQUEST_ID_HEADER)
@@ -145,19 +135,36 @@ async fn context(State(state): State<Shared>, mut req: Request, next: Next) -> R
     req.extensions_mut().insert(RequestId(request_id.clone()));
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
-    let mut response = if is_public(&path) {
+    let response = if is_public(&gate, &path) {
         next.run(req).await
     } else {
-        match authenticate(&state, &req) {
+        match authenticate(&gate.state, &req) {
             Ok(()) => next.run(req).await,
             Err(e) => e.into_response(),
         }
     };
+    let mut response = match error_of(response) {
+        (response, Some(error)) => {
+            let status = response.status();
+            if status.is_server_error() {
+                tracing::warn!(%method, %path, status = status.as_u16(), code = error.code, message = %error.message, request_id = %request_id, "request failed");
+            }
+            with_envelope(response, &error, &request_id)
+        }
+        (response, None) => response,
+    };
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert(REQUEST_ID_HEADER, v);
+    }
+    response
+}
+
+/// The error a response carries: an [`ApiError`]'s, or for an error axum made itself (405,
+/// 413, ...) one made from its status.
+fn error_of(mut response: Response) -> (Response, Option<ErrorBody>) {
     let status = response.status();
-    let error = response.extensions_mut().remove::<ErrorBody>();
-    let error = match error {
+    let error = match response.extensions_mut().remove::<ErrorBody>() {
         Some(e) => Some(e),
-        // Errors made by axum itself (405, 413, ...): give them the envelope too.
         None if (status.is_client_error() || status.is_server_error())
             && !response
                 .headers()
@@ -168,29 +175,25 @@ async fn context(State(state): State<Shared>, mut req: Request, next: Next) -> R
         }
         None => None,
     };
-    if let Some(error) = error {
-        let envelope = Envelope {
-            code: error.code,
-            message: &error.message,
-            request_id: &request_id,
-            details: &error.details,
-        };
-        let body = serde_json::to_vec(&envelope).unwrap_or_default();
-        let (mut parts, _) = response.into_parts();
-        parts.headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        parts.headers.remove(header::CONTENT_LENGTH);
-        response = Response::from_parts(parts, Body::from(body));
-        if status.is_server_error() {
-            tracing::warn!(%method, %path, status = status.as_u16(), code = error.code, message = %error.message, request_id = %request_id, "request failed");
-        }
-    }
-    if let Ok(v) = HeaderValue::from_str(&request_id) {
-        response.headers_mut().insert(REQUEST_ID_HEADER, v);
-    }
-    response
+    (response, error)
+}
+
+/// `response` with the error envelope as its body.
+fn with_envelope(response: Response, error: &ErrorBody, request_id: &str) -> Response {
+    let envelope = Envelope {
+        code: error.code,
+        message: &error.message,
+        request_id,
+        details: &error.details,
+    };
+    let body = serde_json::to_vec(&envelope).unwrap_or_default();
+    let (mut parts, _) = response.into_parts();
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(body))
 }
 
 fn envelope_for_status(status: StatusCode) -> ErrorBody {
@@ -225,5 +228,30 @@ mod tests {
         assert!(valid_request_id("a-b_c.1"));
         assert!(!valid_request_id(""));
         assert!(!valid_request_id("a b"));
+    }
+
+    #[test]
+    fn only_the_routes_marked_public_skip_the_token() {
+        let public: BTreeSet<String> = api::routes()
+            .iter()
+            .filter(|r| r.public)
+            .map(|r| format!("/api/v1{}", r.path))
+            .collect();
+        assert_eq!(
+            public.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["/api/v1/health", "/api/v1/openapi.json"]
+        );
+        let gate = Gate {
+            state: AppState::new(&Config {
+                zk_hosts: "127.0.0.1:1".into(),
+                zk_root: "/portico".into(),
+                token: Some("t".into()),
+            }),
+            public: Arc::new(public),
+        };
+        assert!(is_public(&gate, "/api/v1/health"));
+        assert!(is_public(&gate, "/assets/app.js"));
+        assert!(!is_public(&gate, "/api/v1/health/apis"));
+        assert!(!is_public(&gate, "/api/v1/apps"));
     }
 }

@@ -893,7 +893,7 @@ async fn nodes_lag_and_export() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 
-    // Export: the §3.3 file layout.
+    // Export: the file layout of docs/OPERATIONS.md ("The configuration tree").
     let r = reg.get("/export").await.expect(200);
     let files = r.body["files"].as_object().unwrap();
     assert_eq!(files["clusters/web.json"]["encoding"], "utf-8");

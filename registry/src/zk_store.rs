@@ -37,6 +37,7 @@ impl Env {
         }
     }
 
+    /// `live` or `sandbox`.
     pub fn name(self) -> &'static str {
         match self {
             Env::Live => "live",
@@ -59,14 +60,18 @@ pub enum Precondition {
 /// A document as read: bytes and its znode stat (`stat.version` is the ETag).
 #[derive(Debug, Clone)]
 pub struct Doc {
+    /// The bytes as stored.
     pub data: Vec<u8>,
+    /// The znode's stat (`version` is the ETag).
     pub stat: Stat,
 }
 
 /// How a versioned write ended.
 #[derive(Debug, Clone, Copy)]
 pub struct Written {
+    /// The znode's stat (`version` is the ETag).
     pub stat: Stat,
+    /// Whether the write created the document.
     pub created: bool,
 }
 
@@ -97,6 +102,7 @@ fn persistent() -> zk::CreateOptions<'static> {
 }
 
 impl Store {
+    /// A store of the tree under `root` on the ZooKeeper `hosts` (connected on first use).
     pub fn new(hosts: &str, root: &str) -> Store {
         Store {
             hosts: hosts.to_owned(),
@@ -106,10 +112,12 @@ impl Store {
         }
     }
 
+    /// The root of the tree (normalized, e.g. `/portico`).
     pub fn root(&self) -> &str {
         &self.root
     }
 
+    /// The ZooKeeper connect string.
     pub fn hosts(&self) -> &str {
         &self.hosts
     }
@@ -395,23 +403,18 @@ impl Store {
 /// One write of a [`Store::multi`].
 #[derive(Debug, Clone)]
 pub enum Op {
-    Create {
-        rel: String,
-        data: Vec<u8>,
-    },
+    /// Create `rel` (its parent must exist).
+    Create { rel: String, data: Vec<u8> },
+    /// Set `rel`'s data if it is at `version`.
     Set {
         rel: String,
         data: Vec<u8>,
         version: i32,
     },
-    Check {
-        rel: String,
-        version: i32,
-    },
-    Delete {
-        rel: String,
-        version: Option<i32>,
-    },
+    /// Only if `rel` is at `version`.
+    Check { rel: String, version: i32 },
+    /// Delete `rel` (at `version`, if given).
+    Delete { rel: String, version: Option<i32> },
 }
 
 impl Op {
@@ -422,5 +425,209 @@ impl Op {
             | Op::Check { rel, .. }
             | Op::Delete { rel, .. } => rel,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use portico_testkit::{free_port, ZooKeeper};
+
+    fn store(zk: &ZooKeeper) -> Store {
+        Store::new(&zk.connect_string(), "/portico")
+    }
+
+    #[tokio::test]
+    async fn writes_are_compare_and_set() {
+        let zk = ZooKeeper::start();
+        let s = store(&zk);
+        // Absent: created with its parents, version 0; a second create conflicts.
+        let w = s
+            .put("clusters/c", b"one", Precondition::Absent)
+            .await
+            .unwrap();
+        assert!(w.created);
+        assert_eq!(w.stat.version, 0);
+        let e = s
+            .put("clusters/c", b"x", Precondition::Absent)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, "CONFLICT");
+        // Version: only over that version.
+        let e = s
+            .put("clusters/c", b"x", Precondition::Version(7))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, "CONFLICT");
+        let w = s
+            .put("clusters/c", b"two", Precondition::Version(0))
+            .await
+            .unwrap();
+        assert!(!w.created);
+        assert_eq!(w.stat.version, 1);
+        let e = s
+            .put("clusters/gone", b"x", Precondition::Version(0))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, "NOT_FOUND");
+        // Any: overwrites, or creates.
+        let w = s
+            .put("clusters/c", b"three", Precondition::Any)
+            .await
+            .unwrap();
+        assert_eq!((w.created, w.stat.version), (false, 2));
+        let w = s.put("apps/a", b"new", Precondition::Any).await.unwrap();
+        assert!(w.created);
+
+        let doc = s.get("clusters/c").await.unwrap().unwrap();
+        assert_eq!((doc.data.as_slice(), doc.stat.version), (&b"three"[..], 2));
+        assert!(s.get("clusters/none").await.unwrap().is_none());
+        let e = s
+            .require("clusters/none", "cluster \"none\"")
+            .await
+            .unwrap_err();
+        assert_eq!(e.message, "cluster \"none\" does not exist");
+        assert_eq!(s.stat("clusters/c").await.unwrap().unwrap().version, 2);
+
+        // Deletes: at a version, or any; missing is 404.
+        let e = s
+            .delete("clusters/c", Precondition::Version(1))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, "CONFLICT");
+        s.delete("clusters/c", Precondition::Version(2))
+            .await
+            .unwrap();
+        let e = s.delete("clusters/c", Precondition::Any).await.unwrap_err();
+        assert_eq!(e.code, "NOT_FOUND");
+        // Paths are under the root.
+        assert_eq!(s.abs("apps/a"), "/portico/apps/a");
+        assert!(s.healthy().await);
+    }
+
+    #[tokio::test]
+    async fn folders_lists_and_appends() {
+        let zk = ZooKeeper::start();
+        let s = store(&zk);
+        assert!(
+            s.list("apis").await.unwrap().is_empty(),
+            "a missing folder is empty"
+        );
+        for (name, data) in [("b", "2"), ("a", "1"), ("c", "3")] {
+            s.put(
+                &format!("apis/{name}"),
+                data.as_bytes(),
+                Precondition::Absent,
+            )
+            .await
+            .unwrap();
+        }
+        assert_eq!(s.list("apis").await.unwrap(), ["a", "b", "c"]);
+        let docs = s.list_docs("apis").await.unwrap();
+        let read: Vec<(&str, &[u8])> = docs
+            .iter()
+            .map(|(n, d)| (n.as_str(), d.data.as_slice()))
+            .collect();
+        assert_eq!(read, [("a", &b"1"[..]), ("b", b"2"), ("c", b"3")]);
+        assert!(s.list_docs("nothing/here").await.unwrap().is_empty());
+
+        s.ensure_dir("history/x/y").await.unwrap();
+        s.ensure_dir("history/x/y").await.unwrap();
+        assert_eq!(s.list("history/x").await.unwrap(), ["y"]);
+
+        // Appends make the folder, and their names grow.
+        let first = s.append("audit", "entry-", b"1").await.unwrap();
+        let second = s.append("audit", "entry-", b"2").await.unwrap();
+        assert!(
+            first.starts_with("entry-") && second > first,
+            "{first} {second}"
+        );
+        assert_eq!(s.list("audit").await.unwrap(), [first.clone(), second]);
+        let doc = s.get(&format!("audit/{first}")).await.unwrap().unwrap();
+        assert_eq!(doc.data, b"1");
+    }
+
+    #[tokio::test]
+    async fn multi_writes_all_or_nothing() {
+        let zk = ZooKeeper::start();
+        let s = store(&zk);
+        s.ensure_dir("apis").await.unwrap();
+        s.ensure_dir("history/a").await.unwrap();
+        s.put("apis/a", b"v0", Precondition::Absent).await.unwrap();
+        // A stale version fails the whole transaction: the history entry is not created.
+        let stale = [
+            Op::Set {
+                rel: "apis/a".into(),
+                data: b"v1".to_vec(),
+                version: 5,
+            },
+            Op::Create {
+                rel: "history/a/1".into(),
+                data: b"v1".to_vec(),
+            },
+        ];
+        let e = s.multi(&stale).await.unwrap_err();
+        assert_eq!(e.code, "CONFLICT");
+        assert!(e.message.contains("apis/a"), "{}", e.message);
+        assert!(s.stat("history/a/1").await.unwrap().is_none());
+        // The right version: every write, with the stats of creates and sets.
+        let ok = [
+            Op::Check {
+                rel: "history/a".into(),
+                version: 0,
+            },
+            Op::Set {
+                rel: "apis/a".into(),
+                data: b"v1".to_vec(),
+                version: 0,
+            },
+            Op::Create {
+                rel: "history/a/1".into(),
+                data: b"v1".to_vec(),
+            },
+        ];
+        let stats = s.multi(&ok).await.unwrap();
+        assert!(stats[0].is_none());
+        assert_eq!(stats[1].map(|st| st.version), Some(1));
+        assert!(stats[2].is_some());
+        assert_eq!(s.get("history/a/1").await.unwrap().unwrap().data, b"v1");
+        let gone = [Op::Delete {
+            rel: "apis/a".into(),
+            version: Some(0),
+        }];
+        assert_eq!(s.multi(&gone).await.unwrap_err().code, "CONFLICT");
+    }
+
+    #[tokio::test]
+    async fn trees_are_per_env() {
+        let zk = ZooKeeper::start();
+        let s = store(&zk);
+        s.put("clusters/live", b"{}", Precondition::Any)
+            .await
+            .unwrap();
+        s.put(
+            &Env::Sandbox.path("clusters/draft"),
+            b"{}",
+            Precondition::Any,
+        )
+        .await
+        .unwrap();
+        s.put("history/x/1", b"{}", Precondition::Any)
+            .await
+            .unwrap();
+        let live = s.tree(Env::Live).await.unwrap();
+        assert_eq!(live.docs.keys().collect::<Vec<_>>(), ["clusters/live"]);
+        let sandbox = s.tree(Env::Sandbox).await.unwrap();
+        assert_eq!(sandbox.docs.keys().collect::<Vec<_>>(), ["clusters/draft"]);
+        assert!(live.generation > 0);
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_zookeeper_is_503() {
+        let s = Store::new(&format!("127.0.0.1:{}", free_port()), "/portico");
+        assert!(!s.healthy().await);
+        let e = s.get("apis/a").await.unwrap_err();
+        assert_eq!(e.code, "ZOOKEEPER_UNAVAILABLE");
+        assert_eq!(e.status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
     }
 }

@@ -356,7 +356,7 @@ async fn node_registration_and_session_expiry() {
 }
 
 /// Prints the time from a ZooKeeper write to the tree reaching the receiver (not an assertion:
-/// `cargo test -p portico-registry --test zk_source -- --ignored --nocapture`).
+/// `cargo test -p portico-control --test zk_source -- --ignored --nocapture`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn push_latency_report() {

@@ -1,0 +1,341 @@
+//! Imports: make draft APIs from a backend's interface — `.proto` sources (compiled here), an
+//! encoded FileDescriptorSet, or gRPC server reflection. The descriptor set is stored in the
+//! sandbox (`sandbox/descriptors/<sha256>`) and one draft is written per RPC that has a
+//! `google.api.http` rule (the proto work itself is [`crate::protos`]).
+
+use super::paths::api_rel;
+use crate::api::audit::audit;
+use crate::api::context::Ctx;
+use crate::api::reply::json_response;
+use crate::error::{ApiError, ApiResult};
+use crate::input::{check_name, parse_json};
+use crate::protos::{self, Analysis, ImportOptions, MethodRule};
+use crate::route::{Body, Reply, Route};
+use crate::state::Shared;
+use crate::zk_store::{Env, Precondition, Store};
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Multipart, Query, Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::response::Response;
+use axum::routing::post;
+use base64::Engine as _;
+use portico_control::v1;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+
+/// The routes of imports.
+pub fn routes() -> Vec<Route> {
+    vec![
+        Route::new(Method::POST, "/protos", "imports", "Compile .proto sources (JSON {files} or multipart) and make one draft per RPC with a google.api.http rule", post(import_protos))
+            .body(Body::JsonOrMultipart("ProtoImport"))
+            .reply(Reply::Json(200, "ImportResult")),
+        Route::new(Method::POST, "/descriptors", "imports", "Upload a FileDescriptorSet (JSON with base64, or application/octet-stream with options in the query) and make drafts", post(import_descriptor_set))
+            .body(Body::JsonOrBinary("DescriptorImport"))
+            .reply(Reply::Json(200, "ImportResult"))
+            .query("cluster", "octet-stream uploads: the drafts' cluster")
+            .query("auth", "octet-stream uploads: signature or none")
+            .query("timeout_ms", "octet-stream uploads: the drafts' backend deadline")
+            .query("services", "octet-stream uploads: comma-separated service names to import"),
+        Route::new(Method::POST, "/reflection", "imports", "Fetch a running backend's descriptors by gRPC server reflection and make drafts", post(import_reflection))
+            .body(Body::Json("ReflectionImport"))
+            .reply(Reply::Json(200, "ImportResult")),
+    ]
+}
+
+#[derive(Debug, Deserialize)]
+struct ProtoImport {
+    files: BTreeMap<String, String>,
+    #[serde(flatten)]
+    options: ImportOptions,
+}
+
+#[derive(Debug, Deserialize)]
+struct DescriptorImport {
+    /// The encoded FileDescriptorSet, base64 (standard alphabet).
+    descriptor_set: String,
+    #[serde(flatten)]
+    options: ImportOptions,
+}
+
+#[derive(Debug, Deserialize)]
+struct ReflectionImport {
+    /// The backend's gRPC address, `host:port`.
+    addr: String,
+    #[serde(flatten)]
+    options: ImportOptions,
+}
+
+fn content_type(req: &Request) -> String {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase()
+}
+
+/// Import options from text fields (multipart parts, or the query of an octet-stream upload).
+fn options_from_fields(fields: &HashMap<String, String>) -> ApiResult<ImportOptions> {
+    let mut options = ImportOptions {
+        cluster: fields.get("cluster").cloned(),
+        ..ImportOptions::default()
+    };
+    if let Some(auth) = fields.get("auth") {
+        options.auth = Some(match auth.as_str() {
+            "signature" => v1::AuthMode::Signature,
+            "none" => v1::AuthMode::None,
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "auth: {other:?} is not signature or none"
+                )))
+            }
+        });
+    }
+    if let Some(t) = fields.get("timeout_ms") {
+        options.timeout_ms =
+            Some(t.parse().map_err(|_| {
+                ApiError::bad_request(format!("timeout_ms: {t:?} is not a number"))
+            })?);
+    }
+    if let Some(s) = fields.get("services") {
+        options.services = Some(
+            s.split(',')
+                .map(|x| x.trim().to_owned())
+                .filter(|x| !x.is_empty())
+                .collect(),
+        );
+    }
+    if let Some(ids) = fields.get("ids") {
+        options.ids = serde_json::from_str(ids).map_err(|e| {
+            ApiError::bad_request(format!("ids: not a JSON object of strings: {e}"))
+        })?;
+    }
+    Ok(options)
+}
+
+/// The `.proto` files (import path → source) and the options of a multipart upload: each file
+/// part is a source, named by its part name when that is an import path (`demo/order.proto`),
+/// else by its file name; text parts are options.
+async fn multipart_sources(req: Request) -> ApiResult<(BTreeMap<String, String>, ImportOptions)> {
+    let mut multipart = Multipart::from_request(req, &())
+        .await
+        .map_err(|e| ApiError::bad_request(format!("multipart: {e}")))?;
+    let mut files = BTreeMap::new();
+    let mut fields = HashMap::new();
+    while let Some(field) = multipart
+        .next_field()
+        .await
+        .map_err(|e| ApiError::bad_request(format!("multipart: {e}")))?
+    {
+        let name = field.name().unwrap_or("").to_owned();
+        let file_name = field.file_name().map(str::to_owned);
+        let text = field
+            .text()
+            .await
+            .map_err(|e| ApiError::bad_request(format!("multipart part {name:?}: {e}")))?;
+        match file_name {
+            Some(f) if f.ends_with(".proto") => {
+                let path = if name.ends_with(".proto") { name } else { f };
+                files.insert(path, text);
+            }
+            _ if name.ends_with(".proto") => {
+                files.insert(name, text);
+            }
+            _ => {
+                fields.insert(name, text);
+            }
+        }
+    }
+    Ok((files, options_from_fields(&fields)?))
+}
+
+async fn import_protos(State(state): State<Shared>, ctx: Ctx, req: Request) -> ApiResult<Response> {
+    let (files, options) = if content_type(&req).starts_with("multipart/form-data") {
+        multipart_sources(req).await?
+    } else {
+        let body = Bytes::from_request(req, &())
+            .await
+            .map_err(|e| ApiError::bad_request(format!("body: {e}")))?;
+        let (import, _) = parse_json::<ProtoImport>(&body, "proto import")?;
+        (import.files, import.options)
+    };
+    let bytes = protos::compile_sources(&files)?;
+    let analysis = protos::analyze(&bytes, options.services.as_deref())?;
+    let source = json!({"kind": "protos", "files": files.keys().collect::<Vec<_>>()});
+    make_drafts(&state, &ctx, analysis, options, source).await
+}
+
+async fn import_descriptor_set(
+    State(state): State<Shared>,
+    Query(query): Query<HashMap<String, String>>,
+    ctx: Ctx,
+    req: Request,
+) -> ApiResult<Response> {
+    let json_body = content_type(&req).starts_with("application/json");
+    let body = Bytes::from_request(req, &())
+        .await
+        .map_err(|e| ApiError::bad_request(format!("body: {e}")))?;
+    let (bytes, options) = if json_body {
+        let (import, _) = parse_json::<DescriptorImport>(&body, "descriptor import")?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(import.descriptor_set.trim())
+            .map_err(|e| ApiError::bad_request(format!("descriptor_set: not base64: {e}")))?;
+        (bytes, import.options)
+    } else {
+        (body.to_vec(), options_from_fields(&query)?)
+    };
+    if bytes.is_empty() {
+        return Err(ApiError::bad_request("the FileDescriptorSet is empty"));
+    }
+    let analysis = protos::analyze(&bytes, options.services.as_deref())?;
+    let source = json!({"kind": "descriptor_set"});
+    make_drafts(&state, &ctx, analysis, options, source).await
+}
+
+async fn import_reflection(
+    State(state): State<Shared>,
+    ctx: Ctx,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let (import, _) = parse_json::<ReflectionImport>(&body, "reflection import")?;
+    let services = import.options.services.as_deref();
+    let bytes = protos::fetch_by_reflection(&import.addr, services).await?;
+    let analysis = protos::analyze(&bytes, services)?;
+    let source = json!({"kind": "reflection", "addr": import.addr});
+    make_drafts(&state, &ctx, analysis, import.options, source).await
+}
+
+/// Stores the descriptor in the sandbox and writes one draft per RPC with an HTTP rule;
+/// answers the drafts, the RPCs skipped, and the problems the drafts have in the sandbox as it
+/// is (a missing sandbox cluster, say).
+async fn make_drafts(
+    state: &Shared,
+    ctx: &Ctx,
+    analysis: Analysis,
+    options: ImportOptions,
+    source: Value,
+) -> ApiResult<Response> {
+    let cluster = options
+        .cluster
+        .clone()
+        .ok_or_else(|| ApiError::bad_request("cluster: required (the cluster the drafts call)"))?;
+    check_name("cluster", &cluster)?;
+    let planned = plan_ids(&analysis, &options)?;
+    let store = &state.store;
+    let drel = Env::Sandbox.path(&format!("descriptors/{}", analysis.sha256));
+    store_descriptor(store, &drel, &analysis.bytes).await?;
+    let mut drafts = Vec::new();
+    for (id, rule) in planned {
+        let target = DraftTarget {
+            sha256: &analysis.sha256,
+            cluster: &cluster,
+            options: &options,
+        };
+        drafts.push(write_draft(store, &id, rule, &target).await?);
+    }
+    let problems = sandbox_problems(store, &drafts).await?;
+    let ids: Vec<Value> = drafts.iter().map(|d| d["id"].clone()).collect();
+    let detail = json!({"source": source, "drafts": ids});
+    audit(state, ctx, &ctx.actor(None), "api.import", &drel, detail).await;
+    let body = json!({
+        "descriptor": analysis.sha256,
+        "descriptor_bytes": analysis.bytes.len(),
+        "services": analysis.services,
+        "drafts": drafts,
+        "skipped": analysis.skipped,
+        "problems": problems,
+    });
+    Ok(json_response(StatusCode::OK, &body, None))
+}
+
+/// The API id of each RPC; 400 for an id that is not a valid name or that two RPCs would share.
+fn plan_ids<'a>(
+    analysis: &'a Analysis,
+    options: &ImportOptions,
+) -> ApiResult<Vec<(String, &'a MethodRule)>> {
+    let mut planned: Vec<(String, &MethodRule)> = Vec::new();
+    for rule in &analysis.methods {
+        let id = protos::id_for(rule, options);
+        check_name("api id", &id)?;
+        if planned.iter().any(|(other, _)| *other == id) {
+            return Err(ApiError::bad_request(format!(
+                "two RPCs would get the API id {id:?}: name them with `ids`"
+            )));
+        }
+        planned.push((id, rule));
+    }
+    Ok(planned)
+}
+
+/// Stores a descriptor set unless it is there (a concurrent import storing it too is fine: the
+/// name is the content's hash).
+async fn store_descriptor(store: &Store, drel: &str, bytes: &[u8]) -> ApiResult<()> {
+    if store.stat(drel).await?.is_some() {
+        return Ok(());
+    }
+    match store.put(drel, bytes, Precondition::Absent).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.code == "CONFLICT" => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// What every draft of one import calls.
+struct DraftTarget<'a> {
+    sha256: &'a str,
+    cluster: &'a str,
+    options: &'a ImportOptions,
+}
+
+/// Writes (creates, or updates over the version read) the draft of one RPC; answers its entry
+/// of the import result.
+async fn write_draft(
+    store: &Store,
+    id: &str,
+    rule: &MethodRule,
+    target: &DraftTarget<'_>,
+) -> ApiResult<Value> {
+    let rel = Env::Sandbox.path(&api_rel(id));
+    let existing = store.get(&rel).await?;
+    let existing_def = existing
+        .as_ref()
+        .and_then(|d| serde_json::from_slice::<v1::ApiDefinition>(&d.data).ok());
+    let def = protos::draft_for(
+        id,
+        rule,
+        target.sha256,
+        target.cluster,
+        target.options,
+        existing_def.as_ref(),
+    );
+    let data = serde_json::to_vec(&def).map_err(|e| ApiError::internal(e.to_string()))?;
+    let pre = match &existing {
+        Some(d) => Precondition::Version(d.stat.version),
+        None => Precondition::Absent,
+    };
+    let written = store.put(&rel, &data, pre).await?;
+    Ok(json!({
+        "id": id,
+        "rpc": format!("{}/{}", rule.service, rule.method),
+        "created": written.created,
+        "etag": written.stat.version.to_string(),
+        "http": def.http,
+    }))
+}
+
+/// How the drafts fare in the sandbox as it is now: the rejections of those drafts.
+async fn sandbox_problems(store: &Store, drafts: &[Value]) -> ApiResult<Vec<Value>> {
+    let tree = store.tree(Env::Sandbox).await?;
+    let snapshot = portico_control::build_snapshot(&tree, None);
+    let is_draft = |path: &str| {
+        drafts
+            .iter()
+            .any(|d| d["id"].as_str().is_some_and(|id| path == api_rel(id)))
+    };
+    Ok(snapshot
+        .rejected
+        .iter()
+        .filter(|r| is_draft(&r.path))
+        .map(|r| json!({"path": Env::Sandbox.path(&r.path), "reason": r.reason}))
+        .collect())
+}

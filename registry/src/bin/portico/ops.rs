@@ -1,0 +1,283 @@
+//! Operating from the command line: `portico switch`, `status`, `export` and `request` (any
+//! registry route).
+
+use crate::args::{parse_header, parse_method, Cli, ExportArgs, OnOff, RequestArgs, SwitchArgs};
+use base64::Engine as _;
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::io::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// The switch document `portico switch` sends.
+fn switch_document(args: &SwitchArgs) -> Result<Value, String> {
+    let degraded = matches!(args.state, OnOff::On);
+    if degraded && args.reason.is_none() {
+        return Err("--reason is required to turn a switch on".to_owned());
+    }
+    let mut doc = json!({"degraded": degraded});
+    if let Some(r) = &args.reason {
+        doc["reason"] = json!(r);
+    }
+    if args.fallback_status.is_some()
+        || args.fallback_body.is_some()
+        || !args.fallback_headers.is_empty()
+    {
+        let body: Value = match &args.fallback_body {
+            Some(b) => {
+                serde_json::from_str(b).map_err(|e| format!("--fallback-body is not JSON: {e}"))?
+            }
+            None => Value::Null,
+        };
+        let mut headers = serde_json::Map::new();
+        for h in &args.fallback_headers {
+            let (n, v) = parse_header(h)?;
+            headers.insert(n, json!(v));
+        }
+        doc["fallback"] = json!({
+            "status": args.fallback_status.unwrap_or(200),
+            "headers": headers,
+            "body": body,
+        });
+    }
+    Ok(doc)
+}
+
+/// `portico switch`: turns an API's degradation switch on or off.
+pub(crate) async fn switch(cli: &Cli, args: &SwitchArgs) -> Result<ExitCode, String> {
+    let c = cli.client()?;
+    let doc = switch_document(args)?;
+    let prefix = if args.sandbox { "/sandbox" } else { "" };
+    let a = c
+        .put(&format!("{prefix}/switches/{}", args.api), &doc)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "switch {} {} (by {} at {})",
+        args.api,
+        if doc["degraded"] == true {
+            "ON: degraded"
+        } else {
+            "OFF"
+        },
+        a.body["updated_by"].as_str().unwrap_or("?"),
+        a.body["updated_at"].as_str().unwrap_or("?")
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `portico status`: the registry's health and the live gateway nodes, with their lag.
+pub(crate) async fn status(cli: &Cli) -> Result<ExitCode, String> {
+    let c = cli.client()?;
+    let health = c
+        .send_raw(c.request(Method::GET, "/health"))
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "registry {}: {} (ZooKeeper {})",
+        c.base(),
+        health.body["status"].as_str().unwrap_or("?"),
+        health.body["zookeeper"].as_str().unwrap_or("?")
+    );
+    let a = c.get("/nodes").await.map_err(|e| e.to_string())?;
+    println!(
+        "live tree: generation {} digest {}",
+        a.body["generation"],
+        a.body["digest"].as_str().unwrap_or("")
+    );
+    let nodes = a.body["nodes"].as_array().cloned().unwrap_or_default();
+    if nodes.is_empty() {
+        println!("no gateway nodes registered");
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_nodes(&nodes);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The nodes as a table, and a line when some are behind.
+fn print_nodes(nodes: &[Value]) {
+    println!(
+        "{:<20} {:<22} {:<22} {:>12} {:<17} {:<8} {:>10} {:>12}",
+        "NODE", "ADDR", "ADMIN", "GENERATION", "DIGEST", "IN SYNC", "LAG(ZXID)", "UPDATED"
+    );
+    let mut behind = false;
+    for n in nodes {
+        if n["in_sync"] != true {
+            behind = true;
+        }
+        let updated = n["updated_ms_ago"]
+            .as_i64()
+            .map(|ms| format!("{:.1}s ago", ms as f64 / 1000.0))
+            .unwrap_or_default();
+        println!(
+            "{:<20} {:<22} {:<22} {:>12} {:<17} {:<8} {:>10} {:>12}",
+            n["node_id"].as_str().unwrap_or("?"),
+            n["addr"].as_str().unwrap_or(""),
+            n["admin_addr"].as_str().unwrap_or(""),
+            n["config_version"]["generation"],
+            n["config_version"]["digest"].as_str().unwrap_or(""),
+            if n["in_sync"] == true { "yes" } else { "NO" },
+            n["lag_zxid"],
+            updated
+        );
+    }
+    if behind {
+        println!("some nodes have not applied the latest configuration");
+    }
+}
+
+/// `portico export`: writes the tree as a directory (`--force` to write into a non-empty one).
+pub(crate) async fn export(cli: &Cli, args: &ExportArgs) -> Result<ExitCode, String> {
+    let c = cli.client()?;
+    if args.dir.exists() {
+        let non_empty = std::fs::read_dir(&args.dir)
+            .map_err(|e| format!("{}: {e}", args.dir.display()))?
+            .next()
+            .is_some();
+        if non_empty && !args.force {
+            return Err(format!(
+                "{} is not empty (use --force to write into it)",
+                args.dir.display()
+            ));
+        }
+    }
+    let a = c
+        .get(&format!("/export?env={}", args.env))
+        .await
+        .map_err(|e| e.to_string())?;
+    let files = a.body["files"]
+        .as_object()
+        .ok_or("the registry's export has no files map")?;
+    for (path, entry) in files {
+        write_file(&args.dir, path, entry)?;
+    }
+    std::fs::create_dir_all(&args.dir).map_err(|e| format!("{}: {e}", args.dir.display()))?;
+    println!(
+        "wrote {} files of the {} tree (generation {}) to {}",
+        files.len(),
+        a.body["env"].as_str().unwrap_or("live"),
+        a.body["generation"],
+        args.dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes one exported file under `dir` (refusing paths that would leave it).
+fn write_file(dir: &Path, path: &str, entry: &Value) -> Result<(), String> {
+    if path.split('/').any(|s| s == ".." || s.is_empty()) {
+        return Err(format!("refusing the export path {path:?}"));
+    }
+    let content = entry["content"].as_str().unwrap_or("");
+    let bytes = match entry["encoding"].as_str() {
+        Some("base64") => base64::engine::general_purpose::STANDARD
+            .decode(content)
+            .map_err(|e| format!("{path}: bad base64: {e}"))?,
+        _ => content.as_bytes().to_vec(),
+    };
+    let target = dir.join(path);
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    }
+    std::fs::write(&target, bytes).map_err(|e| format!("{}: {e}", target.display()))
+}
+
+/// `portico request`: any registry route; prints the ETag on stderr and the answer.
+pub(crate) async fn request(cli: &Cli, args: &RequestArgs) -> Result<ExitCode, String> {
+    let c = cli.client()?;
+    let mut req = c.request(parse_method(&args.method)?, &args.path);
+    let data = match (&args.data, &args.data_file) {
+        (Some(d), _) => Some(d.clone()),
+        (None, Some(f)) => {
+            Some(std::fs::read_to_string(f).map_err(|e| format!("reading {}: {e}", f.display()))?)
+        }
+        _ => None,
+    };
+    if let Some(d) = data {
+        let v: Value = serde_json::from_str(&d).map_err(|e| format!("--data is not JSON: {e}"))?;
+        req = req.json(&v);
+    }
+    for h in &args.headers {
+        let (n, v) = parse_header(h)?;
+        req = req.header(n, v);
+    }
+    let a = c.send_raw(req).await.map_err(|e| e.to_string())?;
+    if !a.status.is_success() {
+        return Err(portico_registry::client::describe_error(&a));
+    }
+    if let Some(etag) = &a.etag {
+        eprintln!("ETag: \"{etag}\"");
+    }
+    if a.body.is_null() {
+        std::io::stdout()
+            .write_all(&a.bytes)
+            .map_err(|e| e.to_string())?;
+    } else {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&a.body).unwrap_or_default()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn switch_args(argv: &[&str]) -> SwitchArgs {
+        let mut full = vec!["portico", "switch"];
+        full.extend(argv);
+        match Cli::parse_from(full).command {
+            crate::args::Command::Switch(a) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn switch_documents() {
+        let on = switch_args(&["order.get", "on", "--reason", "db down"]);
+        assert_eq!(
+            switch_document(&on).unwrap(),
+            json!({"degraded": true, "reason": "db down"})
+        );
+        assert!(switch_document(&switch_args(&["order.get", "on"])).is_err());
+        let fallback = switch_args(&[
+            "a",
+            "on",
+            "--reason",
+            "r",
+            "--fallback-body",
+            r#"{"items":[]}"#,
+            "--fallback-header",
+            "X-Degraded: 1",
+        ]);
+        assert_eq!(
+            switch_document(&fallback).unwrap()["fallback"],
+            json!({"status": 200, "headers": {"X-Degraded": "1"}, "body": {"items": []}})
+        );
+        assert_eq!(
+            switch_document(&switch_args(&["a", "off"])).unwrap(),
+            json!({"degraded": false})
+        );
+    }
+
+    #[test]
+    fn exported_files_stay_in_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = json!({"encoding": "utf-8", "content": "{}"});
+        write_file(dir.path(), "apis/a.json", &text).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("apis/a.json")).unwrap(),
+            "{}"
+        );
+        let bin = json!({"encoding": "base64", "content": "AAE="});
+        write_file(dir.path(), "descriptors/x.pb", &bin).unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("descriptors/x.pb")).unwrap(),
+            [0, 1]
+        );
+        assert!(write_file(dir.path(), "../escape.json", &text).is_err());
+        assert!(write_file(dir.path(), "apis//a.json", &text).is_err());
+    }
+}

@@ -1,0 +1,14 @@
+//! Per-API health, aggregated from the live gateways (served at `GET /api/v1/health/apis` by
+//! [`crate::api::health`]).
+//!
+//! - [`scraper`]: the monitor task — lists the live nodes, scrapes their `/metrics` every
+//!   [`scraper::INTERVAL`] while someone asks, keeps a short ring of samples;
+//! - [`prometheus`]: reads the text exposition format into per-API figures;
+//! - [`quantiles`]: counter and histogram deltas between samples, quantiles as Prometheus'
+//!   `histogram_quantile` computes them;
+//! - [`report`]: the report built from the samples.
+
+pub mod prometheus;
+pub mod quantiles;
+pub mod report;
+pub mod scraper;

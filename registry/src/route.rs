@@ -1,0 +1,190 @@
+//! The description of a route of `/api/v1`: where it is, what it does, what it takes and
+//! answers, and its handler. [`crate::api`] lists every route once; both the router
+//! ([`crate::server`]) and the OpenAPI document ([`crate::openapi`]) are built from that one
+//! list, so they cannot drift apart.
+//!
+//! Resources that exist in the live tree and in the sandbox (clusters, switches, the IP ACL,
+//! descriptors, apps) are described once, env-neutral, and turned into both variants by
+//! [`in_each_env`]: the sandbox variant is the same route under `/sandbox`, and the handler
+//! learns its env from an `Extension<Env>` added to each variant.
+
+use crate::state::Shared;
+use crate::zk_store::Env;
+use axum::http::Method;
+use axum::routing::MethodRouter;
+use axum::Extension;
+
+/// What a request body is, for the OpenAPI document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Body {
+    /// No body.
+    None,
+    /// JSON of the named component schema.
+    Json(&'static str),
+    /// JSON of the named schema, or `multipart/form-data` (proto uploads).
+    JsonOrMultipart(&'static str),
+    /// JSON of the named schema, or `application/octet-stream` (descriptor sets).
+    JsonOrBinary(&'static str),
+}
+
+/// What a successful response is, for the OpenAPI document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// JSON of the named component schema, with this status.
+    Json(u16, &'static str),
+    /// `application/octet-stream`.
+    Binary,
+    /// 204 No Content.
+    Empty,
+}
+
+/// One route: where, what it does, and its handler.
+#[derive(Clone)]
+pub struct Route {
+    /// The HTTP method.
+    pub method: Method,
+    /// Path under `/api/v1`, axum/OpenAPI syntax (`/apis/{id}`).
+    pub path: String,
+    /// One line for the OpenAPI document. In an env-neutral description (see
+    /// [`in_each_env`]), `{env}` stands for `live` or `sandbox`.
+    pub summary: String,
+    /// The OpenAPI tag (the console's and the document's grouping).
+    pub tag: &'static str,
+    /// The request body.
+    pub body: Body,
+    /// The successful response.
+    pub reply: Reply,
+    /// Query parameters: (name, description).
+    pub query: Vec<(&'static str, &'static str)>,
+    /// Reachable without the admin token.
+    pub public: bool,
+    /// Whether the route takes `If-Match` / `If-None-Match`.
+    pub conditional: bool,
+    /// The handler, for this route's method.
+    pub handler: MethodRouter<Shared>,
+}
+
+impl Route {
+    /// A route answering `Reply::Json(200, "Any")`, without body, query or preconditions.
+    pub fn new(
+        method: Method,
+        path: impl Into<String>,
+        tag: &'static str,
+        summary: impl Into<String>,
+        handler: MethodRouter<Shared>,
+    ) -> Route {
+        Route {
+            method,
+            path: path.into(),
+            summary: summary.into(),
+            tag,
+            body: Body::None,
+            reply: Reply::Json(200, "Any"),
+            query: Vec::new(),
+            public: false,
+            conditional: false,
+            handler,
+        }
+    }
+
+    /// Sets the request body.
+    pub fn body(mut self, body: Body) -> Route {
+        self.body = body;
+        self
+    }
+
+    /// Sets the successful response.
+    pub fn reply(mut self, reply: Reply) -> Route {
+        self.reply = reply;
+        self
+    }
+
+    /// Adds a query parameter.
+    pub fn query(mut self, name: &'static str, description: &'static str) -> Route {
+        self.query.push((name, description));
+        self
+    }
+
+    /// Makes the route reachable without the admin token.
+    pub fn public(mut self) -> Route {
+        self.public = true;
+        self
+    }
+
+    /// Marks the route as taking `If-Match` / `If-None-Match`.
+    pub fn conditional(mut self) -> Route {
+        self.conditional = true;
+        self
+    }
+
+    /// This env-neutral route in `env`: under `/sandbox` for the sandbox (tagged `sandbox`),
+    /// `{env}` of the summary replaced by the env's name, and the handler given
+    /// `Extension(env)`.
+    pub fn in_env(&self, env: Env) -> Route {
+        let (path, tag) = match env {
+            Env::Live => (self.path.clone(), self.tag),
+            Env::Sandbox => (format!("/sandbox{}", self.path), "sandbox"),
+        };
+        Route {
+            path,
+            tag,
+            summary: self.summary.replace("{env}", env.name()),
+            handler: self.handler.clone().layer(Extension(env)),
+            ..self.clone()
+        }
+    }
+}
+
+/// The live variants of env-neutral `routes`, then their sandbox variants.
+pub fn in_each_env(routes: &[Route]) -> Vec<Route> {
+    [Env::Live, Env::Sandbox]
+        .into_iter()
+        .flat_map(|env| routes.iter().map(move |r| r.in_env(env)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+
+    #[test]
+    fn env_variants_differ_only_in_place_tag_and_summary() {
+        let neutral = [
+            Route::new(
+                Method::GET,
+                "/clusters",
+                "clusters",
+                "List clusters ({env})",
+                get(|| async {}),
+            )
+            .query("force", "x")
+            .conditional(),
+            Route::new(Method::GET, "/ipacl", "ipacl", "IP ACL", get(|| async {})),
+        ];
+        let all = in_each_env(&neutral);
+        let shape: Vec<(String, &str, String)> = all
+            .iter()
+            .map(|r| (r.path.clone(), r.tag, r.summary.clone()))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (
+                    "/clusters".into(),
+                    "clusters",
+                    "List clusters (live)".into()
+                ),
+                ("/ipacl".into(), "ipacl", "IP ACL".into()),
+                (
+                    "/sandbox/clusters".into(),
+                    "sandbox",
+                    "List clusters (sandbox)".into()
+                ),
+                ("/sandbox/ipacl".into(), "sandbox", "IP ACL".into()),
+            ]
+        );
+        assert!(all[2].conditional);
+        assert_eq!(all[2].query, [("force", "x")]);
+    }
+}

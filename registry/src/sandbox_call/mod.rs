@@ -1,0 +1,214 @@
+//! The console's "try it" (served at `POST /api/v1/sandbox/call` by [`crate::api::sandbox`]).
+//!
+//! The registry makes the call a merchant would make, against a live gateway node's sandbox
+//! listener (its `sandbox_addr`, from `<root>/nodes/*`), signed as docs/PROTOCOL.md ("Signing a
+//! request") says with a sandbox app's secret (`<root>/sandbox/apps/<key>`), and answers what
+//! was sent and what came back: `{request: {method, url, headers, body}, response: {status,
+//! headers, body}, latency_ms}`. The secret never leaves the registry; the signature headers
+//! and the string-to-sign are shown, for debugging a merchant's own signer.
+//!
+//! The request names an API (`api_id`: its draft gives the method, and the path when it has no
+//! variables) and/or `method` + `path` (with the query, or `query` apart). `app_key` is the
+//! sandbox app to sign with; without it, the first active sandbox app granted the API (or
+//! `*`) is used, and an API whose `auth` is `none` is called unsigned. `body` is sent as is
+//! when a string, as JSON otherwise.
+//!
+//! - [`prepare`]: what is sent (method, path, query, body, headers, signature);
+//! - [`pick`]: the sandbox app to sign with and the gateway node to call.
+
+pub mod pick;
+pub mod prepare;
+
+use crate::error::{ApiError, ApiResult};
+use crate::input::{check_name, parse_json};
+use crate::state::Shared;
+use crate::zk_store::Env;
+use base64::Engine as _;
+use portico_control::v1;
+use portico_control::zk::NodeInfo;
+pub use prepare::CallRequest;
+use prepare::{Outgoing, Target};
+use serde_json::{json, Map, Value};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Largest response body shown (the rest is cut, and `truncated` says so).
+const MAX_SHOWN_BODY: usize = 1024 * 1024;
+
+/// What came back from the gateway.
+struct Received {
+    status: u16,
+    headers: Map<String, Value>,
+    bytes: Vec<u8>,
+    latency_ms: f64,
+}
+
+fn client() -> ApiResult<&'static reqwest::Client> {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    if let Some(c) = CLIENT.get() {
+        return Ok(c);
+    }
+    let c = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| ApiError::internal(format!("HTTP client: {e}")))?;
+    Ok(CLIENT.get_or_init(|| c))
+}
+
+/// Makes the call `req` describes; `request_id` is the registry request's (the call carries
+/// it with `-try` added). Answers what was sent and what came back.
+pub async fn call(state: &Shared, request_id: &str, req: CallRequest) -> ApiResult<Value> {
+    let draft = load_draft(state, req.api_id.as_deref()).await?;
+    let target = Target::of(&req, draft.as_ref())?;
+    prepare::check_headers(&req.headers)?;
+    let body = prepare::body_bytes(req.body.as_ref())?;
+    let unsigned =
+        req.app_key.is_none() && draft.as_ref().is_some_and(|d| d.auth == v1::AuthMode::None);
+    let app = if unsigned {
+        None
+    } else {
+        Some(pick::app(state, req.app_key.as_deref(), req.api_id.as_deref()).await?)
+    };
+    let node = pick::node(state, req.node_id.as_deref()).await?;
+    let sandbox_addr = node.sandbox_addr.clone().unwrap_or_default();
+    let call_id = format!("{request_id}-try");
+    let call_id = if call_id.len() <= 64 {
+        call_id
+    } else {
+        request_id.to_owned()
+    };
+    let out = Outgoing::new(
+        &target,
+        &sandbox_addr,
+        &req.headers,
+        &body,
+        app.as_ref(),
+        &call_id,
+    );
+    let timeout_ms = draft
+        .as_ref()
+        .map(|d| d.backend.timeout_ms)
+        .unwrap_or(v1::DEFAULT_TIMEOUT_MS)
+        .saturating_add(5_000)
+        .min(65_000);
+    let received = send(&out, &body, Duration::from_millis(timeout_ms), &node).await?;
+    let mut answer = answer(out, &body, received);
+    answer["node_id"] = json!(node.node_id);
+    answer["api_id"] = json!(req.api_id);
+    Ok(answer)
+}
+
+/// The draft `api_id` names, if any (404 when there is none).
+async fn load_draft(state: &Shared, api_id: Option<&str>) -> ApiResult<Option<v1::ApiDefinition>> {
+    let Some(id) = api_id else {
+        return Ok(None);
+    };
+    check_name("api_id", id)?;
+    let doc = state
+        .store
+        .require(
+            &Env::Sandbox.path(&format!("apis/{id}")),
+            &format!("draft API {id:?} (import or create it first)"),
+        )
+        .await?;
+    Ok(Some(
+        parse_json::<v1::ApiDefinition>(&doc.data, &format!("draft {id}"))?.0,
+    ))
+}
+
+/// Sends the prepared request to `node` and reads the whole answer (502 `UPSTREAM_ERROR` when
+/// the node cannot be reached or read).
+async fn send(
+    out: &Outgoing,
+    body: &[u8],
+    timeout: Duration,
+    node: &NodeInfo,
+) -> ApiResult<Received> {
+    let mut builder = client()?
+        .request(out.method.clone(), &out.url)
+        .timeout(timeout);
+    for (k, v) in &out.headers {
+        builder = builder.header(k.as_str(), v.as_str());
+    }
+    if !body.is_empty() {
+        builder = builder.body(body.to_vec());
+    }
+    let started = Instant::now();
+    let resp = builder.send().await.map_err(|e| {
+        ApiError::bad_gateway(format!(
+            "calling the sandbox listener of gateway node {} at {}: {e}",
+            node.node_id,
+            node.sandbox_addr.as_deref().unwrap_or_default()
+        ))
+    })?;
+    let status = resp.status().as_u16();
+    let mut headers = Map::new();
+    for (name, value) in resp.headers() {
+        let v = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        match headers.get_mut(name.as_str()) {
+            Some(Value::String(prev)) => {
+                prev.push_str(", ");
+                prev.push_str(&v);
+            }
+            _ => {
+                headers.insert(name.as_str().to_owned(), Value::String(v));
+            }
+        }
+    }
+    let bytes = resp.bytes().await.map_err(|e| {
+        ApiError::bad_gateway(format!(
+            "reading the sandbox response from gateway node {}: {e}",
+            node.node_id
+        ))
+    })?;
+    let latency_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
+    Ok(Received {
+        status,
+        headers,
+        bytes: bytes.to_vec(),
+        latency_ms,
+    })
+}
+
+/// Text as is when it is UTF-8, else base64; and which it is.
+fn shown(bytes: &[u8]) -> (String, &'static str) {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => (s.to_owned(), "utf-8"),
+        Err(_) => (
+            base64::engine::general_purpose::STANDARD.encode(bytes),
+            "base64",
+        ),
+    }
+}
+
+/// The answer: the request as sent (with the app and the string-to-sign) and the response
+/// (its body cut at [`MAX_SHOWN_BODY`]).
+fn answer(out: Outgoing, body: &[u8], received: Received) -> Value {
+    let cut = received.bytes.len().min(MAX_SHOWN_BODY);
+    let (body_text, encoding) = shown(&received.bytes[..cut]);
+    let request_headers: Map<String, Value> = out
+        .headers
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    json!({
+        "request": {
+            "method": out.method.as_str(),
+            "url": out.url,
+            "headers": request_headers,
+            "body": shown(body).0,
+            "app_key": out.app_key,
+            "string_to_sign": out.string_to_sign,
+        },
+        "response": {
+            "status": received.status,
+            "headers": received.headers,
+            "body": body_text,
+            "body_encoding": encoding,
+            "body_bytes": received.bytes.len(),
+            "truncated": received.bytes.len() > MAX_SHOWN_BODY,
+        },
+        "latency_ms": received.latency_ms,
+    })
+}

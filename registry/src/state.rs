@@ -1,0 +1,47 @@
+//! What every request shares: how the registry runs ([`Config`]), the state built from it
+//! ([`AppState`], one ZooKeeper store) and the id of the current request ([`RequestId`]).
+//!
+//! The registry keeps no other state (docs/ARCHITECTURE.md, the control plane): any number can
+//! run side by side against one ZooKeeper.
+
+use crate::zk_store::Store;
+use std::sync::Arc;
+
+/// The header carrying the request id, as on the gateway (docs/PROTOCOL.md, "Request ids").
+pub const REQUEST_ID_HEADER: &str = "x-portico-request-id";
+
+/// How a registry runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// ZooKeeper connect string.
+    pub zk_hosts: String,
+    /// Root of the tree (default `/portico`).
+    pub zk_root: String,
+    /// The admin bearer token; `None` only with `--insecure-no-auth`.
+    pub token: Option<String>,
+}
+
+/// State shared by every request.
+pub struct AppState {
+    /// The ZooKeeper tree, read and written with compare-and-set.
+    pub store: Store,
+    /// The admin bearer token; `None`: every request is accepted.
+    pub token: Option<String>,
+}
+
+/// The state as handlers receive it.
+pub type Shared = Arc<AppState>;
+
+/// The request id of the current request (set by the server's middleware, read by handlers).
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+impl AppState {
+    /// The state of a registry running with `config` (ZooKeeper is connected on first use).
+    pub fn new(config: &Config) -> Shared {
+        Arc::new(AppState {
+            store: Store::new(&config.zk_hosts, &config.zk_root),
+            token: config.token.clone(),
+        })
+    }
+}
