@@ -25,7 +25,7 @@ pub fn document(routes: &[Route]) -> Value {
         "info": {
             "title": "Portico registry admin API",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "Stateless admin API over the ZooKeeper configuration tree (DESIGN.md §3.3). \
+            "description": "Stateless admin API over the ZooKeeper configuration tree (docs/OPERATIONS.md, 'The configuration tree'). \
                 Single documents come back as themselves with their znode version as ETag; send it back as \
                 If-Match to write only over that version (409 CONFLICT otherwise). Errors are \
                 {code, message, request_id[, details]}."
@@ -202,7 +202,7 @@ fn merged<const N: usize>(parts: [Value; N]) -> Value {
     Value::Object(all)
 }
 
-/// The v1 documents of the tree (docs/OPERATIONS.md, "The configuration tree").
+/// The v1 documents of the tree (docs/OPERATIONS.md, 'The configuration tree').
 fn document_schemas() -> Value {
     let rate_key = json!({"oneOf": [
         {"type": "string", "description": "api, app, ip or header:<Name>"},

@@ -20,7 +20,7 @@ pub fn routes() -> Vec<Route> {
         "/sandbox/call",
         "sandbox",
         "Try an API in the sandbox: the registry signs the request with a sandbox app's secret \
-         (§3.1) and sends it to a live gateway's sandbox listener; answers the request sent, \
+         (docs/PROTOCOL.md, 'Signing a request') and sends it to a live gateway's sandbox listener; answers the request sent, \
          the response (status, headers, body) and the latency. Body: {api_id?, method?, \
          path?, query?, body?, headers?, app_key?, node_id?}",
         post(try_call),

@@ -23,10 +23,10 @@ use std::collections::{BTreeMap, HashMap};
 /// The routes of export and import.
 pub fn routes() -> Vec<Route> {
     vec![
-        Route::new(Method::GET, "/export", "ops", "The tree as the §3.3 directory: file path → content (UTF-8 JSON text, or base64 for descriptors)", get(export))
+        Route::new(Method::GET, "/export", "ops", "The tree as a configuration directory (docs/OPERATIONS.md): file path → content (UTF-8 JSON text, or base64 for descriptors)", get(export))
             .reply(Reply::Json(200, "Export"))
             .query("env", "live (default) or sandbox"),
-        Route::new(Method::POST, "/import", "ops", "Write a §3.3 directory (the export's shape: file path → content) into the tree, validated as a whole the way gateways will; for bootstrapping and migrating a standalone tree", post(import))
+        Route::new(Method::POST, "/import", "ops", "Write a configuration directory (the export's shape: file path → content) into the tree, validated as a whole the way gateways will; for bootstrapping and migrating a standalone tree", post(import))
             .body(Body::Json("Export"))
             .reply(Reply::Json(200, "Any"))
             .query("env", "live (default) or sandbox"),
