@@ -571,6 +571,7 @@ impl ZkSource {
         let tree = Tree {
             docs: state.docs.clone(),
             generation: state.generation,
+            ..Tree::default()
         };
         if updates.send(tree).await.is_err() {
             return false;
