@@ -1,5 +1,5 @@
 //! The last-known-good snapshot on disk (`--snapshot-dir DIR`): the accepted documents of
-//! the applied [`Snapshot`] in the §3.3 directory layout, plus a `VERSION` file
+//! the applied [`Snapshot`] in the directory layout of docs/OPERATIONS.md ("The configuration tree"), plus a `VERSION` file
 //! (`{"generation", "digest", "written_at_ms"}`). A gateway that starts without ZooKeeper
 //! boots from it.
 //!
