@@ -424,7 +424,8 @@ impl Parser<'_> {
             Some(_) => return err(self.pos, "a variable must be a whole segment"),
         }
         let end = self.segments.len();
-        let multi = end.saturating_sub(start) != 1 || self.segments.get(start) == Some(&Segment::Multi);
+        let multi =
+            end.saturating_sub(start) != 1 || self.segments.get(start) == Some(&Segment::Multi);
         self.variables.push(Variable {
             field_path: field_path.to_owned(),
             start,
@@ -1113,7 +1114,15 @@ mod tests {
 
     #[test]
     fn template_errors_name_whole_characters() {
-        for bad in ["/v1/€", "/v1/x%€", "/€", "/v1/{€}", "/v1/{a=€}", "/v1/x:€", "/v1/{a}:v€"] {
+        for bad in [
+            "/v1/€",
+            "/v1/x%€",
+            "/€",
+            "/v1/{€}",
+            "/v1/{a=€}",
+            "/v1/x:€",
+            "/v1/{a}:v€",
+        ] {
             let e = PathTemplate::parse(bad).unwrap_err();
             assert!(e.pos <= bad.len(), "{bad:?}: {e}");
         }
@@ -1135,7 +1144,9 @@ mod tests {
         let e = PathTemplate::parse(&huge).unwrap_err();
         assert!(e.problem.contains("longer"), "{e}");
         // Variables count their segments.
-        let vars: String = (0..MAX_TEMPLATE_SEGMENTS).map(|i| format!("/{{v{i}}}")).collect();
+        let vars: String = (0..MAX_TEMPLATE_SEGMENTS)
+            .map(|i| format!("/{{v{i}}}"))
+            .collect();
         assert!(PathTemplate::parse(&vars).is_ok());
         let nested = format!("/{{a={}}}", vec!["*"; MAX_TEMPLATE_SEGMENTS + 1].join("/"));
         assert!(PathTemplate::parse(&nested).is_err());

@@ -115,7 +115,9 @@ fn isolated<T>(path: &str, check: impl FnOnce() -> Result<T, String>) -> Result<
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic".to_owned());
             tracing::error!(path, panic = %what, "{INTERNAL_ERROR_REASON}");
-            Err(format!("{INTERNAL_ERROR_REASON} ({what}); please report it"))
+            Err(format!(
+                "{INTERNAL_ERROR_REASON} ({what}); please report it"
+            ))
         }
     }
 }
@@ -208,7 +210,7 @@ impl<'p> Builder<'p> {
             tracing::warn!(path = %path, reason = %why, kept_previous, "configuration entry unreadable");
             self.snap.rejected.push(Rejection {
                 path: path.clone(),
-                reason: format!("cannot be read: {why}"),
+                reason: bounded(format!("cannot be read: {why}")),
                 kept_previous,
             });
         }
@@ -255,6 +257,7 @@ impl<'p> Builder<'p> {
                 Err(reason) => reason,
             },
         };
+        let reason = bounded(reason);
         let mut previous_problem = None;
         let fallback = self
             .previous
@@ -294,8 +297,9 @@ impl<'p> Builder<'p> {
         check_name(&def.id).map_err(|e| format!("id: {e}"))?;
         if def.id != name {
             return Err(format!(
-                "id: {:?} must equal the document name {name:?}",
-                def.id
+                "id: {:?} must equal the document name {:?}",
+                excerpt(&def.id),
+                excerpt(name)
             ));
         }
 
@@ -352,7 +356,10 @@ impl<'p> Builder<'p> {
             ));
         }
         let Some(cluster) = self.snap.clusters.get(&be.cluster) else {
-            return Err(format!("backend.cluster: no cluster {:?}", be.cluster));
+            return Err(format!(
+                "backend.cluster: no cluster {:?}",
+                excerpt(&be.cluster)
+            ));
         };
         let backend = match (&be.grpc, &be.http) {
             (Some(g), None) => {
@@ -456,6 +463,28 @@ impl<'p> Builder<'p> {
     }
 }
 
+/// The longest rejection reason kept, in characters (a reason may quote the document, and
+/// serde's messages quote whole values).
+const MAX_REASON_CHARS: usize = 512;
+
+/// `reason`, cut to [`MAX_REASON_CHARS`].
+fn bounded(reason: String) -> String {
+    match reason.char_indices().nth(MAX_REASON_CHARS) {
+        Some((at, _)) => format!("{}...", &reason[..at]),
+        None => reason,
+    }
+}
+
+/// At most the first 64 characters of `s` (and `...` when cut), for a reason that quotes a
+/// value: a document's value can be long, its rejection reason stays short.
+fn excerpt(s: &str) -> String {
+    const MAX_CHARS: usize = 64;
+    match s.char_indices().nth(MAX_CHARS) {
+        Some((at, _)) => format!("{}...", &s[..at]),
+        None => s.to_owned(),
+    }
+}
+
 fn binding_field(i: usize) -> String {
     if i == 0 {
         "http".to_owned()
@@ -515,11 +544,13 @@ fn check_binding(
     let m = method.to_ascii_uppercase();
     if !METHODS.contains(&m.as_str()) {
         return Err(format!(
-            "{field}.method: {method:?} is not one of {}",
+            "{field}.method: {:?} is not one of {}",
+            excerpt(method),
             METHODS.join("/")
         ));
     }
-    let template = PathTemplate::parse(path).map_err(|e| format!("{field}.path: {path:?}: {e}"))?;
+    let template =
+        PathTemplate::parse(path).map_err(|e| format!("{field}.path: {:?}: {e}", excerpt(path)))?;
     if m == "POST"
         && template.verb().is_none()
         && template.segments() == [Segment::Literal("router".to_owned())]
@@ -530,12 +561,18 @@ fn check_binding(
     }
     if let Some(b) = body {
         if b != "*" && !is_field_path(b) {
-            return Err(format!("{field}.body: {b:?} must be \"*\" or a field path"));
+            return Err(format!(
+                "{field}.body: {:?} must be \"*\" or a field path",
+                excerpt(b)
+            ));
         }
     }
     if let Some(rb) = response_body {
         if !is_field_path(rb) {
-            return Err(format!("{field}.response_body: {rb:?} must be a field path (omit it for the whole message)"));
+            return Err(format!(
+                "{field}.response_body: {:?} must be a field path (omit it for the whole message)",
+                excerpt(rb)
+            ));
         }
     }
     Ok(Binding {
@@ -624,10 +661,13 @@ fn check_rate_key(k: &v1::RateKey) -> Result<(), String> {
             other => other.strip_prefix("header:").is_some_and(is_header_name),
         };
         if !ok {
-            return Err(format!("{p:?} is not one of api, app, ip, header:<Name>"));
+            return Err(format!(
+                "{:?} is not one of api, app, ip, header:<Name>",
+                excerpt(p)
+            ));
         }
         if !seen.insert(p.to_ascii_lowercase()) {
-            return Err(format!("{p:?} appears twice"));
+            return Err(format!("{:?} appears twice", excerpt(p)));
         }
     }
     Ok(())
@@ -644,16 +684,16 @@ fn is_header_name(s: &str) -> bool {
 /// not starting with `.` (a dot-file is invisible in the directory layout).
 fn check_name(s: &str) -> Result<(), String> {
     if s.is_empty() || s.len() > 128 {
-        return Err(format!("{s:?} must be 1 to 128 characters"));
+        return Err(format!("{:?} must be 1 to 128 characters", excerpt(s)));
     }
     if !s
         .bytes()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
     {
-        return Err(format!("{s:?} may only hold A-Z a-z 0-9 . _ -"));
+        return Err(format!("{:?} may only hold A-Z a-z 0-9 . _ -", excerpt(s)));
     }
     if s.starts_with('.') {
-        return Err(format!("{s:?} must not start with '.'"));
+        return Err(format!("{:?} must not start with '.'", excerpt(s)));
     }
     Ok(())
 }
@@ -701,7 +741,7 @@ fn check_cluster(name: &str, raw: &[u8]) -> Result<v1::Cluster, String> {
         if let Some(j) = seen.insert(&ep.addr, i) {
             return Err(format!(
                 "endpoints[{i}].addr: {:?} repeats endpoints[{j}]",
-                ep.addr
+                excerpt(&ep.addr)
             ));
         }
     }
@@ -716,11 +756,11 @@ fn check_addr(addr: &str) -> Result<(), String> {
     if addr.parse::<SocketAddr>().is_ok() {
         return Ok(());
     }
-    let bad = || format!("{addr:?} is not host:port");
+    let bad = || format!("{:?} is not host:port", excerpt(addr));
     let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
     match port.parse::<u16>() {
         Ok(p) if p > 0 => {}
-        _ => return Err(format!("{addr:?}: port must be 1..65535")),
+        _ => return Err(format!("{:?}: port must be 1..65535", excerpt(addr))),
     }
     if host.parse::<IpAddr>().is_ok() || host.starts_with('[') {
         return Err(bad());
@@ -735,7 +775,9 @@ fn check_addr(addr: &str) -> Result<(), String> {
     };
     if host.is_empty() || host.len() > 253 || !host.split('.').all(label_ok) {
         return Err(format!(
-            "{addr:?}: {host:?} is not a hostname or IP address"
+            "{:?}: {:?} is not a hostname or IP address",
+            excerpt(addr),
+            excerpt(host)
         ));
     }
     Ok(())
@@ -774,7 +816,10 @@ fn check_switch(name: &str, raw: &[u8]) -> Result<v1::Switch, String> {
         }
         for (k, v) in &fb.headers {
             if !is_header_name(k) {
-                return Err(format!("fallback.headers: {k:?} is not a header name"));
+                return Err(format!(
+                    "fallback.headers: {:?} is not a header name",
+                    excerpt(k)
+                ));
             }
             let reserved = ["content-length", "transfer-encoding", "connection"];
             if reserved.iter().any(|r| r.eq_ignore_ascii_case(k)) {
@@ -798,8 +843,9 @@ fn check_ipacl(raw: &[u8]) -> Result<IpAclRules, String> {
         list.iter()
             .enumerate()
             .map(|(i, s)| {
-                parse_net(s)
-                    .ok_or_else(|| format!("{field}[{i}]: {s:?} is not a CIDR or IP address"))
+                parse_net(s).ok_or_else(|| {
+                    format!("{field}[{i}]: {:?} is not a CIDR or IP address", excerpt(s))
+                })
             })
             .collect()
     };
@@ -1407,7 +1453,9 @@ mod tests {
             assert!(raw != b"new", "a bug in a parser");
             Ok(())
         };
-        assert!(b.consider("switches/a", Ok(b"new"), panics_on_new).is_some());
+        assert!(b
+            .consider("switches/a", Ok(b"new"), panics_on_new)
+            .is_some());
         let r = &b.snap.rejected[0];
         assert!(r.reason.starts_with(INTERNAL_ERROR_REASON), "{r:?}");
         assert!(r.reason.contains("a bug in a parser"), "{r:?}");
@@ -1465,14 +1513,23 @@ mod tests {
         assert_eq!(s2.rejected.len(), 1, "{:?}", s2.rejected);
         assert_eq!(s2.rejected[0].path, "apis");
         assert!(s2.rejected[0].kept_previous);
-        assert_eq!(s2.accepted.keys().collect::<Vec<_>>(), s1.accepted.keys().collect::<Vec<_>>());
+        assert_eq!(
+            s2.accepted.keys().collect::<Vec<_>>(),
+            s1.accepted.keys().collect::<Vec<_>>()
+        );
         // Still consistent only: without its cluster the kept API goes.
         t.0.docs.remove("clusters/web");
         let s3 = t.build(Some(&s2));
         assert!(s3.apis.is_empty());
         let s4 = t.build(None);
         assert!(!s4.apis.contains_key("web.get"));
-        assert!(!s4.rejected.iter().find(|r| r.path == "apis").unwrap().kept_previous);
+        assert!(
+            !s4.rejected
+                .iter()
+                .find(|r| r.path == "apis")
+                .unwrap()
+                .kept_previous
+        );
     }
 
     #[test]
@@ -1483,7 +1540,11 @@ mod tests {
         big.extend_from_slice(b"\"}");
         t.bytes("switches/big", big);
         let s = t.build(None);
-        assert!(reason(&s, "switches/big").starts_with("document: "), "{:?}", s.rejected);
+        assert!(
+            reason(&s, "switches/big").starts_with("document: "),
+            "{:?}",
+            s.rejected
+        );
     }
 
     #[test]
@@ -1494,20 +1555,46 @@ mod tests {
             .collect();
         endpoints.push(json!({"addr": "h:7"}));
         let s = T::new()
-            .put("clusters/many", json!({"protocol": "http", "endpoints": endpoints}))
+            .put(
+                "clusters/many",
+                json!({"protocol": "http", "endpoints": endpoints}),
+            )
             .build(None);
         assert_eq!(
             reason(&s, "clusters/many"),
             "endpoints[20000].addr: \"h:7\" repeats endpoints[6]"
         );
         let r = api_reason(|v| {
-            v["http"]["additional_bindings"] = json!(vec![json!({"method": "GET", "path": "/v9"}); MAX_ADDITIONAL_BINDINGS + 1])
+            v["http"]["additional_bindings"] = json!(vec![
+                json!({"method": "GET", "path": "/v9"});
+                MAX_ADDITIONAL_BINDINGS + 1
+            ])
         });
         assert!(r.starts_with("http.additional_bindings: at most"), "{r}");
-        let r = api_reason(|v| {
-            v["policy"] = json!({"rate_limits": [{"key": ["header:A", "ip", "header:a"], "limit": 1, "per": "second"}]})
-        });
+        let r = api_reason(
+            |v| v["policy"] = json!({"rate_limits": [{"key": ["header:A", "ip", "header:a"], "limit": 1, "per": "second"}]}),
+        );
         assert!(r.contains("appears twice"), "{r}");
+    }
+
+    #[test]
+    fn reasons_stay_short() {
+        let long = "x".repeat(100_000);
+        let r = api_reason(|v| v["http"]["path"] = json!(format!("/{long}")));
+        assert!(r.len() < 200, "{r}");
+        let r = api_reason(|v| v["backend"]["cluster"] = json!(long));
+        assert!(r.len() < 200, "{r}");
+        // serde quotes a whole bad value: the reason is cut.
+        let s = T::new()
+            .put("clusters/c", json!({"protocol": long, "endpoints": []}))
+            .build(None);
+        let r = reason(&s, "clusters/c");
+        assert!(
+            r.starts_with("protocol:") && r.chars().count() <= MAX_REASON_CHARS + 3,
+            "{r}"
+        );
+        assert!(bounded("é".repeat(1000)).ends_with("..."));
+        assert_eq!(excerpt("ab"), "ab");
     }
 
     #[test]

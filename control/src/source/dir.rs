@@ -132,10 +132,10 @@ impl Scan {
                 // A dangling link is a document that cannot be read; a file removed since
                 // the listing is simply gone.
                 if std::fs::symlink_metadata(&file).is_ok() {
-                    self.unreadable(tree_path, &file, format!("cannot be read: {e}"));
+                    self.unreadable(tree_path, &file, e.to_string());
                 }
             }
-            Err(e) => self.unreadable(tree_path, &file, format!("cannot be read: {e}")),
+            Err(e) => self.unreadable(tree_path, &file, e.to_string()),
         }
     }
 
@@ -267,7 +267,7 @@ fn read_entries(scan: &Scan) -> Tree {
             Err(err) if err.kind() == io::ErrorKind::NotFound => {}
             Err(err) => {
                 tracing::debug!(file = %e.file.display(), error = %err, "skipping unreadable config file");
-                tree.insert_unreadable(&e.tree_path, format!("cannot be read: {err}"));
+                tree.insert_unreadable(&e.tree_path, err.to_string());
             }
         }
     }
@@ -476,7 +476,12 @@ mod tests {
         assert!(t.unreadable["descriptors"].contains("cannot list"));
         // The snapshot built from it keeps the good documents.
         let s = crate::build_snapshot(&t, None);
-        assert_eq!(s.rejected.len(), 7, "the six, and an empty API: {:?}", s.rejected);
+        assert_eq!(
+            s.rejected.len(),
+            7,
+            "the six, and an empty API: {:?}",
+            s.rejected
+        );
         assert!(s.switches.contains_key("s"));
     }
 

@@ -16,7 +16,7 @@ use zookeeper_client as zk;
 /// session's (see the module documentation); `None` for a failure that fails the read.
 pub(super) fn node_problem(e: &zk::Error) -> Option<String> {
     match e {
-        zk::Error::NoAuth => Some(format!("cannot be read: {e} (its ACL)")),
+        zk::Error::NoAuth => Some(format!("{e} (its ACL)")),
         zk::Error::BadArguments(_) => Some(format!("cannot be addressed: {e}")),
         _ => None,
     }

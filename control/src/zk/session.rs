@@ -239,7 +239,9 @@ impl<'a> Session<'a> {
             zk::SessionState::AuthFailed => {
                 return Err(SessionEnd::Failed("authentication failed".to_owned()))
             }
-            zk::SessionState::Closed => return Err(SessionEnd::Failed("session closed".to_owned())),
+            zk::SessionState::Closed => {
+                return Err(SessionEnd::Failed("session closed".to_owned()))
+            }
         }
         Ok(())
     }
