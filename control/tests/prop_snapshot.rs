@@ -6,8 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use portico_control::validate::INTERNAL_ERROR_REASON;
 use portico_control::source::read_tree;
+use portico_control::validate::INTERNAL_ERROR_REASON;
 use portico_control::{build_snapshot, Snapshot, Tree};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
@@ -74,7 +74,12 @@ enum Content {
 /// value swapped for deep nesting.
 fn content() -> impl Strategy<Value = Content> {
     let n = example().len();
-    let mangled = (0..n, any::<prop::sample::Index>(), any::<prop::sample::Index>(), any::<Vec<u8>>())
+    let mangled = (
+        0..n,
+        any::<prop::sample::Index>(),
+        any::<prop::sample::Index>(),
+        any::<Vec<u8>>(),
+    )
         .prop_map(|(i, a, b, junk)| {
             let doc = &example()[i].1;
             let (x, y) = (a.index(doc.len() + 1), b.index(doc.len() + 1));
@@ -96,7 +101,14 @@ fn content() -> impl Strategy<Value = Content> {
             .replacen("\"http\"", &deep, 1)
             .into_bytes()
     });
-    let retyped = (0..n, 0..n).prop_map(|(i, j)| example()[j].1.clone().into_iter().chain(example()[i].1.clone()).collect());
+    let retyped = (0..n, 0..n).prop_map(|(i, j)| {
+        example()[j]
+            .1
+            .clone()
+            .into_iter()
+            .chain(example()[i].1.clone())
+            .collect()
+    });
     prop_oneof![
         2 => any::<Vec<u8>>().prop_map(Content::Bytes),
         3 => mangled.prop_map(Content::Bytes),
@@ -111,8 +123,7 @@ fn content() -> impl Strategy<Value = Content> {
 fn entries() -> impl Strategy<Value = Vec<(String, Content)>> {
     let anywhere = (path(), content());
     // Also at the example's own paths, so that documents meet what they refer to.
-    let at_example = (0..example().len(), content())
-        .prop_map(|(i, c)| (example()[i].0.clone(), c));
+    let at_example = (0..example().len(), content()).prop_map(|(i, c)| (example()[i].0.clone(), c));
     prop::collection::vec(prop_oneof![anywhere, at_example], 0..12)
 }
 
@@ -176,7 +187,11 @@ fn check(
             .and_then(|prev| prev.accepted.get(p))
             .is_some_and(|b| b == bytes);
         prop_assert!(fresh || kept, "{} accepted with bytes it never had", p);
-        prop_assert!(!(fresh && rejected.contains(p)), "{} accepted and rejected", p);
+        prop_assert!(
+            !(fresh && rejected.contains(p)),
+            "{} accepted and rejected",
+            p
+        );
     }
     for p in tree.docs.keys().chain(tree.unreadable.keys()) {
         prop_assert!(
@@ -195,7 +210,11 @@ fn check(
             p.starts_with("apis/")
                 && (r.reason.contains("already bound by API") || written.contains(GOOD[0].0))
         });
-        prop_assert!(why.is_none() || excused, "good document rejected: {:?}", why);
+        prop_assert!(
+            why.is_none() || excused,
+            "good document rejected: {:?}",
+            why
+        );
     }
     Ok(())
 }
@@ -260,11 +279,17 @@ fn named_garbage_is_rejected_alone() {
     big.extend_from_slice(br#""}"#);
     let garbage: Vec<(&str, Vec<u8>)> = vec![
         ("apis/x.utf8", b"\xff\xfe{\"id\": \"x.utf8\"}".to_vec()),
-        ("apis/x.truncated", br#"{"id": "x.truncated", "http": {"meth"#.to_vec()),
+        (
+            "apis/x.truncated",
+            br#"{"id": "x.truncated", "http": {"meth"#.to_vec(),
+        ),
         ("apis/x.long", long_template.into_bytes()),
         ("apps/x.big", big),
         ("switches/x.deep", deep.into_bytes()),
-        ("descriptors/0000000000000000000000000000000000000000000000000000000000000000", b"not protobuf".to_vec()),
+        (
+            "descriptors/0000000000000000000000000000000000000000000000000000000000000000",
+            b"not protobuf".to_vec(),
+        ),
         ("apis/odd name\u{202e}\n%", b"{}".to_vec()),
     ];
     for (p, b) in &garbage {
@@ -275,7 +300,10 @@ fn named_garbage_is_rejected_alone() {
     for (p, _) in &garbage {
         assert!(rejected.contains(p), "{p} not rejected: {:?}", s.rejected);
     }
-    assert!(s.rejected.iter().all(|r| !r.reason.starts_with(INTERNAL_ERROR_REASON)));
+    assert!(s
+        .rejected
+        .iter()
+        .all(|r| !r.reason.starts_with(INTERNAL_ERROR_REASON)));
     for (p, _) in GOOD {
         assert!(s.accepted.contains_key(p), "{p}: {:?}", s.rejected);
     }
