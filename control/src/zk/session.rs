@@ -270,7 +270,7 @@ impl<'a> Session<'a> {
 
     /// Re-reads the pending documents if their time has come, and sends the result.
     async fn flush_if_due(&mut self, updates: &mpsc::Sender<Tree>) -> Result<(), SessionEnd> {
-        if !self.flush_at.is_some_and(|t| t <= Instant::now()) {
+        if self.flush_at.is_none_or(|t| t > Instant::now()) {
             return Ok(());
         }
         self.flush_at = None;
