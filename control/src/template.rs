@@ -436,6 +436,61 @@ impl Parser<'_> {
     }
 }
 
+/// Splits the verb off a template as grpc-gateway's tokenizer does: the last top-level token,
+/// after a variable (`}`) at its first `:`, otherwise at its last `:`. Returns where the
+/// segments end and the verb, percent-decoded.
+fn split_verb(raw: &str) -> Result<(usize, Option<String>), TemplateError> {
+    let s = raw.as_bytes();
+    let mut depth = 0usize;
+    let mut tail = 0;
+    let mut after_var = false;
+    for (i, &c) in s.iter().enumerate() {
+        match c {
+            b'{' => depth = depth.saturating_add(1),
+            b'}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    tail = i + 1;
+                    after_var = true;
+                }
+            }
+            b'/' if depth == 0 => {
+                tail = i + 1;
+                after_var = false;
+            }
+            _ => {}
+        }
+    }
+    // `tail` follows an ASCII `/` or `}` and the verb an ASCII `:`: whole `str`s.
+    let t = raw.get(tail..).unwrap_or_default();
+    let colon = if after_var { t.find(':') } else { t.rfind(':') };
+    match colon {
+        Some(c) => {
+            let at = tail + c;
+            let verb = raw.get(at + 1..).unwrap_or_default();
+            if verb.is_empty() {
+                return err(at, "empty verb after ':'");
+            }
+            for (j, b) in verb.bytes().enumerate() {
+                if !(is_literal_char(b) || b == b'%') || b == b':' {
+                    return err(
+                        at + 1 + j,
+                        format!(
+                            "character {:?} is not allowed in a verb",
+                            char_at(raw, at + 1 + j)
+                        ),
+                    );
+                }
+            }
+            let Some(v) = decode_segment(verb).filter(|_| is_valid_percent_encoding(verb)) else {
+                return err(at + 1, "invalid percent-encoding in the verb");
+            };
+            Ok((at, Some(v)))
+        }
+        None => Ok((s.len(), None)),
+    }
+}
+
 impl PathTemplate {
     /// Parses a template, e.g. `/v1/{name=shelves/*/books/*}:get`.
     pub fn parse(raw: &str) -> Result<PathTemplate, TemplateError> {
@@ -457,56 +512,7 @@ impl PathTemplate {
                 verb: None,
             });
         }
-        // The verb: split the last top-level token as grpc-gateway's tokenizer does.
-        let mut depth = 0usize;
-        let mut tail = 0;
-        let mut after_var = false;
-        for (i, &c) in s.iter().enumerate() {
-            match c {
-                b'{' => depth = depth.saturating_add(1),
-                b'}' => {
-                    depth = depth.saturating_sub(1);
-                    if depth == 0 {
-                        tail = i + 1;
-                        after_var = true;
-                    }
-                }
-                b'/' if depth == 0 => {
-                    tail = i + 1;
-                    after_var = false;
-                }
-                _ => {}
-            }
-        }
-        // `tail` follows an ASCII `/` or `}` and the verb an ASCII `:`: whole `str`s.
-        let t = raw.get(tail..).unwrap_or_default();
-        let colon = if after_var { t.find(':') } else { t.rfind(':') };
-        let (end, verb) = match colon {
-            Some(c) => {
-                let at = tail + c;
-                let verb = raw.get(at + 1..).unwrap_or_default();
-                if verb.is_empty() {
-                    return err(at, "empty verb after ':'");
-                }
-                for (j, b) in verb.bytes().enumerate() {
-                    if !(is_literal_char(b) || b == b'%') || b == b':' {
-                        return err(
-                            at + 1 + j,
-                            format!(
-                                "character {:?} is not allowed in a verb",
-                                char_at(raw, at + 1 + j)
-                            ),
-                        );
-                    }
-                }
-                let Some(v) = decode_segment(verb).filter(|_| is_valid_percent_encoding(verb))
-                else {
-                    return err(at + 1, "invalid percent-encoding in the verb");
-                };
-                (at, Some(v))
-            }
-            None => (s.len(), None),
-        };
+        let (end, verb) = split_verb(raw)?;
         let mut p = Parser {
             raw,
             s,

@@ -303,21 +303,42 @@ impl<'p> Builder<'p> {
             ));
         }
 
-        // Bindings.
-        if def.http.additional_bindings.len() > MAX_ADDITIONAL_BINDINGS {
+        let bindings = self.check_bindings(&def.http)?;
+        let be = &def.backend;
+        let backend = self.check_backend(be, &bindings)?;
+
+        check_policy(&def.policy)?;
+
+        Ok(Api {
+            id: def.id.clone(),
+            version: def.version,
+            bindings,
+            backend,
+            cluster: be.cluster.clone(),
+            timeout_ms: be.timeout_ms,
+            auth: def.auth,
+            policy: def.policy.clone(),
+            definition: def,
+        })
+    }
+
+    /// The bindings of an API (`http` and its `additional_bindings`), none of which repeats
+    /// another of the API or of an API already accepted.
+    fn check_bindings(&self, http: &v1::HttpRule) -> Result<Vec<Binding>, String> {
+        if http.additional_bindings.len() > MAX_ADDITIONAL_BINDINGS {
             return Err(format!(
                 "http.additional_bindings: at most {MAX_ADDITIONAL_BINDINGS}"
             ));
         }
-        let mut bindings = Vec::with_capacity(1 + def.http.additional_bindings.len());
+        let mut bindings = Vec::with_capacity(1 + http.additional_bindings.len());
         bindings.push(check_binding(
             "http",
-            &def.http.method,
-            &def.http.path,
-            def.http.body.as_deref(),
-            def.http.response_body.as_deref(),
+            &http.method,
+            &http.path,
+            http.body.as_deref(),
+            http.response_body.as_deref(),
         )?);
-        for (i, ab) in def.http.additional_bindings.iter().enumerate() {
+        for (i, ab) in http.additional_bindings.iter().enumerate() {
             let field = format!("http.additional_bindings[{i}]");
             bindings.push(check_binding(
                 &field,
@@ -347,9 +368,12 @@ impl<'p> Builder<'p> {
             }
             own_routes.insert(key, i);
         }
+        Ok(bindings)
+    }
 
-        // Backend.
-        let be = &def.backend;
+    /// An API's backend: its deadline, its cluster (of the backend's protocol), and the gRPC
+    /// method or the HTTP rewrite (whose variables every binding must have).
+    fn check_backend(&self, be: &v1::Backend, bindings: &[Binding]) -> Result<BackendKind, String> {
         if !(1..=MAX_TIMEOUT_MS).contains(&be.timeout_ms) {
             return Err(format!(
                 "backend.timeout_ms: must be between 1 and {MAX_TIMEOUT_MS}"
@@ -361,7 +385,7 @@ impl<'p> Builder<'p> {
                 excerpt(&be.cluster)
             ));
         };
-        let backend = match (&be.grpc, &be.http) {
+        match (&be.grpc, &be.http) {
             (Some(g), None) => {
                 if cluster.protocol != v1::Protocol::Grpc {
                     return Err(format!(
@@ -369,12 +393,12 @@ impl<'p> Builder<'p> {
                         be.cluster
                     ));
                 }
-                self.check_grpc(g, &bindings)?;
-                BackendKind::Grpc {
+                self.check_grpc(g, bindings)?;
+                Ok(BackendKind::Grpc {
                     service: g.service.clone(),
                     method: g.method.clone(),
                     descriptor: g.descriptor.clone(),
-                }
+                })
             }
             (None, Some(h)) => {
                 if cluster.protocol != v1::Protocol::Http {
@@ -396,26 +420,12 @@ impl<'p> Builder<'p> {
                         }
                     }
                 }
-                BackendKind::Http {
+                Ok(BackendKind::Http {
                     path: h.path.clone(),
-                }
+                })
             }
-            _ => return Err("backend: set exactly one of grpc and http".to_owned()),
-        };
-
-        check_policy(&def.policy)?;
-
-        Ok(Api {
-            id: def.id.clone(),
-            version: def.version,
-            bindings,
-            backend,
-            cluster: be.cluster.clone(),
-            timeout_ms: be.timeout_ms,
-            auth: def.auth,
-            policy: def.policy.clone(),
-            definition: def,
-        })
+            _ => Err("backend: set exactly one of grpc and http".to_owned()),
+        }
     }
 
     fn check_grpc(&self, g: &v1::GrpcBackend, bindings: &[Binding]) -> Result<(), String> {
