@@ -108,16 +108,10 @@ pub fn string_to_sign(
 ) -> String {
     let query = raw_query.map(canonical_query).unwrap_or_default();
     let digest = body_digest(body);
-    let mut s = String::with_capacity(
-        method.len()
-            + path.len()
-            + query.len()
-            + app_key.len()
-            + timestamp.len()
-            + nonce.len()
-            + digest.len()
-            + 6,
-    );
+    let capacity = [method, path, &query, app_key, timestamp, nonce, &digest]
+        .iter()
+        .fold(6usize, |n, part| n.saturating_add(part.len()));
+    let mut s = String::with_capacity(capacity);
     s.push_str(&method.to_ascii_uppercase());
     s.push('\n');
     s.push_str(path);

@@ -384,6 +384,26 @@ mod tests {
     }
 
     #[test]
+    fn garbage_in_a_snapshot_is_skipped_not_fatal() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("snap");
+        write_snapshot(&dir, &snapshot(&[("apps/a", b"{}"), ("apps/b", b"{}")], 9)).unwrap();
+        // Someone edits the snapshot by hand: garbage VERSION, a folder and a dangling link
+        // where documents were.
+        fs::write(dir.join(VERSION_FILE), b"\xff{not json").unwrap();
+        fs::remove_file(dir.join("apps/b.json")).unwrap();
+        fs::create_dir(dir.join("apps/b.json")).unwrap();
+        std::os::unix::fs::symlink("nowhere", dir.join("apps/c.json")).unwrap();
+        let (tree, version) = read_snapshot(&dir).unwrap();
+        assert_eq!(version, None);
+        assert_eq!(tree.docs.keys().collect::<Vec<_>>(), vec!["apps/a"]);
+        assert_eq!(
+            tree.unreadable.keys().collect::<Vec<_>>(),
+            vec!["apps/b", "apps/c"]
+        );
+    }
+
+    #[test]
     fn missing_snapshot_is_not_found() {
         let d = tempfile::tempdir().unwrap();
         let e = read_snapshot(&d.path().join("none")).unwrap_err();
