@@ -339,3 +339,51 @@ fn a_gateway_started_on_a_directory_with_garbage_boots_and_serves_the_rest() {
     assert!(wait_until(Duration::from_secs(10), || order_status(&gw)
         == (503, "API_DEGRADED".into())));
 }
+
+#[test]
+fn a_node_the_gateway_may_not_read_is_rejected_alone_and_never_stalls_the_tree() {
+    let zk = ZooKeeper::start();
+    let backend = BackendProcess::start_http().unwrap();
+    let tree = ZkTree::connect(&zk.connect_string());
+    seed_zk(&tree, &backend);
+    let snap = tempfile::tempdir().unwrap();
+    let gw = start_zk_gateway(&zk, &snap.path().join("lkg"));
+    assert_eq!(order_status(&gw).0, 200);
+
+    // Someone creates a document only they may read (a digest ACL the gateway lacks).
+    tree.rt.block_on(async {
+        let owner = zk::Client::connector()
+            .with_auth("digest", b"someone:secret")
+            .connect(&zk.connect_string())
+            .await
+            .unwrap();
+        let private = zk::CreateMode::Persistent.with_acls(zk::Acls::creator_all());
+        owner
+            .create("/portico/apps/hidden", b"{}", &private)
+            .await
+            .unwrap();
+    });
+    // ZooKeeper may not even tell the gateway about it (no READ, no event); either way the
+    // rest of the tree keeps applying.
+    tree.put("switches/order.get", &json!({"degraded": true}));
+    assert!(wait_until(Duration::from_secs(10), || order_status(&gw)
+        == (503, "API_DEGRADED".into())));
+    // A restart reads the whole tree: the hidden node is rejected alone, with why, and
+    // changes keep applying.
+    drop(gw);
+    let gw = start_zk_gateway(&zk, &snap.path().join("lkg"));
+    assert!(wait_until(Duration::from_secs(10), || rejected(&gw)
+        .iter()
+        .any(|(p, _)| p == "apps/hidden")));
+    let list = rejected(&gw);
+    assert!(
+        reason_of(&list, "apps/hidden").contains("not authorized"),
+        "{list:?}"
+    );
+    tree.put("switches/order.get", &json!({"degraded": false}));
+    assert!(wait_until(Duration::from_secs(10), || order_status(&gw).0 == 200));
+    assert!(rejected(&gw).iter().any(|(p, _)| p == "apps/hidden"));
+    assert!(gw.status()["config_source"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("zk:")));
+}
