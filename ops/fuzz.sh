@@ -80,7 +80,7 @@ for t in "${run[@]}"; do
     set +e
     cargo fuzz run --sanitizer "$SANITIZER" --debug-assertions "$t" "corpus/$t" -- \
         -max_total_time="$seconds" -timeout="$TIMEOUT" -rss_limit_mb=2048 \
-        -print_final_stats=1 -artifact_prefix="artifacts/$t/" 2>&1 |
+        -print_final_stats=1 2>&1 |
         grep --line-buffered -v -E '^(#[0-9]+[[:space:]]+(NEW|REDUCE)|[[:space:]]+NEW_FUNC)'
     rc=${PIPESTATUS[0]}
     set -e
