@@ -9,6 +9,9 @@
 use async_trait::async_trait;
 use clap::Parser;
 use pingora_core::apps::HttpServerOptions;
+use pingora_core::listeners::{
+    L4BufferSettings, ListenerConfig, DEFAULT_L4_READ_BUFFER_SIZE, DEFAULT_L4_WRITE_BUFFER_SIZE,
+};
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::server::Server;
 use pingora_core::upstreams::peer::HttpPeer;
@@ -49,6 +52,14 @@ pub struct Args {
     /// Knob: `HttpServerOptions::keepalive_request_limit` (default: none).
     #[arg(long)]
     keepalive_request_limit: Option<u32>,
+    /// Knob: the listener's L4 read buffer per downstream connection, in bytes
+    /// (`ListenerConfig::l4_buffer`; Pingora's default `DEFAULT_L4_READ_BUFFER_SIZE`, 64 KiB).
+    #[arg(long)]
+    l4_read_buffer: Option<usize>,
+    /// Knob: the listener's L4 write buffer per downstream connection, in bytes (default
+    /// `DEFAULT_L4_WRITE_BUFFER_SIZE`, 1460).
+    #[arg(long)]
+    l4_write_buffer: Option<usize>,
 }
 
 struct Bare {
@@ -120,7 +131,15 @@ pub fn main() {
             proxy.server_options = Some(opts);
         }
     }
-    svc.add_tcp(&args.listen);
+    if args.l4_read_buffer.is_some() || args.l4_write_buffer.is_some() {
+        let buffers = L4BufferSettings::new(
+            args.l4_read_buffer.unwrap_or(DEFAULT_L4_READ_BUFFER_SIZE),
+            args.l4_write_buffer.unwrap_or(DEFAULT_L4_WRITE_BUFFER_SIZE),
+        );
+        svc.add_listener(ListenerConfig::tcp(&args.listen).l4_buffer(buffers));
+    } else {
+        svc.add_tcp(&args.listen);
+    }
     server.add_service(svc);
     server.run_forever()
 }

@@ -68,6 +68,12 @@ pub const KNOBS: &[Knob] = &[
         flags: &["--peer-timeouts-ms", "1000", "--fast-timeout-threshold-s", "0"],
     },
     Knob {
+        name: "L4 read buffer 4 KiB",
+        what: "the listener's per-connection read buffer at 4 KiB instead of 64 KiB (`ListenerConfig::l4_buffer`)",
+        bin: "bare-pingora-proxy",
+        flags: &["--l4-read-buffer", "4096"],
+    },
+    Knob {
         name: "system allocator",
         what: "glibc malloc instead of mimalloc",
         bin: "bare-pingora-proxy-system",
@@ -85,14 +91,32 @@ fn flags(k: &Knob) -> Vec<String> {
     k.flags.iter().map(|s| (*s).to_owned()).collect()
 }
 
-pub fn run(ctx: &Ctx, plan: CgPlan) -> anyhow::Result<()> {
+/// The knobs whose name contains one of `only` (case-insensitive), the baseline always
+/// first; every knob when `only` is empty.
+pub fn select(only: &[String]) -> Vec<&'static Knob> {
+    KNOBS
+        .iter()
+        .enumerate()
+        .filter(|(i, k)| {
+            *i == 0
+                || only.is_empty()
+                || only
+                    .iter()
+                    .any(|o| k.name.to_lowercase().contains(&o.to_lowercase()))
+        })
+        .map(|(_, k)| k)
+        .collect()
+}
+
+pub fn run(ctx: &Ctx, plan: CgPlan, only: &[String]) -> anyhow::Result<()> {
     eprintln!("== knobs: the bare Pingora proxy, one knob at a time");
+    let knobs = select(only);
     let started_load = loadavg();
     let backend = start_backend(ctx, "backend", false)?;
 
     // 1. Instructions per request, one fresh process per knob.
     let mut counts = Vec::new();
-    for (i, k) in KNOBS.iter().enumerate() {
+    for (i, k) in knobs.iter().enumerate() {
         eprintln!(" {}: {}", k.name, k.flags.join(" "));
         let m = count_bare(
             ctx,
@@ -107,7 +131,7 @@ pub fn run(ctx: &Ctx, plan: CgPlan) -> anyhow::Result<()> {
 
     // 2. CPU per request at saturation, all variants running, interleaved rounds.
     let mut proxies: Vec<Proxy> = Vec::new();
-    for (i, k) in KNOBS.iter().enumerate() {
+    for (i, k) in knobs.iter().enumerate() {
         proxies.push(start_bare_with(
             ctx,
             &format!("bare-knob-{i}"),
@@ -117,7 +141,7 @@ pub fn run(ctx: &Ctx, plan: CgPlan) -> anyhow::Result<()> {
             &Launch::default(),
         )?);
     }
-    let targets: Vec<Target<'_>> = KNOBS
+    let targets: Vec<Target<'_>> = knobs
         .iter()
         .zip(&proxies)
         .map(|(k, p)| Target {
@@ -140,11 +164,14 @@ pub fn run(ctx: &Ctx, plan: CgPlan) -> anyhow::Result<()> {
     let base_cpu = cpu(0, &runs[0]);
     let mut rows = Vec::new();
     let mut groups = Vec::new();
-    for (i, (k, r)) in KNOBS.iter().zip(&runs).enumerate() {
+    for (i, (k, r)) in knobs.iter().zip(&runs).enumerate() {
         let ir = counts[i].as_ref().map_or(f64::NAN, |m| m.ir_per_req());
         let sys = counts[i]
             .as_ref()
             .map_or(f64::NAN, |m| m.syscalls_per_req());
+        let clocks = counts[i]
+            .as_ref()
+            .map_or(f64::NAN, |m| m.clock_reads_per_req());
         let c = cpu(i, r);
         rows.push(vec![
             k.name.to_owned(),
@@ -152,6 +179,7 @@ pub fn run(ctx: &Ctx, plan: CgPlan) -> anyhow::Result<()> {
             format!("**{}**", f0(ir)),
             delta(ir, base_ir),
             f1(sys),
+            f1(clocks),
             format!(
                 "{} ({} + {})",
                 f1(c),
@@ -180,6 +208,7 @@ pub fn run(ctx: &Ctx, plan: CgPlan) -> anyhow::Result<()> {
                 "instructions / request",
                 "Δ",
                 "syscalls / request",
+                "clock reads / request",
                 "CPU µs / request (user + sys)",
                 "Δ",
                 "proxy CPU use",

@@ -117,6 +117,10 @@ struct Common {
     /// Length of the one-app soak in seconds (replay suite; at most 900).
     #[arg(long, global = true, default_value_t = 600.0)]
     soak_secs: f64,
+    /// Knobs suite: only the knobs whose name contains one of these (repeatable; the
+    /// baseline always runs).
+    #[arg(long = "knob", global = true)]
+    knobs: Vec<String>,
     /// Signed requests per second of the one app (replay suite).
     #[arg(long, global = true, default_value_t = 10_000.0)]
     soak_rate: f64,
@@ -328,7 +332,7 @@ fn main() -> anyhow::Result<()> {
             Suite::Isolation => isolation::run(&ctx),
             Suite::Switch => switch::run(&ctx),
             Suite::Instructions => instructions::run(&ctx, cg_plan, c.cg_reps.max(1)),
-            Suite::Knobs => knobs::run(&ctx, cg_plan),
+            Suite::Knobs => knobs::run(&ctx, cg_plan, &c.knobs),
             Suite::Apis => scale::run_apis(&ctx, cg_plan),
             Suite::Idle => scale::run_idle(&ctx, c.idle_connections.max(1)),
             Suite::Latency => latency::run(&ctx),

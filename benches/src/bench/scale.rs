@@ -246,6 +246,24 @@ pub fn run_idle(ctx: &Ctx, n: u64) -> anyhow::Result<()> {
         out.push(hold_idle(ctx, "bare Pingora", &p.proc, &url, n)?);
     }
     {
+        let p = start_bare_with(
+            ctx,
+            "bare-pingora-4k",
+            "bare-pingora-proxy",
+            backend.http,
+            &["--l4-read-buffer".to_owned(), "4096".to_owned()],
+            &launch,
+        )?;
+        let url = format!("http://{}{}", p.addr, edge::PLAIN_PATH);
+        out.push(hold_idle(
+            ctx,
+            "bare Pingora, L4 read buffer 4 KiB",
+            &p.proc,
+            &url,
+            n,
+        )?);
+    }
+    {
         let p = start_nginx_with(ctx, "nginx-idle", backend.http, &launch)?;
         let url = format!("http://{}{}", p.addr, edge::PLAIN_PATH);
         out.push(hold_idle(ctx, "nginx", &p.proc, &url, n)?);
@@ -267,10 +285,11 @@ pub fn run_idle(ctx: &Ctx, n: u64) -> anyhow::Result<()> {
         })
         .collect();
     let headline = format!(
-        "**Memory per idle keep-alive connection: Portico {:.1} KiB, bare Pingora {:.1} KiB, nginx {:.1} KiB (goal for Portico: ≤ 50 KiB).**",
+        "**Memory per idle keep-alive connection: Portico {:.1} KiB, bare Pingora {:.1} KiB (with a 4 KiB L4 read buffer: {:.1} KiB), nginx {:.1} KiB (goal for Portico: ≤ 50 KiB).**",
         per(&out[0]),
         per(&out[1]),
-        per(&out[2])
+        per(&out[2]),
+        per(&out[3])
     );
     let md = format!(
         "### Memory per idle keep-alive connection\n\n{}\n\nFor each target (open-file limit raised with `prlimit`, nginx with `worker_connections` and `worker_rlimit_nofile` to match): a 1 s warm-up on 8 connections, then `portico-load --idle` opens {n} keep-alive connections (at most 128 being opened at a time), sends one signed request on each (Portico: the full edge `GET {}`), and holds them open and idle; 2 s later the process's RSS (`VmRSS`) and open descriptors are read; then the connections are closed and RSS read again 2 s later. Per connection = (RSS with them − RSS before) / connections held.\n\n{headline}\n\n{}",
