@@ -2,7 +2,7 @@
 //!
 //! N keep-alive HTTP/1.1 connections (hyper 1), each sending one request at a time for a
 //! fixed duration (at most 900 s) or a fixed request count. Every request is signed per
-//! DESIGN.md §3.1 with a fresh nonce and the current timestamp when `--app-key` and
+//! docs/PROTOCOL.md ("Signing a request") with a fresh nonce and the current timestamp when `--app-key` and
 //! `--secret` are given, whatever the target: nginx, the bare Pingora proxy and the direct
 //! backend simply carry the headers along, so the client's cost is the same for every
 //! target.

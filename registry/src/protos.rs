@@ -176,6 +176,48 @@ fn compile_error(e: &protox::Error, files: &BTreeMap<String, String>) -> ApiErro
 /// Decodes an encoded FileDescriptorSet (completing it with the vendored google/api files if
 /// it imports them without including them) and lists its RPCs with their HTTP rules.
 pub fn analyze(bytes: &[u8], services_filter: Option<&[String]>) -> ApiResult<Analysis> {
+    let (pool, stored) = decode_set(bytes)?;
+    // Read the HTTP rules with an extension that is surely known, even when the uploaded set
+    // carries no google/api files (then the options hold the extension as unknown fields).
+    let http_ext = match pool.get_extension_by_name("google.api.http") {
+        Some(ext) => Some(ext),
+        None => vendored_pool()?.get_extension_by_name("google.api.http"),
+    };
+    let wanted: Option<BTreeSet<&str>> =
+        services_filter.map(|s| s.iter().map(String::as_str).collect());
+    let mut listing = Listing::default();
+    for service in pool.services() {
+        let name = service.full_name();
+        if name.starts_with("grpc.reflection.") || name.starts_with("grpc.health.") {
+            continue;
+        }
+        if wanted.as_ref().is_some_and(|w| !w.contains(name)) {
+            continue;
+        }
+        listing.add_service(&service, http_ext.as_ref());
+    }
+    if let Some(w) = wanted {
+        if let Some(missing) = w.iter().find(|s| !listing.services.iter().any(|n| n == *s)) {
+            return Err(ApiError::invalid(
+                format!("service {missing:?} is not in the descriptor set"),
+                vec![],
+            ));
+        }
+    }
+    let sha256 = hex::encode(Sha256::digest(&stored));
+    Ok(Analysis {
+        bytes: stored,
+        sha256,
+        services: listing.services,
+        methods: listing.methods,
+        skipped: listing.skipped,
+    })
+}
+
+/// Decodes the set alone, or else with the vendored google/api files, and returns the pool
+/// with the bytes to store (re-encoded when the vendored files were needed), refusing a set
+/// too large for a ZooKeeper node.
+fn decode_set(bytes: &[u8]) -> ApiResult<(DescriptorPool, Vec<u8>)> {
     let (pool, stored) = match DescriptorPool::decode(bytes) {
         Ok(pool) => (pool, bytes.to_vec()),
         Err(alone) => {
@@ -198,64 +240,47 @@ pub fn analyze(bytes: &[u8], services_filter: Option<&[String]>) -> ApiResult<An
             stored.len()
         )));
     }
-    // Read the HTTP rules with an extension that is surely known, even when the uploaded set
-    // carries no google/api files (then the options hold the extension as unknown fields).
-    let http_ext = match pool.get_extension_by_name("google.api.http") {
-        Some(ext) => Some(ext),
-        None => vendored_pool()?.get_extension_by_name("google.api.http"),
-    };
-    let wanted: Option<BTreeSet<&str>> =
-        services_filter.map(|s| s.iter().map(String::as_str).collect());
-    let mut services = Vec::new();
-    let mut methods = Vec::new();
-    let mut skipped = Vec::new();
-    for service in pool.services() {
+    Ok((pool, stored))
+}
+
+/// The services of a set with their unary RPCs that carry an HTTP rule, and the RPCs left out.
+#[derive(Default)]
+struct Listing {
+    services: Vec<String>,
+    methods: Vec<MethodRule>,
+    skipped: Vec<Skipped>,
+}
+
+impl Listing {
+    fn add_service(
+        &mut self,
+        service: &prost_reflect::ServiceDescriptor,
+        http_ext: Option<&prost_reflect::ExtensionDescriptor>,
+    ) {
         let name = service.full_name().to_owned();
-        if name.starts_with("grpc.reflection.") || name.starts_with("grpc.health.") {
-            continue;
-        }
-        if wanted.as_ref().is_some_and(|w| !w.contains(name.as_str())) {
-            continue;
-        }
-        services.push(name.clone());
+        self.services.push(name.clone());
         for method in service.methods() {
             let full = format!("{name}/{}", method.name());
             if method.is_client_streaming() || method.is_server_streaming() {
-                skipped.push(Skipped {
+                self.skipped.push(Skipped {
                     method: full,
                     reason: "streaming RPCs are not offered as HTTP APIs".to_owned(),
                 });
                 continue;
             }
-            match http_rule_of(&method, http_ext.as_ref()) {
-                Some(http) => methods.push(MethodRule {
+            match http_rule_of(&method, http_ext) {
+                Some(http) => self.methods.push(MethodRule {
                     service: name.clone(),
                     method: method.name().to_owned(),
                     http,
                 }),
-                None => skipped.push(Skipped {
+                None => self.skipped.push(Skipped {
                     method: full,
                     reason: "no google.api.http annotation".to_owned(),
                 }),
             }
         }
     }
-    if let Some(w) = wanted {
-        if let Some(missing) = w.iter().find(|s| !services.iter().any(|n| n == *s)) {
-            return Err(ApiError::invalid(
-                format!("service {missing:?} is not in the descriptor set"),
-                vec![],
-            ));
-        }
-    }
-    let sha256 = hex::encode(Sha256::digest(&stored));
-    Ok(Analysis {
-        bytes: stored,
-        sha256,
-        services,
-        methods,
-        skipped,
-    })
 }
 
 fn http_rule_of(
