@@ -68,6 +68,10 @@ struct Args {
     /// (slowloris); 0 turns it off. Idle time between keepalive requests is not counted.
     #[arg(long, default_value_t = listener::DEFAULT_HEAD_DEADLINE.as_millis() as u64)]
     head_timeout_ms: u64,
+    /// Memory bound of the replay cache per app, in MiB: signed calls are refused with 429
+    /// once an app's nonces of the last 300 s fill it (64 MiB hold ≈ 11,000 calls a second).
+    #[arg(long, default_value_t = 64)]
+    replay_cache_mib: usize,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -132,6 +136,7 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
         clock: system_clock(),
         node_id: node_id.to_owned(),
         default_max_body: args.max_body_bytes,
+        replay_bytes_per_app: args.replay_cache_mib.saturating_mul(1 << 20),
     }))
 }
 

@@ -9,6 +9,7 @@
 //! `invoke/state.rs`), and the metric series per API. Process-wide services (the HTTP pool
 //! and gRPC channels, metrics, the access log) live in [`Shared`].
 
+use crate::edge::replay::ReplayCache;
 use crate::edge::{Carried, Stages};
 use crate::invoke::breaker::{Clock, SystemClock};
 use crate::invoke::{Clients, InvokeState};
@@ -49,6 +50,8 @@ pub struct Shared {
     pub node_id: String,
     /// Request body limit when an API sets none.
     pub default_max_body: u64,
+    /// The replay cache's memory bound per app, in bytes (`--replay-cache-mib`).
+    pub replay_bytes_per_app: usize,
 }
 
 /// Everything one request reads, from one snapshot.
@@ -130,7 +133,10 @@ pub struct Plane {
 impl Plane {
     /// A plane serving an empty configuration until the first snapshot arrives.
     pub fn new(kind: PlaneKind, shared: Arc<Shared>) -> Plane {
-        let carried = Carried::default();
+        let carried = Carried {
+            replay: Arc::new(ReplayCache::with_bound(shared.replay_bytes_per_app)),
+            ..Carried::default()
+        };
         let empty = Arc::new(Snapshot::default());
         let runtime = Runtime::build(empty, None, &carried, &shared, kind);
         Plane {
@@ -203,6 +209,15 @@ impl Plane {
         let rt = self.current.load();
         let plane = self.kind.as_str();
         let m = &self.shared.metrics;
+        let replay = self.carried.replay.stats();
+        m.replay_nonces
+            .with_label_values(&[plane])
+            .set(i64::try_from(replay.nonces).unwrap_or(i64::MAX));
+        m.replay_bytes
+            .with_label_values(&[plane])
+            .set(i64::try_from(replay.bytes).unwrap_or(i64::MAX));
+        let full = m.replay_full.with_label_values(&[plane]);
+        full.inc_by(replay.full.saturating_sub(full.get()));
         for (id, api) in &rt.invoke.apis {
             m.breaker_state
                 .with_label_values(&[plane, id])

@@ -164,6 +164,7 @@ pub fn shared() -> Arc<Shared> {
         clock: Arc::new(ManualClock::new(0)),
         node_id: "test-node".to_owned(),
         default_max_body: 1024,
+        replay_bytes_per_app: crate::edge::replay::ReplayCache::DEFAULT_BYTES_PER_APP,
     })
 }
 

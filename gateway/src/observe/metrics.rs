@@ -49,6 +49,12 @@ pub struct Metrics {
     pub snapshot_build_seconds: Histogram,
     /// Whether the configuration source is connected (ZooKeeper), by plane.
     pub source_connected: IntGauge,
+    /// Nonces in the replay cache, by plane.
+    pub replay_nonces: IntGaugeVec,
+    /// Bytes the replay cache's tables hold, by plane.
+    pub replay_bytes: IntGaugeVec,
+    /// Signed calls refused because their app's share of the replay cache was full.
+    pub replay_full: IntCounterVec,
 }
 
 /// A metric's name, help text and label names.
@@ -137,6 +143,22 @@ const SOURCE_CONNECTED: Spec = Spec {
     labels: &[],
 };
 
+const REPLAY_NONCES: Spec = Spec {
+    name: "portico_replay_cache_nonces",
+    help: "Nonces remembered by the replay cache",
+    labels: PLANE,
+};
+const REPLAY_BYTES: Spec = Spec {
+    name: "portico_replay_cache_bytes",
+    help: "Bytes held by the replay cache's tables",
+    labels: PLANE,
+};
+const REPLAY_FULL: Spec = Spec {
+    name: "portico_replay_cache_full_total",
+    help: "Signed calls refused (429) because their app's share of the replay cache was full",
+    labels: PLANE,
+};
+
 /// Snapshot build time buckets in seconds: 100 µs to 5 s.
 const BUILD_BUCKETS: &[f64] = &[0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
 
@@ -191,6 +213,9 @@ impl Metrics {
                 &r,
                 IntGauge::new(SOURCE_CONNECTED.name, SOURCE_CONNECTED.help),
             )?,
+            replay_nonces: gauges(&r, &REPLAY_NONCES)?,
+            replay_bytes: gauges(&r, &REPLAY_BYTES)?,
+            replay_full: counters(&r, &REPLAY_FULL)?,
             registry: r,
         })
     }
