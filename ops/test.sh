@@ -9,12 +9,15 @@
 #      portico-gateway, portico-demo-backend, portico-registry, ... in target/debug/);
 #   5. cargo test --workspace --no-fail-fast (the tests start their own ZooKeeper, demo
 #      backend and gateway processes on free 127.0.0.1 ports);
-#   6. cargo clippy --workspace --all-targets -- -D warnings;
+#   6. a fuzzing smoke run: ./ops/fuzz.sh all runs each cargo-fuzz target of fuzz/ for
+#      PORTICO_FUZZ_SECONDS seconds (default 20; 0 skips the step; its build is its own,
+#      in fuzz/target, with cargo-fuzz installed first if missing);
+#   7. cargo clippy --workspace --all-targets -- -D warnings;
 # then prints a summary and exits non-zero if any step failed.
 #
 #   ./ops/test.sh [extra cargo test args, e.g. -p portico-gateway or a test-name filter]
 #
-# PORTICO_SKIP_LINT=1 skips steps 3 and 6. Logs: .run/test/.
+# PORTICO_SKIP_LINT=1 skips steps 3 and 7. Logs: .run/test/.
 set -euo pipefail
 # shellcheck source=ops/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -56,7 +59,7 @@ command -v npm >/dev/null 2>&1 || ensure_packages nodejs npm
 # ------------------------------------------------------------------------------------------
 export PORTICO_ZK_BIN="$ZK_BIN"
 
-# --- 2..6 ----------------------------------------------------------------------------------
+# --- 2..7 ----------------------------------------------------------------------------------
 step sign-vectors python3 ops/sign.py --self-test || true
 # The console: npm ci (only when node_modules is not the lock file's) and the build.
 step console admin-ui/build.sh || true
@@ -73,6 +76,10 @@ if step build cargo build --workspace --all-targets; then
     fi
 else
     warn "build failed: tests not run"
+fi
+# Fuzzing smoke run (each target a short while; long runs: ./ops/fuzz.sh all SECONDS).
+if [ "${PORTICO_FUZZ_SECONDS:-20}" != 0 ]; then
+    step fuzz ./ops/fuzz.sh all "${PORTICO_FUZZ_SECONDS:-20}" || true
 fi
 if [ "${PORTICO_SKIP_LINT:-0}" != 1 ]; then
     step clippy cargo clippy --workspace --all-targets -- -D warnings || true

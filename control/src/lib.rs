@@ -1,6 +1,6 @@
 //! Portico's control-plane model, shared by the gateway and the registry.
 //!
-//! - [`v1`]: the external documents of the configuration tree (DESIGN.md §3.3).
+//! - [`v1`]: the external documents of the configuration tree (docs/OPERATIONS.md, "The configuration tree").
 //! - [`tree`]: a raw tree of documents as read from a source (paths → bytes).
 //! - [`template`]: `google.api.http` path templates (parse, match).
 //! - [`fieldpath`]: field paths (`shop.id`) resolved through a protobuf message type.

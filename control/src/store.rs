@@ -1,5 +1,5 @@
 //! The last-known-good snapshot on disk (`--snapshot-dir DIR`): the accepted documents of
-//! the applied [`Snapshot`] in the §3.3 directory layout, plus a `VERSION` file
+//! the applied [`Snapshot`] in the directory layout of docs/OPERATIONS.md ("The configuration tree"), plus a `VERSION` file
 //! (`{"generation", "digest", "written_at_ms"}`). A gateway that starts without ZooKeeper
 //! boots from it.
 //!
@@ -381,6 +381,26 @@ mod tests {
         let (tree, version) = read_snapshot(&dir).unwrap();
         assert_eq!(tree.docs.keys().collect::<Vec<_>>(), vec!["apis/new"]);
         assert_eq!(version.unwrap().generation, 5);
+    }
+
+    #[test]
+    fn garbage_in_a_snapshot_is_skipped_not_fatal() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("snap");
+        write_snapshot(&dir, &snapshot(&[("apps/a", b"{}"), ("apps/b", b"{}")], 9)).unwrap();
+        // Someone edits the snapshot by hand: garbage VERSION, a folder and a dangling link
+        // where documents were.
+        fs::write(dir.join(VERSION_FILE), b"\xff{not json").unwrap();
+        fs::remove_file(dir.join("apps/b.json")).unwrap();
+        fs::create_dir(dir.join("apps/b.json")).unwrap();
+        std::os::unix::fs::symlink("nowhere", dir.join("apps/c.json")).unwrap();
+        let (tree, version) = read_snapshot(&dir).unwrap();
+        assert_eq!(version, None);
+        assert_eq!(tree.docs.keys().collect::<Vec<_>>(), vec!["apps/a"]);
+        assert_eq!(
+            tree.unreadable.keys().collect::<Vec<_>>(),
+            vec!["apps/b", "apps/c"]
+        );
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The v1 documents of the configuration tree (DESIGN.md §3.3), as serde DTOs.
+//! The v1 documents of the configuration tree (docs/OPERATIONS.md, "The configuration tree"), as serde DTOs.
 //!
 //! These types are the external contract: fields may be added (always optional), never
 //! renamed or removed. Unknown fields are ignored so that an older gateway can read a newer

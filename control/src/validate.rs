@@ -13,13 +13,14 @@
 use crate::fieldpath::{self, Syntax};
 use crate::snapshot::{Api, BackendKind, Binding, ConfigVersion, IpAclRules, Rejection, Snapshot};
 use crate::template::{is_field_path, PathTemplate, Rewrite, Segment};
-use crate::tree::{DocKind, Tree};
+use crate::tree::{DocKind, Tree, MAX_DOCUMENT_BYTES};
 use crate::v1;
 use ipnet::IpNet;
 use prost_reflect::DescriptorPool;
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 /// The largest backend deadline, in milliseconds.
@@ -28,24 +29,28 @@ pub const MAX_TIMEOUT_MS: u64 = 600_000;
 pub const METHODS: [&str; 7] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"];
 /// The shortest app secret.
 pub const MIN_SECRET_CHARS: usize = 8;
+/// The most `http.additional_bindings` an API may have.
+pub const MAX_ADDITIONAL_BINDINGS: usize = 64;
+
+/// The start of a [`Rejection::reason`] for a document whose check panicked: a bug in the
+/// gateway, not in the document, but the document is rejected alone all the same.
+pub const INTERNAL_ERROR_REASON: &str = "internal error while validating this document";
 
 /// Builds a snapshot from `tree`, keeping `previous`'s good documents in place of bad ones.
+///
+/// Never panics and never gives up on the tree: each document's check runs on its own under
+/// `catch_unwind`, so even a bug in a parser rejects only the document that hit it (with a
+/// reason starting with [`INTERNAL_ERROR_REASON`]); documents larger than
+/// [`MAX_DOCUMENT_BYTES`] and entries the source could not read ([`Tree::unreadable`]) are
+/// rejected without being parsed.
 pub fn build_snapshot(tree: &Tree, previous: Option<&Snapshot>) -> Snapshot {
-    let mut by_kind: BTreeMap<DocKind, Vec<Doc<'_>>> = BTreeMap::new();
-    for (path, bytes) in &tree.docs {
-        if let Some((kind, name)) = DocKind::classify(path) {
-            by_kind
-                .entry(kind)
-                .or_default()
-                .push((path.as_str(), name, bytes.as_slice()));
-        }
-    }
     let mut b = Builder {
         snap: Snapshot::default(),
         previous,
         pools: HashMap::new(),
         routes: HashMap::new(),
     };
+    let by_kind = b.group(tree);
     let docs = |k: DocKind| by_kind.get(&k).cloned().unwrap_or_default();
 
     for (path, name, bytes) in docs(DocKind::Descriptor) {
@@ -99,6 +104,25 @@ pub fn build_snapshot(tree: &Tree, previous: Option<&Snapshot>) -> Snapshot {
     b.snap
 }
 
+/// Runs one document's check; a panic inside it becomes an error naming it an internal
+/// error (and is logged), so that it rejects that document alone.
+fn isolated<T>(path: &str, check: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    match std::panic::catch_unwind(AssertUnwindSafe(check)) {
+        Ok(result) => result,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_owned());
+            tracing::error!(path, panic = %what, "{INTERNAL_ERROR_REASON}");
+            Err(format!(
+                "{INTERNAL_ERROR_REASON} ({what}); please report it"
+            ))
+        }
+    }
+}
+
 /// The digest of a configuration: the first 16 hex digits of the SHA-256 over its documents
 /// (path length, path, byte length, bytes; lengths as big-endian u64), in path order.
 pub fn config_digest<'a>(docs: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> String {
@@ -114,8 +138,8 @@ pub fn config_digest<'a>(docs: impl IntoIterator<Item = (&'a str, &'a [u8])>) ->
     hex
 }
 
-/// (tree path, document name, bytes).
-type Doc<'a> = (&'a str, &'a str, &'a [u8]);
+/// (tree path, document name, its bytes or why it could not be read).
+type Doc<'a> = (&'a str, &'a str, Result<&'a [u8], &'a str>);
 
 type RouteKey = (String, Vec<Segment>, Option<String>);
 
@@ -136,30 +160,111 @@ struct Builder<'p> {
     routes: HashMap<RouteKey, (String, String)>,
 }
 
-impl Builder<'_> {
-    /// Checks a document; on failure records the rejection and falls back to the previous
-    /// snapshot's accepted version of the same path if that still checks out. Returns the
-    /// parsed document and the bytes now accepted for `path`.
+impl<'p> Builder<'p> {
+    /// Sorts the tree's documents by kind, with the entries the source could not read: an
+    /// unreadable document is considered (and rejected) like a bad one; for a kind folder that
+    /// could not be listed, the documents it held in `previous` are considered again as they
+    /// were (so they stay unless they no longer fit), and the folder itself is rejected.
+    fn group<'t>(&mut self, tree: &'t Tree) -> BTreeMap<DocKind, Vec<Doc<'t>>>
+    where
+        'p: 't,
+    {
+        let mut by_kind: BTreeMap<DocKind, Vec<Doc<'t>>> = BTreeMap::new();
+        for (path, bytes) in &tree.docs {
+            if let Some((kind, name)) = DocKind::classify(path) {
+                by_kind
+                    .entry(kind)
+                    .or_default()
+                    .push((path.as_str(), name, Ok(bytes.as_slice())));
+            }
+        }
+        for (path, why) in &tree.unreadable {
+            if tree.docs.contains_key(path) {
+                continue;
+            }
+            if let Some((kind, name)) = DocKind::classify(path) {
+                by_kind
+                    .entry(kind)
+                    .or_default()
+                    .push((path.as_str(), name, Err(why.as_str())));
+                continue;
+            }
+            let mut kept_previous = false;
+            if let (Some(kind), Some(prev)) = (DocKind::from_dir(path), self.previous) {
+                for (old_path, old) in &prev.accepted {
+                    let Some((k, name)) = DocKind::classify(old_path) else {
+                        continue;
+                    };
+                    if k == kind
+                        && !tree.docs.contains_key(old_path)
+                        && !tree.unreadable.contains_key(old_path)
+                    {
+                        by_kind.entry(kind).or_default().push((
+                            old_path.as_str(),
+                            name,
+                            Ok(old.as_slice()),
+                        ));
+                        kept_previous = true;
+                    }
+                }
+            }
+            tracing::warn!(path = %path, reason = %why, kept_previous, "configuration entry unreadable");
+            self.snap.rejected.push(Rejection {
+                path: path.clone(),
+                reason: bounded(format!("cannot be read: {why}")),
+                kept_previous,
+            });
+        }
+        for docs in by_kind.values_mut() {
+            docs.sort_by(|a, b| a.0.cmp(b.0));
+        }
+        by_kind
+    }
+
+    /// Checks `bytes` as the document at `path`: refused unparsed above
+    /// [`MAX_DOCUMENT_BYTES`], otherwise checked in isolation (see [`isolated`]).
+    fn checked<T>(
+        &self,
+        path: &str,
+        bytes: &[u8],
+        check: &impl Fn(&Self, &[u8]) -> Result<T, String>,
+    ) -> Result<T, String> {
+        if bytes.len() > MAX_DOCUMENT_BYTES {
+            return Err(format!(
+                "document: {} bytes, more than the limit of {MAX_DOCUMENT_BYTES}",
+                bytes.len()
+            ));
+        }
+        isolated(path, || check(self, bytes))
+    }
+
+    /// Checks a document; on failure (or when it could not be read) records the rejection
+    /// and falls back to the previous snapshot's accepted version of the same path if that
+    /// still checks out. Returns the parsed document and the bytes now accepted for `path`.
     fn consider<T>(
         &mut self,
         path: &str,
-        bytes: &[u8],
+        read: Result<&[u8], &str>,
         check: impl Fn(&Self, &[u8]) -> Result<T, String>,
     ) -> Option<(T, Arc<Vec<u8>>)> {
-        let reason = match check(self, bytes) {
-            Ok(v) => {
-                let kept = Arc::new(bytes.to_vec());
-                self.snap.accepted.insert(path.to_owned(), kept.clone());
-                return Some((v, kept));
-            }
-            Err(reason) => reason,
+        let reason = match read {
+            Err(why) => format!("cannot be read: {why}"),
+            Ok(bytes) => match self.checked(path, bytes, &check) {
+                Ok(v) => {
+                    let kept = Arc::new(bytes.to_vec());
+                    self.snap.accepted.insert(path.to_owned(), kept.clone());
+                    return Some((v, kept));
+                }
+                Err(reason) => reason,
+            },
         };
+        let reason = bounded(reason);
         let mut previous_problem = None;
         let fallback = self
             .previous
             .and_then(|p| p.accepted.get(path))
-            .filter(|old| old.as_slice() != bytes)
-            .and_then(|old| match check(self, old) {
+            .filter(|old| read.ok() != Some(old.as_slice()))
+            .and_then(|old| match self.checked(path, old, &check) {
                 Ok(v) => Some((v, old.clone())),
                 Err(e) => {
                     previous_problem = Some(e);
@@ -193,21 +298,48 @@ impl Builder<'_> {
         check_name(&def.id).map_err(|e| format!("id: {e}"))?;
         if def.id != name {
             return Err(format!(
-                "id: {:?} must equal the document name {name:?}",
-                def.id
+                "id: {:?} must equal the document name {:?}",
+                excerpt(&def.id),
+                excerpt(name)
             ));
         }
 
-        // Bindings.
-        let mut bindings = Vec::with_capacity(1 + def.http.additional_bindings.len());
+        let bindings = self.check_bindings(&def.http)?;
+        let be = &def.backend;
+        let backend = self.check_backend(be, &bindings)?;
+
+        check_policy(&def.policy)?;
+
+        Ok(Api {
+            id: def.id.clone(),
+            version: def.version,
+            bindings,
+            backend,
+            cluster: be.cluster.clone(),
+            timeout_ms: be.timeout_ms,
+            auth: def.auth,
+            policy: def.policy.clone(),
+            definition: def,
+        })
+    }
+
+    /// The bindings of an API (`http` and its `additional_bindings`), none of which repeats
+    /// another of the API or of an API already accepted.
+    fn check_bindings(&self, http: &v1::HttpRule) -> Result<Vec<Binding>, String> {
+        if http.additional_bindings.len() > MAX_ADDITIONAL_BINDINGS {
+            return Err(format!(
+                "http.additional_bindings: at most {MAX_ADDITIONAL_BINDINGS}"
+            ));
+        }
+        let mut bindings = Vec::with_capacity(1 + http.additional_bindings.len());
         bindings.push(check_binding(
             "http",
-            &def.http.method,
-            &def.http.path,
-            def.http.body.as_deref(),
-            def.http.response_body.as_deref(),
+            &http.method,
+            &http.path,
+            http.body.as_deref(),
+            http.response_body.as_deref(),
         )?);
-        for (i, ab) in def.http.additional_bindings.iter().enumerate() {
+        for (i, ab) in http.additional_bindings.iter().enumerate() {
             let field = format!("http.additional_bindings[{i}]");
             bindings.push(check_binding(
                 &field,
@@ -217,15 +349,16 @@ impl Builder<'_> {
                 ab.response_body.as_deref(),
             )?);
         }
+        let mut own_routes: HashMap<RouteKey, usize> = HashMap::with_capacity(bindings.len());
         for (i, b) in bindings.iter().enumerate() {
             let field = binding_field(i);
             let key = route_key(b);
-            if let Some(j) = bindings[..i].iter().position(|o| route_key(o) == key) {
+            if let Some(j) = own_routes.get(&key) {
                 return Err(format!(
                     "{field}.path: {} {} duplicates {}",
                     b.method,
                     b.template,
-                    binding_field(j)
+                    binding_field(*j)
                 ));
             }
             if let Some((other, tpl)) = self.routes.get(&key) {
@@ -234,19 +367,26 @@ impl Builder<'_> {
                     b.method, b.template, b.method
                 ));
             }
+            own_routes.insert(key, i);
         }
+        Ok(bindings)
+    }
 
-        // Backend.
-        let be = &def.backend;
+    /// An API's backend: its deadline, its cluster (of the backend's protocol), and the gRPC
+    /// method or the HTTP rewrite (whose variables every binding must have).
+    fn check_backend(&self, be: &v1::Backend, bindings: &[Binding]) -> Result<BackendKind, String> {
         if !(1..=MAX_TIMEOUT_MS).contains(&be.timeout_ms) {
             return Err(format!(
                 "backend.timeout_ms: must be between 1 and {MAX_TIMEOUT_MS}"
             ));
         }
         let Some(cluster) = self.snap.clusters.get(&be.cluster) else {
-            return Err(format!("backend.cluster: no cluster {:?}", be.cluster));
+            return Err(format!(
+                "backend.cluster: no cluster {:?}",
+                excerpt(&be.cluster)
+            ));
         };
-        let backend = match (&be.grpc, &be.http) {
+        match (&be.grpc, &be.http) {
             (Some(g), None) => {
                 if cluster.protocol != v1::Protocol::Grpc {
                     return Err(format!(
@@ -254,12 +394,12 @@ impl Builder<'_> {
                         be.cluster
                     ));
                 }
-                self.check_grpc(g, &bindings)?;
-                BackendKind::Grpc {
+                self.check_grpc(g, bindings)?;
+                Ok(BackendKind::Grpc {
                     service: g.service.clone(),
                     method: g.method.clone(),
                     descriptor: g.descriptor.clone(),
-                }
+                })
             }
             (None, Some(h)) => {
                 if cluster.protocol != v1::Protocol::Http {
@@ -281,26 +421,12 @@ impl Builder<'_> {
                         }
                     }
                 }
-                BackendKind::Http {
+                Ok(BackendKind::Http {
                     path: h.path.clone(),
-                }
+                })
             }
-            _ => return Err("backend: set exactly one of grpc and http".to_owned()),
-        };
-
-        check_policy(&def.policy)?;
-
-        Ok(Api {
-            id: def.id.clone(),
-            version: def.version,
-            bindings,
-            backend,
-            cluster: be.cluster.clone(),
-            timeout_ms: be.timeout_ms,
-            auth: def.auth,
-            policy: def.policy.clone(),
-            definition: def,
-        })
+            _ => Err("backend: set exactly one of grpc and http".to_owned()),
+        }
     }
 
     fn check_grpc(&self, g: &v1::GrpcBackend, bindings: &[Binding]) -> Result<(), String> {
@@ -350,6 +476,28 @@ impl Builder<'_> {
     }
 }
 
+/// The longest rejection reason kept, in characters (a reason may quote the document, and
+/// serde's messages quote whole values).
+const MAX_REASON_CHARS: usize = 512;
+
+/// `reason`, cut to [`MAX_REASON_CHARS`].
+fn bounded(reason: String) -> String {
+    match reason.char_indices().nth(MAX_REASON_CHARS) {
+        Some((at, _)) => format!("{}...", &reason[..at]),
+        None => reason,
+    }
+}
+
+/// At most the first 64 characters of `s` (and `...` when cut), for a reason that quotes a
+/// value: a document's value can be long, its rejection reason stays short.
+fn excerpt(s: &str) -> String {
+    const MAX_CHARS: usize = 64;
+    match s.char_indices().nth(MAX_CHARS) {
+        Some((at, _)) => format!("{}...", &s[..at]),
+        None => s.to_owned(),
+    }
+}
+
 fn binding_field(i: usize) -> String {
     if i == 0 {
         "http".to_owned()
@@ -372,11 +520,13 @@ fn check_binding(
     let m = method.to_ascii_uppercase();
     if !METHODS.contains(&m.as_str()) {
         return Err(format!(
-            "{field}.method: {method:?} is not one of {}",
+            "{field}.method: {:?} is not one of {}",
+            excerpt(method),
             METHODS.join("/")
         ));
     }
-    let template = PathTemplate::parse(path).map_err(|e| format!("{field}.path: {path:?}: {e}"))?;
+    let template =
+        PathTemplate::parse(path).map_err(|e| format!("{field}.path: {:?}: {e}", excerpt(path)))?;
     if m == "POST"
         && template.verb().is_none()
         && template.segments() == [Segment::Literal("router".to_owned())]
@@ -387,12 +537,18 @@ fn check_binding(
     }
     if let Some(b) = body {
         if b != "*" && !is_field_path(b) {
-            return Err(format!("{field}.body: {b:?} must be \"*\" or a field path"));
+            return Err(format!(
+                "{field}.body: {:?} must be \"*\" or a field path",
+                excerpt(b)
+            ));
         }
     }
     if let Some(rb) = response_body {
         if !is_field_path(rb) {
-            return Err(format!("{field}.response_body: {rb:?} must be a field path (omit it for the whole message)"));
+            return Err(format!(
+                "{field}.response_body: {:?} must be a field path (omit it for the whole message)",
+                excerpt(rb)
+            ));
         }
     }
     Ok(Binding {
@@ -474,16 +630,20 @@ fn check_rate_key(k: &v1::RateKey) -> Result<(), String> {
     if parts.is_empty() {
         return Err("must not be an empty list".to_owned());
     }
-    for (i, p) in parts.iter().enumerate() {
+    let mut seen = HashSet::with_capacity(parts.len());
+    for p in &parts {
         let ok = match *p {
             "api" | "app" | "ip" => true,
             other => other.strip_prefix("header:").is_some_and(is_header_name),
         };
         if !ok {
-            return Err(format!("{p:?} is not one of api, app, ip, header:<Name>"));
+            return Err(format!(
+                "{:?} is not one of api, app, ip, header:<Name>",
+                excerpt(p)
+            ));
         }
-        if parts[..i].iter().any(|q| q.eq_ignore_ascii_case(p)) {
-            return Err(format!("{p:?} appears twice"));
+        if !seen.insert(p.to_ascii_lowercase()) {
+            return Err(format!("{:?} appears twice", excerpt(p)));
         }
     }
     Ok(())
@@ -500,16 +660,16 @@ fn is_header_name(s: &str) -> bool {
 /// not starting with `.` (a dot-file is invisible in the directory layout).
 fn check_name(s: &str) -> Result<(), String> {
     if s.is_empty() || s.len() > 128 {
-        return Err(format!("{s:?} must be 1 to 128 characters"));
+        return Err(format!("{:?} must be 1 to 128 characters", excerpt(s)));
     }
     if !s
         .bytes()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
     {
-        return Err(format!("{s:?} may only hold A-Z a-z 0-9 . _ -"));
+        return Err(format!("{:?} may only hold A-Z a-z 0-9 . _ -", excerpt(s)));
     }
     if s.starts_with('.') {
-        return Err(format!("{s:?} must not start with '.'"));
+        return Err(format!("{:?} must not start with '.'", excerpt(s)));
     }
     Ok(())
 }
@@ -548,15 +708,16 @@ fn check_cluster(name: &str, raw: &[u8]) -> Result<v1::Cluster, String> {
     if c.endpoints.is_empty() {
         return Err("endpoints: must list at least one endpoint".to_owned());
     }
+    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(c.endpoints.len());
     for (i, ep) in c.endpoints.iter().enumerate() {
         check_addr(&ep.addr).map_err(|e| format!("endpoints[{i}].addr: {e}"))?;
         if ep.weight == 0 {
             return Err(format!("endpoints[{i}].weight: must be at least 1"));
         }
-        if let Some(j) = c.endpoints[..i].iter().position(|o| o.addr == ep.addr) {
+        if let Some(j) = seen.insert(&ep.addr, i) {
             return Err(format!(
                 "endpoints[{i}].addr: {:?} repeats endpoints[{j}]",
-                ep.addr
+                excerpt(&ep.addr)
             ));
         }
     }
@@ -571,11 +732,11 @@ fn check_addr(addr: &str) -> Result<(), String> {
     if addr.parse::<SocketAddr>().is_ok() {
         return Ok(());
     }
-    let bad = || format!("{addr:?} is not host:port");
+    let bad = || format!("{:?} is not host:port", excerpt(addr));
     let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
     match port.parse::<u16>() {
         Ok(p) if p > 0 => {}
-        _ => return Err(format!("{addr:?}: port must be 1..65535")),
+        _ => return Err(format!("{:?}: port must be 1..65535", excerpt(addr))),
     }
     if host.parse::<IpAddr>().is_ok() || host.starts_with('[') {
         return Err(bad());
@@ -590,7 +751,9 @@ fn check_addr(addr: &str) -> Result<(), String> {
     };
     if host.is_empty() || host.len() > 253 || !host.split('.').all(label_ok) {
         return Err(format!(
-            "{addr:?}: {host:?} is not a hostname or IP address"
+            "{:?}: {:?} is not a hostname or IP address",
+            excerpt(addr),
+            excerpt(host)
         ));
     }
     Ok(())
@@ -629,7 +792,10 @@ fn check_switch(name: &str, raw: &[u8]) -> Result<v1::Switch, String> {
         }
         for (k, v) in &fb.headers {
             if !is_header_name(k) {
-                return Err(format!("fallback.headers: {k:?} is not a header name"));
+                return Err(format!(
+                    "fallback.headers: {:?} is not a header name",
+                    excerpt(k)
+                ));
             }
             let reserved = ["content-length", "transfer-encoding", "connection"];
             if reserved.iter().any(|r| r.eq_ignore_ascii_case(k)) {
@@ -653,8 +819,9 @@ fn check_ipacl(raw: &[u8]) -> Result<IpAclRules, String> {
         list.iter()
             .enumerate()
             .map(|(i, s)| {
-                parse_net(s)
-                    .ok_or_else(|| format!("{field}[{i}]: {s:?} is not a CIDR or IP address"))
+                parse_net(s).ok_or_else(|| {
+                    format!("{field}[{i}]: {:?} is not a CIDR or IP address", excerpt(s))
+                })
             })
             .collect()
     };
@@ -762,8 +929,8 @@ mod tests {
         fn new() -> T {
             let d = descriptor();
             let mut t = T(Tree {
-                docs: BTreeMap::new(),
                 generation: 7,
+                ..Tree::default()
             });
             t.bytes(&format!("descriptors/{}", sha(&d)), d);
             t.put(
@@ -1224,6 +1391,186 @@ mod tests {
         assert_eq!(d1.len(), 16);
         assert_ne!(d1, d2);
         assert_eq!(config_digest([]), "e3b0c44298fc1c14");
+    }
+
+    /// Issue #8: the rewrite that panicked the control thread is now an ordinary rejection,
+    /// and the switch beside it applies.
+    #[test]
+    fn non_ascii_rewrite_is_rejected_alone() {
+        let mut t = T::new();
+        let mut v = http_api("web.get", "GET", "/v1/items/{id}");
+        v["backend"]["http"]["path"] = json!("/x/%€{id}");
+        t.api(v)
+            .api(http_api("web.list", "GET", "/v1/items"))
+            .put("switches/web.list", json!({"degraded": false}));
+        let s = t.build(None);
+        assert_eq!(s.rejected.len(), 1, "{:?}", s.rejected);
+        let r = reason(&s, "apis/web.get");
+        assert!(
+            r.starts_with("backend.http.path: at byte 3: invalid percent-encoding"),
+            "{r}"
+        );
+        assert!(s.apis.contains_key("web.list") && s.switches.contains_key("web.list"));
+    }
+
+    #[test]
+    fn a_panicking_check_rejects_its_document_alone() {
+        let mut t = T::new();
+        t.put("switches/a", json!({"degraded": true}));
+        let s1 = t.build(None);
+        let mut b = Builder {
+            snap: Snapshot::default(),
+            previous: Some(&s1),
+            pools: HashMap::new(),
+            routes: HashMap::new(),
+        };
+        // A check that panics on the new bytes only: the previous version is kept.
+        let panics_on_new = |_: &Builder<'_>, raw: &[u8]| -> Result<(), String> {
+            assert!(raw != b"new", "a bug in a parser");
+            Ok(())
+        };
+        assert!(b
+            .consider("switches/a", Ok(b"new"), panics_on_new)
+            .is_some());
+        let r = &b.snap.rejected[0];
+        assert!(r.reason.starts_with(INTERNAL_ERROR_REASON), "{r:?}");
+        assert!(r.reason.contains("a bug in a parser"), "{r:?}");
+        assert!(r.kept_previous);
+        assert_eq!(b.snap.accepted["switches/a"], s1.accepted["switches/a"]);
+        // One that always panics: no fallback, nothing accepted, the builder goes on.
+        let always = |_: &Builder<'_>, _: &[u8]| -> Result<(), String> { panic!("boom") };
+        assert!(b.consider("switches/b", Ok(b"x"), always).is_none());
+        assert_eq!(b.snap.rejected.len(), 2);
+        assert!(b
+            .consider("switches/c", Ok(b"{}"), |_, raw| check_switch("c", raw))
+            .is_some());
+        assert_eq!(b.snap.rejected.len(), 2);
+    }
+
+    #[test]
+    fn unreadable_documents_are_rejected_alone_keeping_the_previous() {
+        let mut t = T::new();
+        t.api(http_api("web.get", "GET", "/v1/a"))
+            .put("switches/web.get", json!({"degraded": true}));
+        let s1 = t.build(None);
+        t.0.docs.remove("switches/web.get");
+        t.0.insert_unreadable("switches/web.get", "permission denied");
+        t.0.insert_unreadable("apps/m1", "not a regular file");
+        t.put("switches/other", json!({"degraded": true}));
+        let s2 = t.build(Some(&s1));
+        assert_eq!(s2.rejected.len(), 2, "{:?}", s2.rejected);
+        let r = s2
+            .rejected
+            .iter()
+            .find(|r| r.path == "switches/web.get")
+            .unwrap();
+        assert_eq!(r.reason, "cannot be read: permission denied");
+        assert!(r.kept_previous);
+        assert!(s2.switches["web.get"].degraded);
+        assert!(s2.switches.contains_key("other"));
+        assert_eq!(reason(&s2, "apps/m1"), "cannot be read: not a regular file");
+        // Without a previous snapshot the document is simply absent.
+        let s3 = t.build(None);
+        assert!(!s3.switches.contains_key("web.get"));
+        assert_eq!(s3.rejected.len(), 2);
+    }
+
+    #[test]
+    fn an_unlistable_folder_keeps_what_it_held() {
+        let mut t = T::new();
+        t.api(http_api("web.get", "GET", "/v1/a"))
+            .api(http_api("web.put", "PUT", "/v1/a"));
+        let s1 = t.build(None);
+        // The apis folder cannot be listed any more; one API was still read.
+        t.0.docs.remove("apis/web.get");
+        t.0.insert_unreadable("apis", "cannot list the folder: too many symbolic links");
+        let s2 = t.build(Some(&s1));
+        assert!(s2.apis.contains_key("web.get") && s2.apis.contains_key("web.put"));
+        assert_eq!(s2.rejected.len(), 1, "{:?}", s2.rejected);
+        assert_eq!(s2.rejected[0].path, "apis");
+        assert!(s2.rejected[0].kept_previous);
+        assert_eq!(
+            s2.accepted.keys().collect::<Vec<_>>(),
+            s1.accepted.keys().collect::<Vec<_>>()
+        );
+        // Still consistent only: without its cluster the kept API goes.
+        t.0.docs.remove("clusters/web");
+        let s3 = t.build(Some(&s2));
+        assert!(s3.apis.is_empty());
+        let s4 = t.build(None);
+        assert!(!s4.apis.contains_key("web.get"));
+        assert!(
+            !s4.rejected
+                .iter()
+                .find(|r| r.path == "apis")
+                .unwrap()
+                .kept_previous
+        );
+    }
+
+    #[test]
+    fn oversized_documents_are_not_parsed() {
+        let mut t = T::new();
+        let mut big = b"{\"degraded\": true, \"reason\": \"".to_vec();
+        big.resize(MAX_DOCUMENT_BYTES + 1, b'x');
+        big.extend_from_slice(b"\"}");
+        t.bytes("switches/big", big);
+        let s = t.build(None);
+        assert!(
+            reason(&s, "switches/big").starts_with("document: "),
+            "{:?}",
+            s.rejected
+        );
+    }
+
+    #[test]
+    fn limits_and_duplicates_stay_linear() {
+        // Duplicate endpoints far apart are still found (by a map, not a scan).
+        let mut endpoints: Vec<serde_json::Value> = (1..=20_000)
+            .map(|p| json!({"addr": format!("h:{p}")}))
+            .collect();
+        endpoints.push(json!({"addr": "h:7"}));
+        let s = T::new()
+            .put(
+                "clusters/many",
+                json!({"protocol": "http", "endpoints": endpoints}),
+            )
+            .build(None);
+        assert_eq!(
+            reason(&s, "clusters/many"),
+            "endpoints[20000].addr: \"h:7\" repeats endpoints[6]"
+        );
+        let r = api_reason(|v| {
+            v["http"]["additional_bindings"] = json!(vec![
+                json!({"method": "GET", "path": "/v9"});
+                MAX_ADDITIONAL_BINDINGS + 1
+            ])
+        });
+        assert!(r.starts_with("http.additional_bindings: at most"), "{r}");
+        let r = api_reason(
+            |v| v["policy"] = json!({"rate_limits": [{"key": ["header:A", "ip", "header:a"], "limit": 1, "per": "second"}]}),
+        );
+        assert!(r.contains("appears twice"), "{r}");
+    }
+
+    #[test]
+    fn reasons_stay_short() {
+        let long = "x".repeat(100_000);
+        let r = api_reason(|v| v["http"]["path"] = json!(format!("/{long}")));
+        assert!(r.len() < 200, "{r}");
+        let r = api_reason(|v| v["backend"]["cluster"] = json!(long));
+        assert!(r.len() < 200, "{r}");
+        // serde quotes a whole bad value: the reason is cut.
+        let s = T::new()
+            .put("clusters/c", json!({"protocol": long, "endpoints": []}))
+            .build(None);
+        let r = reason(&s, "clusters/c");
+        assert!(
+            r.starts_with("protocol:") && r.chars().count() <= MAX_REASON_CHARS + 3,
+            "{r}"
+        );
+        assert!(bounded("é".repeat(1000)).ends_with("..."));
+        assert_eq!(excerpt("ab"), "ab");
     }
 
     #[test]

@@ -264,3 +264,46 @@ pub fn backend_requests(backend: &BackendProcess) -> u64 {
         .expect("stats json");
     v["requests"].as_u64().unwrap_or(0)
 }
+
+/// Writes `bytes` as the file of tree document `tree_path` under `root` (`apis/x` →
+/// `apis/x.json`, `descriptors/<sha>` → `descriptors/<sha>.pb`), creating folders.
+pub fn write_document(root: &Path, tree_path: &str, bytes: &[u8]) {
+    let rel = portico_control::source::file_path_for(tree_path)
+        .unwrap_or_else(|| panic!("{tree_path} is not a document path"));
+    let file = root.join(rel);
+    std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&file, bytes).expect("write");
+}
+
+/// `portico_testkit::zkcli` with a UTF-8 locale, so that non-ASCII arguments reach ZooKeeper
+/// as UTF-8 whatever the locale of the test run (the JVM decodes arguments by the locale).
+pub fn zkcli_utf8(connect: &str, args: &[&str]) -> portico_testkit::ZkCliOutput {
+    let output = Command::new(portico_testkit::zk_home().join("bin/zkCli.sh"))
+        .arg("-server")
+        .arg(connect)
+        .args(args)
+        .env("LC_ALL", "C.UTF-8")
+        .env("LANG", "C.UTF-8")
+        .env("JMXDISABLE", "true")
+        .env(
+            "CLIENT_JVMFLAGS",
+            "-Xmx128m -XX:+UseSerialGC -Dfile.encoding=UTF-8 -Dsun.jnu.encoding=UTF-8",
+        )
+        .stdin(Stdio::null())
+        .output()
+        .expect("run zkCli.sh");
+    let stdout = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| {
+            !(l.starts_with("Connecting to ")
+                || l.starts_with("WATCHER::")
+                || l.starts_with("WatchedEvent state:"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    portico_testkit::ZkCliOutput {
+        success: output.status.success(),
+        stdout,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
