@@ -436,8 +436,14 @@ fn https_serves_h2_by_alpn_and_http1_with_the_pipeline_and_shows_the_certificate
 fn tls_1_2_and_1_3_are_served_and_older_versions_and_weak_suites_refused() {
     let e = env(&[]);
     for (versions, expected) in [
-        (&[&rustls::version::TLS12][..], rustls::ProtocolVersion::TLSv1_2),
-        (&[&rustls::version::TLS13][..], rustls::ProtocolVersion::TLSv1_3),
+        (
+            &[&rustls::version::TLS12][..],
+            rustls::ProtocolVersion::TLSv1_2,
+        ),
+        (
+            &[&rustls::version::TLS13][..],
+            rustls::ProtocolVersion::TLSv1_3,
+        ),
     ] {
         let config = rustls_config(&e.pki, versions, &[b"http/1.1"]);
         let mut tls = tls_connect(e.tls, &config).unwrap();
@@ -537,7 +543,11 @@ fn a_certificate_replaced_under_load_fails_no_request() {
             tally.clone(),
         );
         threads.push(std::thread::spawn(move || {
-            let what = if http1 { "reqwest http/1.1" } else { "reqwest h2" };
+            let what = if http1 {
+                "reqwest http/1.1"
+            } else {
+                "reqwest h2"
+            };
             while !stop.load(Ordering::Relaxed) {
                 let r = client.get(&url).send();
                 tally.record(
@@ -600,7 +610,8 @@ fn a_certificate_replaced_under_load_fails_no_request() {
     let swapped_at = Instant::now();
     e.certs.put_leaf(&second, &e.pki);
     assert!(
-        wait_until(Duration::from_secs(20), || served_fingerprint(&e) == second_fp),
+        wait_until(Duration::from_secs(20), || served_fingerprint(&e)
+            == second_fp),
         "new handshakes never got the new certificate"
     );
     let applied_after = swapped_at.elapsed();
@@ -649,7 +660,10 @@ fn a_certificate_replaced_under_load_fails_no_request() {
     assert_eq!(tls["reloads"]["applied"], 1, "{tls}");
     let metrics = e.gw.metrics();
     assert_eq!(
-        metric_value(&metrics, "portico_tls_cert_reloads_total{result=\"applied\"}"),
+        metric_value(
+            &metrics,
+            "portico_tls_cert_reloads_total{result=\"applied\"}"
+        ),
         Some(1.0),
         "{metrics}"
     );
@@ -682,7 +696,10 @@ fn a_broken_replacement_is_refused_and_the_certificate_in_use_stays() {
         "{metrics}"
     );
     assert_eq!(
-        metric_value(&metrics, "portico_tls_cert_reloads_total{result=\"refused\"}"),
+        metric_value(
+            &metrics,
+            "portico_tls_cert_reloads_total{result=\"refused\"}"
+        ),
         Some(1.0),
         "{metrics}"
     );
