@@ -192,3 +192,30 @@ ready_field() {
         case "$word" in "$2="*) echo "${word#*=}" ;; esac
     done
 }
+
+# ensure_local_tls DIR: a self-signed certificate for localhost and 127.0.0.1 in DIR/cert.pem
+# with its key in DIR/key.pem (P-256, mode 0600), for the gateway's local TLS listener.
+# Generated once and kept; made again only when missing, unreadable or expiring within a day.
+# Each file is written aside and renamed, so a running gateway never reads half a file.
+ensure_local_tls() {
+    local dir="$1"
+    command -v openssl >/dev/null 2>&1 || ensure_packages openssl
+    if [ -s "$dir/cert.pem" ] && [ -s "$dir/key.pem" ] &&
+        openssl x509 -in "$dir/cert.pem" -noout -checkend 86400 >/dev/null 2>&1; then
+        return 0
+    fi
+    log "generating a local TLS certificate in $dir (CN=localhost, 127.0.0.1)"
+    mkdir -p "$dir"
+    chmod 700 "$dir"
+    (
+        umask 077
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -sha256 \
+            -days 365 -subj /CN=localhost \
+            -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
+            -keyout "$dir/.key.pem.new" -out "$dir/.cert.pem.new" 2>/dev/null
+    ) || die "openssl could not generate the local TLS certificate"
+    chmod 600 "$dir/.key.pem.new"
+    chmod 644 "$dir/.cert.pem.new"
+    mv -f "$dir/.key.pem.new" "$dir/key.pem"
+    mv -f "$dir/.cert.pem.new" "$dir/cert.pem"
+}

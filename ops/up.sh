@@ -2,20 +2,23 @@
 # Brings up a local Portico: builds the binaries and the console, then starts a private
 # ZooKeeper, the demo backend, the registry (with the console), loads a copy of
 # ops/examples/standalone into ZooKeeper through the registry (live and sandbox trees), and
-# starts a gateway in ZooKeeper mode with a sandbox listener and a disk snapshot. State, logs
-# and pids go to .run/; ./ops/down.sh stops everything.
+# starts a gateway in ZooKeeper mode with a sandbox listener, a TLS listener (a local
+# certificate, generated once into .run/tls/) and a disk snapshot. State, logs and pids go to
+# .run/; ./ops/down.sh stops everything.
 #
-#   ./ops/up.sh [--debug] [--no-build]
+#   ./ops/up.sh [--debug] [--no-build] [--standalone] [--no-tls]
 #
 #   --debug      use the debug build (faster to compile; the default is --release, for
 #                realistic latency and throughput)
 #   --no-build   do not run cargo build (use what target/ has)
 #   --standalone the gateway serves .run/config (a directory) instead of ZooKeeper, and the
 #                registry is not started
+#   --no-tls     no TLS listener (plain HTTP only)
 #
 # Preferred ports (any free port instead when taken; the summary prints the real ones):
-# gateway 8080, sandbox 8081, admin 9180, registry 9000, demo backend HTTP 18081 / gRPC 50051.
-# Override with PORTICO_LISTEN_PORT, PORTICO_SANDBOX_PORT, PORTICO_ADMIN_PORT, PORTICO_REGISTRY_PORT.
+# gateway 8080, gateway TLS 8443, sandbox 8081, admin 9180, registry 9000, demo backend HTTP
+# 18081 / gRPC 50051. Override with PORTICO_LISTEN_PORT, PORTICO_TLS_PORT,
+# PORTICO_SANDBOX_PORT, PORTICO_ADMIN_PORT, PORTICO_REGISTRY_PORT.
 set -euo pipefail
 # shellcheck source=ops/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -23,14 +26,16 @@ set -euo pipefail
 profile="${PORTICO_PROFILE:-release}"
 build=1
 mode=zk
+tls=1
 for arg in "$@"; do
     case "$arg" in
     --debug) profile=debug ;;
     --release) profile=release ;;
     --no-build) build=0 ;;
     --standalone) mode=standalone ;;
+    --no-tls) tls=0 ;;
     -h | --help)
-        sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *) die "unknown argument: $arg (see --help)" ;;
@@ -137,7 +142,15 @@ if [ "$mode" = zk ]; then
 else
     gw_args+=(--config-dir "$RUN/config")
 fi
-log "gateway on 127.0.0.1:$gw_port (sandbox 127.0.0.1:$sandbox_port, admin 127.0.0.1:$admin_port)"
+# TLS for merchant traffic (docs/OPERATIONS.md, "TLS"): a local certificate, made once.
+tls_url=""
+if [ "$tls" = 1 ]; then
+    ensure_local_tls "$RUN/tls"
+    tls_port="$(pick_port "${PORTICO_TLS_PORT:-8443}")"
+    gw_args+=(--tls-listen "127.0.0.1:$tls_port" --tls-cert "$RUN/tls/cert.pem" --tls-key "$RUN/tls/key.pem")
+    tls_url="https://127.0.0.1:$tls_port"
+fi
+log "gateway on 127.0.0.1:$gw_port (${tls_url:+TLS $tls_url, }sandbox 127.0.0.1:$sandbox_port, admin 127.0.0.1:$admin_port)"
 start_bg gateway "$RUN/logs/gateway.log" "$bindir/portico-gateway" "${gw_args[@]}"
 if ! wait_http "http://127.0.0.1:$admin_port/readyz" 60 "$RUN/pids/gateway.pid"; then
     tail -n 40 "$RUN/logs/gateway.log" >&2 || true
@@ -150,6 +163,7 @@ admin_url="http://127.0.0.1:$admin_port"
 cat >"$RUN/env" <<EOF
 # Written by ops/up.sh: the addresses of this run. Source it: . .run/env
 PORTICO_GATEWAY=$gateway_url
+PORTICO_GATEWAY_TLS=$tls_url
 PORTICO_SANDBOX=http://127.0.0.1:$sandbox_port
 PORTICO_ADMIN=$admin_url
 PORTICO_REGISTRY=$registry_url
@@ -164,6 +178,7 @@ cat <<EOF
 
 Portico is up ($profile build, $mode mode).
   gateway        $gateway_url
+  gateway TLS    ${tls_url:-off (--no-tls)}${tls_url:+   (HTTP/2 and HTTP/1.1; certificate $RUN/tls/cert.pem)}
   sandbox        http://127.0.0.1:$sandbox_port   (drafts, sandbox apps)
   admin          $admin_url   (/metrics /healthz /readyz /status)
   registry       ${registry_url:-not running (standalone mode)}
@@ -176,7 +191,8 @@ Portico is up ($profile build, $mode mode).
 
 Try:
   curl -s $gateway_url/v1/health
-  python3 ops/sign.py --key merchant-1 --secret s3cr3t-value GET $gateway_url/v1/orders/42
+${tls_url:+  curl -s --cacert $RUN/tls/cert.pem $tls_url/v1/health
+}  python3 ops/sign.py --key merchant-1 --secret s3cr3t-value GET $gateway_url/v1/orders/42
   python3 ops/sign.py --key merchant-1 --secret s3cr3t-value --body '{"item":"book","qty":2}' POST $gateway_url/v1/orders
   python3 ops/sign.py --key merchant-1 --secret s3cr3t-value --curl GET $gateway_url/v1/orders/42
   curl -s $admin_url/status

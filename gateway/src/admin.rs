@@ -1,8 +1,10 @@
 //! The admin listener: `/metrics` (Prometheus text), `/healthz`, `/readyz` (200 once a
 //! snapshot is loaded), `/status` (JSON: node, config source and version, APIs, breakers,
-//! the reload loop's health). docs/OPERATIONS.md ("Admin endpoints") lists the fields.
+//! the reload loop's health, the TLS certificate in use). docs/OPERATIONS.md ("Admin
+//! endpoints") lists the fields.
 
 use crate::runtime::Plane;
+use crate::tls::CertStore;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -23,6 +25,27 @@ pub struct AdminState {
     pub listening: Arc<std::sync::atomic::AtomicBool>,
     /// The live plane's configuration source (its connection state goes into `/status`).
     pub source: Option<Arc<dyn portico_control::ConfigSource>>,
+    /// The TLS listeners and their certificate, when TLS is configured.
+    pub tls: Option<TlsStatus>,
+}
+
+/// What `/status` shows of TLS: the listeners and the certificate in use.
+#[derive(Clone)]
+pub struct TlsStatus {
+    pub listen: Option<String>,
+    pub sandbox_listen: Option<String>,
+    pub certs: Arc<CertStore>,
+}
+
+impl TlsStatus {
+    fn to_json(&self) -> serde_json::Value {
+        let mut v = self.certs.status();
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert("listen".into(), self.listen.clone().into());
+            obj.insert("sandbox_listen".into(), self.sandbox_listen.clone().into());
+        }
+        v
+    }
 }
 
 /// The admin router.
@@ -129,6 +152,9 @@ async fn status(State(s): State<AdminState>) -> Json<serde_json::Value> {
         }
         if let Some(detail) = s.source.as_ref().and_then(|src| src.status().detail) {
             obj.insert("zookeeper".into(), detail);
+        }
+        if let Some(tls) = &s.tls {
+            obj.insert("tls".into(), tls.to_json());
         }
     }
     Json(body)

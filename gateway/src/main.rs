@@ -14,6 +14,7 @@ use portico_gateway::observe::metrics::Metrics;
 use portico_gateway::proxy::Gateway;
 use portico_gateway::reload;
 use portico_gateway::runtime::{system_clock, Plane, PlaneKind, Shared};
+use portico_gateway::tls::{self, CertFiles, CertStore};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -72,6 +73,21 @@ struct Args {
     /// once an app's nonces of the last 300 s fill it (64 MiB hold ≈ 11,000 calls a second).
     #[arg(long, default_value_t = 64)]
     replay_cache_mib: usize,
+    /// TLS listener for merchant traffic: HTTP/2 (by ALPN) and HTTP/1.1 over TLS 1.2 or 1.3,
+    /// the same pipeline as --listen. Needs --tls-cert and --tls-key.
+    #[arg(long, requires = "tls_cert")]
+    tls_listen: Option<String>,
+    /// TLS listener for the sandbox plane (same certificate). Needs --sandbox-listen.
+    #[arg(long, requires_all = ["tls_cert", "sandbox_listen"])]
+    sandbox_tls_listen: Option<String>,
+    /// TLS certificate chain, PEM: the server's certificate first, then its intermediates.
+    /// Reloaded without a restart when the file changes.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key, PEM (PKCS#8, SEC1 or PKCS#1, unencrypted). Reloaded with the
+    /// certificate.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -79,6 +95,7 @@ fn main() -> anyhow::Result<()> {
     init_logging();
     let node_id = args.node_id.clone().unwrap_or_else(default_node_id);
     let shared = shared_services(&args, &node_id)?;
+    let tls = tls_store(&args, &shared)?;
     let live = Arc::new(Plane::new(PlaneKind::Live, shared.clone()));
     let sandbox = args
         .sandbox_listen
@@ -104,13 +121,23 @@ fn main() -> anyhow::Result<()> {
         .chain(sandbox.clone())
         .collect();
     let live_source = sources.live_source.clone();
-    start_admin(&control_rt, &args, &live, sandbox.as_ref(), live_source)?;
+    if let Some(store) = &tls {
+        control_rt.spawn(store.clone().watch(tls::RELOAD_POLL));
+    }
+    start_admin(
+        &control_rt,
+        &args,
+        &live,
+        sandbox.as_ref(),
+        live_source,
+        tls.as_ref(),
+    )?;
     spawn_reload_loops(&control_rt, &sources, args.snapshot_dir.as_ref());
     control_rt.spawn(housekeeping(planes, sources.live_source));
-    tracing::info!(node_id = %node_id, listen = %args.listen, admin = %args.admin_listen, sandbox = ?args.sandbox_listen, "portico-gateway starting");
+    tracing::info!(node_id = %node_id, listen = %args.listen, admin = %args.admin_listen, sandbox = ?args.sandbox_listen, tls = ?args.tls_listen, sandbox_tls = ?args.sandbox_tls_listen, "portico-gateway starting");
     // Keep the control runtime alive for the life of the process.
     let _control = control_rt;
-    serve_traffic(&args, live, sandbox)
+    serve_traffic(&args, live, sandbox, tls)
 }
 
 /// The gateway's own log, on stderr (`PORTICO_LOG`, docs/OPERATIONS.md).
@@ -138,6 +165,24 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
         default_max_body: args.max_body_bytes,
         replay_bytes_per_app: args.replay_cache_mib.saturating_mul(1 << 20),
     }))
+}
+
+/// The TLS listeners' certificate, when one is configured: loaded and checked now, so a bad
+/// file stops the start with its reason (docs/OPERATIONS.md, "TLS").
+fn tls_store(args: &Args, shared: &Shared) -> anyhow::Result<Option<Arc<CertStore>>> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        return Ok(None);
+    };
+    if args.tls_listen.is_none() && args.sandbox_tls_listen.is_none() {
+        bail!("--tls-cert and --tls-key are given but no TLS listener: add --tls-listen ADDR");
+    }
+    let files = CertFiles {
+        cert: cert.clone(),
+        key: key.clone(),
+    };
+    let store =
+        CertStore::open(files, &shared.metrics.registry).context("loading the TLS certificate")?;
+    Ok(Some(store))
 }
 
 /// Where each plane's configuration comes from.
@@ -233,9 +278,23 @@ fn start_admin(
     live: &Arc<Plane>,
     sandbox: Option<&Arc<Plane>>,
     live_source: Option<Arc<dyn ConfigSource>>,
+    tls: Option<&Arc<CertStore>>,
 ) -> anyhow::Result<()> {
     let listening = Arc::new(AtomicBool::new(false));
-    control_rt.spawn(probe_listener(probe_addr(&args.listen), listening.clone()));
+    let tls_probes = tls
+        .map(|store| {
+            [&args.tls_listen, &args.sandbox_tls_listen]
+                .into_iter()
+                .filter_map(|addr| probe_addr(addr.as_deref()?))
+                .map(|addr| (addr, store.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    control_rt.spawn(probe_listener(
+        probe_addr(&args.listen),
+        tls_probes,
+        listening.clone(),
+    ));
     let state = AdminState {
         live: live.clone(),
         sandbox: sandbox.cloned(),
@@ -243,6 +302,11 @@ fn start_admin(
         listen: args.listen.clone(),
         source: live_source,
         listening,
+        tls: tls.map(|store| admin::TlsStatus {
+            listen: args.tls_listen.clone(),
+            sandbox_listen: args.sandbox_tls_listen.clone(),
+            certs: store.clone(),
+        }),
     };
     let listener = control_rt
         .block_on(tokio::net::TcpListener::bind(&args.admin_listen))
@@ -255,13 +319,23 @@ fn start_admin(
     Ok(())
 }
 
-/// Sets `listening` once a connection to `addr` (the traffic listener) succeeds.
-async fn probe_listener(addr: Option<std::net::SocketAddr>, listening: Arc<AtomicBool>) {
+/// Sets `listening` once a connection to `addr` (the traffic listener) succeeds and each TLS
+/// listener completes a handshake with the certificate in use.
+async fn probe_listener(
+    addr: Option<std::net::SocketAddr>,
+    tls: Vec<(std::net::SocketAddr, Arc<CertStore>)>,
+    listening: Arc<AtomicBool>,
+) {
     while let Some(addr) = addr {
         if tokio::net::TcpStream::connect(addr).await.is_ok() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for (addr, store) in tls {
+        while !tls::probe(addr, &store).await {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
     listening.store(true, Ordering::Release);
 }
@@ -306,7 +380,12 @@ async fn housekeeping(planes: Vec<Arc<Plane>>, live_source: Option<Arc<dyn Confi
 
 /// Traffic: Pingora's server with the live listener (and the sandbox one), until the process
 /// is stopped.
-fn serve_traffic(args: &Args, live: Arc<Plane>, sandbox: Option<Arc<Plane>>) -> anyhow::Result<()> {
+fn serve_traffic(
+    args: &Args,
+    live: Arc<Plane>,
+    sandbox: Option<Arc<Plane>>,
+    tls: Option<Arc<CertStore>>,
+) -> anyhow::Result<()> {
     let conf = ServerConf {
         threads: args
             .threads
@@ -318,15 +397,20 @@ fn serve_traffic(args: &Args, live: Arc<Plane>, sandbox: Option<Arc<Plane>>) -> 
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
     let head_deadline = Duration::from_millis(args.head_timeout_ms);
-    let planes = std::iter::once((live, &args.listen, "portico-live")).chain(
+    let planes = std::iter::once((live, &args.listen, &args.tls_listen, "portico-live")).chain(
         sandbox
             .zip(args.sandbox_listen.as_ref())
-            .map(|(sb, addr)| (sb, addr, "portico-sandbox")),
+            .map(|(sb, addr)| (sb, addr, &args.sandbox_tls_listen, "portico-sandbox")),
     );
-    for (plane, addr, name) in planes {
+    for (plane, addr, tls_addr, name) in planes {
         let gateway = Gateway { plane };
         let mut svc = listener::service(&server.configuration, gateway, name, head_deadline);
         svc.add_tcp(addr);
+        // The TLS endpoint is one more listener of the same service: same pipeline, same
+        // connection handling (docs/OPERATIONS.md, "TLS").
+        if let (Some(tls_addr), Some(store)) = (tls_addr, &tls) {
+            svc.add_tls_with_settings(tls_addr, None, store.listener_settings()?);
+        }
         server.add_service(svc);
     }
     server.run_forever()

@@ -12,6 +12,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("error", 0),
     ("request_id", 0),
     ("observe", 0),
+    ("tls", 0),
     ("model", 1),
     ("edge", 2),
     ("invoke", 2),
