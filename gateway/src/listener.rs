@@ -1,5 +1,5 @@
 //! The traffic listeners: Pingora's HTTP proxy service plus a total deadline for reading an
-//! HTTP/1 request head (slowloris).
+//! HTTP/1 request head (slowloris) and a cap on open connections ([`CappedApp`]).
 //!
 //! Pingora 0.9 only bounds each *read* of a request head (60 s, and no bound at all on a
 //! reused keepalive connection), so a client trickling one byte a minute holds a connection
@@ -25,6 +25,8 @@
 //! are scanned up to the end of the head. A timer (and a clock read) exists only while a head
 //! spans more than one read.
 
+use crate::error::{Code, GatewayError};
+use crate::observe::metrics::Metrics;
 use crate::proxy::Gateway;
 use crate::request_id;
 use async_trait::async_trait;
@@ -44,7 +46,7 @@ use std::fmt;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -61,21 +63,134 @@ const FIRST_REQUEST_KEEPALIVE_SECS: u64 = 60;
 /// The HTTP/2 connection preface (RFC 9113 §3.4), for h2c detection.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// The default for `--max-connections`: open connections per traffic listener.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// The `ServerApp` of a traffic listener: the head deadline over Pingora's `HttpProxy`.
+pub type TrafficApp = HeadDeadlineApp<HttpProxy<Gateway>>;
+
 /// The proxy service of one traffic listener (`portico-live`, `portico-sandbox`): Pingora's
-/// `HttpProxy` over `gateway`, with the request head deadline. `head_deadline` of zero turns
-/// the deadline off (plain Pingora behaviour). Add listeners with `add_tcp` as usual.
+/// `HttpProxy` over `gateway`, with the request head deadline and at most `max_connections`
+/// open connections. `head_deadline` of zero turns the deadline off (plain Pingora
+/// behaviour). Add listeners with `add_tcp` as usual.
 pub fn service(
     conf: &Arc<ServerConf>,
     gateway: Gateway,
     name: &str,
     head_deadline: Duration,
-) -> Service<HeadDeadlineApp<HttpProxy<Gateway>>> {
+    max_connections: usize,
+) -> Service<CappedApp> {
+    let cap = ConnectionCap::new(&gateway.plane.shared.metrics, name, max_connections);
+    let refuser = gateway.clone();
     let mut proxy = HttpProxy::new(gateway, conf.clone());
     proxy.handle_init_modules();
-    Service::new(
-        name.to_owned(),
-        HeadDeadlineApp::new(Arc::new(proxy), head_deadline),
-    )
+    let app = Arc::new(HeadDeadlineApp::new(Arc::new(proxy), head_deadline));
+    Service::new(name.to_owned(), CappedApp { app, refuser, cap })
+}
+
+/// Counts a listener's open connections against its limit.
+pub struct ConnectionCap {
+    max: usize,
+    open: AtomicUsize,
+    open_gauge: prometheus::IntGauge,
+    refused: prometheus::IntCounter,
+}
+
+impl ConnectionCap {
+    /// The cap of listener `name` (its metric series) at `max` connections.
+    pub fn new(metrics: &Metrics, name: &str, max: usize) -> Arc<ConnectionCap> {
+        Arc::new(ConnectionCap {
+            max,
+            open: AtomicUsize::new(0),
+            open_gauge: metrics.connections_open.with_label_values(&[name]),
+            refused: metrics.connections_refused.with_label_values(&[name]),
+        })
+    }
+
+    /// Counts a new connection in, unless the listener is at its limit (then it is counted as
+    /// refused). The connection counts until the returned guard is dropped.
+    pub fn try_open(self: &Arc<Self>) -> Option<OpenConnection> {
+        if self.open.fetch_add(1, Ordering::AcqRel) >= self.max {
+            self.open.fetch_sub(1, Ordering::AcqRel);
+            self.refused.inc();
+            return None;
+        }
+        self.open_gauge.inc();
+        Some(OpenConnection(self.clone()))
+    }
+
+    /// Connections open right now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+}
+
+/// One open connection of a [`ConnectionCap`]; dropping it frees its place.
+pub struct OpenConnection(Arc<ConnectionCap>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        self.0.open_gauge.dec();
+    }
+}
+
+/// A traffic listener's `ServerApp` with a connection limit (docs/OPERATIONS.md,
+/// `--max-connections`): a connection within the limit is served by [`TrafficApp`]; one
+/// beyond it is refused at once, without using the limit's memory: an HTTP/1 connection gets
+/// `503 CONNECTION_LIMIT` (the envelope, `Retry-After: 1`, `Connection: close`) for its first
+/// request through the rescue point (`Gateway::refuse_connection`), an HTTP/2 one is closed.
+/// Refusals are counted in `portico_connections_refused_total`.
+pub struct CappedApp {
+    app: Arc<TrafficApp>,
+    refuser: Gateway,
+    cap: Arc<ConnectionCap>,
+}
+
+impl CappedApp {
+    /// The connection counter of this listener.
+    pub fn cap(&self) -> &Arc<ConnectionCap> {
+        &self.cap
+    }
+
+    async fn refuse(&self, mut stream: Stream) {
+        if self.app.is_http1(&mut stream).await != Some(true) {
+            return;
+        }
+        let deadline = if self.app.head_deadline.is_zero() {
+            DEFAULT_HEAD_DEADLINE
+        } else {
+            self.app.head_deadline
+        };
+        let stream: Stream = Box::new(HeadDeadlineStream::new(stream, deadline));
+        let error = GatewayError::new(
+            Code::ConnectionLimit,
+            "the gateway is at its connection limit; retry shortly",
+        )
+        .with_retry_after(1);
+        self.refuser.refuse_connection(stream, error).await;
+    }
+}
+
+#[async_trait]
+impl ServerApp for CappedApp {
+    /// Connection phase, once per accepted connection: serves it while it counts within the
+    /// limit; refuses it (see the type's docs) beyond. Returns what the inner app returns.
+    async fn process_new(
+        self: &Arc<Self>,
+        stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let Some(_open) = self.cap.try_open() else {
+            self.refuse(stream).await;
+            return None;
+        };
+        ServerApp::process_new(&self.app, stream, shutdown).await
+    }
+
+    async fn cleanup(&self) {
+        ServerApp::cleanup(&*self.app).await;
+    }
 }
 
 /// A `ServerApp` that serves HTTP/1 connections of an `HttpServerApp` with a total request

@@ -68,6 +68,14 @@ struct Args {
     /// (slowloris); 0 turns it off. Idle time between keepalive requests is not counted.
     #[arg(long, default_value_t = listener::DEFAULT_HEAD_DEADLINE.as_millis() as u64)]
     head_timeout_ms: u64,
+    /// The longest one write of an answer to a merchant may take, in milliseconds (a header,
+    /// or a piece of a streamed body); a client that does not read is cut off. 0: unbounded.
+    #[arg(long, default_value_t = portico_gateway::proxy::DEFAULT_WRITE_TIMEOUT.as_millis() as u64)]
+    write_timeout_ms: u64,
+    /// Open connections each traffic listener accepts; beyond, a new connection is answered
+    /// 503 `CONNECTION_LIMIT` and closed.
+    #[arg(long, default_value_t = listener::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -132,6 +140,7 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
         clock: system_clock(),
         node_id: node_id.to_owned(),
         default_max_body: args.max_body_bytes,
+        write_timeout: Duration::from_millis(args.write_timeout_ms),
     }))
 }
 
@@ -320,7 +329,14 @@ fn serve_traffic(args: &Args, live: Arc<Plane>, sandbox: Option<Arc<Plane>>) -> 
     );
     for (plane, addr, name) in planes {
         let gateway = Gateway { plane };
-        let mut svc = listener::service(&server.configuration, gateway, name, head_deadline);
+        let max_connections = args.max_connections;
+        let mut svc = listener::service(
+            &server.configuration,
+            gateway,
+            name,
+            head_deadline,
+            max_connections,
+        );
         svc.add_tcp(addr);
         server.add_service(svc);
     }

@@ -49,6 +49,8 @@ pub struct Shared {
     pub node_id: String,
     /// Request body limit when an API sets none.
     pub default_max_body: u64,
+    /// The longest a single write of an answer to a merchant may take (zero: unbounded).
+    pub write_timeout: std::time::Duration,
 }
 
 /// Everything one request reads, from one snapshot.

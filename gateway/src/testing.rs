@@ -164,6 +164,7 @@ pub fn shared() -> Arc<Shared> {
         clock: Arc::new(ManualClock::new(0)),
         node_id: "test-node".to_owned(),
         default_max_body: 1024,
+        write_timeout: std::time::Duration::from_secs(5),
     })
 }
 

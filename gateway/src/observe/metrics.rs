@@ -49,6 +49,10 @@ pub struct Metrics {
     pub snapshot_build_seconds: Histogram,
     /// Whether the configuration source is connected (ZooKeeper), by plane.
     pub source_connected: IntGauge,
+    /// Open connections by traffic listener (`portico-live`, `portico-sandbox`).
+    pub connections_open: IntGaugeVec,
+    /// Connections refused by listener because it was at `--max-connections`.
+    pub connections_refused: IntCounterVec,
 }
 
 /// A metric's name, help text and label names.
@@ -137,6 +141,17 @@ const SOURCE_CONNECTED: Spec = Spec {
     labels: &[],
 };
 
+const CONNECTIONS_OPEN: Spec = Spec {
+    name: "portico_connections_open",
+    help: "Open connections, by traffic listener",
+    labels: &["listener"],
+};
+const CONNECTIONS_REFUSED: Spec = Spec {
+    name: "portico_connections_refused_total",
+    help: "Connections refused because the listener was at its connection limit",
+    labels: &["listener"],
+};
+
 /// Snapshot build time buckets in seconds: 100 µs to 5 s.
 const BUILD_BUCKETS: &[f64] = &[0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
 
@@ -191,6 +206,8 @@ impl Metrics {
                 &r,
                 IntGauge::new(SOURCE_CONNECTED.name, SOURCE_CONNECTED.help),
             )?,
+            connections_open: gauges(&r, &CONNECTIONS_OPEN)?,
+            connections_refused: counters(&r, &CONNECTIONS_REFUSED)?,
             registry: r,
         })
     }
