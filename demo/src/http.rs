@@ -5,6 +5,7 @@
 //! | `GET /orders/{id}` | `{"order_id": id, "item": "book", "qty": 1, "status": "PAID"}` |
 //! | `POST /orders` | `{"created": <the JSON body>, "order_id": "ord-000001"}`; 400 if the body is not JSON |
 //! | any method on `/echo` and `/echo/**` | the request as seen here, see [`Echo`] |
+//! | `GET /bytes/{n}` | `n` bytes of `x` (`application/octet-stream`, at most [`MAX_BYTES_ANSWER`]): a large answer for slow-reader tests |
 //! | any method on `/health` | `{"status": "ok"}` |
 //! | `GET /__stats` | `{"requests": N, "in_flight": N, "by_path": {"/orders/42": 1}}` |
 //! | `POST /__stats/reset` | zeroes the counters, answers the stats before the reset |
@@ -149,6 +150,7 @@ pub fn router(instance: SocketAddr, stats: Arc<Stats>, options: &Options) -> Rou
         .route("/echo", any(echo))
         .route("/echo/", any(echo))
         .route("/echo/{*rest}", any(echo))
+        .route("/bytes/{n}", get(bytes))
         .route("/health", any(health))
         .route("/__stats", get(stats_get))
         .route("/__stats/reset", post(stats_reset))
@@ -281,6 +283,24 @@ fn injected(status: StatusCode, method: &Method, uri: &Uri) -> Response {
         "path": uri.path(),
     });
     (status, Json(body)).into_response()
+}
+
+/// The largest answer of `GET /bytes/{n}`.
+pub const MAX_BYTES_ANSWER: usize = 256 * 1024 * 1024;
+
+async fn bytes(Path(n): Path<String>) -> Response {
+    match n.parse::<usize>() {
+        Ok(n) if n <= MAX_BYTES_ANSWER => (
+            [(axum::http::header::CONTENT_TYPE, "application/octet-stream")],
+            vec![b'x'; n],
+        )
+            .into_response(),
+        _ => (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "BAD_SIZE", "max": MAX_BYTES_ANSWER})),
+        )
+            .into_response(),
+    }
 }
 
 async fn get_order(Path(id): Path<String>) -> Json<Value> {
