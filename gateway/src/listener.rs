@@ -66,6 +66,10 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// The default for `--max-connections`: open connections per traffic listener.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 
+/// The longest a connection refused at the limit is kept (to read its request head and
+/// answer it); then it is closed, answered or not.
+const REFUSAL_LIMIT: Duration = Duration::from_secs(5);
+
 /// The `ServerApp` of a traffic listener: the head deadline over Pingora's `HttpProxy`.
 pub type TrafficApp = HeadDeadlineApp<HttpProxy<Gateway>>;
 
@@ -174,18 +178,24 @@ impl CappedApp {
 
 #[async_trait]
 impl ServerApp for CappedApp {
-    /// Connection phase, once per accepted connection: serves it while it counts within the
-    /// limit; refuses it (see the type's docs) beyond. Returns what the inner app returns.
+    /// Connection phase, once per accepted connection: serves it, every request of it
+    /// (keepalive reuse is looped here, so the connection keeps its place between requests
+    /// and counts until it closes), while it counts within the limit; refuses it (see the
+    /// type's docs) beyond. Always returns `None`: the connection is done.
     async fn process_new(
         self: &Arc<Self>,
         stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
         let Some(_open) = self.cap.try_open() else {
-            self.refuse(stream).await;
+            // A refused connection costs one small task for a bounded time, whatever it sends.
+            let _ = tokio::time::timeout(REFUSAL_LIMIT, self.refuse(stream)).await;
             return None;
         };
-        ServerApp::process_new(&self.app, stream, shutdown).await
+        let mut stream = stream;
+        loop {
+            stream = ServerApp::process_new(&self.app, stream, shutdown).await?;
+        }
     }
 
     async fn cleanup(&self) {
