@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `GET /orders/{id}` | `{"order_id": id, "item": "book", "qty": 1, "status": "PAID"}` |
 //! | `POST /orders` | `{"created": <the JSON body>, "order_id": "ord-000001"}`; 400 if the body is not JSON |
-//! | any method on `/echo` and `/echo/**` | the request as seen here, see [`Echo`] |
+//! | any method on `/echo` and `/echo/**` | the request as seen here, see [`Echo`] (with `Server: portico-demo` and `X-Powered-By: axum`, as many backends tell) |
 //! | `GET /bytes/{n}` | `n` bytes of `x` (`application/octet-stream`, at most [`MAX_BYTES_ANSWER`]): a large answer for slow-reader tests |
 //! | any method on `/health` | `{"status": "ok"}` |
 //! | `GET /__stats` | `{"requests": N, "in_flight": N, "by_path": {"/orders/42": 1}}` |
@@ -350,7 +350,7 @@ async fn echo(
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
-) -> Json<Echo> {
+) -> impl IntoResponse {
     let mut map: BTreeMap<String, String> = BTreeMap::new();
     let mut list = Vec::with_capacity(headers.len());
     for (name, value) in &headers {
@@ -363,7 +363,7 @@ async fn echo(
             .or_insert_with(|| value.clone());
         list.push((name.as_str().to_owned(), value));
     }
-    Json(Echo {
+    let answer = Json(Echo {
         method: method.as_str().to_owned(),
         path: uri.path().to_owned(),
         query: uri.query().map(str::to_owned),
@@ -373,7 +373,15 @@ async fn echo(
         body_len: body.len(),
         peer: peer.to_string(),
         instance: st.instance_str.clone(),
-    })
+    });
+    // What many backends tell about themselves, for tests that a gateway keeps it back.
+    (
+        [
+            (axum::http::header::SERVER, "portico-demo"),
+            (axum::http::HeaderName::from_static("x-powered-by"), "axum"),
+        ],
+        answer,
+    )
 }
 
 async fn health() -> Json<Value> {

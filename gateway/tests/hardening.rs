@@ -157,7 +157,12 @@ const FORGED: &[&str] = &[
 fn forged_identity_and_signatures_never_reach_an_http_backend() {
     let e = env(|_| {}, &[]);
     // auth: none — the client's own X-Portico-App is not passed on, and none is added.
-    let h = echoed(forge(e.http.get(e.gw.url("/open/echo"))).send().unwrap());
+    let resp = forge(e.http.get(e.gw.url("/open/echo"))).send().unwrap();
+    // The demo says `Server: portico-demo` and `X-Powered-By: axum`; merchants do not hear it.
+    for k in ["server", "x-powered-by"] {
+        assert!(resp.headers().get(k).is_none(), "{k}: {:?}", resp.headers());
+    }
+    let h = echoed(resp);
     assert!(!h.contains_key("x-portico-app"), "{h:?}");
     for k in FORGED {
         assert!(!h.contains_key(*k), "{k} reached the backend: {h:?}");
