@@ -24,6 +24,13 @@
 //! in one segment) is recognised in O(1) without a clock read or a timer; otherwise the bytes
 //! are scanned up to the end of the head. A timer (and a clock read) exists only while a head
 //! spans more than one read.
+//!
+//! The same stream bounds the work of reading a head (docs/SECURITY.md, "Bounded work before
+//! authentication"): Pingora parses the whole head again after every read that does not
+//! complete it, so a head trickled in small pieces would cost its length squared. While a
+//! head is incomplete the stream holds what it reads and hands it on only when the head ends
+//! or [`HEAD_RELEASE_BYTES`] are held, and a head over [`MAX_HEAD_BYTES`] is answered `431`
+//! and the connection closed: a head is parsed at most a handful of times.
 
 use crate::error::{Code, GatewayError};
 use crate::observe::metrics::Metrics;
@@ -48,7 +55,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
@@ -62,6 +69,16 @@ const FIRST_REQUEST_KEEPALIVE_SECS: u64 = 60;
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4), for h2c detection.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// The longest request head read (request line and header fields): a head over it is
+/// answered `431` and the connection closed. Routing takes 8 KiB of target and the header
+/// limits 32 KiB of fields (docs/PROTOCOL.md, "Limits"), so nothing over this could be
+/// served anyway; Pingora's own limit is 1 MiB.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// While a head is incomplete, bytes are handed to Pingora once this many are held (or the
+/// head ends): Pingora re-parses the head from its start after every read.
+const HEAD_RELEASE_BYTES: usize = 16 * 1024;
 
 /// The default for `--max-connections`: open connections per traffic listener.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
@@ -358,6 +375,12 @@ pub struct HeadDeadlineStream {
     deadline: Duration,
     head: Head,
     end: HeadEnd,
+    /// Bytes of an unfinished head read from the connection but not yet handed to Pingora
+    /// (see [`HEAD_RELEASE_BYTES`]), and how many of them were handed over already.
+    held: Vec<u8>,
+    held_from: usize,
+    /// Bytes of the current head read so far (see [`MAX_HEAD_BYTES`]).
+    head_bytes: usize,
     /// Set through a shared reference (the stream is inside Pingora's session by then): the
     /// current head is not timed. Checked only while armed.
     skip: AtomicBool,
@@ -371,6 +394,9 @@ impl HeadDeadlineStream {
             deadline,
             head: Head::AwaitingFirstByte,
             end: HeadEnd::default(),
+            held: Vec::new(),
+            held_from: 0,
+            head_bytes: 0,
             skip: AtomicBool::new(false),
         }
     }
@@ -379,6 +405,17 @@ impl HeadDeadlineStream {
     pub fn arm(&mut self) {
         self.head = Head::AwaitingFirstByte;
         self.end = HeadEnd::default();
+        self.head_bytes = 0;
+        // Bytes read with the previous request but not taken by Pingora yet begin this head.
+        let early = &self.held[self.held_from..];
+        if !early.is_empty() {
+            self.head_bytes = early.len();
+            self.head = if self.end.feed(early) {
+                Head::Done
+            } else {
+                Head::Reading(Box::pin(tokio::time::sleep(self.deadline)))
+            };
+        }
         *self.skip.get_mut() = false;
     }
 
@@ -395,6 +432,41 @@ impl HeadDeadlineStream {
     /// Whether a head is being timed or awaited.
     pub fn is_armed(&self) -> bool {
         matches!(self.head, Head::AwaitingFirstByte | Head::Reading(_))
+    }
+
+    /// A head over [`MAX_HEAD_BYTES`]: one non-blocking attempt at a `431`, then the read
+    /// error (as for [`HeadDeadlineStream::expire`]).
+    fn too_large(&mut self, cx: &mut Context<'_>) -> io::Error {
+        self.head = Head::Expired;
+        self.held.clear();
+        self.held_from = 0;
+        let reply = format!(
+            "HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n\
+             connection: close\r\n{}: {}\r\n\r\n",
+            request_id::HEADER,
+            request_id::make()
+        );
+        if let Poll::Ready(Ok(n)) = Pin::new(&mut self.inner).poll_write(cx, reply.as_bytes()) {
+            if n == reply.len() {
+                let _ = Pin::new(&mut self.inner).poll_flush(cx);
+            }
+        }
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("request head over {MAX_HEAD_BYTES} bytes"),
+        )
+    }
+
+    /// Hands held bytes to the reader, as many as fit.
+    fn release(&mut self, buf: &mut ReadBuf<'_>) {
+        let rest = &self.held[self.held_from..];
+        let n = rest.len().min(buf.remaining());
+        buf.put_slice(&rest[..n]);
+        self.held_from += n;
+        if self.held_from == self.held.len() {
+            self.held.clear();
+            self.held_from = 0;
+        }
     }
 
     fn timed_out(&self) -> io::Error {
@@ -440,35 +512,61 @@ impl AsyncRead for HeadDeadlineStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        match &mut this.head {
-            Head::Done => return Pin::new(&mut this.inner).poll_read(cx, buf),
-            Head::Expired => return Poll::Ready(Err(this.timed_out())),
-            Head::Reading(timer) => {
-                // Checked before reading so a steady trickle cannot outrun it.
-                if timer.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Err(this.expire(cx)));
-                }
-            }
-            Head::AwaitingFirstByte => {
-                if this.skip.load(Ordering::Relaxed) {
-                    this.head = Head::Done;
-                    return Pin::new(&mut this.inner).poll_read(cx, buf);
-                }
-            }
-        }
-        let before = buf.filled().len();
-        ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
-        let got = &buf.filled()[before..];
-        if got.is_empty() {
-            // End of stream: Pingora reports it.
+        if this.held_from < this.held.len() {
+            // Bytes already read and released (the end of a head and what followed it).
+            this.release(buf);
             return Poll::Ready(Ok(()));
         }
-        if this.end.feed(got) {
+        if this.skip.load(Ordering::Relaxed) && matches!(this.head, Head::AwaitingFirstByte) {
             this.head = Head::Done;
-        } else if matches!(this.head, Head::AwaitingFirstByte) {
-            this.head = Head::Reading(Box::pin(tokio::time::sleep(this.deadline)));
         }
-        Poll::Ready(Ok(()))
+        if matches!(this.head, Head::Done) {
+            return Pin::new(&mut this.inner).poll_read(cx, buf);
+        }
+        // A head is being read: read on until it ends or HEAD_RELEASE_BYTES are held, so
+        // that Pingora, which parses the whole head again after every read that does not
+        // complete it, parses a head at most a few times (docs/SECURITY.md, "Bounded work
+        // before authentication").
+        let mut chunk = [0u8; 4096];
+        loop {
+            match &mut this.head {
+                Head::Expired => return Poll::Ready(Err(this.timed_out())),
+                Head::Reading(timer) => {
+                    // Checked before reading so a steady trickle cannot outrun it.
+                    if timer.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Err(this.expire(cx)));
+                    }
+                }
+                Head::AwaitingFirstByte | Head::Done => {}
+            }
+            let mut read = ReadBuf::new(&mut chunk);
+            if let Poll::Pending = Pin::new(&mut this.inner).poll_read(cx, &mut read)? {
+                return Poll::Pending;
+            }
+            let got = read.filled();
+            if got.is_empty() {
+                // End of stream: what is held first, then Pingora sees the end.
+                this.release(buf);
+                return Poll::Ready(Ok(()));
+            }
+            this.head_bytes += got.len();
+            this.held.extend_from_slice(got);
+            if this.end.feed(got) {
+                this.head = Head::Done;
+                this.release(buf);
+                return Poll::Ready(Ok(()));
+            }
+            if this.head_bytes > MAX_HEAD_BYTES {
+                return Poll::Ready(Err(this.too_large(cx)));
+            }
+            if matches!(this.head, Head::AwaitingFirstByte) {
+                this.head = Head::Reading(Box::pin(tokio::time::sleep(this.deadline)));
+            }
+            if this.held.len() >= HEAD_RELEASE_BYTES {
+                this.release(buf);
+                return Poll::Ready(Ok(()));
+            }
+        }
     }
 }
 

@@ -512,7 +512,11 @@ async fn grpc_statuses_map_to_http() {
             // proxy) keep their message for the access log (docs/SECURITY.md, "No internals
             // in answers").
             assert!(!e.message.contains("injected"), "{injected}: {}", e.message);
-            assert!(e.detail.as_deref().unwrap().contains(&format!("injected {name}")));
+            assert!(e
+                .detail
+                .as_deref()
+                .unwrap()
+                .contains(&format!("injected {name}")));
         } else {
             assert_eq!(e.message, format!("injected {name}"));
         }
@@ -608,7 +612,10 @@ async fn replies_over_the_size_limit_are_502() {
     let e = err(h.call("GET", "/grpc/v1/orders/1", "", &[]).await);
     assert_eq!(e.code, Code::UpstreamError, "{e}");
     assert_eq!(e.message, "the backend's answer is too large");
-    assert!(e.detail.as_deref().unwrap().contains("more than 100 bytes"), "{e:?}");
+    assert!(
+        e.detail.as_deref().unwrap().contains("more than 100 bytes"),
+        "{e:?}"
+    );
     // A small reply still fits.
     let a = h
         .call("GET", "/grpc/v1/files/a.txt", "", &[])
