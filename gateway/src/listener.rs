@@ -540,7 +540,10 @@ impl AsyncRead for HeadDeadlineStream {
                 Head::AwaitingFirstByte | Head::Done => {}
             }
             let mut read = ReadBuf::new(&mut chunk);
-            if let Poll::Pending = Pin::new(&mut this.inner).poll_read(cx, &mut read)? {
+            if Pin::new(&mut this.inner)
+                .poll_read(cx, &mut read)?
+                .is_pending()
+            {
                 return Poll::Pending;
             }
             let got = read.filled();

@@ -895,7 +895,9 @@ mod tests {
     #[test]
     fn routing_work_is_linear_in_the_path() {
         let s = demo();
-        let floods: [(&str, &str, fn(usize) -> String); 4] = [
+        /// What a flood is called, its method, and its path of about `n` bytes.
+        type Flood = (&'static str, &'static str, fn(usize) -> String);
+        let floods: [Flood; 4] = [
             ("colons", "POST", |n| {
                 format!("/v1/orders/4{}", ":".repeat(n))
             }),

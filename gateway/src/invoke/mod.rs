@@ -74,7 +74,8 @@ pub struct Upstream {
 
 /// A request ready to send to its backend.
 enum Prepared {
-    Http(HttpRequest),
+    /// Boxed: the request head is large, and the gRPC variant small.
+    Http(Box<HttpRequest>),
     Grpc(Arc<PreparedMethod>, GrpcRequest),
 }
 
@@ -106,7 +107,7 @@ pub async fn call(
     match prepared {
         Prepared::Http(request) => {
             let rid = call.caller.request_id;
-            call_http(&clients.http, session, request, rid, admitted, upstream).await
+            call_http(&clients.http, session, *request, rid, admitted, upstream).await
         }
         Prepared::Grpc(method, request) => {
             call_grpc(&clients.grpc, &method, request, admitted, upstream).await
@@ -127,7 +128,7 @@ fn prepare(
             let rewrite = path.as_deref();
             let body = call.body.clone();
             let request = self::http::prepare(req, call.route, rewrite, body, &call.caller)?;
-            Ok(Prepared::Http(request))
+            Ok(Prepared::Http(Box::new(request)))
         }
         BackendKind::Grpc { .. } => {
             let method = methods.get(&api.id).ok_or_else(|| {
