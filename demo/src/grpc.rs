@@ -36,6 +36,13 @@
 //!
 //! Every call is counted in [`GrpcStats`] when it arrives (before any fault), and every
 //! answer carries the metadata `x-demo-instance: <bound address>`.
+//!
+//! # What the backend received
+//!
+//! A call with the metadata `x-demo-echo-metadata: 1` is answered (replies and statuses
+//! alike) with the metadata `x-demo-metadata`: the request's ASCII metadata as a JSON object,
+//! key → value (repeated keys joined with `", "`, non-ASCII characters `\u`-escaped), so a
+//! test can see exactly what a gateway passed on; [`received_metadata`] reads it back.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -309,14 +316,29 @@ impl tonic::server::UnaryService<DynamicMessage> for Method {
             stats.in_flight.fetch_add(1, Ordering::Relaxed);
             let _in_flight = InFlight(stats);
             let instance = demo.instance;
+            let echo = metadata_str(request.metadata(), "x-demo-echo-metadata")
+                .is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+                .then(|| metadata_json(request.metadata()))
+                .and_then(|json| MetadataValue::try_from(json).ok());
             let result = answer(&demo, &path, request).await;
-            result.map(|reply| {
-                let mut response = tonic::Response::new(reply);
-                if let Ok(v) = MetadataValue::try_from(instance.to_string()) {
-                    response.metadata_mut().insert("x-demo-instance", v);
+            match result {
+                Ok(reply) => {
+                    let mut response = tonic::Response::new(reply);
+                    if let Ok(v) = MetadataValue::try_from(instance.to_string()) {
+                        response.metadata_mut().insert("x-demo-instance", v);
+                    }
+                    if let Some(v) = echo {
+                        response.metadata_mut().insert(ECHO_METADATA, v);
+                    }
+                    Ok(response)
                 }
-                response
-            })
+                Err(mut status) => {
+                    if let Some(v) = echo {
+                        status.metadata_mut().insert(ECHO_METADATA, v);
+                    }
+                    Err(status)
+                }
+            }
         })
     }
 }
@@ -338,6 +360,44 @@ pub fn parse_code(s: &str) -> Option<Code> {
         return (0..=16).contains(&n).then(|| Code::from_i32(n));
     }
     code_by_name(&s.to_ascii_uppercase().replace('-', "_"))
+}
+
+/// The reply metadata carrying what the backend received (see the module docs).
+pub const ECHO_METADATA: &str = "x-demo-metadata";
+
+/// The request's ASCII metadata as a JSON object (see the module docs), in ASCII.
+fn metadata_json(md: &MetadataMap) -> String {
+    let mut map: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    for entry in md.iter() {
+        if let tonic::metadata::KeyAndValueRef::Ascii(key, value) = entry {
+            let value = String::from_utf8_lossy(value.as_encoded_bytes()).into_owned();
+            map.entry(key.as_str().to_owned())
+                .and_modify(|v| {
+                    v.push_str(", ");
+                    v.push_str(&value);
+                })
+                .or_insert(value);
+        }
+    }
+    let json = serde_json::to_string(&map).unwrap_or_default();
+    let mut ascii = String::with_capacity(json.len());
+    for c in json.chars() {
+        if c.is_ascii() {
+            ascii.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                ascii.push_str(&format!("\\u{u:04x}"));
+            }
+        }
+    }
+    ascii
+}
+
+/// Reads the `x-demo-metadata` answer (a response header `grpc-metadata-x-demo-metadata`
+/// through a gateway) back into key → value.
+pub fn received_metadata(value: &str) -> Option<std::collections::BTreeMap<String, String>> {
+    serde_json::from_str(value).ok()
 }
 
 fn metadata_str<'a>(md: &'a MetadataMap, key: &str) -> Option<&'a str> {
@@ -627,6 +687,22 @@ mod tests {
     #[test]
     fn descriptor_set_is_deterministic() {
         assert_eq!(compile_descriptor_set().unwrap(), descriptor_set_bytes());
+    }
+
+    #[test]
+    fn received_metadata_is_ascii_json() {
+        let mut md = MetadataMap::new();
+        md.insert("x-a", MetadataValue::from_static("1"));
+        md.append("x-a", MetadataValue::from_static("2"));
+        md.insert(
+            "x-b",
+            MetadataValue::try_from("caf\u{e9}".as_bytes()).unwrap(),
+        );
+        let json = metadata_json(&md);
+        assert!(json.is_ascii(), "{json}");
+        let got = received_metadata(&json).unwrap();
+        assert_eq!(got["x-a"], "1, 2");
+        assert_eq!(got["x-b"], "caf\u{e9}");
     }
 
     #[test]

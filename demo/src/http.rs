@@ -4,7 +4,8 @@
 //! |---|---|
 //! | `GET /orders/{id}` | `{"order_id": id, "item": "book", "qty": 1, "status": "PAID"}` |
 //! | `POST /orders` | `{"created": <the JSON body>, "order_id": "ord-000001"}`; 400 if the body is not JSON |
-//! | any method on `/echo` and `/echo/**` | the request as seen here, see [`Echo`] |
+//! | any method on `/echo` and `/echo/**` | the request as seen here, see [`Echo`] (with `Server: portico-demo` and `X-Powered-By: axum`, as many backends tell) |
+//! | `GET /bytes/{n}` | `n` bytes of `x` (`application/octet-stream`, at most [`MAX_BYTES_ANSWER`]): a large answer for slow-reader tests |
 //! | any method on `/health` | `{"status": "ok"}` |
 //! | `GET /__stats` | `{"requests": N, "in_flight": N, "by_path": {"/orders/42": 1}}` |
 //! | `POST /__stats/reset` | zeroes the counters, answers the stats before the reset |
@@ -149,6 +150,7 @@ pub fn router(instance: SocketAddr, stats: Arc<Stats>, options: &Options) -> Rou
         .route("/echo", any(echo))
         .route("/echo/", any(echo))
         .route("/echo/{*rest}", any(echo))
+        .route("/bytes/{n}", get(bytes))
         .route("/health", any(health))
         .route("/__stats", get(stats_get))
         .route("/__stats/reset", post(stats_reset))
@@ -283,6 +285,24 @@ fn injected(status: StatusCode, method: &Method, uri: &Uri) -> Response {
     (status, Json(body)).into_response()
 }
 
+/// The largest answer of `GET /bytes/{n}`.
+pub const MAX_BYTES_ANSWER: usize = 256 * 1024 * 1024;
+
+async fn bytes(Path(n): Path<String>) -> Response {
+    match n.parse::<usize>() {
+        Ok(n) if n <= MAX_BYTES_ANSWER => (
+            [(axum::http::header::CONTENT_TYPE, "application/octet-stream")],
+            vec![b'x'; n],
+        )
+            .into_response(),
+        _ => (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "BAD_SIZE", "max": MAX_BYTES_ANSWER})),
+        )
+            .into_response(),
+    }
+}
+
 async fn get_order(Path(id): Path<String>) -> Json<Value> {
     Json(json!({"order_id": id, "item": "book", "qty": 1, "status": "PAID"}))
 }
@@ -330,7 +350,7 @@ async fn echo(
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
-) -> Json<Echo> {
+) -> impl IntoResponse {
     let mut map: BTreeMap<String, String> = BTreeMap::new();
     let mut list = Vec::with_capacity(headers.len());
     for (name, value) in &headers {
@@ -343,7 +363,7 @@ async fn echo(
             .or_insert_with(|| value.clone());
         list.push((name.as_str().to_owned(), value));
     }
-    Json(Echo {
+    let answer = Json(Echo {
         method: method.as_str().to_owned(),
         path: uri.path().to_owned(),
         query: uri.query().map(str::to_owned),
@@ -353,7 +373,15 @@ async fn echo(
         body_len: body.len(),
         peer: peer.to_string(),
         instance: st.instance_str.clone(),
-    })
+    });
+    // What many backends tell about themselves, for tests that a gateway keeps it back.
+    (
+        [
+            (axum::http::header::SERVER, "portico-demo"),
+            (axum::http::HeaderName::from_static("x-powered-by"), "axum"),
+        ],
+        answer,
+    )
 }
 
 async fn health() -> Json<Value> {

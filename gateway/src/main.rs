@@ -88,6 +88,14 @@ struct Args {
     /// certificate.
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// The longest one write of an answer to a merchant may take, in milliseconds (a header,
+    /// or a piece of a streamed body); a client that does not read is cut off. 0: unbounded.
+    #[arg(long, default_value_t = portico_gateway::proxy::DEFAULT_WRITE_TIMEOUT.as_millis() as u64)]
+    write_timeout_ms: u64,
+    /// Open connections each traffic listener accepts; beyond, a new connection is answered
+    /// 503 `CONNECTION_LIMIT` and closed.
+    #[arg(long, default_value_t = listener::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -164,6 +172,7 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
         node_id: node_id.to_owned(),
         default_max_body: args.max_body_bytes,
         replay_bytes_per_app: args.replay_cache_mib.saturating_mul(1 << 20),
+        write_timeout: Duration::from_millis(args.write_timeout_ms),
     }))
 }
 
@@ -404,7 +413,14 @@ fn serve_traffic(
     );
     for (plane, addr, tls_addr, name) in planes {
         let gateway = Gateway { plane };
-        let mut svc = listener::service(&server.configuration, gateway, name, head_deadline);
+        let max_connections = args.max_connections;
+        let mut svc = listener::service(
+            &server.configuration,
+            gateway,
+            name,
+            head_deadline,
+            max_connections,
+        );
         svc.add_tcp(addr);
         // The TLS endpoint is one more listener of the same service: same pipeline, same
         // connection handling (docs/OPERATIONS.md, "TLS").

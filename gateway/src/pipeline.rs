@@ -10,7 +10,7 @@
 //!     L --> B[ip_acl]
 //!     B -->|IP_BLOCKED 403| R
 //!     B --> C[route]
-//!     C -->|BAD_REQUEST 400 / API_NOT_FOUND 404| R
+//!     C -->|BAD_REQUEST 400 / API_NOT_FOUND 404 / URI_TOO_LONG 414| R
 //!     C --> D[100-continue if expected; read body, bounded]
 //!     D -->|BODY_TOO_LARGE 413| R
 //!     D --> E[auth]
@@ -22,11 +22,13 @@
 //!     G --> H[degrade]
 //!     H -->|fallback: Response::Whole| W[rescue point writes it]
 //!     H -->|API_DEGRADED 503| R
-//!     H --> I[invoke::call]
-//!     I -->|bulkhead, breaker, balance: 503| R
-//!     I -->|http: streamed| S[Response::Streamed]
-//!     I -->|grpc: transcoded JSON| W
-//!     I -->|502 / 504 / gRPC status| R
+//!     H --> I[invoke::call: prepare the backend request]
+//!     I -->|path, transcoding: BAD_REQUEST 400| R
+//!     I --> J[bulkhead, breaker, balance]
+//!     J -->|503| R
+//!     J -->|http: streamed| S[Response::Streamed]
+//!     J -->|grpc: transcoded JSON| W
+//!     J -->|502 / 504 / gRPC status| R
 //! ```
 //!
 //! Every stage reads the same `Runtime`, loaded once at the top. Nothing here waits on
@@ -34,7 +36,7 @@
 
 use crate::edge::{EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
-use crate::invoke::{self, Call, Upstream};
+use crate::invoke::{self, Call, Caller, Upstream};
 use crate::model::Response;
 use crate::observe::metrics::ApiMetrics;
 use crate::runtime::Plane;
@@ -61,6 +63,9 @@ pub struct RequestCtx {
     pub upstream: Upstream,
     /// The envelope code of a refusal, or `OK`.
     pub code: &'static str,
+    /// What went wrong, for operators (the access log's `detail`): addresses and transport
+    /// errors the envelope does not tell.
+    pub detail: Option<String>,
     pub status: u16,
     /// The routed API's metric series (set after `route`).
     pub api_metrics: Option<Arc<ApiMetrics>>,
@@ -74,6 +79,7 @@ impl RequestCtx {
             edge: EdgeCtx::default(),
             upstream: Upstream::default(),
             code: "OK",
+            detail: None,
             status: 0,
             api_metrics: None,
         }
@@ -119,7 +125,7 @@ pub async fn handle(
         .edge
         .route
         .clone()
-        .ok_or_else(|| GatewayError::new(Code::Internal, "route stage set no API"))?;
+        .ok_or_else(|| GatewayError::internal("route stage set no API"))?;
     ctx.api_metrics = rt.metrics.get(&route.api.id).cloned();
     let limit = route
         .api
@@ -137,13 +143,18 @@ pub async fn handle(
         stage!(rt.edge.degrade, &req, &mut ctx.edge);
     }
 
-    // Invoke: bulkhead → breaker → balance → backend.
+    // Invoke: prepare → bulkhead → breaker → balance → backend.
     let call = Call {
         route: &route,
         body,
-        request_id: &ctx.request_id,
-        client_ip: ctx.edge.client_ip,
-        app_key: ctx.edge.app_key.as_deref(),
+        caller: Caller {
+            request_id: &ctx.request_id,
+            app_key: ctx.edge.app_key.as_deref(),
+            client_ip: ctx.edge.client_ip,
+            proxies: &ctx.edge.proxies,
+            peer_trusted: ctx.edge.peer_trusted,
+            scheme: scheme(session),
+        },
     };
     let clients = &plane.shared.clients;
     invoke::call(clients, &rt.invoke, session, call, &mut ctx.upstream).await
@@ -179,6 +190,16 @@ fn edge_request<'a>(session: &'a Session, body: &'a [u8], now_ms: u64) -> EdgeRe
         peer: client_peer(session),
         body,
         now_ms,
+    }
+}
+
+/// The scheme the request reached the gateway on: `https` over TLS, else `http`.
+fn scheme(session: &Session) -> &'static str {
+    let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+    if tls {
+        "https"
+    } else {
+        "http"
     }
 }
 

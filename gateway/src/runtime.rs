@@ -52,6 +52,8 @@ pub struct Shared {
     pub default_max_body: u64,
     /// The replay cache's memory bound per app, in bytes (`--replay-cache-mib`).
     pub replay_bytes_per_app: usize,
+    /// The longest a single write of an answer to a merchant may take (zero: unbounded).
+    pub write_timeout: std::time::Duration,
 }
 
 /// Everything one request reads, from one snapshot.

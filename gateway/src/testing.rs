@@ -165,6 +165,7 @@ pub fn shared() -> Arc<Shared> {
         node_id: "test-node".to_owned(),
         default_max_body: 1024,
         replay_bytes_per_app: crate::edge::replay::ReplayCache::DEFAULT_BYTES_PER_APP,
+        write_timeout: std::time::Duration::from_secs(5),
     })
 }
 

@@ -69,6 +69,11 @@ pub struct EdgeRequest<'a> {
 pub struct EdgeCtx {
     /// The client's address after trusted-proxy resolution (set by `ip_acl`).
     pub client_ip: Option<IpAddr>,
+    /// The trusted proxies between the client and the gateway, left to right, ending with the
+    /// peer; empty when the peer is the client (set by `ip_acl`).
+    pub proxies: Vec<IpAddr>,
+    /// Whether the peer is a trusted proxy (set by `ip_acl`).
+    pub peer_trusted: bool,
     /// Set by `route`.
     pub route: Option<RouteMatch>,
     /// Set by `auth` for a signed call (the app key as sent).

@@ -1,38 +1,48 @@
 //! The invoke tier: it owns a call end to end, in [`call`]:
-//! `bulkhead → breaker → balance → http proxy | grpc generic call`.
+//! `prepare → bulkhead → breaker → balance → http proxy | grpc generic call`.
 //!
-//! Every call holds a bulkhead permit and a breaker ticket for its whole duration, and has a
-//! deadline (the API's `timeout_ms`). The breaker outcome is decided here, in one place
-//! ([`settle`]): an HTTP answer with a 5xx status, or an error whose
+//! The request is prepared in full first (HTTP: method, path and headers; gRPC: the
+//! transcoded message and its metadata): a request that cannot be sent (a path variable
+//! that does not fit the rewrite, a router-style call of an API whose path needs variables,
+//! a body that does not transcode, an unprepared gRPC method) is refused before it takes a
+//! bulkhead slot or a breaker ticket, so it counts neither for nor against the backend.
+//!
+//! Every call then holds a bulkhead permit and a breaker ticket for its whole duration
+//! (for HTTP, until the answer is relayed to the merchant: each write to the merchant is
+//! bounded by the listener's write timeout, so a client that does not read frees the slot),
+//! and has a deadline (the API's `timeout_ms`). The breaker outcome is decided here, in one
+//! place ([`settle`]): an HTTP answer with a 5xx status, or an error whose
 //! [`Code::side`](crate::error::Code::side) is [`Side::Upstream`] (a timeout, a connection
 //! failure, no usable endpoint, gRPC `UNAVAILABLE`/`INTERNAL`/`UNKNOWN`/`DEADLINE_EXCEEDED`),
-//! is a failure; any other outcome is a success with the call's latency. A request refused
-//! before a backend is chosen (a rewrite the path variables do not fit, an unprepared gRPC
-//! method) leaves its ticket unrecorded.
+//! is a failure; any other outcome is a success with the call's latency.
 //!
 //! The per-API state ([`ApiRuntime`]: bulkhead, breaker, balancer, resolved endpoints) is
-//! built per snapshot in [`state`]; the runtime holds it.
+//! built per snapshot in [`state`]; the runtime holds it. What a backend is told about the
+//! caller is [`forward`]'s one rule.
 
 pub mod balance;
 pub mod breaker;
 pub mod bulkhead;
+pub mod forward;
 pub mod grpc;
 pub mod http;
 pub mod state;
 pub mod transcode;
 
+pub use forward::Caller;
 pub use state::{ApiRuntime, ClusterRuntime, InvokeState};
 
-use self::http::{Attempt, HttpInvoker, Outgoing};
+use self::http::{Attempt, HttpInvoker, HttpRequest};
 use crate::error::{Code, GatewayError, Side};
 use crate::model::{Response, RouteMatch};
 use breaker::CallTicket;
 use bytes::Bytes;
-use grpc::{GrpcInvoker, GrpcMethods};
+use grpc::{GrpcInvoker, GrpcMethods, GrpcRequest, PreparedMethod};
 use pingora_core::protocols::http::client::HttpSession;
 use pingora_proxy::Session;
 use portico_control::BackendKind;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The process-wide backend clients, shared by every plane and kept for the life of the
@@ -50,11 +60,8 @@ pub struct Call<'a> {
     pub route: &'a RouteMatch,
     /// The whole request body, already read and verified.
     pub body: Bytes,
-    pub request_id: &'a str,
-    /// The client's address after trusted-proxy resolution (for `X-Forwarded-For`).
-    pub client_ip: Option<IpAddr>,
-    /// The calling app's key on a signed call (for `X-Portico-App`).
-    pub app_key: Option<&'a str>,
+    /// What the edge decided about the caller: request id, app, client address and proxies.
+    pub caller: Caller<'a>,
 }
 
 /// Which endpoint a call reached and how long the backend took, for the access log and the
@@ -65,10 +72,18 @@ pub struct Upstream {
     pub latency: Option<Duration>,
 }
 
-/// Calls the backend of `call.route`'s API: takes a bulkhead slot, asks the breaker, picks an
-/// endpoint and proxies (HTTP, streamed to `session`: [`Response::Streamed`]) or transcodes
-/// (gRPC: [`Response::Whole`]). `Err` is any refusal or failure on the way (503
-/// `BULKHEAD_FULL`, `CIRCUIT_OPEN`, `NO_HEALTHY_UPSTREAM`, 502, 504, a gRPC status, ...).
+/// A request ready to send to its backend.
+enum Prepared {
+    /// Boxed: the request head is large, and the gRPC variant small.
+    Http(Box<HttpRequest>),
+    Grpc(Arc<PreparedMethod>, GrpcRequest),
+}
+
+/// Calls the backend of `call.route`'s API: prepares the request, takes a bulkhead slot,
+/// asks the breaker, picks an endpoint and proxies (HTTP, streamed to `session`:
+/// [`Response::Streamed`]) or calls (gRPC: [`Response::Whole`]). `Err` is any refusal or
+/// failure on the way (400 for a request that cannot be sent, 503 `BULKHEAD_FULL`,
+/// `CIRCUIT_OPEN`, `NO_HEALTHY_UPSTREAM`, 502, 504, a gRPC status, ...).
 pub async fn call(
     clients: &Clients,
     state: &InvokeState,
@@ -81,6 +96,7 @@ pub async fn call(
         .apis
         .get(&api.id)
         .ok_or_else(|| no_endpoint(&api.cluster, "has no endpoints"))?;
+    let prepared = prepare(&state.grpc, session, &call)?;
     let _permit = target.bulkhead.acquire().await?;
     let timeout = Duration::from_millis(api.timeout_ms);
     let admitted = Admitted {
@@ -88,14 +104,46 @@ pub async fn call(
         ticket: target.breaker.try_acquire_with_timeout(timeout)?,
         deadline: Instant::now() + timeout,
     };
+    match prepared {
+        Prepared::Http(request) => {
+            let rid = call.caller.request_id;
+            call_http(&clients.http, session, *request, rid, admitted, upstream).await
+        }
+        Prepared::Grpc(method, request) => {
+            call_grpc(&clients.grpc, &method, request, admitted, upstream).await
+        }
+    }
+}
+
+/// Builds the backend request of `call` (see the module docs); `Err` when it cannot be sent.
+fn prepare(
+    methods: &GrpcMethods,
+    session: &Session,
+    call: &Call<'_>,
+) -> Result<Prepared, GatewayError> {
+    let req = session.req_header();
+    let api = &call.route.api;
     match &api.backend {
         BackendKind::Http { path } => {
             let rewrite = path.as_deref();
-            call_http(&clients.http, session, &call, admitted, rewrite, upstream).await
+            let body = call.body.clone();
+            let request = self::http::prepare(req, call.route, rewrite, body, &call.caller)?;
+            Ok(Prepared::Http(Box::new(request)))
         }
         BackendKind::Grpc { .. } => {
-            let methods = &state.grpc;
-            call_grpc(&clients.grpc, methods, session, &call, admitted, upstream).await
+            let method = methods.get(&api.id).ok_or_else(|| {
+                GatewayError::internal(format!("API {} has no prepared gRPC method", api.id))
+            })?;
+            let query = req.uri.query();
+            let request = GrpcInvoker::prepare(
+                &method,
+                call.route,
+                query,
+                &call.body,
+                &req.headers,
+                &call.caller,
+            )?;
+            Ok(Prepared::Grpc(method, request))
         }
     }
 }
@@ -131,18 +179,22 @@ fn settle(ticket: CallTicket, outcome: Outcome<'_>) {
     }
 }
 
-/// 503 `NO_HEALTHY_UPSTREAM` for `cluster`.
+/// 503 `NO_HEALTHY_UPSTREAM` for `cluster` (the cluster is named in the detail only).
 fn no_endpoint(cluster: &str, why: &str) -> GatewayError {
-    GatewayError::new(Code::NoHealthyUpstream, format!("cluster {cluster} {why}"))
+    GatewayError::upstream(
+        Code::NoHealthyUpstream,
+        "no backend endpoint is available",
+        format!("cluster {cluster} {why}"),
+    )
 }
 
-/// The HTTP backend: the upstream request written in one go, the response streamed back.
+/// The HTTP backend: the prepared request written in one go, the response streamed back.
 async fn call_http(
     http: &HttpInvoker,
     session: &mut Session,
-    call: &Call<'_>,
+    request: HttpRequest,
+    request_id: &str,
     admitted: Admitted<'_>,
-    rewrite: Option<&str>,
     upstream: &mut Upstream,
 ) -> Result<Response, GatewayError> {
     let Admitted {
@@ -150,36 +202,26 @@ async fn call_http(
         ticket,
         deadline,
     } = admitted;
-    let req = session.req_header();
-    let path_and_query = self::http::upstream_path(&req.uri, call.route, rewrite)?;
-    let out = Outgoing {
-        method: &req.method,
-        path_and_query: &path_and_query,
-        headers: &req.headers,
-        body: call.body.clone(),
-        request_id: call.request_id,
-        client_ip: call.client_ip,
-        app_key: call.app_key,
-    };
-    let (answer, latency, addr) = match first_answer(http, target, &out, deadline, upstream).await {
-        Ok(answered) => answered,
-        Err(error) => {
-            let latency = Duration::ZERO;
-            settle(
-                ticket,
-                Outcome::Failed {
-                    error: &error,
-                    latency,
-                },
-            );
-            return Err(error);
-        }
-    };
+    let (answer, latency, addr) =
+        match first_answer(http, target, &request, deadline, upstream).await {
+            Ok(answered) => answered,
+            Err(error) => {
+                let latency = Duration::ZERO;
+                settle(
+                    ticket,
+                    Outcome::Failed {
+                        error: &error,
+                        latency,
+                    },
+                );
+                return Err(error);
+            }
+        };
     upstream.latency = Some(latency);
     let status = answer.response_header().map_or(502, |h| h.status.as_u16());
     settle(ticket, Outcome::Answered { status, latency });
     let status = http
-        .relay(session, answer, addr, call.request_id, deadline)
+        .relay(session, answer, addr, request_id, deadline)
         .await?;
     Ok(Response::Streamed(status))
 }
@@ -191,7 +233,7 @@ async fn call_http(
 async fn first_answer(
     http: &HttpInvoker,
     target: &ApiRuntime,
-    out: &Outgoing<'_>,
+    request: &HttpRequest,
     deadline: Instant,
     upstream: &mut Upstream,
 ) -> Result<(Box<HttpSession>, Duration, SocketAddr), GatewayError> {
@@ -206,7 +248,7 @@ async fn first_answer(
             continue;
         };
         upstream.addr = Some(addr);
-        match http.attempt(addr, out, deadline).await {
+        match http.attempt(addr, request, deadline).await {
             Attempt::Answered(answer, latency) => return Ok((answer, latency, addr)),
             Attempt::ConnectFailed(e) => last_err = Some(e),
             Attempt::Failed(e) => return Err(e),
@@ -215,12 +257,11 @@ async fn first_answer(
     Err(last_err.unwrap_or_else(|| no_endpoint(&target.api.cluster, "has no usable endpoint")))
 }
 
-/// The gRPC backend: the request transcoded, one unary call, the reply as JSON.
+/// The gRPC backend: one unary call of the prepared request, the reply as JSON.
 async fn call_grpc(
     grpc: &GrpcInvoker,
-    methods: &GrpcMethods,
-    session: &Session,
-    call: &Call<'_>,
+    method: &PreparedMethod,
+    request: GrpcRequest,
     admitted: Admitted<'_>,
     upstream: &mut Upstream,
 ) -> Result<Response, GatewayError> {
@@ -229,15 +270,8 @@ async fn call_grpc(
         ticket,
         deadline,
     } = admitted;
-    let api = &call.route.api;
-    let method = methods.get(&api.id).ok_or_else(|| {
-        GatewayError::new(
-            Code::Internal,
-            format!("API {} has no prepared gRPC method", api.id),
-        )
-    })?;
     let Some(endpoint) = target.balancer.pick() else {
-        let error = no_endpoint(&api.cluster, "has no endpoints");
+        let error = no_endpoint(&target.api.cluster, "has no endpoints");
         settle(
             ticket,
             Outcome::Failed {
@@ -249,19 +283,7 @@ async fn call_grpc(
     };
     let started = Instant::now();
     let timeout = deadline.saturating_duration_since(started);
-    let req = session.req_header();
-    let result = grpc
-        .call(
-            &method,
-            call.route,
-            req.uri.query(),
-            &call.body,
-            &req.headers,
-            endpoint,
-            timeout,
-            call.request_id,
-        )
-        .await;
+    let result = grpc.send(method, request, endpoint, timeout).await;
     let latency = started.elapsed();
     upstream.addr = target.addrs.get(endpoint).copied();
     upstream.latency = Some(latency);
@@ -305,9 +327,7 @@ mod tests {
         let request = Call {
             route: &route,
             body: Bytes::new(),
-            request_id: "rid-1",
-            client_ip: None,
-            app_key: None,
+            caller: Caller::new("rid-1"),
         };
         let mut upstream = Upstream::default();
         let clients = &plane.shared.clients;
@@ -396,9 +416,7 @@ mod tests {
         let request = Call {
             route: &route,
             body: Bytes::new(),
-            request_id: "rid-1",
-            client_ip: None,
-            app_key: None,
+            caller: Caller::new("rid-1"),
         };
         let mut upstream = Upstream::default();
         let clients = &plane.shared.clients;

@@ -55,6 +55,10 @@ pub struct Metrics {
     pub replay_bytes: IntGaugeVec,
     /// Signed calls refused because their app's share of the replay cache was full.
     pub replay_full: IntCounterVec,
+    /// Open connections by traffic listener (`portico-live`, `portico-sandbox`).
+    pub connections_open: IntGaugeVec,
+    /// Connections refused by listener because it was at `--max-connections`.
+    pub connections_refused: IntCounterVec,
 }
 
 /// A metric's name, help text and label names.
@@ -158,6 +162,16 @@ const REPLAY_FULL: Spec = Spec {
     help: "Signed calls refused (429) because their app's share of the replay cache was full",
     labels: PLANE,
 };
+const CONNECTIONS_OPEN: Spec = Spec {
+    name: "portico_connections_open",
+    help: "Open connections, by traffic listener",
+    labels: &["listener"],
+};
+const CONNECTIONS_REFUSED: Spec = Spec {
+    name: "portico_connections_refused_total",
+    help: "Connections refused because the listener was at its connection limit",
+    labels: &["listener"],
+};
 
 /// Snapshot build time buckets in seconds: 100 µs to 5 s.
 const BUILD_BUCKETS: &[f64] = &[0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
@@ -216,6 +230,8 @@ impl Metrics {
             replay_nonces: gauges(&r, &REPLAY_NONCES)?,
             replay_bytes: gauges(&r, &REPLAY_BYTES)?,
             replay_full: counters(&r, &REPLAY_FULL)?,
+            connections_open: gauges(&r, &CONNECTIONS_OPEN)?,
+            connections_refused: counters(&r, &CONNECTIONS_REFUSED)?,
             registry: r,
         })
     }
