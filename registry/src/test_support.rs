@@ -25,6 +25,7 @@ impl TestRegistry {
             zk_hosts: zk.connect_string(),
             zk_root: "/portico".to_owned(),
             token: None,
+            zk_auth: None,
         });
         TestRegistry { _zk: zk, state }
     }

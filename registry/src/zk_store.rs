@@ -1,9 +1,16 @@
 //! The registry's view of ZooKeeper: one shared session (re-established when it expires),
 //! tree paths relative to the root, and versioned writes (compare-and-set on the znode version).
 //! The registry keeps no other state, so any number of registries can run side by side.
+//!
+//! Every session authenticates with the registry's `digest` credentials, if it has some
+//! (`--zk-auth-file`, `PORTICO_ZK_AUTH`), and every node the registry creates gets the ACL the
+//! root's ACL calls for (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
 
 use crate::error::{ApiError, ApiResult};
-use portico_control::zk::{ensure_path, join_path, normalize_root, read_tree};
+use portico_control::zk::auth::{create_acl, read_policy};
+use portico_control::zk::{
+    ensure_path_with, join_path, normalize_root, read_tree, AclPolicy, ZkAuth,
+};
 use portico_control::Tree;
 use std::time::Duration;
 use tokio::sync::Mutex;
@@ -80,6 +87,7 @@ pub struct Store {
     hosts: String,
     root: String,
     session_timeout: Duration,
+    auth: Option<ZkAuth>,
     client: Mutex<Option<zk::Client>>,
 }
 
@@ -97,10 +105,6 @@ async fn timed<T, E: From<zk::Error>>(
     }
 }
 
-fn persistent() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
-}
-
 impl Store {
     /// A store of the tree under `root` on the ZooKeeper `hosts` (connected on first use).
     pub fn new(hosts: &str, root: &str) -> Store {
@@ -108,8 +112,48 @@ impl Store {
             hosts: hosts.to_owned(),
             root: normalize_root(root),
             session_timeout: Duration::from_secs(10),
+            auth: None,
             client: Mutex::new(None),
         }
+    }
+
+    /// Authenticates every session with `auth` (`None`: an open tree, as v1).
+    pub fn with_auth(mut self, auth: Option<ZkAuth>) -> Store {
+        self.auth = auth;
+        self
+    }
+
+    /// The user the store authenticates as, if any.
+    pub fn auth_user(&self) -> Option<&str> {
+        self.auth.as_ref().map(ZkAuth::user)
+    }
+
+    /// The ACL policy of the tree (from the root's ACL); `None` for an open tree. A registry
+    /// with credentials refuses to create an open tree: the root must be made by
+    /// `portico zk lockdown` (or exist open, as a v1 tree).
+    async fn policy(&self, client: &zk::Client) -> ApiResult<Option<AclPolicy>> {
+        let policy = timed(read_policy(client, &self.root))
+            .await
+            .map_err(|e| ApiError::from_zk(e, "the root"))?;
+        if policy.is_none() && self.auth.is_some() {
+            let exists = timed(client.check_stat(&self.root))
+                .await
+                .map_err(|e| ApiError::from_zk(e, "the root"))?
+                .is_some();
+            if !exists {
+                return Err(ApiError::unavailable(format!(
+                    "the tree {} does not exist in ZooKeeper: create it locked with `portico zk lockdown` \
+                     (docs/OPERATIONS.md, \"ZooKeeper credentials and ACLs\")",
+                    self.root
+                )));
+            }
+        }
+        Ok(policy)
+    }
+
+    /// The ACL of a new node at tree path `rel`.
+    fn acl(&self, policy: Option<&AclPolicy>, rel: &str) -> Vec<zk::Acl> {
+        create_acl(policy, rel)
     }
 
     /// The root of the tree (normalized, e.g. `/portico`).
@@ -143,7 +187,7 @@ impl Store {
             }
         }
         let client = timed(
-            zk::Client::connector()
+            ZkAuth::connector(self.auth.as_ref())
                 .with_session_timeout(self.session_timeout)
                 .with_fail_eagerly()
                 .connect(&self.hosts),
@@ -235,9 +279,15 @@ impl Store {
     /// Creates the folder (and its ancestors) if missing.
     pub async fn ensure_dir(&self, rel_dir: &str) -> ApiResult<()> {
         let client = self.client().await?;
-        timed(ensure_path(&client, &self.abs(rel_dir), &persistent()))
-            .await
-            .map_err(|e| ApiError::from_zk(e, rel_dir))
+        let policy = self.policy(&client).await?;
+        timed(ensure_path_with(
+            &client,
+            &self.root,
+            &self.abs(rel_dir),
+            policy.as_ref(),
+        ))
+        .await
+        .map_err(|e| ApiError::from_zk(e, rel_dir))
     }
 
     /// Writes a document under a precondition: creates it (parents too) or sets it with the
@@ -295,13 +345,15 @@ impl Store {
 
     async fn create(&self, client: &zk::Client, rel: &str, data: &[u8]) -> ApiResult<Stat> {
         let abs = self.abs(rel);
-        let options = persistent();
+        let policy = self.policy(client).await?;
+        let acl = self.acl(policy.as_ref(), rel);
+        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
         for _ in 0..2 {
             match timed(client.create(&abs, data, &options)).await {
                 Ok((stat, _)) => return Ok(self.valid_stat(client, rel, stat).await),
                 Err(zk::Error::NoNode) => {
                     if let Some((parent, _)) = abs.rsplit_once('/') {
-                        timed(ensure_path(client, parent, &options))
+                        timed(ensure_path_with(client, &self.root, parent, policy.as_ref()))
                             .await
                             .map_err(|e| ApiError::from_zk(e, rel))?;
                     }
@@ -340,11 +392,23 @@ impl Store {
     /// Runs several writes atomically (a ZooKeeper multi). Each op names its tree path.
     pub async fn multi(&self, ops: &[Op]) -> ApiResult<Vec<Option<Stat>>> {
         let client = self.client().await?;
-        let options = persistent();
+        let policy = if ops.iter().any(|op| matches!(op, Op::Create { .. })) {
+            self.policy(&client).await?
+        } else {
+            None
+        };
+        let acls: Vec<Vec<zk::Acl>> = ops
+            .iter()
+            .map(|op| self.acl(policy.as_ref(), op.rel()))
+            .collect();
         let mut writer = client.new_multi_writer();
-        for op in ops {
+        for (op, acl) in ops.iter().zip(&acls) {
             let result = match op {
-                Op::Create { rel, data } => writer.add_create(&self.abs(rel), data, &options),
+                Op::Create { rel, data } => writer.add_create(
+                    &self.abs(rel),
+                    data,
+                    &zk::CreateMode::Persistent.with_acls(zk::Acls::new(acl)),
+                ),
                 Op::Set { rel, data, version } => {
                     writer.add_set_data(&self.abs(rel), data, Some(*version))
                 }
@@ -387,7 +451,9 @@ impl Store {
     /// Appends a persistent sequential node `<rel_dir>/<prefix>NNNNNNNNNN`; returns its name.
     pub async fn append(&self, rel_dir: &str, prefix: &str, data: &[u8]) -> ApiResult<String> {
         let client = self.client().await?;
-        let options = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all());
+        let policy = self.policy(&client).await?;
+        let acl = self.acl(policy.as_ref(), &format!("{rel_dir}/{prefix}"));
+        let options = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::new(&acl));
         let path = self.abs(&format!("{rel_dir}/{prefix}"));
         for _ in 0..2 {
             match timed(client.create(&path, data, &options)).await {

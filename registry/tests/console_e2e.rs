@@ -476,6 +476,7 @@ fn console_routes_explain_what_is_missing() {
         zk_hosts: zk.connect_string(),
         zk_root: "/portico".to_owned(),
         token: Some(TOKEN.to_owned()),
+        zk_auth: None,
     };
     let (addr, _task) = rt
         .block_on(portico_registry::spawn(
