@@ -421,7 +421,11 @@ mod tests {
         // Written: every folder 0700 and file 0600, whatever the umask; a new parent 0700.
         let fresh = d.path().join("new-parent/snap");
         for target in [&dir, &fresh] {
-            write_snapshot(target, &snapshot(&[("apps/a", b"{}"), ("apis/x", b"{}")], 3)).unwrap();
+            write_snapshot(
+                target,
+                &snapshot(&[("apps/a", b"{}"), ("apis/x", b"{}")], 3),
+            )
+            .unwrap();
             let real = fs::canonicalize(target).unwrap();
             assert_eq!(mode(&real), 0o700);
             for sub in ["apps", "apis"] {

@@ -353,9 +353,14 @@ impl Store {
                 Ok((stat, _)) => return Ok(self.valid_stat(client, rel, stat).await),
                 Err(zk::Error::NoNode) => {
                     if let Some((parent, _)) = abs.rsplit_once('/') {
-                        timed(ensure_path_with(client, &self.root, parent, policy.as_ref()))
-                            .await
-                            .map_err(|e| ApiError::from_zk(e, rel))?;
+                        timed(ensure_path_with(
+                            client,
+                            &self.root,
+                            parent,
+                            policy.as_ref(),
+                        ))
+                        .await
+                        .map_err(|e| ApiError::from_zk(e, rel))?;
                     }
                 }
                 Err(e) => return Err(ApiError::from_zk(e, rel)),
@@ -499,13 +504,17 @@ mod tests {
     use super::*;
     use portico_testkit::{free_port, ZooKeeper};
 
+    /// A store with the registry's credentials on a locked ZooKeeper.
     fn store(zk: &ZooKeeper) -> Store {
-        Store::new(&zk.connect_string(), "/portico")
+        let auth = zk
+            .credentials()
+            .map(|c| ZkAuth::parse(&c.registry).unwrap());
+        Store::new(&zk.connect_string(), "/portico").with_auth(auth)
     }
 
     #[tokio::test]
     async fn writes_are_compare_and_set() {
-        let zk = ZooKeeper::start();
+        let zk = ZooKeeper::start_locked();
         let s = store(&zk);
         // Absent: created with its parents, version 0; a second create conflicts.
         let w = s
@@ -573,7 +582,7 @@ mod tests {
 
     #[tokio::test]
     async fn folders_lists_and_appends() {
-        let zk = ZooKeeper::start();
+        let zk = ZooKeeper::start_locked();
         let s = store(&zk);
         assert!(
             s.list("apis").await.unwrap().is_empty(),
@@ -615,7 +624,7 @@ mod tests {
 
     #[tokio::test]
     async fn multi_writes_all_or_nothing() {
-        let zk = ZooKeeper::start();
+        let zk = ZooKeeper::start_locked();
         let s = store(&zk);
         s.ensure_dir("apis").await.unwrap();
         s.ensure_dir("history/a").await.unwrap();
@@ -666,7 +675,7 @@ mod tests {
 
     #[tokio::test]
     async fn trees_are_per_env() {
-        let zk = ZooKeeper::start();
+        let zk = ZooKeeper::start_locked();
         let s = store(&zk);
         s.put("clusters/live", b"{}", Precondition::Any)
             .await
@@ -686,6 +695,74 @@ mod tests {
         let sandbox = s.tree(Env::Sandbox).await.unwrap();
         assert_eq!(sandbox.docs.keys().collect::<Vec<_>>(), ["clusters/draft"]);
         assert!(live.generation > 0);
+    }
+
+    /// Every node the registry creates carries the ACL of docs/OPERATIONS.md: no world access,
+    /// gateways read the served tree but not history, the operator never reads an app.
+    #[tokio::test]
+    async fn created_nodes_carry_the_policy_acl() {
+        let zk = ZooKeeper::start_locked();
+        let creds = zk.credentials().unwrap();
+        let s = store(&zk);
+        s.put("apps/a", br#"{"secret":"s"}"#, Precondition::Any)
+            .await
+            .unwrap();
+        s.put("sandbox/apps/b", b"{}", Precondition::Absent)
+            .await
+            .unwrap();
+        s.put("switches/x", b"{}", Precondition::Absent)
+            .await
+            .unwrap();
+        s.ensure_dir("history").await.unwrap();
+        s.multi(&[Op::Create {
+            rel: "history/x".into(),
+            data: b"{}".to_vec(),
+        }])
+        .await
+        .unwrap();
+        let entry = s.append("audit", "entry-", b"{}").await.unwrap();
+        let client = s.client().await.unwrap();
+        let perms = |acl: &[zk::Acl], who: &str| {
+            let id = portico_testkit::digest_id(who);
+            acl.iter()
+                .find(|a| a.id() == id)
+                .map_or(zk::Permission::NONE, |a| a.permission())
+        };
+        use zk::Permission as P;
+        for (rel, gateway, operator) in [
+            ("apps", P::READ, P::READ),
+            ("apps/a", P::READ, P::NONE),
+            ("sandbox/apps/b", P::READ, P::NONE),
+            ("switches/x", P::READ, P::READ | P::WRITE),
+            ("history", P::NONE, P::NONE),
+            ("history/x", P::NONE, P::NONE),
+            (&format!("audit/{entry}") as &str, P::NONE, P::READ),
+        ] {
+            let (acl, _) = client.get_acl(&s.abs(rel)).await.unwrap();
+            assert!(acl.iter().all(|a| a.scheme() == "digest"), "{rel}: {acl:?}");
+            assert_eq!(perms(&acl, &creds.registry), P::ALL, "{rel}");
+            assert_eq!(perms(&acl, &creds.gateway), gateway, "{rel}");
+            assert_eq!(perms(&acl, &creds.operator), operator, "{rel}");
+        }
+        // Without credentials: nothing.
+        let anonymous = Store::new(&zk.connect_string(), "/portico");
+        assert_eq!(
+            anonymous.get("apps/a").await.unwrap_err().code,
+            "ZOOKEEPER_UNAVAILABLE"
+        );
+        let e = anonymous
+            .put("apis/y", b"{}", Precondition::Any)
+            .await
+            .unwrap_err();
+        assert!(e.message.contains("refused"), "{}", e.message);
+        // With credentials, a missing root is not created open.
+        let elsewhere = Store::new(&zk.connect_string(), "/other")
+            .with_auth(Some(ZkAuth::parse(&creds.registry).unwrap()));
+        let e = elsewhere
+            .put("apis/y", b"{}", Precondition::Any)
+            .await
+            .unwrap_err();
+        assert!(e.message.contains("portico zk lockdown"), "{}", e.message);
     }
 
     #[tokio::test]

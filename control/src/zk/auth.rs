@@ -10,7 +10,9 @@
 //! # Where the ACLs come from
 //! The ACL of the tree's root is the policy: its `digest` entries name the identities of each
 //! role (several per role while a password is rotated), and [`AclPolicy::acl_for`] derives the
-//! ACL of every other node from them ([`AclPolicy::from_root_acl`]). `portico zk lockdown`
+//! ACL of every other node from them ([`AclPolicy::from_root_acl`]). ZooKeeper shows the
+//! digest ids of an ACL only to a client with ADMIN on the node (others see `user:x`), so the
+//! registry reads the root's ACL, and a gateway the ACL of `nodes/` (where it has ADMIN). `portico zk lockdown`
 //! writes it (and every existing node's ACL). A root that grants `world:anyone` anything is an
 //! open tree (v1's default): nodes are then created open, as before.
 
@@ -250,8 +252,17 @@ impl AclPolicy {
             if entry.scheme() == "world" {
                 return None;
             }
+            if entry.scheme() == "digest" && entry.id().ends_with(":x") {
+                // Redacted by the server (no ADMIN on the node): not a usable policy.
+                return None;
+            }
             let role = (entry.scheme() == "digest")
-                .then(|| entry.id().split_once(':').and_then(|(u, _)| Role::of_user(u)))
+                .then(|| {
+                    entry
+                        .id()
+                        .split_once(':')
+                        .and_then(|(u, _)| Role::of_user(u))
+                })
                 .flatten();
             match role {
                 Some(Role::Registry) => policy.registry.push(entry.id().to_owned()),
@@ -279,7 +290,9 @@ impl AclPolicy {
             NodeClass::App => (P::READ, P::NONE),
             NodeClass::SwitchesDir => (P::READ, P::READ | P::CREATE | P::DELETE),
             NodeClass::Switch => (P::READ, P::READ | P::WRITE),
-            NodeClass::NodesDir => (P::READ | P::CREATE | P::DELETE, P::READ),
+            // ADMIN: ZooKeeper shows digest ids only to a client with ADMIN on the node, and a
+            // gateway learns the identities for its own node's ACL from this folder's ACL.
+            NodeClass::NodesDir => (P::READ | P::CREATE | P::DELETE | P::ADMIN, P::READ),
             NodeClass::Node => (P::ALL, P::READ),
             NodeClass::History => (P::NONE, P::NONE),
             NodeClass::Registry => (P::NONE, P::READ),
@@ -332,7 +345,10 @@ mod tests {
     #[test]
     fn digest_ids_match_zookeeper() {
         // `DigestAuthenticationProvider.generateDigest("super:test")` (ZooKeeper's docs).
-        assert_eq!(digest_id("super", "test"), "super:D/InIHSb7yEEbrWz8b9l71RjZJU=");
+        assert_eq!(
+            digest_id("super", "test"),
+            "super:D/InIHSb7yEEbrWz8b9l71RjZJU="
+        );
         let auth = ZkAuth::parse("portico-gateway:s3cret\n").unwrap();
         assert_eq!(auth.user(), "portico-gateway");
         assert_eq!(auth.role(), Some(Role::Gateway));
@@ -377,6 +393,11 @@ mod tests {
         let root = p.root_acl();
         assert_eq!(AclPolicy::from_root_acl(&root), Some(p.clone()));
         assert!(AclPolicy::from_root_acl(&zk::Acls::anyone_all()).is_none());
+        let redacted = [zk::Acl::new(
+            zk::Permission::ALL,
+            zk::AuthId::new("digest", "portico-registry:x"),
+        )];
+        assert!(AclPolicy::from_root_acl(&redacted).is_none());
         for (rel, g, o) in [
             ("", P::READ, P::READ),
             ("apis/x", P::READ, P::READ),
@@ -386,7 +407,7 @@ mod tests {
             ("sandbox/apps/a", P::READ, P::NONE),
             ("switches", P::READ, P::READ | P::CREATE | P::DELETE),
             ("switches/s", P::READ, P::READ | P::WRITE),
-            ("nodes", P::READ | P::CREATE | P::DELETE, P::READ),
+            ("nodes", P::READ | P::CREATE | P::DELETE | P::ADMIN, P::READ),
             ("sandbox/nodes/gw", P::ALL, P::READ),
             ("history/apps/a/1", P::NONE, P::NONE),
             ("audit/entry-1", P::NONE, P::READ),

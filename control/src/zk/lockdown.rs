@@ -115,13 +115,12 @@ pub async fn lockdown(
         };
         if !same_acl(&before, &desired) {
             if !dry_run {
-                client
-                    .set_acl(&path, &desired, None)
-                    .await
-                    .map_err(|e| format!(
+                client.set_acl(&path, &desired, None).await.map_err(|e| {
+                    format!(
                         "set the ACL of {path}: {e} (a tree locked with other credentials needs \
                          the superDigest break-glass, docs/OPERATIONS.md)"
-                    ))?;
+                    )
+                })?;
             }
             changes.push(AclChange {
                 path: path.clone(),

@@ -165,9 +165,13 @@ async fn write_node(
                 }
             }
             None => {
-                // The ACL follows the root's (docs/OPERATIONS.md, "ZooKeeper credentials and
-                // ACLs"): this gateway's identities get cdrwa on their own node.
-                let policy = read_policy(client, root).await?;
+                // The ACL follows the policy (docs/OPERATIONS.md, "ZooKeeper credentials and
+                // ACLs"), read from `nodes/` where a gateway may see the digest ids (module docs
+                // of `auth`); this gateway's identities get cdrwa on their own node.
+                let policy = match read_policy(client, &join_path(root, "nodes")).await? {
+                    Some(policy) => Some(policy),
+                    None => read_policy(client, root).await?,
+                };
                 let rel = relative_path(root, path).unwrap_or("nodes");
                 let acl = create_acl(policy.as_ref(), rel);
                 let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&acl));

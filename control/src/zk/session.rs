@@ -314,7 +314,11 @@ impl<'a> Session<'a> {
 /// Reads the root once, so that credentials the tree's ACLs do not accept (none, a wrong
 /// password) fail the session clearly instead of showing up as a tree with every folder
 /// unreadable.
-async fn check_access(source: &ZkSource, client: &zk::Client, root: &str) -> Result<(), SessionEnd> {
+async fn check_access(
+    source: &ZkSource,
+    client: &zk::Client,
+    root: &str,
+) -> Result<(), SessionEnd> {
     match client.get_children(root).await {
         Ok(_) | Err(zk::Error::NoNode) => Ok(()),
         Err(zk::Error::NoAuth) => {

@@ -349,7 +349,10 @@ impl ConfigSource for ZkSource {
                     self.set_state(ZkState::Expired, Some("session expired".to_owned()));
                 }
                 SessionEnd::Unauthorized(e) => {
-                    tracing::error!(hosts = %self.inner.hosts, root = %self.inner.root, error = %e, "zookeeper refused access; serving the configuration already applied");
+                    // Logged once when it starts (and again after access worked meanwhile).
+                    if self.state().state != ZkState::Unauthorized {
+                        tracing::error!(hosts = %self.inner.hosts, root = %self.inner.root, error = %e, "zookeeper refused access; serving the configuration already applied; retrying");
+                    }
                     self.set_state(ZkState::Unauthorized, Some(e));
                     if !pause(&mut backoff, &updates).await {
                         return;

@@ -61,11 +61,7 @@ pub(crate) async fn lockdown(args: &LockdownArgs) -> Result<ExitCode, String> {
     println!(
         "{} node(s) {} under {} ({})",
         changes.len(),
-        if args.dry_run {
-            "to change"
-        } else {
-            "changed"
-        },
+        if args.dry_run { "to change" } else { "changed" },
         args.root,
         if changes.is_empty() {
             "already locked"
