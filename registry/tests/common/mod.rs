@@ -25,11 +25,16 @@ pub fn gateway_auth(zk: &ZooKeeper) -> Option<ZkAuth> {
 /// A registry on a free port, talking to `zk` (with the registry's credentials if `zk` is
 /// locked: every registry test runs against `ZooKeeper::start_locked`).
 pub async fn registry(zk: &ZooKeeper) -> Registry {
+    registry_as(zk, registry_auth(zk)).await
+}
+
+/// A registry on a free port, talking to `zk` with the credentials `zk_auth`.
+pub async fn registry_as(zk: &ZooKeeper, zk_auth: Option<ZkAuth>) -> Registry {
     let config = Config {
         zk_hosts: zk.connect_string(),
         zk_root: "/portico".to_owned(),
         token: Some(TOKEN.to_owned()),
-        zk_auth: registry_auth(zk),
+        zk_auth,
     };
     let (addr, _task) = portico_registry::spawn(&config, SocketAddr::from(([127, 0, 0, 1], 0)))
         .await
