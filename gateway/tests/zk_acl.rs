@@ -258,6 +258,12 @@ fn without_credentials_nothing_can_be_read_or_written() {
         }
         let e = operator.set_data(&abs("apis/order.get"), b"{}", None).await;
         assert_eq!(e.unwrap_err(), zk::Error::NoAuth);
+        // Nor may it create a switch: zkCli would create it open to the world.
+        let e = operator
+            .create(&abs("switches/new.api"), b"{}", &open)
+            .await
+            .unwrap_err();
+        assert_eq!(e, zk::Error::NoAuth);
         // No node carries a world entry.
         for rel in folders.iter().chain(docs.iter()) {
             let (acl, _) = registry.get_acl(&abs(rel)).await.unwrap();

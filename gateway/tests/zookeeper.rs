@@ -187,12 +187,14 @@ fn changes_in_zookeeper_apply_without_restart() {
     assert_eq!(node["addr"], gw.listen.to_string());
     assert_eq!(node["admin_addr"], gw.admin.to_string());
 
-    // An SRE flips a switch with ZooKeeper's own CLI, as the operator identity.
+    // An SRE flips a switch with ZooKeeper's own CLI, as the operator identity (the registry
+    // created the switch; the operator may only set it).
+    tree.put("switches/order.get", &json!({"degraded": false}));
     let out = zkcli_as(
         &zk.connect_string(),
         &zk.credentials().unwrap().operator,
         &[
-            "create",
+            "set",
             "/portico/switches/order.get",
             r#"{"degraded":true,"reason":"zkcli drill"}"#,
         ],

@@ -26,7 +26,7 @@ pub const AUTH_ENV: &str = "PORTICO_ZK_AUTH";
 pub const REGISTRY_USER: &str = "portico-registry";
 /// The user name of the gateway role (r on the served tree, its own `nodes/` entry).
 pub const GATEWAY_USER: &str = "portico-gateway";
-/// The user name of the operator role (rw on `switches/`, r elsewhere except `apps/`).
+/// The user name of the operator role (rw on each switch, r elsewhere except apps and history).
 pub const OPERATOR_USER: &str = "portico-operator";
 
 /// `digest` credentials: `user:password`. The password never appears in `Debug` or logs.
@@ -288,7 +288,10 @@ impl AclPolicy {
             NodeClass::AppsDir => (P::READ, P::READ),
             // App secrets: no operator access (docs/SECURITY.md, "Control plane").
             NodeClass::App => (P::READ, P::NONE),
-            NodeClass::SwitchesDir => (P::READ, P::READ | P::CREATE | P::DELETE),
+            // No CREATE for the operator: zkCli creates nodes open (world:anyone cdrwa) unless
+            // given an ACL, which would leave a switch anyone can flip. Switches are created by
+            // the registry; the operator flips (`set`) them.
+            NodeClass::SwitchesDir => (P::READ, P::READ),
             NodeClass::Switch => (P::READ, P::READ | P::WRITE),
             // ADMIN: ZooKeeper shows digest ids only to a client with ADMIN on the node, and a
             // gateway learns the identities for its own node's ACL from this folder's ACL.
@@ -405,7 +408,7 @@ mod tests {
             ("apps", P::READ, P::READ),
             ("apps/a", P::READ, P::NONE),
             ("sandbox/apps/a", P::READ, P::NONE),
-            ("switches", P::READ, P::READ | P::CREATE | P::DELETE),
+            ("switches", P::READ, P::READ),
             ("switches/s", P::READ, P::READ | P::WRITE),
             ("nodes", P::READ | P::CREATE | P::DELETE | P::ADMIN, P::READ),
             ("sandbox/nodes/gw", P::ALL, P::READ),
