@@ -138,7 +138,7 @@ fn zk_args(zk: &ZooKeeper) -> Vec<String> {
 
 fn start_gateway(zk: &ZooKeeper, snapshot: &std::path::Path, node_id: &str) -> GatewayProcess {
     GatewayProcess::start_args(
-        vec![
+        [
             zk_args(zk),
             vec![
                 "--zk-root".into(),
@@ -417,7 +417,7 @@ fn the_sandbox_listener_serves_drafts_only() {
     let sandbox: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let snap = tempfile::tempdir().unwrap();
     let gw = GatewayProcess::start_args(
-        vec![
+        [
             zk_args(&zk),
             vec![
                 "--snapshot-dir".into(),

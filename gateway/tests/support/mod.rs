@@ -109,14 +109,13 @@ impl GatewayProcess {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn portico-gateway");
-        let gw = GatewayProcess {
+        GatewayProcess {
             child,
             listen,
             admin,
             access_log,
             _logdir: logdir,
-        };
-        gw
+        }
     }
 
     /// Waits for `/readyz` and the traffic listener.
