@@ -139,10 +139,27 @@ sys.exit(0 if b"Mode:" in data else 1)
 EOF
 }
 
+# zk_credentials DIR: the three ZooKeeper identities (docs/OPERATIONS.md, "ZooKeeper
+# credentials and ACLs") as DIR/registry, DIR/gateway, DIR/operator, each `user:password`
+# with a random password, mode 0600. Made once: existing files are kept (and their modes fixed).
+zk_credentials() {
+    local dir="$1" role
+    (umask 077 && mkdir -p "$dir")
+    chmod 700 "$dir"
+    for role in registry gateway operator; do
+        if [ ! -s "$dir/$role" ]; then
+            (umask 077 && python3 -c 'import secrets,sys; print(f"portico-{sys.argv[1]}:{secrets.token_hex(24)}")' "$role" >"$dir/$role")
+        fi
+        chmod 600 "$dir/$role"
+    done
+}
+
 # start_zookeeper DIR PORT: a private ZooKeeper (Debian's package) with its config, data and
 # logs in DIR, on 127.0.0.1:PORT; pid in $RUN/pids/zookeeper.pid. Waits until it serves.
+# PORTICO_ZK_SUPER_DIGEST=super:<base64 sha1> turns on ZooKeeper's superDigest (the
+# break-glass identity, docs/OPERATIONS.md); off by default.
 start_zookeeper() {
-    local dir="$1" port="$2" i
+    local dir="$1" port="$2" i jvm="-Xmx256m"
     [ -x "$ZK_BIN/zkServer.sh" ] || die "ZooKeeper not found at $ZK_BIN (apt-get install zookeeper)"
     mkdir -p "$dir/data" "$dir/logs"
     cat >"$dir/zoo.cfg" <<EOF
@@ -156,9 +173,13 @@ admin.enableServer=false
 4lw.commands.whitelist=srvr,ruok
 maxClientCnxns=200
 EOF
+    if [ -n "${PORTICO_ZK_SUPER_DIGEST:-}" ]; then
+        warn "ZooKeeper superDigest on (break-glass): whoever knows its password bypasses every ACL"
+        jvm="$jvm -Dzookeeper.DigestAuthenticationProvider.superDigest=$PORTICO_ZK_SUPER_DIGEST"
+    fi
     start_bg zookeeper "$dir/logs/stdout.log" \
         env ZOOCFGDIR="$dir" ZOO_LOG_DIR="$dir/logs" JMXDISABLE=true \
-        SERVER_JVMFLAGS="-Xmx256m" \
+        SERVER_JVMFLAGS="$jvm" \
         "$ZK_BIN/zkServer.sh" start-foreground "$dir/zoo.cfg"
     for ((i = 0; i < 300; i++)); do
         if zk_ok "$port"; then return 0; fi

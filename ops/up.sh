@@ -3,8 +3,11 @@
 # ZooKeeper, the demo backend, the registry (with the console), loads a copy of
 # ops/examples/standalone into ZooKeeper through the registry (live and sandbox trees), and
 # starts a gateway in ZooKeeper mode with a sandbox listener, a TLS listener (a local
-# certificate, generated once into .run/tls/) and a disk snapshot. State, logs and pids go to
-# .run/; ./ops/down.sh stops everything.
+# certificate, generated once into .run/tls/) and a disk snapshot. ZooKeeper is locked down:
+# the registry, gateway and operator credentials are made once in .run/zk/ (0600), `portico
+# zk lockdown` creates the tree with their ACLs, and the registry and the gateway get their
+# credentials files (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs"). State, logs and
+# pids go to .run/; ./ops/down.sh stops everything.
 #
 #   ./ops/up.sh [--debug] [--no-build] [--standalone] [--no-tls]
 #
@@ -35,7 +38,7 @@ for arg in "$@"; do
     --standalone) mode=standalone ;;
     --no-tls) tls=0 ;;
     -h | --help)
-        sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *) die "unknown argument: $arg (see --help)" ;;
@@ -103,6 +106,18 @@ cp -R "$ROOT/ops/examples/standalone" "$RUN/config"
 find "$RUN/config" -name '*.json' -exec sed -i \
     -e "s/127\.0\.0\.1:18081/$demo_http/g" -e "s/127\.0\.0\.1:50051/$demo_grpc/g" {} +
 
+# --- ZooKeeper locked down: credentials (kept across runs) and the locked tree -----------
+zk_auth="$RUN/zk"
+if [ "$mode" = zk ]; then
+    [ -x "$bindir/portico" ] || die "$bindir/portico is missing (build failed?)"
+    zk_credentials "$zk_auth"
+    log "locking the ZooKeeper tree /portico (credentials in $zk_auth/)"
+    "$bindir/portico" zk lockdown --zk "$zk_hosts" --root /portico \
+        --registry-auth-file "$zk_auth/registry" --gateway-auth-file "$zk_auth/gateway" \
+        --operator-auth-file "$zk_auth/operator" >"$RUN/logs/lockdown.log" ||
+        die "locking the ZooKeeper tree failed (log: $RUN/logs/lockdown.log)"
+fi
+
 # --- registry ---------------------------------------------------------------------------
 registry_url=""
 reg_port="$(pick_port "${PORTICO_REGISTRY_PORT:-9000}")"
@@ -114,7 +129,7 @@ if [ "$mode" = zk ]; then
     [ -s "$token_file" ] || (umask 077 && python3 -c 'import secrets; print(secrets.token_hex(16))' >"$token_file")
     start_bg registry "$RUN/logs/registry.log" \
         "$bindir/portico-registry" --zk "$zk_hosts" --listen "127.0.0.1:$reg_port" \
-        --admin-token-file "$token_file"
+        --admin-token-file "$token_file" --zk-auth-file "$zk_auth/registry"
     if ! wait_http "http://127.0.0.1:$reg_port/api/v1/health" 30 "$RUN/pids/registry.pid"; then
         tail -n 20 "$RUN/logs/registry.log" >&2 || true
         die "the registry did not start (log: $RUN/logs/registry.log)"
@@ -138,7 +153,7 @@ sandbox_port="$(pick_port "${PORTICO_SANDBOX_PORT:-8081}")"
 gw_args=(--listen "127.0.0.1:$gw_port" --admin-listen "127.0.0.1:$admin_port"
     --sandbox-listen "127.0.0.1:$sandbox_port" --access-log "$RUN/logs/access.log")
 if [ "$mode" = zk ]; then
-    gw_args+=(--zk "$zk_hosts" --snapshot-dir "$RUN/snapshot" --node-id local-1)
+    gw_args+=(--zk "$zk_hosts" --zk-auth-file "$zk_auth/gateway" --snapshot-dir "$RUN/snapshot" --node-id local-1)
 else
     gw_args+=(--config-dir "$RUN/config")
 fi
@@ -169,6 +184,10 @@ PORTICO_ADMIN=$admin_url
 PORTICO_REGISTRY=$registry_url
 PORTICO_ADMIN_TOKEN_FILE=${registry_url:+$RUN/admin-token}
 PORTICO_ZK=$zk_hosts
+PORTICO_ZK_REGISTRY_AUTH_FILE=${registry_url:+$zk_auth/registry}
+PORTICO_ZK_GATEWAY_AUTH_FILE=${registry_url:+$zk_auth/gateway}
+PORTICO_ZK_OPERATOR_AUTH_FILE=${registry_url:+$zk_auth/operator}
+PORTICO_SNAPSHOT_DIR=$( [ "$mode" = zk ] && echo "$RUN/snapshot")
 PORTICO_CONFIG_DIR=$RUN/config
 DEMO_HTTP=http://$demo_http
 DEMO_GRPC=$demo_grpc
@@ -183,7 +202,7 @@ Portico is up ($profile build, $mode mode).
   admin          $admin_url   (/metrics /healthz /readyz /status)
   registry       ${registry_url:-not running (standalone mode)}
   console        ${registry_url:+$registry_url/   (sign in with the token in $RUN/admin-token)}
-  ZooKeeper      $zk_hosts
+  ZooKeeper      $zk_hosts   $( [ "$mode" = zk ] && echo "(locked; credentials in $zk_auth/, zkCli as the operator: ./ops/zkcli.sh)")
   demo backend   http://$demo_http   (gRPC $demo_grpc)
   config         $( [ "$mode" = zk ] && echo "ZooKeeper $zk_hosts/portico (change it with the console or ./target/$profile/portico; snapshot in $RUN/snapshot)" || echo "$RUN/config (edit a file there; the gateway reloads it)")
   logs           $RUN/logs/

@@ -74,6 +74,14 @@ async fn readyz(State(s): State<AdminState>) -> Response {
             "traffic listener not accepting yet\n",
         )
             .into_response()
+    } else if let Some(why) = s.source.as_ref().and_then(|src| src.refused()) {
+        // Serving the configuration it has, but cut off from changes: out of rotation
+        // (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("configuration source refused access: {why}\n"),
+        )
+            .into_response()
     } else if s.live.ready.load(Ordering::Acquire) {
         (StatusCode::OK, "ready\n").into_response()
     } else {

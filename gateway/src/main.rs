@@ -34,6 +34,11 @@ struct Args {
     /// Root of Portico's tree in ZooKeeper.
     #[arg(long, default_value = "/portico")]
     zk_root: String,
+    /// File holding the ZooKeeper `digest` credentials `portico-gateway:PASSWORD` (mode 0600;
+    /// else the PORTICO_ZK_AUTH environment variable). Credentials are never given on the
+    /// command line itself (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
+    #[arg(long, requires = "zk")]
+    zk_auth_file: Option<PathBuf>,
     /// ZooKeeper session timeout asked for, in milliseconds.
     #[arg(long, default_value_t = 6000)]
     zk_session_timeout_ms: u64,
@@ -121,7 +126,7 @@ fn main() -> anyhow::Result<()> {
     let sources = if let Some(dir) = &args.config_dir {
         dir_sources(dir, &live, sandbox.as_ref())?
     } else if let Some(hosts) = &args.zk {
-        zk_sources(&args, hosts, &node_id, &live, sandbox.as_ref())
+        zk_sources(&args, hosts, &node_id, &live, sandbox.as_ref())?
     } else {
         bail!("give --config-dir DIR (standalone) or --zk HOSTS");
     };
@@ -236,12 +241,22 @@ fn zk_sources(
     node_id: &str,
     live: &Arc<Plane>,
     sandbox: Option<&Arc<Plane>>,
-) -> Sources {
+) -> anyhow::Result<Sources> {
+    let auth = portico_control::zk::ZkAuth::from_file_or_env(args.zk_auth_file.as_deref())
+        .map_err(|e| anyhow::anyhow!("ZooKeeper credentials: {e}"))?;
+    match &auth {
+        Some(a) => tracing::info!(user = %a.user(), "zookeeper: authenticating with digest credentials"),
+        None => tracing::warn!("zookeeper: no credentials (--zk-auth-file, PORTICO_ZK_AUTH): only an open tree can be read"),
+    }
     if let Some(dir) = &args.snapshot_dir {
         boot_from_snapshot(live, dir);
     }
     let session = Duration::from_millis(args.zk_session_timeout_ms);
-    let zk = Arc::new(ZkSource::new(hosts, &args.zk_root).with_session_timeout(session));
+    let zk = Arc::new(
+        ZkSource::new(hosts, &args.zk_root)
+            .with_session_timeout(session)
+            .with_auth(auth.clone()),
+    );
     let mut info = NodeInfo::new(node_id, &args.listen, &args.admin_listen);
     info.sandbox_addr = args.sandbox_listen.clone();
     zk.register_node(info);
@@ -251,14 +266,16 @@ fn zk_sources(
     let mut loops: Vec<(Arc<Plane>, Arc<dyn ConfigSource>)> = vec![(live.clone(), zk.clone())];
     if let Some(sb) = sandbox {
         let root = format!("{}/sandbox", args.zk_root.trim_end_matches('/'));
-        let source = ZkSource::new(hosts, &root).with_session_timeout(session);
+        let source = ZkSource::new(hosts, &root)
+            .with_session_timeout(session)
+            .with_auth(auth);
         loops.push((sb.clone(), Arc::new(source)));
     }
-    Sources {
+    Ok(Sources {
         loops,
         on_applied: Some(on_applied),
         live_source: Some(zk),
-    }
+    })
 }
 
 /// Applies the last-known-good tree in `dir`, if there is one; ZooKeeper's tree replaces it

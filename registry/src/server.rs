@@ -246,6 +246,7 @@ mod tests {
                 zk_hosts: "127.0.0.1:1".into(),
                 zk_root: "/portico".into(),
                 token: Some("t".into()),
+                zk_auth: None,
             }),
             public: Arc::new(public),
         };

@@ -8,6 +8,11 @@
 //! assert!(out.success, "{}", out.stderr);
 //! ```
 //!
+//! [`ZooKeeper::start_locked`] starts one whose `/portico` tree is locked down the way
+//! `./ops/up.sh` and `portico zk lockdown` leave it (docs/OPERATIONS.md, "ZooKeeper
+//! credentials and ACLs"): the three roles' credentials are in [`ZooKeeper::credentials`], and
+//! [`zkcli_as`] runs zkCli after `addauth digest`.
+//!
 //! The ZooKeeper installation is `/usr/share/zookeeper` unless `PORTICO_ZK_HOME` names another.
 //! Everything here panics with a clear message on failure: it is for tests and start-up only.
 #![allow(clippy::expect_used)]
@@ -57,6 +62,111 @@ pub struct ZooKeeper {
     port: u16,
     child: Option<Child>,
     paused: bool,
+    credentials: Option<ZkCredentials>,
+}
+
+/// The `digest` ACL id of `user:password`: `user:base64(sha1("user:password"))`.
+pub fn digest_id(user_password: &str) -> String {
+    use base64::Engine as _;
+    use sha1::Digest as _;
+    let user = user_password.split(':').next().unwrap_or("");
+    let hash = sha1::Sha1::digest(user_password.as_bytes());
+    format!(
+        "{user}:{}",
+        base64::engine::general_purpose::STANDARD.encode(hash)
+    )
+}
+
+/// The three roles' credentials (`user:password`, random passwords), also as `0600` files.
+pub struct ZkCredentials {
+    dir: tempfile::TempDir,
+    /// `portico-registry:PASSWORD`.
+    pub registry: String,
+    /// `portico-gateway:PASSWORD`.
+    pub gateway: String,
+    /// `portico-operator:PASSWORD`.
+    pub operator: String,
+}
+
+impl ZkCredentials {
+    /// Fresh random credentials, written to `registry`, `gateway` and `operator` files (0600).
+    pub fn generate() -> ZkCredentials {
+        let dir = tempfile::Builder::new()
+            .prefix("portico-zk-auth-")
+            .tempdir()
+            .expect("temporary directory for credentials");
+        let password = |role: &str| {
+            let mut seed = [0u8; 16];
+            std::fs::File::open("/dev/urandom")
+                .and_then(|mut f| f.read_exact(&mut seed))
+                .expect("read /dev/urandom");
+            let hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+            format!("portico-{role}:{hex}")
+        };
+        let creds = ZkCredentials {
+            registry: password("registry"),
+            gateway: password("gateway"),
+            operator: password("operator"),
+            dir,
+        };
+        for (name, text) in [
+            ("registry", &creds.registry),
+            ("gateway", &creds.gateway),
+            ("operator", &creds.operator),
+        ] {
+            write_private(&creds.dir.path().join(name), text);
+        }
+        creds
+    }
+
+    /// The file holding the registry's credentials.
+    pub fn registry_file(&self) -> PathBuf {
+        self.dir.path().join("registry")
+    }
+
+    /// The file holding the gateway's credentials.
+    pub fn gateway_file(&self) -> PathBuf {
+        self.dir.path().join("gateway")
+    }
+
+    /// The file holding the operator's credentials.
+    pub fn operator_file(&self) -> PathBuf {
+        self.dir.path().join("operator")
+    }
+
+    /// The ACL of the root as `portico zk lockdown` sets it (zkCli syntax).
+    pub fn root_acl(&self) -> String {
+        format!(
+            "digest:{}:cdrwa,digest:{}:r,digest:{}:r",
+            digest_id(&self.registry),
+            digest_id(&self.gateway),
+            digest_id(&self.operator)
+        )
+    }
+
+    /// The ACL of a `nodes/` folder (gateways register there).
+    pub fn nodes_acl(&self) -> String {
+        format!(
+            "digest:{}:cdrwa,digest:{}:crda,digest:{}:r",
+            digest_id(&self.registry),
+            digest_id(&self.gateway),
+            digest_id(&self.operator)
+        )
+    }
+}
+
+/// Writes `text` to a new file readable by its owner only.
+pub fn write_private(path: &Path, text: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
+    f.write_all(text.as_bytes())
+        .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
 }
 
 impl ZooKeeper {
@@ -86,6 +196,7 @@ impl ZooKeeper {
                 port: free_port(),
                 child: None,
                 paused: false,
+                credentials: None,
             };
             match zk.write_config().and_then(|()| zk.spawn()) {
                 Ok(()) => return Ok(zk),
@@ -93,6 +204,41 @@ impl ZooKeeper {
             }
         }
         Err(last_error)
+    }
+
+    /// Starts a server (as [`ZooKeeper::start`]) and locks the `/portico` tree down with fresh
+    /// credentials ([`ZooKeeper::credentials`]): the root, `nodes/`, `sandbox/` and
+    /// `sandbox/nodes/` exist with the ACLs `portico zk lockdown` gives them; the registry
+    /// creates the rest with the right ACLs.
+    pub fn start_locked() -> ZooKeeper {
+        let mut zk = ZooKeeper::start();
+        let creds = ZkCredentials::generate();
+        zk.lock_tree("/portico", &creds);
+        zk.credentials = Some(creds);
+        zk
+    }
+
+    /// Creates the locked skeleton of the tree at `root` (which must not exist yet).
+    pub fn lock_tree(&self, root: &str, creds: &ZkCredentials) {
+        let root_acl = creds.root_acl();
+        let nodes_acl = creds.nodes_acl();
+        let commands = [
+            format!("create {root} '' {root_acl}"),
+            format!("create {root}/nodes '' {nodes_acl}"),
+            format!("create {root}/sandbox '' {root_acl}"),
+            format!("create {root}/sandbox/nodes '' {nodes_acl}"),
+        ];
+        let refs: Vec<&str> = commands.iter().map(String::as_str).collect();
+        let out = zkcli_session(&self.connect_string(), Some(&creds.registry), &refs);
+        assert!(
+            out.stdout.matches("Created ").count() == 4,
+            "cannot lock {root}: {out:?}"
+        );
+    }
+
+    /// The credentials of a server made by [`ZooKeeper::start_locked`].
+    pub fn credentials(&self) -> Option<&ZkCredentials> {
+        self.credentials.as_ref()
     }
 
     /// `127.0.0.1:PORT`, for a client's connect string.
@@ -374,6 +520,79 @@ pub fn zkcli(connect: &str, args: &[&str]) -> ZkCliOutput {
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("cannot run zkCli.sh: {e}"));
+    cli_output(output)
+}
+
+/// Runs one zkCli session: `addauth digest AUTH` first (if given), then each command in turn
+/// (as typed at zkCli's prompt; quote an argument with spaces in `'...'`).
+pub fn zkcli_session(connect: &str, auth: Option<&str>, commands: &[&str]) -> ZkCliOutput {
+    let mut script = String::new();
+    if let Some(auth) = auth {
+        script.push_str(&format!("addauth digest {auth}\n"));
+    }
+    for c in commands {
+        script.push_str(c);
+        script.push('\n');
+    }
+    script.push_str("quit\n");
+    let mut child = Command::new(zk_home().join("bin/zkCli.sh"))
+        .arg("-server")
+        .arg(connect)
+        .env("JMXDISABLE", "true")
+        .env("CLIENT_JVMFLAGS", "-Xmx128m -XX:+UseSerialGC")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run zkCli.sh: {e}"));
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(script.as_bytes());
+    }
+    let output = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("zkCli.sh: {e}"));
+    let mut out = cli_output(output);
+    // Fed from stdin, zkCli prints results and errors on stderr: keep them with stdout.
+    for line in out.stderr.lines().filter(|l| !l.starts_with("SLF4J")) {
+        out.stdout.push('\n');
+        out.stdout.push_str(line);
+    }
+    out
+}
+
+/// Runs one zkCli command after `addauth digest AUTH` (e.g. the operator's credentials),
+/// like [`zkcli`]. The command's failure (e.g. `Insufficient permission`) shows in `stdout`
+/// and makes `success` false.
+pub fn zkcli_as(connect: &str, auth: &str, args: &[&str]) -> ZkCliOutput {
+    let line = args
+        .iter()
+        .map(|a| {
+            if a.is_empty() || a.contains(char::is_whitespace) {
+                format!("'{a}'")
+            } else {
+                (*a).to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut out = zkcli_session(connect, Some(auth), &[&line]);
+    let refused = [
+        "Insufficient permission",
+        "Authentication is not valid",
+        "Node does not exist",
+        "Node already exists",
+        "KeeperErrorCode",
+    ];
+    if refused
+        .iter()
+        .any(|r| out.stdout.contains(r) || out.stderr.contains(r))
+    {
+        out.success = false;
+    }
+    out
+}
+
+fn cli_output(output: std::process::Output) -> ZkCliOutput {
     let stdout = String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter(|l| {
@@ -419,5 +638,31 @@ mod tests {
         assert!(!zk.is_running());
         zk.start_again();
         assert!(zk.is_running());
+    }
+
+    #[test]
+    fn locked_tree_refuses_the_world() {
+        // ZooKeeper's documented example digest.
+        assert_eq!(
+            digest_id("super:test"),
+            "super:D/InIHSb7yEEbrWz8b9l71RjZJU="
+        );
+        let zk = ZooKeeper::start_locked();
+        let creds = zk.credentials().unwrap();
+        let connect = zk.connect_string();
+        let out = zkcli(&connect, &["create", "/portico/apps", ""]);
+        assert!(
+            format!("{}{}", out.stdout, out.stderr).contains("Insufficient permission"),
+            "{out:?}"
+        );
+        let out = zkcli_as(&connect, &creds.registry, &["create", "/portico/apps", ""]);
+        assert!(out.success, "{out:?}");
+        let out = zkcli_as(&connect, &creds.operator, &["getAcl", "/portico"]);
+        assert!(
+            out.success && out.stdout.contains("portico-gateway"),
+            "{out:?}"
+        );
+        let out = zkcli_as(&connect, &creds.gateway, &["create", "/portico/apis", ""]);
+        assert!(!out.success, "{out:?}");
     }
 }

@@ -6,6 +6,8 @@
 //! - `session`: one session: the watch, full reads, coalesced re-reads;
 //! - `read`: reading the tree (whole, or some documents) and its generation;
 //! - `node`: the node registration ([`NodeInfo`]);
+//! - `auth`: credentials ([`ZkAuth`]) and the ACL of every node ([`AclPolicy`]);
+//! - `lockdown`: locking an open tree (`portico zk lockdown`);
 //! - `paths`: [`normalize_root`], [`join_path`], [`relative_path`], [`KIND_DIRS`];
 //! - `retry`: the backoff every retry loop uses.
 //!
@@ -28,6 +30,8 @@
 //! gateway, the registry computing lag with [`read_tree`]) gets the same number for the same
 //! state of ZooKeeper.
 
+pub mod auth;
+pub mod lockdown;
 mod node;
 mod paths;
 mod read;
@@ -35,7 +39,8 @@ mod retry;
 mod session;
 mod source;
 
-pub use node::{ensure_path, NodeInfo};
+pub use auth::{AclPolicy, Role, ZkAuth};
+pub use node::{ensure_path, ensure_path_with, NodeInfo};
 pub use paths::{join_path, normalize_root, relative_path, KIND_DIRS};
 pub use read::read_tree;
 pub use source::{ZkSource, ZkState, ZkStatus, DEFAULT_DEBOUNCE, DEFAULT_SESSION_TIMEOUT};

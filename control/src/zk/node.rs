@@ -2,7 +2,8 @@
 //! registry which gateways are alive, where they listen and which configuration they serve
 //! (docs/ARCHITECTURE.md, "Control plane").
 
-use super::paths::join_path;
+use super::auth::{create_acl, read_policy, AclPolicy};
+use super::paths::{join_path, relative_path};
 use super::retry::{sleep_until_opt, Backoff};
 use crate::snapshot::ConfigVersion;
 use serde::{Deserialize, Serialize};
@@ -164,14 +165,22 @@ async fn write_node(
                 }
             }
             None => {
-                let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+                // The ACL follows the policy (docs/OPERATIONS.md, "ZooKeeper credentials and
+                // ACLs"), read from `nodes/` where a gateway may see the digest ids (module docs
+                // of `auth`); this gateway's identities get cdrwa on their own node.
+                let policy = match read_policy(client, &join_path(root, "nodes")).await? {
+                    Some(policy) => Some(policy),
+                    None => read_policy(client, root).await?,
+                };
+                let rel = relative_path(root, path).unwrap_or("nodes");
+                let acl = create_acl(policy.as_ref(), rel);
+                let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&acl));
                 match client.create(path, &data, &options).await {
                     Ok(_) => return Ok(()),
                     Err(zk::Error::NodeExists) => continue,
                     Err(zk::Error::NoNode) => {
                         let parent = join_path(root, "nodes");
-                        let dir = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-                        ensure_path(client, &parent, &dir).await?;
+                        ensure_path_with(client, root, &parent, policy.as_ref()).await?;
                         continue;
                     }
                     Err(e) => return Err(e),
@@ -198,6 +207,35 @@ pub async fn ensure_path(
         current.push('/');
         current.push_str(segment);
         match client.create(&current, &[], options).await {
+            Ok(_) | Err(zk::Error::NodeExists) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Creates `path` and its missing ancestors as empty persistent nodes, each with the ACL
+/// `policy` gives its tree path under `root` (ancestors of the root get the root's); open
+/// nodes when `policy` is `None` (an open tree).
+pub async fn ensure_path_with(
+    client: &zk::Client,
+    root: &str,
+    path: &str,
+    policy: Option<&AclPolicy>,
+) -> Result<(), zk::Error> {
+    let mut current = String::new();
+    for segment in path.split('/').filter(|s| !s.is_empty()) {
+        current.push('/');
+        current.push_str(segment);
+        // Existing nodes are skipped without a create: ZooKeeper checks the parent's CREATE
+        // permission before existence, and a gateway may not create under the root.
+        if client.check_stat(&current).await?.is_some() {
+            continue;
+        }
+        let rel = relative_path(root, &current).unwrap_or("");
+        let acl = create_acl(policy, rel);
+        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
+        match client.create(&current, &[], &options).await {
             Ok(_) | Err(zk::Error::NodeExists) => {}
             Err(e) => return Err(e),
         }

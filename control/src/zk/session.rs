@@ -20,6 +20,9 @@ pub(super) enum SessionEnd {
     Closed,
     /// The session expired: establish a new one at once.
     Expired,
+    /// The server refused this client access to the root (its credentials): back off, then
+    /// a new one (the operator may fix the ACLs meanwhile).
+    Unauthorized(String),
     /// The session failed otherwise: back off, then a new one.
     Failed(String),
 }
@@ -94,6 +97,7 @@ impl<'a> Session<'a> {
         sessions: &watch::Sender<Option<zk::Client>>,
     ) -> Result<Session<'a>, SessionEnd> {
         let root = source.root().to_owned();
+        check_access(source, &client, &root).await?;
         let watcher = client
             .watch(&root, zk::AddWatchMode::PersistentRecursive)
             .await
@@ -304,6 +308,34 @@ impl<'a> Session<'a> {
         self.source.tree_sent(self.tree.generation);
         self.sent = Some(self.tree.clone());
         Ok(())
+    }
+}
+
+/// Reads the root once, so that credentials the tree's ACLs do not accept (none, a wrong
+/// password) fail the session clearly instead of showing up as a tree with every folder
+/// unreadable.
+async fn check_access(
+    source: &ZkSource,
+    client: &zk::Client,
+    root: &str,
+) -> Result<(), SessionEnd> {
+    match client.get_children(root).await {
+        Ok(_) | Err(zk::Error::NoNode) => Ok(()),
+        Err(zk::Error::NoAuth) => {
+            let who = match source.auth_user() {
+                Some(user) => format!("as {user:?}"),
+                None => "without credentials".to_owned(),
+            };
+            Err(SessionEnd::Unauthorized(format!(
+                "ZooKeeper refused to let this gateway read {root} {who} (NoAuth): give the \
+                 gateway credentials with --zk-auth-file or PORTICO_ZK_AUTH \
+                 (docs/OPERATIONS.md, \"ZooKeeper credentials and ACLs\")"
+            )))
+        }
+        Err(zk::Error::AuthFailed) => Err(SessionEnd::Unauthorized(
+            "ZooKeeper rejected the credentials (AuthFailed)".to_owned(),
+        )),
+        Err(e) => Err(SessionEnd::from_error(e)),
     }
 }
 

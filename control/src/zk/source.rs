@@ -2,6 +2,7 @@
 //! registration it keeps for this gateway. [`ConfigSource::run`] connects (with backoff),
 //! serves each session ([`super::session`]) and starts a new one when it ends.
 
+use super::auth::ZkAuth;
 use super::node::{registration_loop, NodeInfo};
 use super::paths::normalize_root;
 use super::retry::Backoff;
@@ -33,6 +34,10 @@ pub enum ZkState {
     Disconnected,
     /// The session expired; a new one is being established.
     Expired,
+    /// ZooKeeper refused this gateway's credentials (none given, or not those the tree's ACLs
+    /// name): the gateway keeps serving what it has and retries (docs/OPERATIONS.md,
+    /// "ZooKeeper credentials and ACLs").
+    Unauthorized,
 }
 
 /// A snapshot of a [`ZkSource`]'s connection, for `/status`.
@@ -73,6 +78,7 @@ struct Inner {
     root: String,
     session_timeout: Duration,
     debounce: Duration,
+    auth: Option<ZkAuth>,
     status: watch::Sender<ZkStatus>,
     registration: watch::Sender<Option<NodeInfo>>,
 }
@@ -99,6 +105,7 @@ impl ZkSource {
                 root: normalize_root(root),
                 session_timeout: DEFAULT_SESSION_TIMEOUT,
                 debounce: DEFAULT_DEBOUNCE,
+                auth: None,
                 status,
                 registration,
             }),
@@ -116,12 +123,19 @@ impl ZkSource {
         self.rebuild(|inner| inner.debounce = debounce)
     }
 
+    /// Sets the `digest` credentials every session authenticates with (again after every new
+    /// session); `None` (the default) for an open tree.
+    pub fn with_auth(self, auth: Option<ZkAuth>) -> ZkSource {
+        self.rebuild(|inner| inner.auth = auth)
+    }
+
     fn rebuild(self, change: impl FnOnce(&mut Inner)) -> ZkSource {
         let mut inner = Inner {
             hosts: self.inner.hosts.clone(),
             root: self.inner.root.clone(),
             session_timeout: self.inner.session_timeout,
             debounce: self.inner.debounce,
+            auth: self.inner.auth.clone(),
             status: watch::channel(self.inner.status.borrow().clone()).0,
             registration: watch::channel(self.inner.registration.borrow().clone()).0,
         };
@@ -139,6 +153,11 @@ impl ZkSource {
     /// The normalized root path.
     pub fn root(&self) -> &str {
         &self.inner.root
+    }
+
+    /// The user this source authenticates as, if any.
+    pub(super) fn auth_user(&self) -> Option<&str> {
+        self.inner.auth.as_ref().map(ZkAuth::user)
     }
 
     /// The minimum spacing of re-reads during a burst of changes.
@@ -235,7 +254,7 @@ impl ZkSource {
     }
 
     async fn connect(&self) -> Result<zk::Client, zk::Error> {
-        zk::Client::connector()
+        ZkAuth::connector(self.inner.auth.as_ref())
             .with_session_timeout(self.inner.session_timeout)
             .with_fail_eagerly()
             .connect(&self.inner.hosts)
@@ -296,6 +315,15 @@ impl ConfigSource for ZkSource {
         }
     }
 
+    fn refused(&self) -> Option<String> {
+        let state = self.state();
+        (state.state == ZkState::Unauthorized).then(|| {
+            state
+                .last_error
+                .unwrap_or_else(|| "ZooKeeper refused access".to_owned())
+        })
+    }
+
     async fn run(&self, updates: mpsc::Sender<Tree>) {
         let (sessions, session_rx) = watch::channel::<Option<zk::Client>>(None);
         let registrar = tokio::spawn(registration_loop(
@@ -319,6 +347,16 @@ impl ConfigSource for ZkSource {
                 SessionEnd::Expired => {
                     tracing::warn!(hosts = %self.inner.hosts, "zookeeper session expired; starting a new one");
                     self.set_state(ZkState::Expired, Some("session expired".to_owned()));
+                }
+                SessionEnd::Unauthorized(e) => {
+                    // Logged once when it starts (and again after access worked meanwhile).
+                    if self.state().state != ZkState::Unauthorized {
+                        tracing::error!(hosts = %self.inner.hosts, root = %self.inner.root, error = %e, "zookeeper refused access; serving the configuration already applied; retrying");
+                    }
+                    self.set_state(ZkState::Unauthorized, Some(e));
+                    if !pause(&mut backoff, &updates).await {
+                        return;
+                    }
                 }
                 SessionEnd::Failed(e) => {
                     tracing::warn!(hosts = %self.inner.hosts, error = %e, "zookeeper session failed; retrying");

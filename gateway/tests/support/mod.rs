@@ -76,7 +76,14 @@ impl GatewayProcess {
 
     /// Starts the gateway with these arguments (plus listeners and the access log) and waits
     /// until `/readyz` answers 200.
-    pub fn start_args(mut args: Vec<String>) -> Self {
+    pub fn start_args(args: Vec<String>) -> Self {
+        let gw = Self::spawn_args(args);
+        gw.wait_ready();
+        gw
+    }
+
+    /// Starts the gateway without waiting for `/readyz` (a gateway expected not to be ready).
+    pub fn spawn_args(mut args: Vec<String>) -> Self {
         let logdir = tempfile::tempdir().expect("tempdir");
         let access_log = logdir.path().join("access.log");
         let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
@@ -102,13 +109,18 @@ impl GatewayProcess {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn portico-gateway");
-        let gw = GatewayProcess {
+        GatewayProcess {
             child,
             listen,
             admin,
             access_log,
             _logdir: logdir,
-        };
+        }
+    }
+
+    /// Waits for `/readyz` and the traffic listener.
+    pub fn wait_ready(&self) {
+        let gw = self;
         let client = client();
         let ready = wait_until(Duration::from_secs(30), || {
             client
@@ -126,7 +138,6 @@ impl GatewayProcess {
             .is_ok()),
             "gateway listener never opened"
         );
-        gw
     }
 
     pub fn url(&self, path_and_query: &str) -> String {

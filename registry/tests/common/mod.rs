@@ -2,6 +2,7 @@
 //! ports, an authenticated HTTP client.
 #![allow(dead_code)]
 
+use portico_control::zk::ZkAuth;
 use portico_registry::Config;
 use portico_testkit::ZooKeeper;
 use reqwest::{Method, StatusCode};
@@ -10,12 +11,30 @@ use std::net::SocketAddr;
 
 pub const TOKEN: &str = "test-admin-token";
 
-/// A registry on a free port, talking to `zk`.
+/// The registry's credentials of a locked ZooKeeper (`None` for an open one).
+pub fn registry_auth(zk: &ZooKeeper) -> Option<ZkAuth> {
+    zk.credentials()
+        .map(|c| ZkAuth::parse(&c.registry).unwrap())
+}
+
+/// The gateways' credentials of a locked ZooKeeper (`None` for an open one).
+pub fn gateway_auth(zk: &ZooKeeper) -> Option<ZkAuth> {
+    zk.credentials().map(|c| ZkAuth::parse(&c.gateway).unwrap())
+}
+
+/// A registry on a free port, talking to `zk` (with the registry's credentials if `zk` is
+/// locked: every registry test runs against `ZooKeeper::start_locked`).
 pub async fn registry(zk: &ZooKeeper) -> Registry {
+    registry_as(zk, registry_auth(zk)).await
+}
+
+/// A registry on a free port, talking to `zk` with the credentials `zk_auth`.
+pub async fn registry_as(zk: &ZooKeeper, zk_auth: Option<ZkAuth>) -> Registry {
     let config = Config {
         zk_hosts: zk.connect_string(),
         zk_root: "/portico".to_owned(),
         token: Some(TOKEN.to_owned()),
+        zk_auth,
     };
     let (addr, _task) = portico_registry::spawn(&config, SocketAddr::from(([127, 0, 0, 1], 0)))
         .await

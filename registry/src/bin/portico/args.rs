@@ -59,6 +59,42 @@ pub(crate) enum Command {
     Export(ExportArgs),
     /// Call any registry route: `portico request GET /apps`.
     Request(RequestArgs),
+    /// Talk to ZooKeeper directly (credentials and ACLs, docs/OPERATIONS.md).
+    #[command(subcommand)]
+    Zk(ZkCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ZkCommand {
+    /// Lock a tree down: create the locked root and folders, and set the ACL of every node
+    /// (registry cdrwa, gateway r + its nodes/ entry, operator rw on switches/, no world
+    /// access). Idempotent. Credentials are read from files (`user:password`, mode 0600),
+    /// never given on the command line. Repeat a role's flag to list an old and a new password
+    /// while rotating it.
+    Lockdown(LockdownArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LockdownArgs {
+    /// ZooKeeper connect string (`host:port[,host:port...]`).
+    #[arg(long, env = "PORTICO_ZK")]
+    pub(crate) zk: String,
+    /// Root of the tree.
+    #[arg(long, default_value = "/portico")]
+    pub(crate) root: String,
+    /// The registry's credentials file (`portico-registry:PASSWORD`); lockdown authenticates
+    /// with it. Repeat during a rotation.
+    #[arg(long, required = true)]
+    pub(crate) registry_auth_file: Vec<PathBuf>,
+    /// The gateways' credentials file (`portico-gateway:PASSWORD`). Repeat during a rotation.
+    #[arg(long, required = true)]
+    pub(crate) gateway_auth_file: Vec<PathBuf>,
+    /// The operators' credentials file (`portico-operator:PASSWORD`). Repeat during a rotation.
+    #[arg(long, required = true)]
+    pub(crate) operator_auth_file: Vec<PathBuf>,
+    /// Print what would change; change nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
 }
 
 #[derive(Debug, Args)]
@@ -303,6 +339,10 @@ pub(crate) struct ExportArgs {
     /// Write into a directory that is not empty.
     #[arg(long)]
     pub(crate) force: bool,
+    /// Include the apps' secrets (audited); without it each secret is `<redacted>` and the
+    /// directory cannot serve signed traffic.
+    #[arg(long)]
+    pub(crate) include_secrets: bool,
 }
 
 #[derive(Debug, Args)]

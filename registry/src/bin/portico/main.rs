@@ -5,13 +5,15 @@
 //! - [`sign`]: `sign` and `call` (the merchant side);
 //! - [`import`]: `import` (drafts from protos, descriptor sets, reflection; whole trees);
 //! - [`publish`]: `publish`, `rollback`, `history`;
-//! - [`ops`]: `switch`, `status`, `export`, `request`.
+//! - [`ops`]: `switch`, `status`, `export`, `request`;
+//! - [`zk`]: `zk lockdown` (ZooKeeper ACLs, docs/OPERATIONS.md).
 
 mod args;
 mod import;
 mod ops;
 mod publish;
 mod sign;
+mod zk;
 
 use args::{Cli, Command};
 use clap::Parser;
@@ -51,6 +53,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Status => ops::status(&cli).await,
         Command::Export(args) => ops::export(&cli, args).await,
         Command::Request(args) => ops::request(&cli, args).await,
+        Command::Zk(args::ZkCommand::Lockdown(args)) => zk::lockdown(args).await,
     }
 }
 

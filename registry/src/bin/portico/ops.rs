@@ -142,7 +142,10 @@ pub(crate) async fn export(cli: &Cli, args: &ExportArgs) -> Result<ExitCode, Str
         }
     }
     let a = c
-        .get(&format!("/export?env={}", args.env))
+        .get(&format!(
+            "/export?env={}&include_secrets={}",
+            args.env, args.include_secrets
+        ))
         .await
         .map_err(|e| e.to_string())?;
     let files = a.body["files"]
@@ -159,6 +162,9 @@ pub(crate) async fn export(cli: &Cli, args: &ExportArgs) -> Result<ExitCode, Str
         a.body["generation"],
         args.dir.display()
     );
+    if !args.include_secrets {
+        println!("app secrets are redacted (use --include-secrets to export them; audited)");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
