@@ -4,7 +4,7 @@ use super::context::Ctx;
 use super::documents::{delete_doc, get_json, list_json, write_json, Write};
 use crate::error::{ApiError, ApiResult};
 use crate::input::{check_name, flag, parse_object, typed_from};
-use crate::route::{Body, Reply, Route};
+use crate::route::{Body, Param, Reply, Route};
 use crate::state::Shared;
 use crate::zk_store::{Env, Precondition};
 use axum::body::Bytes;
@@ -37,7 +37,8 @@ pub fn routes() -> Vec<Route> {
             post(create),
         )
         .body(Body::Json("NamedCluster"))
-        .reply(Reply::Json(201, "Cluster")),
+        .reply(Reply::Json(201, "Cluster"))
+        .creates("$request.body#/name"),
         Route::new(
             Method::GET,
             "/clusters/{name}",
@@ -64,7 +65,11 @@ pub fn routes() -> Vec<Route> {
             delete(remove),
         )
         .reply(Reply::Empty)
-        .query("force", "delete even if documents would be rejected")
+        .query_as(
+            "force",
+            "delete even if documents would be rejected",
+            Param::Flag,
+        )
         .conditional(),
     ]
 }

@@ -36,7 +36,8 @@ pub fn routes() -> Vec<Route> {
             post(create),
         )
         .body(Body::Json("ApiDefinition"))
-        .reply(Reply::Json(201, "ApiDefinition")),
+        .reply(Reply::Json(201, "ApiDefinition"))
+        .creates("$response.body#/id"),
         Route::new(
             Method::GET,
             "/sandbox/apis/{id}",

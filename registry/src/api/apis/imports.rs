@@ -10,7 +10,7 @@ use crate::api::reply::json_response;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{check_name, parse_json};
 use crate::protos::{self, Analysis, ImportOptions, MethodRule};
-use crate::route::{Body, Reply, Route};
+use crate::route::{Body, Param, Reply, Route};
 use crate::state::Shared;
 use crate::zk_store::{Env, Precondition, Store};
 use axum::body::Bytes;
@@ -33,9 +33,9 @@ pub fn routes() -> Vec<Route> {
         Route::new(Method::POST, "/descriptors", "imports", "Upload a FileDescriptorSet (JSON with base64, or application/octet-stream with options in the query) and make drafts", post(import_descriptor_set))
             .body(Body::JsonOrBinary("DescriptorImport"))
             .reply(Reply::Json(200, "ImportResult"))
-            .query("cluster", "octet-stream uploads: the drafts' cluster")
-            .query("auth", "octet-stream uploads: signature or none")
-            .query("timeout_ms", "octet-stream uploads: the drafts' backend deadline")
+            .query_as("cluster", "octet-stream uploads: the drafts' cluster", Param::Name)
+            .query_as("auth", "octet-stream uploads: signature or none", Param::OneOf(&["signature", "none"]))
+            .query_as("timeout_ms", "octet-stream uploads: the drafts' backend deadline", Param::Count)
             .query("services", "octet-stream uploads: comma-separated service names to import"),
         Route::new(Method::POST, "/reflection", "imports", "Fetch a running backend's descriptors by gRPC server reflection and make drafts", post(import_reflection))
             .body(Body::Json("ReflectionImport"))

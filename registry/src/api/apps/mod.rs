@@ -33,7 +33,8 @@ pub fn routes() -> Vec<Route> {
             .reply(Reply::Json(200, "List")),
         Route::new(Method::POST, "/apps", TAG, "Create an app ({env}): key and secret are generated unless given; the secret is shown in this response only", post(create))
             .body(Body::Json("AppCreate"))
-            .reply(Reply::Json(201, "AppCredentials")),
+            .reply(Reply::Json(201, "AppCredentials"))
+            .creates("$response.body#/app_key"),
         Route::new(Method::GET, "/apps/{app_key}", TAG, "Get an app ({env}), without its secret", get(read))
             .reply(Reply::Json(200, "AppView")),
         Route::new(Method::PATCH, "/apps/{app_key}", TAG, "Change an app's name, status, granted APIs or rate limits ({env})", patch(update))
