@@ -247,7 +247,11 @@ fn components() -> Value {
         "headers": {"ETag": {"description": "the znode version, quoted", "schema": {"type": "string"}}},
         "responses": {
             "Error400": error_response("BAD_REQUEST: unparseable JSON or bad parameter"),
-            "Error401": error_response("UNAUTHENTICATED: missing or wrong bearer token"),
+            "Error401": {
+                "description": "UNAUTHENTICATED: missing or wrong bearer token",
+                "headers": {"WWW-Authenticate": {"description": "`Bearer realm=\"portico-registry\"`", "schema": {"type": "string"}}},
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+            },
             "Error404": error_response("NOT_FOUND / ROUTE_NOT_FOUND"),
             "Error409": error_response("CONFLICT: version mismatch, or the document already exists"),
             "Error413": error_response("BODY_TOO_LARGE: the request body is over the limit (8 MiB)"),
