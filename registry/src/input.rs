@@ -4,6 +4,7 @@
 //! ([`crate::sandbox_call`]).
 
 use crate::error::{ApiError, ApiResult, Detail};
+use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -64,6 +65,17 @@ pub fn typed_from<T: DeserializeOwned>(value: &Value, what: &str) -> ApiResult<T
             }],
         )
     })
+}
+
+/// An error reading a request body (`what`: `body`, `multipart`, ...) with the status the
+/// reader gave: 413 `BODY_TOO_LARGE` over the limit (`server::MAX_BODY_BYTES`), 400
+/// `BAD_REQUEST` otherwise.
+pub fn body_error(what: &str, status: StatusCode, e: impl std::fmt::Display) -> ApiError {
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::too_large(format!("{what}: the request body is too large: {e}"))
+    } else {
+        ApiError::bad_request(format!("{what}: {e}"))
+    }
 }
 
 /// A query-string flag (`?force`, `?force=true`, `?force=1`).
