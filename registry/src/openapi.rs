@@ -9,6 +9,13 @@ use std::sync::Arc;
 /// A document name (API id, cluster, app key), as [`crate::input::check_name`] takes it.
 const NAME_PATTERN: &str = "^[A-Za-z0-9._-]{1,128}$";
 
+/// A backend address: `host:port` (the hostname's labels) or `ip:port`, as the gateways'
+/// validation takes it (docs/OPERATIONS.md, "The configuration tree").
+const ADDR_PATTERN: &str = "^[A-Za-z0-9_]([A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?:[1-9][0-9]{0,3}$";
+
+/// The longest backend deadline (ms) a document may ask for.
+const MAX_TIMEOUT_MS: u64 = portico_control::validate::MAX_TIMEOUT_MS;
+
 /// A document name, or `*` (every API).
 const GRANT_PATTERN: &str = "^([*]|[A-Za-z0-9._-]{1,128})$";
 
@@ -276,6 +283,7 @@ fn merged<const N: usize>(parts: [Value; N]) -> Value {
 
 /// The v1 documents of the tree (docs/OPERATIONS.md, 'The configuration tree').
 fn document_schemas() -> Value {
+    let count1 = json!({"type": "integer", "minimum": 1, "maximum": u32::MAX});
     let rate_key = json!({"oneOf": [
         {"type": "string", "description": "api, app, ip or header:<Name>"},
         {"type": "array", "items": {"type": "string"}}
@@ -289,20 +297,20 @@ fn document_schemas() -> Value {
         "body": {"type": "string"}, "response_body": {"type": "string"},
         "additional_bindings": {"type": "array", "items": {"$ref": "#/components/schemas/HttpBinding"}}}},
     "RateLimitRule": {"type": "object", "required": ["limit", "per"], "properties": {
-        "key": rate_key, "limit": {"type": "integer"}, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": {"type": "integer"}}},
+        "key": rate_key, "limit": count1, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": count1}},
     "Policy": {"type": "object", "properties": {
-        "bulkhead": {"type": "object", "properties": {"max_concurrent": {"type": "integer"}, "max_wait_ms": {"type": "integer"}}},
+        "bulkhead": {"type": "object", "properties": {"max_concurrent": count1, "max_wait_ms": {"type": "integer", "minimum": 0, "maximum": MAX_TIMEOUT_MS}}},
         "breaker": {"type": "object", "properties": {
             "consecutive_failures": {"type": "integer"}, "slow_call_ms": {"type": "integer"}, "consecutive_slow_calls": {"type": "integer"},
             "open_ms": {"type": "integer"}, "half_open_probes": {"type": "integer"}, "error_ratio": {"type": "number"},
             "min_calls": {"type": "integer"}, "window_ms": {"type": "integer"}}},
         "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/RateLimitRule"}},
-        "max_body_bytes": {"type": "integer"}}},
+        "max_body_bytes": {"type": "integer", "minimum": 1}}},
     "ApiDefinition": {"type": "object", "required": ["http", "backend"], "properties": {
         "id": {"type": "string"}, "version": {"type": "integer"},
         "http": {"$ref": "#/components/schemas/HttpRule"},
         "backend": {"type": "object", "required": ["cluster"], "properties": {
-            "cluster": {"type": "string"}, "timeout_ms": {"type": "integer", "default": 3000},
+            "cluster": {"type": "string", "pattern": NAME_PATTERN}, "timeout_ms": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS, "default": 3000},
             "grpc": {"type": "object", "required": ["service", "method", "descriptor"], "properties": {
                 "service": {"type": "string"}, "method": {"type": "string"}, "descriptor": {"type": "string", "description": "sha256 of descriptors/<sha256>"}}},
             "http": {"type": "object", "properties": {"path": {"type": "string"}}}}},
@@ -311,21 +319,22 @@ fn document_schemas() -> Value {
         "description": {"type": "string"}}},
     "Cluster": {"type": "object", "required": ["protocol", "endpoints"], "properties": {
         "protocol": {"type": "string", "enum": ["http", "grpc"]},
-        "endpoints": {"type": "array", "items": {"type": "object", "required": ["addr"], "properties": {
-            "addr": {"type": "string"}, "weight": {"type": "integer", "default": 1}}}},
-        "balancing": {"type": "string"}}},
-    "NamedCluster": {"allOf": [{"$ref": "#/components/schemas/Cluster"}, {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}]},
+        "endpoints": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["addr"], "properties": {
+            "addr": {"type": "string", "pattern": ADDR_PATTERN, "description": "host:port or ip:port ([v6]:port)"},
+            "weight": {"type": "integer", "minimum": 1, "maximum": u32::MAX, "default": 1}}}},
+        "balancing": {"type": "string", "minLength": 1}}},
+    "NamedCluster": {"allOf": [{"$ref": "#/components/schemas/Cluster"}, {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "pattern": NAME_PATTERN}}}]},
     "Switch": {"type": "object", "properties": {
         "degraded": {"type": "boolean"}, "reason": {"type": "string"},
         "updated_by": {"type": "string", "description": "set from X-Portico-Operator, else this field, else admin"},
         "updated_at": {"type": "string", "format": "date-time", "description": "set by the registry"},
         "fallback": {"type": "object", "properties": {
-            "status": {"type": "integer", "default": 200}, "headers": {"type": "object", "additionalProperties": {"type": "string"}}, "body": {}}}}},
+            "status": {"type": "integer", "minimum": 100, "maximum": 599, "default": 200}, "headers": {"type": "object", "additionalProperties": {"type": "string"}}, "body": {}}}}},
     "IpAcl": {"type": "object", "properties": {
         "deny": {"type": "array", "items": {"type": "string"}}, "allow": {"type": "array", "items": {"type": "string"}},
         "trusted_proxies": {"type": "array", "items": {"type": "string"}}}},
     "AppRateLimit": {"type": "object", "required": ["limit", "per"], "properties": {
-        "limit": {"type": "integer"}, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": {"type": "integer"}}}
+        "limit": count1, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": count1}}
     })
 }
 
@@ -374,8 +383,8 @@ fn message_schemas() -> Value {
 fn import_and_ops_schemas() -> Value {
     json!({
     "ImportOptions": {"type": "object", "required": ["cluster"], "properties": {
-        "cluster": {"type": "string"}, "auth": {"type": "string", "enum": ["signature", "none"]},
-        "timeout_ms": {"type": "integer"}, "services": {"type": "array", "items": {"type": "string"}},
+        "cluster": {"type": "string", "pattern": NAME_PATTERN}, "auth": {"type": "string", "enum": ["signature", "none"]},
+        "timeout_ms": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS}, "services": {"type": "array", "items": {"type": "string"}},
         "ids": {"type": "object", "additionalProperties": {"type": "string"}, "description": "API id by RPC (pkg.Service/Method)"}}},
     "ProtoImport": {"allOf": [{"$ref": "#/components/schemas/ImportOptions"}, {"type": "object", "required": ["files"], "properties": {
         "files": {"type": "object", "additionalProperties": {"type": "string"}, "description": "import path → .proto source"}}}]},
