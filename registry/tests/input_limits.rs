@@ -6,12 +6,13 @@
 
 mod common;
 
-use common::{registry, Reply};
+use common::{registry, Reply, TOKEN};
 use portico_registry::MAX_BODY_BYTES;
 use portico_testkit::ZooKeeper;
 use reqwest::header::HeaderValue;
 use reqwest::Method;
 use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Asserts a 4xx envelope with `status` and `code`, with the request id.
 #[track_caller]
@@ -26,6 +27,46 @@ fn assert_envelope(r: &Reply, status: u16, code: &str, what: &str) {
         r.body["request_id"].as_str().is_some_and(|m| !m.is_empty()),
         "{what}"
     );
+}
+
+/// Sends `len` bytes of spaces as a chunked body to `base` + `path` (with the token) over a
+/// plain connection; returns the answer's status and body.
+async fn chunked_put(base: &str, path: &str, len: usize) -> (u16, String) {
+    let url = reqwest::Url::parse(&format!("{base}{path}")).unwrap();
+    let addr = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap());
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "PUT {} HTTP/1.1\r\nHost: registry\r\nConnection: close\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+        url.path()
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let chunk = vec![b' '; 64 * 1024];
+    let mut sent = 0;
+    // The server may answer and stop reading before the end: a failed write ends the body.
+    while sent < len {
+        let mut frame = format!("{:x}\r\n", chunk.len()).into_bytes();
+        frame.extend_from_slice(&chunk);
+        frame.extend_from_slice(b"\r\n");
+        if conn.write_all(&frame).await.is_err() {
+            break;
+        }
+        sent += chunk.len();
+    }
+    let _ = conn.write_all(b"0\r\n\r\n").await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        conn.read_to_end(&mut answer),
+    )
+    .await;
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, text)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,6 +102,10 @@ async fn oversized_nested_huge_and_non_utf8_input_is_a_4xx_envelope() {
         )
         .await;
     assert_envelope(&r, 413, "BODY_TOO_LARGE", "multipart upload");
+    // Chunked, with no declared length: cut off at the limit all the same.
+    let (status, body) = chunked_put(&reg.base, "/clusters/c1", MAX_BODY_BYTES + 64 * 1024).await;
+    assert_eq!(status, 413, "chunked: {body}");
+    assert!(body.contains("BODY_TOO_LARGE"), "chunked: {body}");
     // Just under the limit is read (and then refused for what it is).
     let mut under = b"{\"protocol\": \"http\", \"endpoints\": []}".to_vec();
     under.resize(MAX_BODY_BYTES, b' ');
