@@ -263,7 +263,7 @@ fn components() -> Value {
             "Error409": error_response("CONFLICT: version mismatch, or the document already exists"),
             "Error413": error_response("BODY_TOO_LARGE: the request body is over the limit (8 MiB)"),
             "Error422": error_response("VALIDATION_FAILED: details name the document and field"),
-            "Error502": error_response("UPSTREAM_ERROR: the gateway could not be reached or read"),
+            "Error502": error_response("UPSTREAM_ERROR: what the operation calls (a gateway, a backend) could not be reached or read"),
             "Error503": error_response("ZOOKEEPER_UNAVAILABLE")
         },
         "schemas": merged([document_schemas(), message_schemas(), import_and_ops_schemas()]),
@@ -528,6 +528,21 @@ mod tests {
             let pointer = r.strip_prefix('#').unwrap_or(r);
             assert!(doc.pointer(pointer).is_some(), "dangling $ref {r}");
         }
+    }
+
+    #[test]
+    fn only_operations_that_call_out_list_502() {
+        let doc = document(&crate::api::routes());
+        let mut listing: Vec<&str> = Vec::new();
+        for ops in doc["paths"].as_object().unwrap().values() {
+            for op in ops.as_object().unwrap().values() {
+                if op["responses"].get("502").is_some() {
+                    listing.push(op["operationId"].as_str().unwrap());
+                }
+            }
+        }
+        listing.sort_unstable();
+        assert_eq!(listing, ["post_reflection", "post_sandbox_call"]);
     }
 
     #[test]

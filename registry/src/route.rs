@@ -90,7 +90,8 @@ pub struct Route {
     /// runtime expression (`$response.body#/id`). The OpenAPI document then links this route
     /// to the routes under `path/{param}` ([`Route::creates`]).
     pub created_id: Option<&'static str>,
-    /// Whether the route calls a gateway (502 `UPSTREAM_ERROR` when that call fails).
+    /// Whether the route calls out, to a gateway or a backend (502 `UPSTREAM_ERROR` when that
+    /// call fails).
     pub calls_out: bool,
     /// The handler, for this route's method.
     pub handler: MethodRouter<Shared>,
@@ -153,8 +154,8 @@ impl Route {
         self
     }
 
-    /// Marks the route as calling a gateway: it answers 502 `UPSTREAM_ERROR` when the gateway
-    /// cannot be reached or read.
+    /// Marks the route as calling out (a gateway, or a backend for gRPC reflection): it answers
+    /// 502 `UPSTREAM_ERROR` when what it calls cannot be reached or read.
     pub fn calls_out(mut self) -> Route {
         self.calls_out = true;
         self

@@ -39,7 +39,8 @@ pub fn routes() -> Vec<Route> {
             .query("services", "octet-stream uploads: comma-separated service names to import"),
         Route::new(Method::POST, "/reflection", "imports", "Fetch a running backend's descriptors by gRPC server reflection and make drafts", post(import_reflection))
             .body(Body::Json("ReflectionImport"))
-            .reply(Reply::Json(200, "ImportResult")),
+            .reply(Reply::Json(200, "ImportResult"))
+            .calls_out(),
     ]
 }
 
