@@ -264,7 +264,7 @@ fn components() -> Value {
             "Error413": error_response("BODY_TOO_LARGE: the request body is over the limit (8 MiB)"),
             "Error422": error_response("VALIDATION_FAILED: details name the document and field"),
             "Error502": error_response("UPSTREAM_ERROR: what the operation calls (a gateway, a backend) could not be reached or read"),
-            "Error503": error_response("ZOOKEEPER_UNAVAILABLE")
+            "Error503": error_response("ZOOKEEPER_UNAVAILABLE; for a sandbox call also NO_SANDBOX_GATEWAY (no live gateway runs a sandbox listener)")
         },
         "schemas": merged([document_schemas(), message_schemas(), import_and_ops_schemas()]),
     })
