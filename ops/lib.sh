@@ -240,3 +240,35 @@ ensure_local_tls() {
     mv -f "$dir/.key.pem.new" "$dir/key.pem"
     mv -f "$dir/.cert.pem.new" "$dir/cert.pem"
 }
+
+# Schemathesis (PyPI), the property-based fuzzer of the registry's admin API
+# (registry/tests/schemathesis.rs, docs/SECURITY.md "Admin API (registry)"), pinned.
+SCHEMATHESIS_VERSION="4.32.5"
+SCHEMATHESIS_VENV="$RUN/venv"
+
+# ensure_schemathesis: a Python venv at $SCHEMATHESIS_VENV with schemathesis
+# $SCHEMATHESIS_VERSION (pip from PyPI); reused when it already has that version. Prints the
+# path of its `st` command.
+ensure_schemathesis() {
+    local venv="$SCHEMATHESIS_VENV" have=""
+    if [ -x "$venv/bin/st" ] && [ -x "$venv/bin/python" ]; then
+        have="$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("schemathesis"))' 2>/dev/null || true)"
+    fi
+    if [ "$have" != "$SCHEMATHESIS_VERSION" ]; then
+        if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+            rm -rf "$venv"
+            mkdir -p "$(dirname "$venv")"
+            # Debian's python3 makes venvs (with pip) only with python3-venv installed.
+            if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+                rm -rf "$venv"
+                ensure_packages python3-venv
+                python3 -m venv "$venv" >&2 || die "python3 -m venv $venv failed"
+            fi
+        fi
+        log "installing schemathesis==$SCHEMATHESIS_VERSION into $venv"
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+            "schemathesis==$SCHEMATHESIS_VERSION" >&2 ||
+            die "pip install schemathesis==$SCHEMATHESIS_VERSION failed"
+    fi
+    echo "$venv/bin/st"
+}

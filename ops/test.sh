@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Portico's test run (what CI runs, through .ci/run):
-#   1. installs what the tests need and is missing (Debian packages; as root or via sudo);
+#   1. installs what the tests need and is missing (Debian packages, as root or via sudo;
+#      schemathesis, pinned, from PyPI into the venv .run/venv, reused when present);
 #   2. checks the signing vectors of ops/sign.py and that docs/PROTOCOL.md's worked examples
 #      and Python snippet agree with them (ops/check_docs.py); builds the console
 #      (admin-ui/build.sh: npm ci when needed, then the type check and vite build);
@@ -56,6 +57,14 @@ ensure_packages cmake zookeeper curl python3
 # download) and fails, saying why, when Chromium or admin-ui/node_modules is missing.
 ensure_packages chromium chromium-driver fonts-liberation
 command -v npm >/dev/null 2>&1 || ensure_packages nodejs npm
+# --- admin API fuzzing: schemathesis (PyPI, pinned in ops/lib.sh) in .run/venv --------------
+# registry/tests/schemathesis.rs runs it against the registry's OpenAPI document and fails,
+# saying how to install it, when it is missing.
+if st="$(ensure_schemathesis)"; then
+    export PORTICO_SCHEMATHESIS="$st"
+else
+    warn "schemathesis could not be installed: registry/tests/schemathesis.rs will fail"
+fi
 # ------------------------------------------------------------------------------------------
 export PORTICO_ZK_BIN="$ZK_BIN"
 

@@ -33,5 +33,5 @@ pub mod state;
 mod test_support;
 pub mod zk_store;
 
-pub use server::{router, spawn};
+pub use server::{router, spawn, MAX_BODY_BYTES};
 pub use state::{AppState, Config};

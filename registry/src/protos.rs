@@ -433,12 +433,32 @@ pub fn draft_for(
     }
 }
 
+/// 400 unless `addr` is `host:port` (a port from 1 to 65535 after the last `:`, a host before
+/// it): what cannot name a backend is the caller's mistake, not an unreachable backend (502).
+fn check_host_port(addr: &str) -> ApiResult<()> {
+    let ok = addr.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty()
+            && !host
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || c == '/')
+            && port.parse::<u16>().is_ok_and(|p| p > 0)
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "addr {addr:?}: must be host:port (or a URL) of the gRPC backend"
+        )))
+    }
+}
+
 /// Fetches the descriptors of a running backend's services by gRPC server reflection (v1, or
 /// v1alpha when v1 is not served), with every file they depend on, as an encoded set.
 pub async fn fetch_by_reflection(addr: &str, services: Option<&[String]>) -> ApiResult<Vec<u8>> {
     let uri = if addr.contains("://") {
         addr.to_owned()
     } else {
+        check_host_port(addr)?;
         format!("http://{addr}")
     };
     let endpoint = tonic::transport::Endpoint::from_shared(uri.clone())
@@ -643,6 +663,38 @@ message GetCartRequest { string cart_id = 1; string user = 2; }
 message AddItemRequest { string cart_id = 1; string sku = 2; }
 message Cart { string cart_id = 1; repeated string skus = 2; }
 "#;
+
+    /// Found by schemathesis (`POST /reflection` with `"addr": "j"` answered 502): an address
+    /// that names no backend is a 400; a well-formed one that cannot be reached stays a 502.
+    #[tokio::test]
+    async fn reflection_addresses_that_name_no_backend_are_400() {
+        for addr in [
+            "j",
+            "",
+            ":50051",
+            "host:",
+            "host:0",
+            "host:70000",
+            "a b:1",
+            "h:x",
+        ] {
+            let e = fetch_by_reflection(addr, None).await.unwrap_err();
+            assert_eq!(e.status.as_u16(), 400, "{addr:?}: {e}");
+        }
+        assert!(check_host_port("127.0.0.1:50051").is_ok());
+        assert!(check_host_port("[::1]:50051").is_ok());
+        assert!(check_host_port("backend.internal:443").is_ok());
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        // Nothing listens there now: reachable in form, not in fact.
+        let e = fetch_by_reflection(&format!("127.0.0.1:{port}"), None)
+            .await
+            .unwrap_err();
+        assert_eq!(e.status.as_u16(), 502, "{e}");
+    }
 
     #[test]
     fn compiles_and_finds_http_rules() {

@@ -4,7 +4,7 @@
 use super::context::Ctx;
 use super::documents::{delete_doc, get_json, list_json, write_json, Write};
 use crate::error::ApiResult;
-use crate::input::{check_name, parse_object};
+use crate::input::{check_name, parse_document};
 use crate::route::{Body, Reply, Route};
 use crate::state::Shared;
 use crate::zk_store::Env;
@@ -62,7 +62,7 @@ async fn set(
     body: Bytes,
 ) -> ApiResult<Response> {
     check_name("api id", &api_id)?;
-    let (switch, mut value) = parse_object::<v1::Switch>(&body, "switch")?;
+    let (switch, mut value) = parse_document::<v1::Switch>(&body, "switch")?;
     let actor = ctx.actor(switch.updated_by.as_deref());
     if let Some(obj) = value.as_object_mut() {
         obj.insert("updated_by".to_owned(), Value::String(actor.clone()));

@@ -7,7 +7,7 @@ use super::context::Ctx;
 use super::reply::json_response;
 use super::validation::{validate_change, Change};
 use crate::error::{ApiError, ApiResult};
-use crate::route::{Body, Reply, Route};
+use crate::route::{Body, Param, Reply, Route};
 use crate::state::Shared;
 use crate::zk_store::{Env, Precondition};
 use axum::body::Bytes;
@@ -20,17 +20,20 @@ use portico_control::DocKind;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 
+/// `?env`: the tree an export reads or an import writes.
+const ENV: Param = Param::OneOf(&["live", "sandbox"]);
+
 /// The routes of export and import.
 pub fn routes() -> Vec<Route> {
     vec![
         Route::new(Method::GET, "/export", "ops", "The tree as a configuration directory (docs/OPERATIONS.md): file path → content (UTF-8 JSON text, or base64 for descriptors)", get(export))
             .reply(Reply::Json(200, "Export"))
-            .query("env", "live (default) or sandbox")
-            .query("include_secrets", "true to include app secrets (audited); by default each app's secret is replaced by \"<redacted>\" (docs/SECURITY.md, \"Control plane (ZooKeeper)\")"),
+            .query_as("env", "live (default) or sandbox", ENV)
+            .query_as("include_secrets", "true to include app secrets (audited); by default each app's secret is replaced by \"<redacted>\" (docs/SECURITY.md, \"Control plane (ZooKeeper)\")", Param::OneOf(&["true", "false"])),
         Route::new(Method::POST, "/import", "ops", "Write a configuration directory (the export's shape: file path → content) into the tree, validated as a whole the way gateways will; for bootstrapping and migrating a standalone tree", post(import))
             .body(Body::Json("Export"))
-            .reply(Reply::Json(200, "Any"))
-            .query("env", "live (default) or sandbox"),
+            .reply(Reply::Json(200, "Imported"))
+            .query_as("env", "live (default) or sandbox", ENV),
     ]
 }
 
