@@ -493,7 +493,7 @@ async fn worker(plan: Arc<Plan>, clock: Arc<Clock>, conn: usize, mode: Mode) -> 
         let counted = now >= clock.measure_from;
         sent += 1;
         let replay = match (mode.replay_every, last_signed) {
-            (Some(k), Some(prev)) if k > 0 && sent % k == 0 => Some(prev),
+            (Some(k), Some(prev)) if k > 0 && sent.is_multiple_of(k) => Some(prev),
             _ => None,
         };
         if replay.is_none() && counted && clock.remaining.fetch_sub(1, Ordering::Relaxed) <= 0 {

@@ -29,12 +29,12 @@ use crate::edge::{Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
 // Signing is `portico_control::sign`, the one implementation shared with the `portico` CLI
 // and the tests, so the gateway can never drift from what merchants' tools compute.
+use crate::edge::replay::{NonceCheck, ReplayCache};
 use portico_control::sign::{
     string_to_sign, valid_nonce, verify, HEADER_APP_KEY, HEADER_NONCE, HEADER_SIGNATURE,
     HEADER_TIMESTAMP, MAX_SKEW_MS,
 };
 use portico_control::{v1, Snapshot};
-use crate::edge::replay::{NonceCheck, ReplayCache};
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -171,7 +171,8 @@ impl Shard {
     /// Copies the live entries into a fresh table of the same size, clearing the tombstones
     /// that would otherwise make the next insert grow it.
     fn rebuild(&mut self) {
-        let mut fresh = Table::with_capacity_and_hasher(full_capacity(self.slots), Default::default());
+        let mut fresh =
+            Table::with_capacity_and_hasher(full_capacity(self.slots), Default::default());
         fresh.extend(self.table.drain());
         self.table = fresh;
     }
