@@ -396,12 +396,18 @@ fn wrong_or_no_credentials_fail_clearly_and_the_snapshot_keeps_serving() {
             error.contains("NoAuth") && error.contains("--zk-auth-file"),
             "{label}: {status}"
         );
-        let ready = admin
-            .get(format!("http://{}/readyz", gw.admin))
-            .send()
-            .unwrap();
-        assert_eq!(ready.status(), 503, "{label}");
-        assert!(ready.text().unwrap().contains("refused access"), "{label}");
+        // Out of rotation for the refusal (once the traffic listener is up: before that
+        // `/readyz` says the listener is not accepting yet, also a 503).
+        let mut last = String::new();
+        let out_of_rotation = wait_until(Duration::from_secs(30), || {
+            let Ok(ready) = admin.get(format!("http://{}/readyz", gw.admin)).send() else {
+                return false;
+            };
+            let code = ready.status().as_u16();
+            last = format!("{code} {}", ready.text().unwrap_or_default());
+            code == 503 && last.contains("refused access")
+        });
+        assert!(out_of_rotation, "{label}: /readyz said {last:?}");
         // Still serving what it had.
         assert!(
             wait_until(Duration::from_secs(10), || std::net::TcpStream::connect(
