@@ -125,8 +125,24 @@ pub enum Target {
 /// The headers (HTTP) or metadata (gRPC) a backend receives for a request that arrived with
 /// `headers`, by the rule of the module docs.
 pub fn backend_headers(headers: &HeaderMap, caller: &Caller<'_>, target: Target) -> HeaderMap {
-    let named = named_by_connection(headers);
     let mut out = HeaderMap::with_capacity(headers.len() + 4);
+    each_backend_header(headers, caller, target, |name, value| {
+        out.append(name, value);
+    });
+    out
+}
+
+/// Hands the headers (HTTP) or metadata (gRPC) a backend receives to `put`, one by one, by
+/// the rule of the module docs: the client's that pass, then the gateway's own. Each name
+/// comes once, except a client's repeated header, so `put` may append. The HTTP relay
+/// writes them straight into the upstream request head (no intermediate map).
+pub fn each_backend_header(
+    headers: &HeaderMap,
+    caller: &Caller<'_>,
+    target: Target,
+    mut put: impl FnMut(HeaderName, HeaderValue),
+) {
+    let named = named_by_connection(headers);
     for (name, value) in headers {
         let name = match target {
             Target::Http => name.clone(),
@@ -141,24 +157,27 @@ pub fn backend_headers(headers: &HeaderMap, caller: &Caller<'_>, target: Target)
         if target == Target::Grpc && NOT_METADATA.contains(&name.as_str()) {
             continue;
         }
-        out.append(name, value.clone());
+        put(name, value.clone());
     }
+    // The client's own versions of these were dropped above: each is put once.
     if let Ok(v) = HeaderValue::from_str(caller.request_id) {
-        out.insert(request_id::HEADER, v);
+        put(HeaderName::from_static(request_id::HEADER), v);
     }
     if let Some(v) = caller.app_key.and_then(|k| HeaderValue::from_str(k).ok()) {
-        out.insert(APP_HEADER, v);
+        put(HeaderName::from_static(APP_HEADER), v);
     }
     if let Some(v) = forwarded_for(caller) {
-        out.insert("x-forwarded-for", v);
+        put(HeaderName::from_static("x-forwarded-for"), v);
     }
     let proto = caller
         .peer_trusted
         .then(|| proxy_proto(headers))
         .flatten()
         .unwrap_or(caller.scheme);
-    out.insert("x-forwarded-proto", HeaderValue::from_static(proto));
-    out
+    put(
+        HeaderName::from_static("x-forwarded-proto"),
+        HeaderValue::from_static(proto),
+    );
 }
 
 /// Whether a client header `name` is never passed on (see the module docs).

@@ -57,7 +57,7 @@ const RESPONSE_DROPPED: &[&str] = &[
 /// request that cannot be sent never counts for or against the backend.
 #[derive(Debug)]
 pub struct HttpRequest {
-    head: RequestHeader,
+    head: Box<RequestHeader>,
     /// Whether the merchant sent a `Host` (else each attempt names the endpoint).
     has_host: bool,
     body: Bytes,
@@ -81,11 +81,10 @@ pub fn prepare(
     caller: &Caller<'_>,
 ) -> Result<HttpRequest, GatewayError> {
     let (method, path_and_query) = upstream_target(req, route, rewrite)?;
-    let headers = forward::backend_headers(&req.headers, caller, Target::Http);
-    let head = build_request_header(&method, &path_and_query, &headers, &body)?;
+    let head = build_request_header(&method, &path_and_query, req, caller, &body)?;
     Ok(HttpRequest {
-        has_host: headers.contains_key(http::header::HOST),
-        head,
+        has_host: req.headers.contains_key(http::header::HOST),
+        head: Box::new(head),
         body,
     })
 }
@@ -94,8 +93,9 @@ pub fn prepare(
 pub enum Attempt {
     /// The upstream answered with this header; the session to stream the body from.
     Answered(Box<HttpSession>, Duration),
-    /// Could not connect; nothing was sent, so another endpoint may be tried.
-    ConnectFailed(GatewayError),
+    /// Could not connect; nothing was sent, so another endpoint may be tried with the
+    /// request, which is handed back.
+    ConnectFailed(GatewayError, HttpRequest),
     /// Failed after the request was (maybe) sent: do not retry.
     Failed(GatewayError),
 }
@@ -129,10 +129,13 @@ impl HttpInvoker {
     }
 
     /// Sends `request` to `addr` and waits for the response header, within `deadline`.
+    /// Connecting is bounded by the peer's total connection timeout (the time left), the
+    /// exchange (request written, response header read) by one timeout: no wrapper per
+    /// step, since every wrapper moves the step's future (docs/ARCHITECTURE.md, "Costs").
     pub async fn attempt(
         &self,
         addr: SocketAddr,
-        request: &HttpRequest,
+        mut request: HttpRequest,
         deadline: Instant,
     ) -> Attempt {
         let started = Instant::now();
@@ -141,34 +144,33 @@ impl HttpInvoker {
             return Attempt::Failed(timeout_error(addr));
         }
         let peer = Self::peer(addr, left);
-        let mut upstream =
-            match tokio::time::timeout(left, self.connector.get_http_session(&peer)).await {
-                Err(_) => return Attempt::ConnectFailed(timeout_error(addr)),
-                Ok(Err(e)) => {
-                    let err = match e.etype() {
-                        ErrorType::ConnectTimedout => timeout_error(addr),
-                        _ => GatewayError::upstream(
-                            Code::UpstreamError,
-                            "the backend could not be reached",
-                            format!("cannot connect to {addr}: {e}"),
-                        ),
-                    };
-                    return Attempt::ConnectFailed(err);
-                }
-                Ok(Ok((session, _reused))) => session,
-            };
-        let mut head = request.head.clone();
+        let mut upstream = match self.connector.get_http_session(&peer).await {
+            Err(e) => {
+                let err = match e.etype() {
+                    ErrorType::ConnectTimedout => timeout_error(addr),
+                    _ => GatewayError::upstream(
+                        Code::UpstreamError,
+                        "the backend could not be reached",
+                        format!("cannot connect to {addr}: {e}"),
+                    ),
+                };
+                return Attempt::ConnectFailed(err, request);
+            }
+            Ok((session, _reused)) => session,
+        };
         if !request.has_host {
-            if let Err(e) = head.insert_header(http::header::HOST, addr.to_string()) {
+            if let Err(e) = request
+                .head
+                .insert_header(http::header::HOST, addr.to_string())
+            {
                 return Attempt::Failed(GatewayError::internal(format!("Host header: {e}")));
             }
         }
+        let HttpRequest { head, body, .. } = request;
         let exchange = async {
-            upstream.write_request_header(Box::new(head)).await?;
-            if !request.body.is_empty() {
-                upstream
-                    .write_request_body(request.body.clone(), true)
-                    .await?;
+            upstream.write_request_header(head).await?;
+            if !body.is_empty() {
+                upstream.write_request_body(body, true).await?;
             }
             upstream.finish_request_body().await?;
             upstream.read_response_header().await?;
@@ -222,22 +224,37 @@ impl HttpInvoker {
         let end = upstream.response_done();
         let limit = session.get_write_timeout();
         write_bounded(limit, session.write_response_header(Box::new(head), end)).await?;
+        // Body reads: each bounded by the time left (Pingora's own read timeout, reset per
+        // read, so no read ends past the deadline); body writes: bounded by the session's
+        // write timeout inside Pingora; only the end of the body (a chunked terminator,
+        // which Pingora does not bound) goes through `write_bounded`.
         let mut done = end;
         while !done {
             let left = deadline.saturating_duration_since(Instant::now());
-            let chunk = match tokio::time::timeout(left, upstream.read_response_body()).await {
-                Err(_) => return Err(timeout_error(addr)),
-                Ok(Err(e)) => {
+            if left.is_zero() {
+                return Err(timeout_error(addr));
+            }
+            upstream.set_read_timeout(Some(left));
+            let chunk = match upstream.read_response_body().await {
+                Err(e) if e.etype() == &ErrorType::ReadTimedout => {
+                    return Err(timeout_error(addr))
+                }
+                Err(e) => {
                     return Err(GatewayError::upstream(
                         Code::UpstreamError,
                         "the backend failed to answer",
                         format!("reading the body from upstream {addr}: {e}"),
                     ))
                 }
-                Ok(Ok(c)) => c,
+                Ok(c) => c,
             };
             done = chunk.is_none() || upstream.response_done();
-            write_bounded(limit, session.write_response_body(chunk, done)).await?;
+            if let Some(data) = chunk {
+                written(session.write_response_body(Some(data), false).await)?;
+            }
+            if done {
+                write_bounded(limit, session.write_response_body(None, true)).await?;
+            }
         }
         let peer = Self::peer(addr, UPSTREAM_IDLE);
         self.connector
@@ -254,20 +271,24 @@ pub async fn write_bounded(
     limit: Option<Duration>,
     write: impl Future<Output = pingora_error::Result<()>>,
 ) -> Result<(), GatewayError> {
-    let written = match limit {
+    match limit {
         Some(limit) => match tokio::time::timeout(limit, write).await {
-            Ok(r) => r,
-            Err(_) => {
-                return Err(GatewayError::upstream(
-                    Code::WriteTimeout,
-                    "the response was not read in time",
-                    format!("a write to the client did not finish within {limit:?}"),
-                ))
-            }
+            Ok(r) => written(r),
+            Err(_) => Err(GatewayError::upstream(
+                Code::WriteTimeout,
+                "the response was not read in time",
+                format!("a write to the client did not finish within {limit:?}"),
+            )),
         },
-        None => write.await,
-    };
-    written.map_err(|e| match e.etype() {
+        None => written(write.await),
+    }
+}
+
+/// A write to the merchant as the gateway reports it: Pingora's write timeout is
+/// `WRITE_TIMEOUT`; any other failure an internal error for the log (the merchant is gone or
+/// the response broke).
+fn written(result: pingora_error::Result<()>) -> Result<(), GatewayError> {
+    result.map_err(|e| match e.etype() {
         ErrorType::WriteTimedout => GatewayError::upstream(
             Code::WriteTimeout,
             "the response was not read in time",
@@ -376,25 +397,32 @@ fn timeout_error(addr: SocketAddr) -> GatewayError {
     )
 }
 
-/// The upstream request head: `method` and `path_and_query`, `headers` (already filtered:
-/// `forward.rs`), and `Content-Length` for a body (or any POST, PUT, PATCH).
+/// The upstream request head: `method` and `path_and_query`, the headers of `forward.rs`
+/// written straight in (no intermediate map; names without their original case), and
+/// `Content-Length` for a body (or any POST, PUT, PATCH).
 fn build_request_header(
     method: &http::Method,
     path_and_query: &str,
-    headers: &http::HeaderMap,
+    req: &RequestHeader,
+    caller: &Caller<'_>,
     body: &Bytes,
 ) -> Result<RequestHeader, GatewayError> {
     let internal =
         |e: pingora_error::BError| GatewayError::internal(format!("request header: {e}"));
-    let mut h = RequestHeader::build(
+    let mut h = RequestHeader::build_no_case(
         method.clone(),
         path_and_query.as_bytes(),
-        Some(headers.len() + 2),
+        Some(req.headers.len() + 5),
     )
     .map_err(internal)?;
-    for (name, value) in headers {
-        h.append_header(name.clone(), value.clone())
-            .map_err(internal)?;
+    let mut failed = None;
+    forward::each_backend_header(&req.headers, caller, Target::Http, |name, value| {
+        if let Err(e) = h.append_header(name, value) {
+            failed.get_or_insert(e);
+        }
+    });
+    if let Some(e) = failed {
+        return Err(internal(e));
     }
     if !body.is_empty()
         || matches!(

@@ -203,7 +203,7 @@ async fn call_http(
         deadline,
     } = admitted;
     let (answer, latency, addr) =
-        match first_answer(http, target, &request, deadline, upstream).await {
+        match first_answer(http, target, request, deadline, upstream).await {
             Ok(answered) => answered,
             Err(error) => {
                 let latency = Duration::ZERO;
@@ -233,24 +233,31 @@ async fn call_http(
 async fn first_answer(
     http: &HttpInvoker,
     target: &ApiRuntime,
-    request: &HttpRequest,
+    request: HttpRequest,
     deadline: Instant,
     upstream: &mut Upstream,
 ) -> Result<(Box<HttpSession>, Duration, SocketAddr), GatewayError> {
-    let mut tried: Vec<&str> = Vec::with_capacity(2);
+    let mut tried: [&str; 2] = ["", ""];
+    let mut request = Some(request);
     let mut last_err = None;
-    for _ in 0..2 {
-        let Some(name) = target.balancer.pick_excluding(&tried) else {
+    for n in 0..tried.len() {
+        let Some(name) = target.balancer.pick_excluding(&tried[..n]) else {
             break;
         };
-        tried.push(name);
+        tried[n] = name;
         let Some(addr) = target.addrs.get(name).copied() else {
             continue;
         };
+        let Some(sending) = request.take() else {
+            break;
+        };
         upstream.addr = Some(addr);
-        match http.attempt(addr, request, deadline).await {
+        match http.attempt(addr, sending, deadline).await {
             Attempt::Answered(answer, latency) => return Ok((answer, latency, addr)),
-            Attempt::ConnectFailed(e) => last_err = Some(e),
+            Attempt::ConnectFailed(e, unsent) => {
+                last_err = Some(e);
+                request = Some(unsent);
+            }
             Attempt::Failed(e) => return Err(e),
         }
     }
