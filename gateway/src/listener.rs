@@ -469,6 +469,57 @@ impl HeadDeadlineStream {
         }
     }
 
+    /// The first read of a head, straight into `buf`: `Some` is the answer to the caller
+    /// (the head ended, the stream ended, an error, pending, or enough is held to release);
+    /// `None`: the bytes read are now held and the caller reads on.
+    fn read_direct(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Option<Poll<io::Result<()>>> {
+        match &mut self.head {
+            Head::Expired => return Some(Poll::Ready(Err(self.timed_out()))),
+            Head::Reading(timer) => {
+                if timer.as_mut().poll(cx).is_ready() {
+                    return Some(Poll::Ready(Err(self.expire(cx))));
+                }
+            }
+            Head::AwaitingFirstByte | Head::Done => {}
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Pending => return Some(Poll::Pending),
+            Poll::Ready(Err(e)) => return Some(Poll::Ready(Err(e))),
+            Poll::Ready(Ok(())) => {}
+        }
+        let got = &buf.filled()[before..];
+        if got.is_empty() {
+            return Some(Poll::Ready(Ok(())));
+        }
+        // One read may bring a whole oversized head (Pingora's buffer grows): the cap is on
+        // the head's own bytes, not on a body read with it.
+        let ended = self.end.feed_end(got);
+        let head_len = self.head_bytes + ended.unwrap_or(got.len());
+        self.head_bytes += got.len();
+        if head_len > MAX_HEAD_BYTES {
+            return Some(Poll::Ready(Err(self.too_large(cx))));
+        }
+        if ended.is_some() {
+            self.head = Head::Done;
+            return Some(Poll::Ready(Ok(())));
+        }
+        self.held.extend_from_slice(got);
+        buf.set_filled(before);
+        if matches!(self.head, Head::AwaitingFirstByte) {
+            self.head = Head::Reading(Box::pin(tokio::time::sleep(self.deadline)));
+        }
+        if self.held.len() >= HEAD_RELEASE_BYTES {
+            self.release(buf);
+            return Some(Poll::Ready(Ok(())));
+        }
+        None
+    }
+
     fn timed_out(&self) -> io::Error {
         io::Error::new(
             io::ErrorKind::TimedOut,
@@ -527,6 +578,13 @@ impl AsyncRead for HeadDeadlineStream {
         // that Pingora, which parses the whole head again after every read that does not
         // complete it, parses a head at most a few times (docs/SECURITY.md, "Bounded work
         // before authentication").
+        if this.held.is_empty() && buf.remaining() > 0 {
+            // The usual case, a head that arrives in one read: read straight into Pingora's
+            // buffer (no copy, no zeroed chunk); an unfinished head is taken back and held.
+            if let Some(ready) = this.read_direct(cx, buf) {
+                return ready;
+            }
+        }
         let mut chunk = [0u8; 4096];
         loop {
             match &mut this.head {
@@ -687,20 +745,28 @@ struct HeadEnd {
 impl HeadEnd {
     /// Feeds the next bytes read; true when the head ended within them.
     fn feed(&mut self, bytes: &[u8]) -> bool {
+        self.feed_end(bytes).is_some()
+    }
+
+    /// Feeds the next bytes read; `Some(n)` when the head ended within them, after their
+    /// first `n` bytes.
+    fn feed_end(&mut self, bytes: &[u8]) -> Option<usize> {
         let mut rest = bytes;
         if !self.started {
             // Empty lines before the request line (rare): skipped.
             match rest.iter().position(|&b| b != b'\r' && b != b'\n') {
                 Some(i) => rest = &rest[i..],
-                None => return false,
+                None => return None,
             }
             self.started = true;
             self.at_line_start = false;
         }
+        let skipped = bytes.len() - rest.len();
         // Fast path, O(1): the bytes end with an empty line (a head arriving in one segment
-        // without a body). The head may have ended earlier in them, which changes nothing.
+        // without a body). The head may have ended earlier in them: the length reported is
+        // then an upper bound, which is what the size cap needs.
         if rest.ends_with(b"\n\n") || rest.ends_with(b"\n\r\n") {
-            return true;
+            return Some(bytes.len());
         }
         // Otherwise from line end to line end: the head ends at an LF that follows the previous
         // LF with nothing but CRs in between.
@@ -708,13 +774,13 @@ impl HeadEnd {
         let mut from = 0;
         while let Some(i) = find_lf(&rest[from..]) {
             if after_lf && rest[from..from + i].iter().all(|&b| b == b'\r') {
-                return true;
+                return Some(skipped + from + i + 1);
             }
             after_lf = true;
             from += i + 1;
         }
         self.at_line_start = after_lf && rest[from..].iter().all(|&b| b == b'\r');
-        false
+        None
     }
 }
 
@@ -813,8 +879,12 @@ mod tests {
             let mut found = None;
             while at < bytes.len() {
                 let n = rng.usize(1..=bytes.len() - at);
-                if h.feed(&bytes[at..at + n]) {
+                if let Some(used) = h.feed_end(&bytes[at..at + n]) {
                     found = Some(at..at + n);
+                    // The head's length within the read is never under-counted (the size
+                    // cap relies on it) and never past the read.
+                    let end = naive_end(&bytes).unwrap();
+                    assert!(at + used > end && used <= n, "{bytes:?} {at} {used}");
                     break;
                 }
                 at += n;
