@@ -397,6 +397,12 @@ fn render(
                 .map(CgMeasure::syscalls_per_req)
                 .collect::<Vec<_>>(),
         )));
+        row.push(f1(crate::report::median(
+            &c.reps
+                .iter()
+                .map(CgMeasure::clock_reads_per_req)
+                .collect::<Vec<_>>(),
+        )));
         row.push(f0(crate::report::median(
             &c.reps
                 .iter()
