@@ -10,6 +10,7 @@ pub mod auth;
 pub mod degrade;
 pub mod framing;
 pub mod ip_acl;
+pub mod keys;
 pub mod permit;
 pub mod rate_limit;
 pub mod replay;
