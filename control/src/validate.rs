@@ -931,6 +931,8 @@ fn check_switch(name: &str, raw: &[u8]) -> Result<(v1::Switch, Option<KeyMatch>)
             ))
         }
         None => None,
+        // A key-level switch that is off may leave its match out.
+        Some(_) if !sw.degraded && sw.matches.is_empty() => None,
         Some(label) => Some((
             api_id.to_owned(),
             label.to_owned(),
@@ -1781,6 +1783,7 @@ mod tests {
         )
         .put("switches/order.get", json!({"degraded": false}))
         .put("switches/a@nomatch", json!({"degraded": true}))
+        .put("switches/a@off", json!({"degraded": false}))
         .put("switches/a@bad", json!({"degraded": true, "match": {"cookie:x": ["1"]}}))
         .put("switches/a@empty", json!({"degraded": true, "match": {"app": []}}))
         .put("switches/a@b@c", json!({"degraded": true, "match": {"app": ["m1"]}}))
@@ -1809,6 +1812,7 @@ mod tests {
         assert!(reason(&s, "switches/a@").starts_with("name: label"));
         assert!(reason(&s, "switches/wide").starts_with("match: only a key-level switch"));
         assert!(!s.key_switches.contains_key("a"));
+        assert!(s.switches.contains_key("a@off"));
     }
 
     #[test]
