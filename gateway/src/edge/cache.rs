@@ -29,6 +29,7 @@ use bytes::Bytes;
 use portico_control::{v1, HotPolicy, Snapshot};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Shards of one API's cache.
@@ -148,6 +149,10 @@ pub struct ApiHot {
     pub policy: Arc<HotPolicy>,
     pub cache: ApiCache,
     pub detector: Option<Detector>,
+    /// Answers by how they were served: HIT (304s included), MISS (stored), BYPASS.
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub bypasses: AtomicU64,
 }
 
 /// Caches and detectors by API id, carried across reloads (see [`Carried`]).
@@ -214,6 +219,9 @@ impl Stage for CacheStage {
                     policy: policy.clone(),
                     cache: ApiCache::new(max_entries),
                     detector: policy.hot_keys.clone().map(|s| Detector::new(s, now)),
+                    hits: AtomicU64::new(0),
+                    misses: AtomicU64::new(0),
+                    bypasses: AtomicU64::new(0),
                 })
             });
             apis.insert(id.clone(), hot);
@@ -250,8 +258,7 @@ impl Stage for CacheStage {
         if let (Some(d), Some(k)) = (&hot.detector, &hot_key) {
             d.record(k, 0, req.now_ms);
         }
-        let cacheable_method =
-            req.method == "GET" || (route.router_style && policy.read_only);
+        let cacheable_method = req.method == "GET" || (route.router_style && policy.read_only);
         let ttl_ms = match (&policy.cache, &policy.hot_keys, &hot.detector, &hot_key) {
             _ if !cacheable_method => 0,
             (Some(c), _, _, _) if c.ttl_ms > 0 => c.ttl_ms,
@@ -273,6 +280,7 @@ impl Stage for CacheStage {
             .map(str::to_owned);
         if ttl_ms > 0 {
             if let Some(entry) = hot.cache.get(&key, req.now_ms) {
+                hot.hits.fetch_add(1, Ordering::Relaxed);
                 return Flow::Respond(Ok(Response::Whole(answer(
                     &entry,
                     "HIT",
@@ -311,6 +319,9 @@ impl CacheStage {
             return result;
         };
         let Ok(Response::Whole(mut whole)) = result else {
+            if matches!(result, Ok(Response::Streamed(_))) {
+                ticket.api.bypasses.fetch_add(1, Ordering::Relaxed);
+            }
             return result;
         };
         if let (Some(d), Some(k)) = (&ticket.api.detector, &ticket.hot_key) {
@@ -318,14 +329,12 @@ impl CacheStage {
         }
         // A key that became hot while its answer was on the way is stored too.
         let ttl_ms = match (ticket.ttl_ms, &ticket.api.detector, &ticket.hot_key) {
-            (0, Some(d), Some(k)) if ticket.api.policy.cache.is_none() && d.is_hot(k) => {
-                ticket
-                    .api
-                    .policy
-                    .hot_keys
-                    .as_ref()
-                    .map_or(0, |h| h.auto_cache_ms)
-            }
+            (0, Some(d), Some(k)) if ticket.api.policy.cache.is_none() && d.is_hot(k) => ticket
+                .api
+                .policy
+                .hot_keys
+                .as_ref()
+                .map_or(0, |h| h.auto_cache_ms),
             (ttl, _, _) => ttl,
         };
         if ttl_ms == 0
@@ -333,7 +342,10 @@ impl CacheStage {
             || whole.body.len() > ticket.max_body
             || !storable(&whole.headers)
         {
-            whole.headers.push((CACHE_HEADER.to_owned(), "BYPASS".to_owned()));
+            whole
+                .headers
+                .push((CACHE_HEADER.to_owned(), "BYPASS".to_owned()));
+            ticket.api.bypasses.fetch_add(1, Ordering::Relaxed);
             return Ok(Response::Whole(whole));
         }
         let headers: Vec<(String, String)> = whole
@@ -350,6 +362,7 @@ impl CacheStage {
         };
         let out = answer(&entry, "MISS", ticket.if_none_match.as_deref());
         ticket.api.cache.put(ticket.key, entry);
+        ticket.api.misses.fetch_add(1, Ordering::Relaxed);
         Ok(Response::Whole(out))
     }
 

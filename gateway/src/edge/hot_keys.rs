@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The counting window, in milliseconds.
-pub const WINDOW_MS: u64 = 1000;
+pub const WINDOW_MS: u64 = 500;
 /// The fewest counters a detector keeps.
 pub const MIN_COUNTERS: usize = 64;
 /// The longest key kept as it is; longer keys are counted by a digest of them.
@@ -225,30 +225,30 @@ mod tests {
     fn one_hot_key_among_many_cold_ones() {
         let d = Detector::new(spec(200.0, None), 0);
         // 500 requests for the hot key and 10,000 distinct cold keys in one second.
-        let mut t = 0;
+        // All within one window.
         for i in 0..10_000u64 {
+            let t = i * (WINDOW_MS - 1) / 10_000;
             if i % 20 == 0 {
                 d.record("BK-1", 0, t);
             }
             d.record(&format!("cold-{i}"), 0, t);
-            t = i / 11;
         }
         assert!(!d.is_hot("BK-1"), "not before the window closes");
-        let hot = d.hot_keys(1000);
+        let hot = d.hot_keys(WINDOW_MS);
         assert_eq!(hot.len(), 1, "{hot:?}");
         assert_eq!(hot[0].key, "BK-1");
         assert!(hot[0].rate > 200.0, "{hot:?}");
-        assert_eq!(hot[0].since_ms, 1000);
+        assert_eq!(hot[0].since_ms, WINDOW_MS);
         assert!(d.is_hot("BK-1") && !d.is_hot("cold-5"));
         assert_eq!(d.detections.load(Ordering::Relaxed), 1);
         // Memory is fixed: never more counters than the capacity.
         assert!(d.window.lock().unwrap().counters.len() <= d.capacity());
         // Still hot in the next window: `since` is kept; quiet afterwards: no longer hot.
         for _ in 0..300 {
-            d.record("BK-1", 0, 1500);
+            d.record("BK-1", 0, WINDOW_MS + 10);
         }
-        assert_eq!(d.hot_keys(2000)[0].since_ms, 1000);
-        assert!(d.hot_keys(3000).is_empty());
+        assert_eq!(d.hot_keys(2 * WINDOW_MS)[0].since_ms, WINDOW_MS);
+        assert!(d.hot_keys(3 * WINDOW_MS).is_empty());
         assert!(!d.is_hot("BK-1"));
     }
 
@@ -260,7 +260,7 @@ mod tests {
             d.add_bytes("big", 40_000);
             d.record("small", 100, 10);
         }
-        let hot = d.hot_keys(1000);
+        let hot = d.hot_keys(WINDOW_MS);
         assert_eq!(hot.len(), 1, "{hot:?}");
         assert_eq!(hot[0].key, "big");
         assert!(hot[0].bytes_per_s > 700_000.0);
@@ -270,7 +270,7 @@ mod tests {
     fn a_million_keys_keep_the_memory_fixed() {
         let d = Detector::new(spec(1e9, None), 0);
         for i in 0..1_000_000u64 {
-            d.record(&i.to_string(), 10, i / 2000);
+            d.record(&i.to_string(), 10, i / 1000);
         }
         assert!(d.window.lock().unwrap().counters.len() <= d.capacity());
         let long = "k".repeat(10_000);

@@ -121,7 +121,16 @@ pub async fn call(
         Prepared::Http(request) => {
             let rid = call.caller.request_id;
             let hint = call.cache;
-            call_http(&clients.http, session, *request, rid, hint, admitted, upstream).await
+            call_http(
+                &clients.http,
+                session,
+                *request,
+                rid,
+                hint,
+                admitted,
+                upstream,
+            )
+            .await
         }
         Prepared::Grpc(method, request) => {
             call_grpc(&clients.grpc, &method, request, admitted, upstream).await
