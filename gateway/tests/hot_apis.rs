@@ -609,7 +609,12 @@ fn a_key_level_switch_through_the_registry_applies_on_every_gateway() {
     ok(registry.call(
         "PUT",
         "/sandbox/apis/sku.get",
-        Some(sku_api("sku.get", "skus", "signature", json!({}))),
+        Some(sku_api(
+            "sku.get",
+            "skus",
+            "signature",
+            json!({"hot_keys": {"key": ["path:sku"], "rate_above": 5}}),
+        )),
     ));
     ok(registry.call("POST", "/apis/sku.get/publish", None));
     let snaps: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
@@ -681,6 +686,26 @@ fn a_key_level_switch_through_the_registry_applies_on_every_gateway() {
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["updated_by"], "sre-alice");
     assert_eq!(v["match"], json!({"path:sku": ["BK-1"]}));
+
+    // The registry aggregates the gateways' hot keys.
+    let found = wait_until(Duration::from_secs(15), || {
+        for gw in &gateways {
+            for _ in 0..10 {
+                get(gw, "/v1/skus/BK-2", &[]);
+            }
+        }
+        let (s, v) = registry.call("GET", "/apis/sku.get/hot-keys", None);
+        assert_eq!(s, 200, "{v}");
+        v["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k["key"] == "BK-2" && k["gateways"].as_array().unwrap().len() == 2)
+    });
+    let (_, v) = registry.call("GET", "/apis/sku.get/hot-keys", None);
+    assert!(found, "{v}");
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 2, "{v}");
+    assert!(v["keys"][0]["rate"].as_f64().unwrap() > 5.0, "{v}");
 
     // Removed: BK-1 reaches the backend again.
     let (s, v) = registry.call("DELETE", "/switches/sku.get@sku-BK-1", None);
