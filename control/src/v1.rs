@@ -102,6 +102,54 @@ pub struct Policy {
     /// Request body limit for this API in bytes (default: the gateway's, 1 MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_body_bytes: Option<u64>,
+    // Hot APIs (docs/OPERATIONS.md, "Caching and hot keys"): all optional.
+    /// The response cache of GET (and read-only router-style) answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CachePolicy>,
+    /// Hot-key detection, with automatic caching of hot keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hot_keys: Option<HotKeysPolicy>,
+    /// Whether the API only reads: its router-style calls (any method) may be cached.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
+}
+
+/// `policy.cache`: cache 200 answers per key for `ttl_ms` (0: never cache, not even hot keys).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachePolicy {
+    pub ttl_ms: u64,
+    /// Key selectors (`path:<var>`, `query:<name>`, `header:<Name>`, `app`, `ip`); default:
+    /// the API alone (one entry).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key: Vec<String>,
+    /// Most entries kept (default 10,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_entries: Option<u64>,
+    /// Largest body cached, in bytes (default 65,536); larger answers are streamed, not cached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_body_bytes: Option<u64>,
+}
+
+/// `policy.hot_keys`: a bounded heavy-hitter count per key; hot keys are cached for
+/// `auto_cache_ms`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HotKeysPolicy {
+    pub key: Vec<String>,
+    /// Hot above this many requests per second (default 200).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_above: Option<f64>,
+    /// Hot above this share (0–1] of `link_bytes_per_s` (default 0.7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_share_above: Option<f64>,
+    /// The link's bytes per second for the bandwidth rule (default: no bandwidth rule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_bytes_per_s: Option<u64>,
+    /// How long a hot key's answer is cached (default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_cache_ms: Option<u64>,
+    /// How many keys the detector tracks and reports (default 20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -246,6 +294,10 @@ pub struct Switch {
     pub updated_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<Fallback>,
+    /// Only on a key-level switch `switches/<api_id>@<label>`: selector → the values it
+    /// matches; a request matches when every selector's value is one of its list.
+    #[serde(default, rename = "match", skip_serializing_if = "BTreeMap::is_empty")]
+    pub matches: BTreeMap<String, Vec<String>>,
 }
 
 /// The canned answer of a degraded API.

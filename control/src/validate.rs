@@ -11,7 +11,11 @@
 //! method to the same path shape: the one later by id is refused, naming the other.
 
 use crate::fieldpath::{self, Syntax};
-use crate::snapshot::{Api, BackendKind, Binding, ConfigVersion, IpAclRules, Rejection, Snapshot};
+use crate::selector::{split_switch_name, Selector};
+use crate::snapshot::{
+    Api, BackendKind, Binding, CacheSpec, ConfigVersion, HotKeysSpec, HotPolicy, IpAclRules,
+    KeySwitch, Rejection, Snapshot,
+};
 use crate::template::{is_field_path, PathTemplate, Rewrite, Segment};
 use crate::tree::{DocKind, Tree, MAX_DOCUMENT_BYTES};
 use crate::v1;
@@ -75,8 +79,19 @@ pub fn build_snapshot(tree: &Tree, previous: Option<&Snapshot>) -> Snapshot {
         }
     }
     for (path, name, bytes) in docs(DocKind::Switch) {
-        if let Some((sw, _)) = b.consider(path, bytes, |_, raw| check_switch(name, raw)) {
-            b.snap.switches.insert(name.to_owned(), Arc::new(sw));
+        if let Some(((sw, key), _)) = b.consider(path, bytes, |_, raw| check_switch(name, raw)) {
+            let sw = Arc::new(sw);
+            if let Some((api_id, label, matches)) = key {
+                let key_switch = KeySwitch {
+                    api_id: api_id.clone(),
+                    label,
+                    matches,
+                    switch: sw.clone(),
+                };
+                let list = b.snap.key_switches.entry(api_id).or_default();
+                list.push(Arc::new(key_switch));
+            }
+            b.snap.switches.insert(name.to_owned(), sw);
         }
     }
     for (path, name, bytes) in docs(DocKind::Api) {
@@ -86,6 +101,9 @@ pub fn build_snapshot(tree: &Tree, previous: Option<&Snapshot>) -> Snapshot {
                     route_key(binding),
                     (api.id.clone(), binding.template.raw.clone()),
                 );
+            }
+            if let Ok(Some(hot)) = hot_policy(&api.policy) {
+                b.snap.hot.insert(name.to_owned(), Arc::new(hot));
             }
             b.snap.apis.insert(name.to_owned(), Arc::new(api));
         }
@@ -622,7 +640,113 @@ fn check_policy(p: &v1::Policy) -> Result<(), String> {
     if p.max_body_bytes == Some(0) {
         return Err("policy.max_body_bytes: must be at least 1".to_owned());
     }
+    hot_policy(p)?;
     Ok(())
+}
+
+// Hot APIs: `policy.cache`, `policy.hot_keys` (docs/OPERATIONS.md, "Caching and hot keys").
+
+/// Default and bounds of `policy.cache.max_entries`.
+pub const DEFAULT_CACHE_ENTRIES: u64 = 10_000;
+pub const MAX_CACHE_ENTRIES: u64 = 1_000_000;
+/// Default and bounds of `policy.cache.max_body_bytes`.
+pub const DEFAULT_CACHE_BODY_BYTES: u64 = 65_536;
+pub const MAX_CACHE_BODY_BYTES: u64 = 8 << 20;
+/// The longest cache ttl and hot-key `auto_cache_ms`: one day.
+pub const MAX_CACHE_TTL_MS: u64 = 86_400_000;
+/// The most keys a hot-key detector tracks (`policy.hot_keys.top`).
+pub const MAX_HOT_TOP: u32 = 1000;
+
+/// `field[i]: ...` for an error of one selector, `field: ...` for one of the whole key.
+fn key_error(field: &str, e: &str) -> String {
+    if e.starts_with('[') {
+        format!("{field}{e}")
+    } else {
+        format!("{field}: {e}")
+    }
+}
+
+/// The parsed cache and hot-key policy of `p`; `None` when it has neither.
+pub fn hot_policy(p: &v1::Policy) -> Result<Option<HotPolicy>, String> {
+    let cache = match &p.cache {
+        None => None,
+        Some(c) => {
+            if c.ttl_ms > MAX_CACHE_TTL_MS {
+                return Err(format!(
+                    "policy.cache.ttl_ms: must be at most {MAX_CACHE_TTL_MS}"
+                ));
+            }
+            let key = if c.key.is_empty() {
+                Vec::new()
+            } else {
+                Selector::parse_key(&c.key).map_err(|e| key_error("policy.cache.key", &e))?
+            };
+            let max_entries = c.max_entries.unwrap_or(DEFAULT_CACHE_ENTRIES);
+            if !(1..=MAX_CACHE_ENTRIES).contains(&max_entries) {
+                return Err(format!(
+                    "policy.cache.max_entries: must be between 1 and {MAX_CACHE_ENTRIES}"
+                ));
+            }
+            let max_body = c.max_body_bytes.unwrap_or(DEFAULT_CACHE_BODY_BYTES);
+            if !(1..=MAX_CACHE_BODY_BYTES).contains(&max_body) {
+                return Err(format!(
+                    "policy.cache.max_body_bytes: must be between 1 and {MAX_CACHE_BODY_BYTES}"
+                ));
+            }
+            Some(CacheSpec {
+                ttl_ms: c.ttl_ms,
+                key,
+                max_entries: max_entries as usize,
+                max_body_bytes: max_body as usize,
+            })
+        }
+    };
+    let hot_keys = match &p.hot_keys {
+        None => None,
+        Some(h) => {
+            let key =
+                Selector::parse_key(&h.key).map_err(|e| key_error("policy.hot_keys.key", &e))?;
+            let rate_above = h.rate_above.unwrap_or(200.0);
+            if !(rate_above.is_finite() && rate_above > 0.0) {
+                return Err("policy.hot_keys.rate_above: must be above 0".to_owned());
+            }
+            let share = h.bandwidth_share_above.unwrap_or(0.7);
+            if !(share > 0.0 && share <= 1.0) {
+                return Err("policy.hot_keys.bandwidth_share_above: must be in (0, 1]".to_owned());
+            }
+            if h.link_bytes_per_s == Some(0) {
+                return Err("policy.hot_keys.link_bytes_per_s: must be at least 1".to_owned());
+            }
+            let auto_cache_ms = h.auto_cache_ms.unwrap_or(1000);
+            if auto_cache_ms > MAX_CACHE_TTL_MS {
+                return Err(format!(
+                    "policy.hot_keys.auto_cache_ms: must be at most {MAX_CACHE_TTL_MS}"
+                ));
+            }
+            let top = h.top.unwrap_or(20);
+            if !(1..=MAX_HOT_TOP).contains(&top) {
+                return Err(format!(
+                    "policy.hot_keys.top: must be between 1 and {MAX_HOT_TOP}"
+                ));
+            }
+            Some(HotKeysSpec {
+                key,
+                rate_above,
+                bandwidth_share_above: share,
+                link_bytes_per_s: h.link_bytes_per_s,
+                auto_cache_ms,
+                top: top as usize,
+            })
+        }
+    };
+    if cache.is_none() && hot_keys.is_none() && !p.read_only {
+        return Ok(None);
+    }
+    Ok(Some(HotPolicy {
+        cache,
+        hot_keys,
+        read_only: p.read_only,
+    }))
 }
 
 fn check_rate_key(k: &v1::RateKey) -> Result<(), String> {
@@ -783,9 +907,38 @@ fn check_app(name: &str, raw: &[u8]) -> Result<v1::App, String> {
     Ok(app)
 }
 
-fn check_switch(name: &str, raw: &[u8]) -> Result<v1::Switch, String> {
-    check_name(name).map_err(|e| format!("name: {e}"))?;
+/// A key-level switch's API id, label and parsed `match`.
+type KeyMatch = (String, String, Vec<(Selector, Vec<String>)>);
+
+/// The most values one selector of a switch's `match` may list.
+pub const MAX_MATCH_VALUES: usize = 1000;
+/// The longest value in a switch's `match`.
+pub const MAX_MATCH_VALUE_CHARS: usize = 256;
+
+/// `switches/<api_id>` (API-wide, no `match`) or `switches/<api_id>@<label>` (key-level,
+/// with a `match`).
+fn check_switch(name: &str, raw: &[u8]) -> Result<(v1::Switch, Option<KeyMatch>), String> {
+    let (api_id, label) = split_switch_name(name);
+    check_name(api_id).map_err(|e| format!("name: {e}"))?;
+    if let Some(label) = label {
+        check_name(label).map_err(|e| format!("name: label {e}"))?;
+    }
     let sw: v1::Switch = parse_json(raw)?;
+    let key = match label {
+        None if !sw.matches.is_empty() => {
+            return Err(format!(
+                "match: only a key-level switch switches/{api_id}@<label> has a match"
+            ))
+        }
+        None => None,
+        // A key-level switch that is off may leave its match out.
+        Some(_) if !sw.degraded && sw.matches.is_empty() => None,
+        Some(label) => Some((
+            api_id.to_owned(),
+            label.to_owned(),
+            check_match(&sw.matches)?,
+        )),
+    };
     if let Some(fb) = &sw.fallback {
         if !(100..=599).contains(&fb.status) {
             return Err("fallback.status: must be between 100 and 599".to_owned());
@@ -810,7 +963,41 @@ fn check_switch(name: &str, raw: &[u8]) -> Result<v1::Switch, String> {
             }
         }
     }
-    Ok(sw)
+    Ok((sw, key))
+}
+
+/// A key-level switch's `match`: 1 to `MAX_SELECTORS` selectors, each with 1 to
+/// [`MAX_MATCH_VALUES`] values.
+fn check_match(m: &BTreeMap<String, Vec<String>>) -> Result<Vec<(Selector, Vec<String>)>, String> {
+    if m.is_empty() || m.len() > crate::selector::MAX_SELECTORS {
+        return Err(format!(
+            "match: must list 1 to {} selectors",
+            crate::selector::MAX_SELECTORS
+        ));
+    }
+    let mut out: Vec<(Selector, Vec<String>)> = Vec::with_capacity(m.len());
+    for (name, values) in m {
+        let sel = Selector::parse(name).map_err(|e| format!("match: {e}"))?;
+        if out.iter().any(|(s, _)| *s == sel) {
+            return Err(format!("match: {sel} appears twice"));
+        }
+        if values.is_empty() || values.len() > MAX_MATCH_VALUES {
+            return Err(format!(
+                "match.{name}: must list 1 to {MAX_MATCH_VALUES} values"
+            ));
+        }
+        if let Some(v) = values
+            .iter()
+            .find(|v| v.chars().count() > MAX_MATCH_VALUE_CHARS)
+        {
+            return Err(format!(
+                "match.{name}: {:?} is longer than {MAX_MATCH_VALUE_CHARS} characters",
+                excerpt(v)
+            ));
+        }
+        out.push((sel, values.clone()));
+    }
+    Ok(out)
 }
 
 fn check_ipacl(raw: &[u8]) -> Result<IpAclRules, String> {
@@ -1579,5 +1766,114 @@ mod tests {
         assert_eq!(parse_net("::1").unwrap().to_string(), "::1/128");
         assert!(parse_net("10.0.0.0/33").is_none());
         assert!(parse_net("").is_none());
+    }
+
+    // Hot APIs: key-level switches and cache/hot-key policies.
+
+    #[test]
+    fn key_level_switches() {
+        let mut t = T::new();
+        t.put(
+            "switches/order.get@sku-BK-1",
+            json!({"degraded": true, "match": {"path:sku": ["BK-1"]}, "fallback": {"status": 200, "body": {"stock": 0}}}),
+        )
+        .put(
+            "switches/order.get@north-cm",
+            json!({"degraded": true, "match": {"header:X-Region": ["north"], "header:X-Carrier": ["cm"]}}),
+        )
+        .put("switches/order.get", json!({"degraded": false}))
+        .put("switches/a@nomatch", json!({"degraded": true}))
+        .put("switches/a@off", json!({"degraded": false}))
+        .put("switches/a@bad", json!({"degraded": true, "match": {"cookie:x": ["1"]}}))
+        .put("switches/a@empty", json!({"degraded": true, "match": {"app": []}}))
+        .put("switches/a@b@c", json!({"degraded": true, "match": {"app": ["m1"]}}))
+        .put("switches/a@", json!({"degraded": true, "match": {"app": ["m1"]}}))
+        .put("switches/wide", json!({"degraded": true, "match": {"app": ["m1"]}}));
+        let s = t.build(None);
+        let keyed = &s.key_switches["order.get"];
+        assert_eq!(keyed.len(), 2);
+        let bk = keyed.iter().find(|k| k.label == "sku-BK-1").unwrap();
+        assert_eq!(
+            bk.matches,
+            vec![(Selector::Path("sku".into()), vec!["BK-1".to_owned()])]
+        );
+        let rc = keyed.iter().find(|k| k.label == "north-cm").unwrap();
+        assert_eq!(rc.matches.len(), 2);
+        assert!(rc.matches.contains(&(
+            Selector::Header("x-region".into()),
+            vec!["north".to_owned()]
+        )));
+        assert!(s.switches.contains_key("order.get@sku-BK-1"));
+        assert!(!s.switches["order.get"].degraded);
+        assert!(reason(&s, "switches/a@nomatch").starts_with("match: must list 1"));
+        assert!(reason(&s, "switches/a@bad").starts_with("match: "));
+        assert!(reason(&s, "switches/a@empty").starts_with("match.app: "));
+        assert!(reason(&s, "switches/a@b@c").starts_with("name: label"));
+        assert!(reason(&s, "switches/a@").starts_with("name: label"));
+        assert!(reason(&s, "switches/wide").starts_with("match: only a key-level switch"));
+        assert!(!s.key_switches.contains_key("a"));
+        assert!(s.switches.contains_key("a@off"));
+    }
+
+    #[test]
+    fn cache_and_hot_key_policies() {
+        let mut v = http_api("sku.get", "GET", "/v1/skus/{sku}");
+        v["policy"] = json!({
+            "cache": {"ttl_ms": 2000, "key": ["path:sku", "query:region"], "max_entries": 100},
+            "hot_keys": {"key": ["path:sku"], "rate_above": 50, "link_bytes_per_s": 1000000}
+        });
+        let mut plain = http_api("plain.get", "GET", "/v1/plain");
+        plain["policy"] = json!({});
+        let s = T::new().api(v).api(plain).build(None);
+        assert!(s.rejected.is_empty(), "{:?}", s.rejected);
+        let hot = &s.hot["sku.get"];
+        let cache = hot.cache.as_ref().unwrap();
+        assert_eq!(cache.ttl_ms, 2000);
+        assert_eq!(cache.max_entries, 100);
+        assert_eq!(cache.max_body_bytes, DEFAULT_CACHE_BODY_BYTES as usize);
+        assert_eq!(cache.key.len(), 2);
+        let hk = hot.hot_keys.as_ref().unwrap();
+        assert_eq!((hk.rate_above, hk.bandwidth_share_above), (50.0, 0.7));
+        assert_eq!((hk.auto_cache_ms, hk.top), (1000, 20));
+        assert!(!s.hot.contains_key("plain.get"));
+
+        for (policy, field) in [
+            (
+                json!({"cache": {"ttl_ms": 1, "key": ["bogus"]}}),
+                "policy.cache.key[0]:",
+            ),
+            (
+                json!({"cache": {"ttl_ms": 1, "max_entries": 0}}),
+                "policy.cache.max_entries:",
+            ),
+            (
+                json!({"cache": {"ttl_ms": 1, "max_body_bytes": 0}}),
+                "policy.cache.max_body_bytes:",
+            ),
+            (
+                json!({"cache": {"ttl_ms": 90000000}}),
+                "policy.cache.ttl_ms:",
+            ),
+            (json!({"hot_keys": {"key": []}}), "policy.hot_keys.key:"),
+            (
+                json!({"hot_keys": {"key": ["app"], "rate_above": 0}}),
+                "policy.hot_keys.rate_above:",
+            ),
+            (
+                json!({"hot_keys": {"key": ["app"], "bandwidth_share_above": 1.5}}),
+                "policy.hot_keys.bandwidth_share_above:",
+            ),
+            (
+                json!({"hot_keys": {"key": ["app"], "top": 0}}),
+                "policy.hot_keys.top:",
+            ),
+            (
+                json!({"hot_keys": {"key": ["app"], "link_bytes_per_s": 0}}),
+                "policy.hot_keys.link_bytes_per_s:",
+            ),
+        ] {
+            let r = api_reason(|v| v["policy"] = policy.clone());
+            assert!(r.starts_with(field), "{policy}: {r}");
+        }
     }
 }

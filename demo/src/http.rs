@@ -18,7 +18,9 @@
 //! - `status=S` / `X-Demo-Status: S` (200–599): answer S with
 //!   `{"injected_status": S, "method": ..., "path": ...}` instead of the route's answer
 //!   (after the delay, if any);
-//! - `hang=1` / `X-Demo-Hang: 1`: never answer, until the client goes away.
+//! - `hang=1` / `X-Demo-Hang: 1`: never answer, until the client goes away;
+//! - `cache_control=V` / `X-Demo-Cache-Control: V`: add `Cache-Control: V` to the answer
+//!   (for the gateway's response cache tests).
 //!
 //! Every request but `/__stats*` is counted when it arrives (before any fault), so a test can
 //! tell whether the gateway touched the backend; `in_flight` counts requests being answered
@@ -201,6 +203,7 @@ struct Faults {
     delay_ms: Option<u64>,
     status: Option<StatusCode>,
     hang: bool,
+    cache_control: Option<String>,
 }
 
 impl Faults {
@@ -212,6 +215,7 @@ impl Faults {
                 "delay_ms" => f.delay_ms = value.parse().ok().or(f.delay_ms),
                 "status" => f.status = parse_status(value).or(f.status),
                 "hang" => f.hang = f.hang || is_true(value),
+                "cache_control" => f.cache_control = Some(value.replace("%20", " ")),
                 _ => {}
             }
         }
@@ -224,6 +228,9 @@ impl Faults {
         }
         if let Some(v) = header("x-demo-hang") {
             f.hang = f.hang || is_true(v.trim());
+        }
+        if let Some(v) = header("x-demo-cache-control") {
+            f.cache_control = Some(v.trim().to_owned());
         }
         f
     }
@@ -270,6 +277,10 @@ async fn faults(State(st): State<Shared>, req: Request, next: Next) -> Response 
     };
     resp.headers_mut()
         .insert(INSTANCE_HEADER, st.instance.clone());
+    if let Some(v) = f.cache_control.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        resp.headers_mut()
+            .insert(axum::http::header::CACHE_CONTROL, v);
+    }
     resp
 }
 

@@ -22,13 +22,17 @@
 //!     G --> H[degrade]
 //!     H -->|fallback: Response::Whole| W[rescue point writes it]
 //!     H -->|API_DEGRADED 503| R
-//!     H --> I[invoke::call: prepare the backend request]
+//!     H --> K[cache: GET / read-only, policy.cache or a hot key]
+//!     K -->|fresh entry: HIT, or 304 on If-None-Match| W
+//!     K --> I[invoke::call: prepare the backend request]
 //!     I -->|path, transcoding: BAD_REQUEST 400| R
 //!     I --> J[bulkhead, breaker, balance]
 //!     J -->|503| R
 //!     J -->|http: streamed| S[Response::Streamed]
 //!     J -->|grpc: transcoded JSON| W
 //!     J -->|502 / 504 / gRPC status| R
+//!     J -->|cacheable 200: read whole| F2[cache.finish: store, ETag, MISS / 304]
+//!     F2 --> W
 //! ```
 //!
 //! Every stage reads the same `Runtime`, loaded once at the top. Nothing here waits on
@@ -36,7 +40,7 @@
 
 use crate::edge::{EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
-use crate::invoke::{self, Call, Caller, Upstream};
+use crate::invoke::{self, CacheHint, Call, Caller, Upstream};
 use crate::model::Response;
 use crate::observe::metrics::ApiMetrics;
 use crate::runtime::Plane;
@@ -141,7 +145,13 @@ pub async fn handle(
         stage!(rt.edge.permit, &req, &mut ctx.edge);
         stage!(rt.edge.rate_limit, &req, &mut ctx.edge);
         stage!(rt.edge.degrade, &req, &mut ctx.edge);
+        stage!(rt.edge.cache, &req, &mut ctx.edge);
     }
+    let ticket = ctx.edge.cache.take();
+    let cache = CacheHint {
+        collect: ticket.as_ref().and_then(|t| t.collect()),
+        mark_bypass: ticket.is_some(),
+    };
 
     // Invoke: prepare → bulkhead → breaker → balance → backend.
     let call = Call {
@@ -155,9 +165,12 @@ pub async fn handle(
             peer_trusted: ctx.edge.peer_trusted,
             scheme: scheme(session),
         },
+        cache,
     };
     let clients = &plane.shared.clients;
-    invoke::call(clients, &rt.invoke, session, call, &mut ctx.upstream).await
+    let answer = invoke::call(clients, &rt.invoke, session, call, &mut ctx.upstream).await;
+    // Hot APIs: store a cacheable answer, mark it MISS or BYPASS.
+    rt.edge.cache.finish(ticket, answer, now)
 }
 
 /// Refuses a request head with more than [`MAX_HEADERS`] headers or more than

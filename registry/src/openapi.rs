@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 /// A document name (API id, cluster, app key), as [`crate::input::check_name`] takes it.
 const NAME_PATTERN: &str = "^[A-Za-z0-9._-]{1,128}$";
+/// A switch name: an API id, or `<api_id>@<label>` for a key-level switch.
+const SWITCH_PATTERN: &str = "^[A-Za-z0-9._-]{1,128}(@[A-Za-z0-9._-]{1,128})?$";
 
 /// A backend address: `host:port` (the hostname's labels) or `ip:port`, as the gateways'
 /// validation takes it (docs/OPERATIONS.md, "The configuration tree").
@@ -108,6 +110,9 @@ fn parameters(route: &Route) -> Vec<Value> {
         .map(|name| {
             let schema = if name == "version" {
                 json!({"type": "integer", "minimum": 1, "maximum": u64::MAX})
+            } else if route.tag == "switches" && name == "api_id" {
+                // Key-level switches: `<api_id>@<label>` (api/switches.rs).
+                json!({"type": "string", "pattern": SWITCH_PATTERN})
             } else {
                 name_schema()
             };
@@ -329,7 +334,9 @@ fn document_schemas() -> Value {
         "updated_by": {"type": "string", "description": "set from X-Portico-Operator, else this field, else admin"},
         "updated_at": {"type": "string", "format": "date-time", "description": "set by the registry"},
         "fallback": {"type": "object", "properties": {
-            "status": {"type": "integer", "minimum": 100, "maximum": 599, "default": 200}, "headers": {"type": "object", "additionalProperties": {"type": "string"}}, "body": {}}}}},
+            "status": {"type": "integer", "minimum": 100, "maximum": 599, "default": 200}, "headers": {"type": "object", "additionalProperties": {"type": "string"}}, "body": {}}},
+        "match": {"type": "object", "description": "only on <api_id>@<label>: selector (path:<var>, query:<name>, header:<Name>, app, ip) -> values; all selectors must match",
+            "additionalProperties": {"type": "array", "items": {"type": "string"}}}}},
     "IpAcl": {"type": "object", "properties": {
         "deny": {"type": "array", "items": {"type": "string"}}, "allow": {"type": "array", "items": {"type": "string"}},
         "trusted_proxies": {"type": "array", "items": {"type": "string"}}}},

@@ -1,15 +1,18 @@
 //! The edge: cheap checks first, each stage in its own file, all reading one snapshot.
 //!
 //! Request order (the pipeline, `pipeline.rs`, lists them exactly so):
-//! `ip_acl → route → (read body) → auth → permit → rate_limit → degrade`.
+//! `ip_acl → route → (read body) → auth → permit → rate_limit → degrade → cache`.
 //!
 //! Every stage is built the same way, [`Stage::build`] from the snapshot and the state the
 //! plane [`Carried`] across reloads, and answers the same way, [`Flow`].
 
 pub mod auth;
+pub mod cache;
 pub mod degrade;
 pub mod framing;
+pub mod hot_keys;
 pub mod ip_acl;
+pub mod keys;
 pub mod permit;
 pub mod rate_limit;
 pub mod replay;
@@ -18,6 +21,7 @@ pub mod route;
 use crate::error::GatewayError;
 use crate::model::{Response, RouteMatch};
 use auth::AuthStage;
+use cache::{CacheStage, CacheTicket, HotState};
 use degrade::DegradeStage;
 use ip_acl::IpAclStage;
 use permit::PermitStage;
@@ -80,6 +84,8 @@ pub struct EdgeCtx {
     pub app_key: Option<String>,
     /// Set by `auth` for a signed call.
     pub app: Option<Arc<v1::App>>,
+    /// Set by `cache` for an API with a cache or hot-key policy when it did not answer.
+    pub cache: Option<CacheTicket>,
 }
 
 impl EdgeCtx {
@@ -97,6 +103,9 @@ pub struct Carried {
     pub replay: Arc<ReplayCache>,
     /// Rate limiters, kept per rule while the rule is unchanged (`rate_limit`).
     pub limiters: Arc<RateLimiters>,
+    /// Response caches and hot-key detectors, kept per API while its definition is
+    /// unchanged (`cache`).
+    pub hot: Arc<HotState>,
 }
 
 /// One edge stage: one file, one struct, one `impl Stage`. Immutable once built, except for
@@ -117,7 +126,7 @@ pub trait Stage: Send + Sync {
     fn apply(&self, req: &EdgeRequest<'_>, ctx: &mut EdgeCtx) -> Flow;
 }
 
-/// The six edge stages, built from one snapshot.
+/// The seven edge stages, built from one snapshot.
 pub struct Stages {
     pub ip_acl: IpAclStage,
     pub route: RouteStage,
@@ -125,6 +134,7 @@ pub struct Stages {
     pub permit: PermitStage,
     pub rate_limit: RateLimitStage,
     pub degrade: DegradeStage,
+    pub cache: CacheStage,
 }
 
 impl Stages {
@@ -137,6 +147,7 @@ impl Stages {
             permit: PermitStage::build(snapshot, carried),
             rate_limit: RateLimitStage::build(snapshot, carried),
             degrade: DegradeStage::build(snapshot, carried),
+            cache: CacheStage::build(snapshot, carried),
         }
     }
 }

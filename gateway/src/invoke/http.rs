@@ -20,7 +20,7 @@
 
 use crate::error::{Code, GatewayError};
 use crate::invoke::forward::{self, Caller, Target};
-use crate::model::RouteMatch;
+use crate::model::{RouteMatch, Whole};
 use crate::request_id;
 use bytes::Bytes;
 use pingora_core::connectors::http::Connector;
@@ -202,6 +202,7 @@ impl HttpInvoker {
         addr: SocketAddr,
         request_id: &str,
         deadline: Instant,
+        extra: Option<(&'static str, &'static str)>,
     ) -> Result<u16, GatewayError> {
         let Some(resp) = upstream.response_header() else {
             return Err(GatewayError::upstream(
@@ -220,6 +221,9 @@ impl HttpInvoker {
             let _ = head.append_header(name.clone(), value.clone());
         }
         let _ = head.insert_header(request_id::HEADER, request_id);
+        if let Some((name, value)) = extra {
+            let _ = head.insert_header(name, value);
+        }
         let status = resp.status.as_u16();
         let end = upstream.response_done();
         let limit = session.get_write_timeout();
@@ -261,6 +265,104 @@ impl HttpInvoker {
             .release_http_session(*upstream, &peer, Some(UPSTREAM_IDLE))
             .await;
         Ok(status)
+    }
+}
+
+impl HttpInvoker {
+    /// Hot APIs (docs/ARCHITECTURE.md, "The response cache"): whether an answered upstream
+    /// response may be read whole for the cache: a 200 with a `Content-Length` of at most
+    /// `max_body`, no `Cache-Control: no-store|private` and no `Set-Cookie`.
+    pub fn collectable(upstream: &HttpSession, max_body: usize) -> bool {
+        let Some(resp) = upstream.response_header() else {
+            return false;
+        };
+        if resp.status.as_u16() != 200 || resp.headers.contains_key(http::header::SET_COOKIE) {
+            return false;
+        }
+        let no_store = resp
+            .headers
+            .get_all(http::header::CACHE_CONTROL)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|d| {
+                let d = d.trim();
+                d.eq_ignore_ascii_case("no-store") || d.eq_ignore_ascii_case("private")
+            });
+        let length = resp
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<usize>().ok());
+        !no_store && length.is_some_and(|n| n <= max_body)
+    }
+
+    /// Reads an answered upstream response whole (one that is [`Self::collectable`]) within
+    /// `deadline`, for the rescue point to write: its status, its headers less the ones
+    /// [`Self::relay`] drops and the framing ones, and its body.
+    pub async fn read_whole(
+        &self,
+        mut upstream: Box<HttpSession>,
+        addr: SocketAddr,
+        deadline: Instant,
+        max_body: usize,
+    ) -> Result<Whole, GatewayError> {
+        let Some(resp) = upstream.response_header() else {
+            return Err(GatewayError::upstream(
+                Code::UpstreamError,
+                "the backend failed to answer",
+                format!("upstream {addr} sent no response header"),
+            ));
+        };
+        let status = resp.status.as_u16();
+        let named = connection_named(&resp.headers);
+        let headers: Vec<(String, String)> = resp
+            .headers
+            .iter()
+            .filter(|(name, _)| {
+                !RESPONSE_DROPPED.contains(&name.as_str())
+                    && !named.contains(name)
+                    && *name != http::header::CONTENT_LENGTH
+                    && *name != http::header::TRANSFER_ENCODING
+            })
+            .filter_map(|(n, v)| Some((n.as_str().to_owned(), v.to_str().ok()?.to_owned())))
+            .collect();
+        let mut body = bytes::BytesMut::new();
+        let mut done = upstream.response_done();
+        while !done {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let chunk = match tokio::time::timeout(left, upstream.read_response_body()).await {
+                Err(_) => return Err(timeout_error(addr)),
+                Ok(Err(e)) => {
+                    return Err(GatewayError::upstream(
+                        Code::UpstreamError,
+                        "the backend failed to answer",
+                        format!("reading the body from upstream {addr}: {e}"),
+                    ))
+                }
+                Ok(Ok(c)) => c,
+            };
+            if let Some(c) = &chunk {
+                if body.len() + c.len() > max_body {
+                    return Err(GatewayError::upstream(
+                        Code::UpstreamError,
+                        "the backend failed to answer",
+                        format!("upstream {addr} sent more than its Content-Length"),
+                    ));
+                }
+                body.extend_from_slice(c);
+            }
+            done = chunk.is_none() || upstream.response_done();
+        }
+        let peer = Self::peer(addr, UPSTREAM_IDLE);
+        self.connector
+            .release_http_session(*upstream, &peer, Some(UPSTREAM_IDLE))
+            .await;
+        Ok(Whole {
+            status,
+            headers,
+            body: body.freeze(),
+        })
     }
 }
 

@@ -62,6 +62,19 @@ pub struct Call<'a> {
     pub body: Bytes,
     /// What the edge decided about the caller: request id, app, client address and proxies.
     pub caller: Caller<'a>,
+    /// What the edge's `cache` stage asks of the answer (hot APIs).
+    pub cache: CacheHint,
+}
+
+/// What the edge's `cache` stage asks of an HTTP answer (docs/ARCHITECTURE.md, "The
+/// response cache"); the default asks nothing.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CacheHint {
+    /// Read a 200 answer of at most this many bytes whole (see
+    /// [`HttpInvoker::collectable`]) and return it as [`Response::Whole`].
+    pub collect: Option<usize>,
+    /// Mark an answer streamed as it comes `X-Portico-Cache: BYPASS`.
+    pub mark_bypass: bool,
 }
 
 /// Which endpoint a call reached and how long the backend took, for the access log and the
@@ -107,7 +120,17 @@ pub async fn call(
     match prepared {
         Prepared::Http(request) => {
             let rid = call.caller.request_id;
-            call_http(&clients.http, session, *request, rid, admitted, upstream).await
+            let hint = call.cache;
+            call_http(
+                &clients.http,
+                session,
+                *request,
+                rid,
+                hint,
+                admitted,
+                upstream,
+            )
+            .await
         }
         Prepared::Grpc(method, request) => {
             call_grpc(&clients.grpc, &method, request, admitted, upstream).await
@@ -194,6 +217,7 @@ async fn call_http(
     session: &mut Session,
     request: HttpRequest,
     request_id: &str,
+    hint: CacheHint,
     admitted: Admitted<'_>,
     upstream: &mut Upstream,
 ) -> Result<Response, GatewayError> {
@@ -220,8 +244,15 @@ async fn call_http(
     upstream.latency = Some(latency);
     let status = answer.response_header().map_or(502, |h| h.status.as_u16());
     settle(ticket, Outcome::Answered { status, latency });
+    if let Some(max) = hint.collect {
+        if HttpInvoker::collectable(&answer, max) {
+            let whole = http.read_whole(answer, addr, deadline, max).await?;
+            return Ok(Response::Whole(whole));
+        }
+    }
+    let extra = hint.mark_bypass.then_some(("x-portico-cache", "BYPASS"));
     let status = http
-        .relay(session, answer, addr, request_id, deadline)
+        .relay(session, answer, addr, request_id, deadline, extra)
         .await?;
     Ok(Response::Streamed(status))
 }
@@ -335,6 +366,7 @@ mod tests {
             route: &route,
             body: Bytes::new(),
             caller: Caller::new("rid-1"),
+            cache: CacheHint::default(),
         };
         let mut upstream = Upstream::default();
         let clients = &plane.shared.clients;
@@ -424,6 +456,7 @@ mod tests {
             route: &route,
             body: Bytes::new(),
             caller: Caller::new("rid-1"),
+            cache: CacheHint::default(),
         };
         let mut upstream = Upstream::default();
         let clients = &plane.shared.clients;

@@ -27,6 +27,7 @@ pub mod context;
 pub mod descriptors;
 pub mod documents;
 pub mod health;
+pub mod hot_keys;
 pub mod ipacl;
 pub mod ops;
 pub mod reply;
@@ -53,6 +54,7 @@ pub fn routes() -> Vec<Route> {
         apis::routes(),
         sandbox::routes(),
         health::routes(),
+        hot_keys::routes(),
         in_each_env(&in_both_envs),
     ]
     .concat()
@@ -99,7 +101,7 @@ mod tests {
                 "{method} /sandbox{path}"
             );
         }
-        assert_eq!(all.len(), 69);
+        assert_eq!(all.len(), 70);
     }
 
     /// Every route is in the OpenAPI document, and every `$ref` resolves.

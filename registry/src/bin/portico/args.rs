@@ -308,7 +308,7 @@ pub(crate) enum OnOff {
 
 #[derive(Debug, Args)]
 pub(crate) struct SwitchArgs {
-    /// The API id.
+    /// The API id, or `<api_id>@<label>` for a key-level switch (with `--match`).
     pub(crate) api: String,
     /// `on` degrades the API; `off` restores it.
     pub(crate) state: OnOff,
@@ -327,6 +327,10 @@ pub(crate) struct SwitchArgs {
     /// Flip the sandbox switch instead of the live one.
     #[arg(long)]
     pub(crate) sandbox: bool,
+    /// A key-level switch's match, `<selector>=<value>[,<value>...]` (repeatable; all must
+    /// match): `--match path:sku=BK-1`, `--match header:X-Region=north`.
+    #[arg(long = "match")]
+    pub(crate) matches: Vec<String>,
 }
 
 #[derive(Debug, Args)]
