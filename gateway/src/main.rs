@@ -7,6 +7,7 @@ use pingora_core::server::Server;
 use portico_control::zk::{NodeInfo, ZkSource};
 use portico_control::{ConfigSource, DirSource};
 use portico_gateway::admin::{self, AdminState};
+use portico_gateway::fleet::Fleet;
 use portico_gateway::invoke::Clients;
 use portico_gateway::listener;
 use portico_gateway::observe::access_log::{AccessLog, LogTarget};
@@ -101,6 +102,11 @@ struct Args {
     /// 503 `CONNECTION_LIMIT` and closed.
     #[arg(long, default_value_t = listener::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
+    /// Redis for the fleet (`redis://host:port[/db]`): shared counters of cluster-scope rate
+    /// limits and the cluster-wide nonce record (docs/OPERATIONS.md, "Running a cluster").
+    /// Without it, cluster-scope limits are split by the gateways in ZooKeeper's `nodes/`.
+    #[arg(long, env = "PORTICO_REDIS")]
+    redis: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -145,6 +151,9 @@ fn main() -> anyhow::Result<()> {
         live_source,
         tls.as_ref(),
     )?;
+    shared
+        .fleet
+        .start(control_rt.handle(), sources.members.clone());
     spawn_reload_loops(&control_rt, &sources, args.snapshot_dir.as_ref());
     control_rt.spawn(housekeeping(planes, sources.live_source));
     tracing::info!(node_id = %node_id, listen = %args.listen, admin = %args.admin_listen, sandbox = ?args.sandbox_listen, tls = ?args.tls_listen, sandbox_tls = ?args.sandbox_tls_listen, "portico-gateway starting");
@@ -169,6 +178,15 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
     let metrics = Metrics::new().context("registering metrics")?;
     let access_log = AccessLog::start(args.access_log.clone(), metrics.access_log_dropped.clone())
         .context("opening the access log")?;
+    let redis = args.redis.as_deref().filter(|u| !u.trim().is_empty());
+    if let Some(url) = redis {
+        redis::Client::open(url).with_context(|| format!("--redis {url}"))?;
+    }
+    let fleet = Arc::new(Fleet::new(redis));
+    fleet
+        .metrics
+        .register(&metrics.registry)
+        .context("registering fleet metrics")?;
     Ok(Arc::new(Shared {
         metrics,
         access_log,
@@ -178,6 +196,7 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
         default_max_body: args.max_body_bytes,
         replay_bytes_per_app: args.replay_cache_mib.saturating_mul(1 << 20),
         write_timeout: Duration::from_millis(args.write_timeout_ms),
+        fleet,
     }))
 }
 
@@ -207,6 +226,8 @@ struct Sources {
     on_applied: Option<reload::OnApplied>,
     /// The live plane's source, when it has a connection to report (ZooKeeper).
     live_source: Option<Arc<dyn ConfigSource>>,
+    /// The gateways registered in ZooKeeper's `nodes/` (ZooKeeper mode).
+    members: Option<tokio::sync::watch::Receiver<Option<usize>>>,
 }
 
 /// Standalone mode: the directory (and its `sandbox/`), read once now so the gateway is
@@ -230,6 +251,7 @@ fn dir_sources(
         loops,
         on_applied: None,
         live_source: None,
+        members: None,
     })
 }
 
@@ -271,10 +293,12 @@ fn zk_sources(
             .with_auth(auth);
         loops.push((sb.clone(), Arc::new(source)));
     }
+    let members = Some(zk.watch_members());
     Ok(Sources {
         loops,
         on_applied: Some(on_applied),
         live_source: Some(zk),
+        members,
     })
 }
 

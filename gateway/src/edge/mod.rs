@@ -80,6 +80,9 @@ pub struct EdgeCtx {
     pub app_key: Option<String>,
     /// Set by `auth` for a signed call.
     pub app: Option<Arc<v1::App>>,
+    /// Set by `auth` for a signed call whose nonce the node found fresh, when nonces are
+    /// also recorded cluster-wide (Redis): the pipeline claims it right after `auth`.
+    pub nonce_claim: Option<crate::fleet::NonceClaim>,
 }
 
 impl EdgeCtx {
