@@ -107,6 +107,19 @@ struct Args {
     /// Without it, cluster-scope limits are split by the gateways in ZooKeeper's `nodes/`.
     #[arg(long, env = "PORTICO_REDIS")]
     redis: Option<String>,
+    /// Zero-downtime restart: take the listening sockets over from the gateway running with
+    /// the same --upgrade-sock (Pingora's graceful upgrade), which is then sent SIGQUIT and
+    /// drains (docs/OPERATIONS.md, "Restarts and upgrades"; ./ops/restart-gateway.sh).
+    #[arg(long)]
+    upgrade: bool,
+    /// The Unix socket the listening sockets are handed over on during an upgrade (default:
+    /// one per --listen address, under /tmp).
+    #[arg(long)]
+    upgrade_sock: Option<PathBuf>,
+    /// On SIGTERM (stop) or SIGQUIT (upgrade), how long requests in flight may take to finish
+    /// once the gateway stops accepting connections, in seconds; the process exits after it.
+    #[arg(long, default_value_t = 5)]
+    drain_seconds: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -359,7 +372,7 @@ fn start_admin(
         }),
     };
     let listener = control_rt
-        .block_on(tokio::net::TcpListener::bind(&args.admin_listen))
+        .block_on(bind_admin(&args.admin_listen))
         .with_context(|| format!("binding the admin listener {}", args.admin_listen))?;
     control_rt.spawn(async move {
         if let Err(e) = axum::serve(listener, admin::router(state)).await {
@@ -436,15 +449,26 @@ fn serve_traffic(
     sandbox: Option<Arc<Plane>>,
     tls: Option<Arc<CertStore>>,
 ) -> anyhow::Result<()> {
+    // Stop and upgrade (docs/OPERATIONS.md, "Restarts and upgrades"): on SIGTERM, or on
+    // SIGQUIT once the sockets are handed over, Pingora stops accepting, lets requests in
+    // flight run for the grace period (--drain-seconds), then ends the runtimes (1 s).
     let conf = ServerConf {
         threads: args
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
-        grace_period_seconds: Some(0),
+        grace_period_seconds: Some(args.drain_seconds),
         graceful_shutdown_timeout_seconds: Some(1),
+        upgrade_sock: upgrade_sock(args).display().to_string(),
         ..ServerConf::default()
     };
-    let mut server = Server::new_with_opt_and_conf(None, conf);
+    let opt = pingora_core::server::configuration::Opt {
+        upgrade: args.upgrade,
+        ..Default::default()
+    };
+    if args.upgrade {
+        tracing::info!(sock = %conf.upgrade_sock, "upgrade: waiting for the running gateway's listening sockets (send it SIGQUIT)");
+    }
+    let mut server = Server::new_with_opt_and_conf(Some(opt), conf);
     server.bootstrap();
     let head_deadline = Duration::from_millis(args.head_timeout_ms);
     let planes = std::iter::once((live, &args.listen, &args.tls_listen, "portico-live")).chain(
@@ -495,6 +519,36 @@ fn probe_addr(listen: &str) -> Option<std::net::SocketAddr> {
         });
     }
     Some(addr)
+}
+
+/// The upgrade socket: `--upgrade-sock`, else one per traffic listener address.
+fn upgrade_sock(args: &Args) -> PathBuf {
+    args.upgrade_sock.clone().unwrap_or_else(|| {
+        let name: String = args
+            .listen
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        PathBuf::from(format!("/tmp/portico-gateway-upgrade-{name}.sock"))
+    })
+}
+
+/// The admin listener, with SO_REUSEPORT so that a gateway started with `--upgrade` can bind
+/// it while the one it replaces still serves it (both answer until the old one exits).
+async fn bind_admin(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
+    let addr: std::net::SocketAddr = tokio::net::lookup_host(addr)
+        .await?
+        .next()
+        .ok_or_else(|| std::io::Error::other("no address"))?;
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 fn default_node_id() -> String {
