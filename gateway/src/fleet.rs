@@ -105,7 +105,10 @@ impl FleetMetrics {
         let gauge = |n: &str, h: &str| IntGauge::new(n, h).unwrap_or_else(|_| unreachable!());
         let counter = |n: &str, h: &str| IntCounter::new(n, h).unwrap_or_else(|_| unreachable!());
         FleetMetrics {
-            redis_up: gauge("portico_redis_up", "1 while Redis (--redis) answers, else 0"),
+            redis_up: gauge(
+                "portico_redis_up",
+                "1 while Redis (--redis) answers, else 0",
+            ),
             members: gauge(
                 "portico_cluster_members",
                 "Gateways registered in ZooKeeper nodes/ (cluster-scope limits split by it)",
@@ -284,9 +287,13 @@ impl Fleet {
     pub fn redis_status(&self) -> Option<serde_json::Value> {
         let r = self.redis.as_ref()?;
         let since_ms = r.since_ms.load(Ordering::Relaxed);
-        let since = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(since_ms) * 1_000_000)
-            .ok()
-            .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok());
+        let since =
+            time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(since_ms) * 1_000_000)
+                .ok()
+                .and_then(|t| {
+                    t.format(&time::format_description::well_known::Rfc3339)
+                        .ok()
+                });
         Some(serde_json::json!({
             "url": redact(&r.url),
             "state": if r.up.load(Ordering::Relaxed) { "ok" } else { "down" },
@@ -577,7 +584,9 @@ impl Lease {
         };
         let low = st.tokens <= st.batch / 2;
         let ask = (!st.pending && now >= st.denied_until && low).then(|| {
-            let elapsed = now.saturating_sub(st.demand_since).max(MIN_POLL.as_nanos() as u64);
+            let elapsed = now
+                .saturating_sub(st.demand_since)
+                .max(MIN_POLL.as_nanos() as u64);
             let rate = f64::from(st.demand) * 1e9 / elapsed as f64;
             let want = batch_of(rate).clamp(1.0, f64::from(self.cap)) as u32;
             st.pending = true;
@@ -768,7 +777,10 @@ mod tests {
     #[test]
     fn nonce_keys_are_stable_and_separate_apps() {
         let a = NonceClaim::new("app-1", "nonce-123", T0 / MS + 300_000, T0 / MS);
-        assert_eq!(a, NonceClaim::new("app-1", "nonce-123", T0 / MS + 300_000, T0 / MS));
+        assert_eq!(
+            a,
+            NonceClaim::new("app-1", "nonce-123", T0 / MS + 300_000, T0 / MS)
+        );
         assert_eq!(a.ttl_ms, 300_000);
         assert!(a.key.starts_with("portico:nonce:"));
         assert_eq!(a.key.len(), "portico:nonce:".len() + 32);
@@ -782,7 +794,10 @@ mod tests {
 
     #[test]
     fn redis_urls_are_shown_without_password() {
-        assert_eq!(redact("redis://:pw@10.0.0.1:6379"), "redis://***@10.0.0.1:6379");
+        assert_eq!(
+            redact("redis://:pw@10.0.0.1:6379"),
+            "redis://***@10.0.0.1:6379"
+        );
         assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
     }
 }

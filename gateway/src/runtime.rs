@@ -9,8 +9,8 @@
 //! `invoke/state.rs`), and the metric series per API. Process-wide services (the HTTP pool
 //! and gRPC channels, metrics, the access log) live in [`Shared`].
 
-use crate::edge::replay::ReplayCache;
 use crate::edge::rate_limit::RateLimiters;
+use crate::edge::replay::ReplayCache;
 use crate::edge::{Carried, Stages};
 use crate::fleet::Fleet;
 use crate::invoke::breaker::{Clock, SystemClock};

@@ -260,7 +260,12 @@ fn a_fleet_shares_its_limits_and_nonces_and_rides_out_losses() {
         assert!(since >= killed.saturating_sub(1000), "{since} vs {killed}");
     }
     let (ok, limited, other) = measure(&all, PER_NODE, Duration::from_secs(6));
-    assert_within("even load, redis down (membership split)", ok, limited, other);
+    assert_within(
+        "even load, redis down (membership split)",
+        ok,
+        limited,
+        other,
+    );
     // A signed call replayed to another node is now caught only by the node that saw it.
     let (ts, n) = (now_ms(), nonce());
     let a = signed_at(&http, "GET", &url1, KEY, SECRET, None, ts, &n)
@@ -285,7 +290,8 @@ fn a_fleet_shares_its_limits_and_nonces_and_rides_out_losses() {
     let gone = Instant::now();
     for gw in &gws {
         assert!(
-            wait_until(Duration::from_secs(15), || gw.status()["cluster_members"] == 2),
+            wait_until(Duration::from_secs(15), || gw.status()["cluster_members"]
+                == 2),
             "{}",
             gw.status()
         );
@@ -297,7 +303,8 @@ fn a_fleet_shares_its_limits_and_nonces_and_rides_out_losses() {
     redis.start_again();
     for gw in &gws {
         assert!(
-            wait_until(Duration::from_secs(10), || gw.status()["redis"]["state"] == "ok"),
+            wait_until(Duration::from_secs(10), || gw.status()["redis"]["state"]
+                == "ok"),
             "{}",
             gw.status()
         );

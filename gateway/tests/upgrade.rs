@@ -19,7 +19,14 @@ fn spawn(tree: &Path, listen: &str, admin: &str, sock: &Path, upgrade: bool) -> 
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_portico-gateway"));
     cmd.args(["--config-dir", &tree.display().to_string()])
         .args(["--listen", listen, "--admin-listen", admin])
-        .args(["--access-log", "off", "--threads", "2", "--drain-seconds", "2"])
+        .args([
+            "--access-log",
+            "off",
+            "--threads",
+            "2",
+            "--drain-seconds",
+            "2",
+        ])
         .arg("--upgrade-sock")
         .arg(sock)
         .env("PORTICO_LOG", "warn,portico_gateway=info")
@@ -141,8 +148,14 @@ fn an_upgrade_under_load_refuses_nothing_and_fails_nothing() {
     let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
     eprintln!("upgrade under load: {ok} ok, {failed} failed");
     assert_eq!(failed, 0, "requests failed during the upgrade");
-    assert!(after_exit > before, "no request was served during the hand-over");
-    assert!(ok > after_exit, "nothing was served by the new gateway alone");
+    assert!(
+        after_exit > before,
+        "no request was served during the hand-over"
+    );
+    assert!(
+        ok > after_exit,
+        "nothing was served by the new gateway alone"
+    );
     assert!(alive(&mut new));
 
     // SIGTERM: the gateway stops accepting, drains and exits within the drain deadline.

@@ -1,6 +1,6 @@
 //! Test support shared by Portico's integration tests: a real ZooKeeper server (the Debian
 //! `zookeeper` package) on a free loopback port with a private data directory, its `zkCli.sh`
-//! client, and free ports.
+//! client, a real Redis ([`Redis`], Debian's `redis-server`), and free ports.
 //!
 //! ```no_run
 //! let zk = portico_testkit::ZooKeeper::start();
@@ -609,6 +609,89 @@ fn cli_output(output: std::process::Output) -> ZkCliOutput {
     }
 }
 
+/// A real Redis server (Debian's `redis-server`, or `PORTICO_REDIS_SERVER`) on a free
+/// loopback port, without persistence, stopped when dropped.
+pub struct Redis {
+    port: u16,
+    child: Option<Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    /// Starts a server and waits until it answers `PING` (panics if it does not within
+    /// [`START_TIMEOUT`]).
+    pub fn start() -> Redis {
+        let dir = tempfile::tempdir().expect("temporary directory for redis");
+        let mut redis = Redis {
+            port: free_port(),
+            child: None,
+            _dir: dir,
+        };
+        redis.start_again();
+        redis
+    }
+
+    /// Starts the server again on the same port (after [`Redis::kill`]).
+    pub fn start_again(&mut self) {
+        let bin = std::env::var("PORTICO_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(&bin)
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self._dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {bin} (apt-get install redis-server): {e}"));
+        self.child = Some(child);
+        assert!(
+            wait_for(START_TIMEOUT, || self.ping()),
+            "redis-server on port {} did not answer PING",
+            self.port
+        );
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Whether the server answers `PING` with `+PONG`.
+    pub fn ping(&self) -> bool {
+        self.command("PING\r\n")
+            .is_some_and(|r| r.starts_with("+PONG"))
+    }
+
+    /// Sends one inline command and returns the first reply read (for tests' checks).
+    pub fn command(&self, line: &str) -> Option<String> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        s.write_all(line.as_bytes()).ok()?;
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to end.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -664,87 +747,5 @@ mod tests {
         );
         let out = zkcli_as(&connect, &creds.gateway, &["create", "/portico/apis", ""]);
         assert!(!out.success, "{out:?}");
-    }
-}
-
-/// A real Redis server (Debian's `redis-server`, or `PORTICO_REDIS_SERVER`) on a free
-/// loopback port, without persistence, stopped when dropped.
-pub struct Redis {
-    port: u16,
-    child: Option<Child>,
-    _dir: tempfile::TempDir,
-}
-
-impl Redis {
-    /// Starts a server and waits until it answers `PING` (panics if it does not within
-    /// [`START_TIMEOUT`]).
-    pub fn start() -> Redis {
-        let dir = tempfile::tempdir().expect("temporary directory for redis");
-        let mut redis = Redis {
-            port: free_port(),
-            child: None,
-            _dir: dir,
-        };
-        redis.start_again();
-        redis
-    }
-
-    /// Starts the server again on the same port (after [`Redis::kill`]).
-    pub fn start_again(&mut self) {
-        let bin = std::env::var("PORTICO_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let child = Command::new(&bin)
-            .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(self._dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {bin} (apt-get install redis-server): {e}"));
-        self.child = Some(child);
-        assert!(
-            wait_for(START_TIMEOUT, || self.ping()),
-            "redis-server on port {} did not answer PING",
-            self.port
-        );
-    }
-
-    /// `redis://127.0.0.1:<port>`.
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Whether the server answers `PING` with `+PONG`.
-    pub fn ping(&self) -> bool {
-        self.command("PING\r\n").is_some_and(|r| r.starts_with("+PONG"))
-    }
-
-    /// Sends one inline command and returns the first reply read (for tests' checks).
-    pub fn command(&self, line: &str) -> Option<String> {
-        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        s.write_all(line.as_bytes()).ok()?;
-        let mut buf = [0u8; 4096];
-        let n = s.read(&mut buf).ok()?;
-        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
-    }
-
-    /// Kills the server (SIGKILL) and waits for it to end.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
     }
 }

@@ -168,13 +168,14 @@ impl Limiter {
         } else {
             Cells::Single(AtomicU64::new(0))
         };
-        let cluster = cluster
-            .filter(|_| rule.scope == v1::Scope::Cluster)
-            .map(|(fleet, prefix)| ClusterSide {
-                fleet,
-                prefix,
-                leases: DashMap::new(),
-            });
+        let cluster =
+            cluster
+                .filter(|_| rule.scope == v1::Scope::Cluster)
+                .map(|(fleet, prefix)| ClusterSide {
+                    fleet,
+                    prefix,
+                    leases: DashMap::new(),
+                });
         Limiter {
             rule,
             interval_ns,
@@ -534,15 +535,21 @@ impl RateLimitStage {
                     let parts: Vec<KeyPart> =
                         rule.key.parts().into_iter().map(KeyPart::parse).collect();
                     let keyed = parts.iter().any(KeyPart::varies);
-                    let limiter =
-                        limiters.limiter("api", &limiters.api, (id.clone(), i), rule, keyed, || {
+                    let limiter = limiters.limiter(
+                        "api",
+                        &limiters.api,
+                        (id.clone(), i),
+                        rule,
+                        keyed,
+                        || {
                             format!(
                                 "{} per {} by {}",
                                 rule.limit,
                                 per_str(rule.per),
                                 rule.key.parts().join("+")
                             )
-                        });
+                        },
+                    );
                     ApiRule {
                         parts,
                         limiter,
@@ -675,16 +682,16 @@ impl Stage for RateLimitStage {
             match limiter.acquire(key, now) {
                 Ok(charge) => charged.push((limiter, key, charge)),
                 Err(wait_ns) => {
-                for (earlier, key, charge) in charged {
-                    earlier.refund(key, charge);
-                }
-                let secs = wait_ns.div_ceil(NANOS_PER_SEC).max(1);
-                return GatewayError::new(
-                    Code::RateLimited,
-                    format!("rate limit exceeded: {}", limiter.describe),
-                )
-                .with_retry_after(secs)
-                .into();
+                    for (earlier, key, charge) in charged {
+                        earlier.refund(key, charge);
+                    }
+                    let secs = wait_ns.div_ceil(NANOS_PER_SEC).max(1);
+                    return GatewayError::new(
+                        Code::RateLimited,
+                        format!("rate limit exceeded: {}", limiter.describe),
+                    )
+                    .with_retry_after(secs)
+                    .into();
                 }
             }
         }
