@@ -575,10 +575,12 @@ impl Lease {
         let take = if st.tokens > 0 {
             st.tokens -= 1;
             Take::Admit
+        } else if now < st.denied_until {
+            // Redis said the shared bucket is empty until then (however long ago it said
+            // so: a slow limit's wait may outlast `WARM`).
+            Take::Refuse(st.denied_until - now)
         } else if !warm {
             Take::Cold
-        } else if now < st.denied_until {
-            Take::Refuse(st.denied_until - now)
         } else {
             Take::Refuse(self.interval_ns)
         };
@@ -754,6 +756,17 @@ mod tests {
         let (take, ask) = lease.take(T0 + MIN_POLL.as_nanos() as u64);
         assert!(matches!(take, Take::Refuse(_)));
         assert!(ask.is_some());
+    }
+
+    #[test]
+    fn a_long_wait_refuses_past_the_warm_period() {
+        // 2 per minute: Redis's next call is 30 s away, far past `WARM`.
+        let lease = Lease::new("k".into(), 30_000_000_000, 2);
+        let (_, ask) = lease.take(T0);
+        lease.fill(0, ask.unwrap().want, 30_000 * MS, T0);
+        let (take, ask) = lease.take(T0 + 5_000 * MS);
+        assert_eq!(take, Take::Refuse(25_000 * MS));
+        assert_eq!(ask, None);
     }
 
     #[test]

@@ -22,6 +22,11 @@ use zookeeper_client as zk;
 const ROOT: &str = "/portico";
 /// The cluster-scope app limit under test, per second.
 const LIMIT: u64 = 300;
+/// The rule's bucket: half a second of the limit. A bucket of a few calls would lose
+/// capacity whenever the load generator stalls on a busy machine (the bucket is full then,
+/// and time passes unused); half a second absorbs such stalls, and once spent it adds
+/// nothing to the steady rate the test measures.
+const BURST: u64 = 150;
 /// Load offered per node when spread evenly (3 nodes: 3× the limit in total).
 const PER_NODE: u64 = 300;
 
@@ -42,7 +47,7 @@ fn seed(zk_hosts: &str) {
             (
                 "apps/merchant-1",
                 json!({"secret": SECRET, "status": "active", "apis": ["*"],
-                       "rate_limits": [{"limit": LIMIT, "per": "second", "burst": 30, "scope": "cluster"}]}),
+                       "rate_limits": [{"limit": LIMIT, "per": "second", "burst": BURST, "scope": "cluster"}]}),
             ),
             (
                 "apis/ping.get",
@@ -161,7 +166,7 @@ fn measure(targets: &[&GatewayProcess], per_node: u64, window: Duration) -> (f64
         })
         .collect();
     // Warm-up: the burst is spent and leases follow the demand.
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(3));
     tally.counting.store(true, Ordering::Relaxed);
     let started = Instant::now();
     std::thread::sleep(window);
@@ -237,11 +242,11 @@ fn a_fleet_shares_its_limits_and_nonces_and_rides_out_losses() {
     let all: Vec<&GatewayProcess> = gws.iter().collect();
 
     // 1. Load spread evenly at 3× the limit, Redis up.
-    let (ok, limited, other) = measure(&all, PER_NODE, Duration::from_secs(6));
+    let (ok, limited, other) = measure(&all, PER_NODE, Duration::from_secs(8));
     assert_within("even load, redis", ok, limited, other);
 
     // 2. All load on one node, Redis up (the others idle: their leases expire).
-    let (ok, limited, other) = measure(&all[..1], 3 * PER_NODE, Duration::from_secs(6));
+    let (ok, limited, other) = measure(&all[..1], 3 * PER_NODE, Duration::from_secs(8));
     assert_within("one node, redis", ok, limited, other);
     let refills = metric(&gws[0], "portico_rate_limit_lease_refills_total").unwrap();
     assert!(refills > 0.0);
@@ -280,7 +285,7 @@ fn a_fleet_shares_its_limits_and_nonces_and_rides_out_losses() {
         let since = gw.status()["redis"]["since_unix_ms"].as_u64().unwrap();
         assert!(since >= killed.saturating_sub(1000), "{since} vs {killed}");
     }
-    let (ok, limited, other) = measure(&all, PER_NODE, Duration::from_secs(6));
+    let (ok, limited, other) = measure(&all, PER_NODE, Duration::from_secs(8));
     assert_within(
         "even load, redis down (membership split)",
         ok,

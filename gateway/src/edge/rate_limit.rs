@@ -1041,6 +1041,76 @@ mod tests {
     }
 
     #[test]
+    fn cluster_scope_without_redis_is_split_by_the_live_members_at_once() {
+        let fleet = Arc::new(Fleet::default());
+        fleet.set_members(3);
+        let reg = RateLimiters::with_fleet(Arc::clone(&fleet));
+        let mut cluster = rule(&["api"], 6, Per::Second, None);
+        cluster.scope = v1::Scope::Cluster;
+        let snap = snapshot(
+            &[
+                ("c", vec![cluster]),
+                ("n", vec![rule(&["api"], 6, Per::Second, None)]),
+            ],
+            &[(
+                "m1",
+                vec![v1::AppRateLimit {
+                    limit: 30,
+                    per: Per::Second,
+                    burst: None,
+                    scope: v1::Scope::Cluster,
+                }],
+            )],
+        );
+        let stage = RateLimitStage::with_limiters(&snap, &reg);
+        // 6/s over three nodes: this one admits 2 at once, then one every 500 ms.
+        assert_eq!(passes(&stage, &snap, &Call::new("c"), 10), 2);
+        assert_eq!(passes(&stage, &snap, &Call::new("c").at(500), 10), 1);
+        // A node-scope rule is not split.
+        assert_eq!(passes(&stage, &snap, &Call::new("n"), 10), 6);
+        // The app's own cluster limit too: 30/s over three is 10.
+        assert_eq!(
+            passes(&stage, &snap, &Call::new("n").app("m1").at(5000), 20),
+            6
+        );
+        assert_eq!(
+            passes(&stage, &snap, &Call::new("c").app("m1").at(5000), 20),
+            2
+        );
+        // Two nodes left: re-split on the next call, without a rebuild.
+        fleet.set_members(2);
+        assert_eq!(passes(&stage, &snap, &Call::new("c").at(10_000), 10), 3);
+    }
+
+    #[test]
+    fn cluster_keys_hash_the_same_in_every_process() {
+        let key = |stage: &RateLimitStage, snap: &Snapshot| {
+            let r = &stage.apis["c"][0];
+            let mut headers = HeaderMap::new();
+            headers.insert("x-region", "east".parse().unwrap());
+            let req = EdgeRequest {
+                method: "GET",
+                path: "/x",
+                query: None,
+                headers: &headers,
+                peer: None,
+                body: b"",
+                now_ms: NOW_MS,
+            };
+            let mut ctx = routed(&snap.apis["c"]);
+            ctx.app_key = Some("m1".into());
+            stage.key(r, "c", &req, &ctx)
+        };
+        let mut cluster = rule(&["app", "header:x-region"], 6, Per::Second, None);
+        cluster.scope = v1::Scope::Cluster;
+        let snap = snapshot(&[("c", vec![cluster])], &[]);
+        // Two registries stand for two processes: different SipHash keys, same cluster key.
+        let a = RateLimitStage::with_limiters(&snap, &RateLimiters::new());
+        let b = RateLimitStage::with_limiters(&snap, &RateLimiters::new());
+        assert_eq!(key(&a, &snap), key(&b, &snap));
+    }
+
+    #[test]
     fn housekeeping_drops_idle_keys_only() {
         let reg = RateLimiters::new();
         let snap = snapshot(&[("a", vec![rule(&["ip"], 1, Per::Minute, None)])], &[]);
