@@ -190,6 +190,75 @@ EOF
     die "ZooKeeper did not start on 127.0.0.1:$port (log: $dir/logs/stdout.log)"
 }
 
+# --- a cluster on this machine (./ops/up.sh --cluster; docs/OPERATIONS.md, "Running a
+# cluster") ----------------------------------------------------------------------------
+# start_zk_ensemble DIR PORT1 PORT2 PORT3: a three-server ZooKeeper ensemble (Debian's
+# package) on 127.0.0.1, server N's config, data and logs in DIR/N, client port PORTn, pid
+# in $RUN/pids/zookeeper-N.pid. Waits until the ensemble has a quorum (every server serves).
+start_zk_ensemble() {
+    local dir="$1" i n
+    shift
+    local ports=("$@") servers=""
+    [ -x "$ZK_BIN/zkServer.sh" ] || die "ZooKeeper not found at $ZK_BIN (apt-get install zookeeper)"
+    for n in 1 2 3; do
+        servers+="server.$n=127.0.0.1:$(free_port):$(free_port)"$'\n'
+    done
+    for n in 1 2 3; do
+        mkdir -p "$dir/$n/data" "$dir/$n/logs"
+        echo "$n" >"$dir/$n/data/myid"
+        cat >"$dir/$n/zoo.cfg" <<EOF
+tickTime=1000
+initLimit=10
+syncLimit=5
+dataDir=$dir/$n/data
+clientPort=${ports[$((n - 1))]}
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=srvr,ruok
+maxClientCnxns=200
+$servers
+EOF
+        start_bg "zookeeper-$n" "$dir/$n/logs/stdout.log" \
+            env ZOOCFGDIR="$dir/$n" ZOO_LOG_DIR="$dir/$n/logs" JMXDISABLE=true \
+            SERVER_JVMFLAGS="-Xmx128m" \
+            "$ZK_BIN/zkServer.sh" start-foreground "$dir/$n/zoo.cfg"
+    done
+    for ((i = 0; i < 600; i++)); do
+        if zk_ok "${ports[0]}" && zk_ok "${ports[1]}" && zk_ok "${ports[2]}"; then return 0; fi
+        sleep 0.1
+    done
+    tail -n 30 "$dir"/*/logs/stdout.log >&2 || true
+    die "the ZooKeeper ensemble did not reach a quorum (logs: $dir/*/logs/)"
+}
+
+# redis_ok PORT: whether the Redis on 127.0.0.1:PORT answers PING.
+redis_ok() {
+    python3 - "$1" <<'EOF'
+import socket, sys
+try:
+    with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1) as s:
+        s.sendall(b"PING\r\n")
+        sys.exit(0 if s.recv(64).startswith(b"+PONG") else 1)
+except OSError:
+    sys.exit(1)
+EOF
+}
+
+# start_redis PORT: Debian's redis-server on 127.0.0.1:PORT without persistence (the fleet's
+# counters and nonces are short-lived), pid in $RUN/pids/redis.pid. Waits for PONG.
+start_redis() {
+    local port="$1" i
+    command -v redis-server >/dev/null 2>&1 || ensure_packages redis-server
+    start_bg redis "$RUN/logs/redis.log" redis-server --port "$port" --bind 127.0.0.1 \
+        --save "" --appendonly no --dir "$RUN"
+    for ((i = 0; i < 300; i++)); do
+        if redis_ok "$port"; then return 0; fi
+        pid_alive "$RUN/pids/redis.pid" || break
+        sleep 0.1
+    done
+    die "Redis did not start on 127.0.0.1:$port (log: $RUN/logs/redis.log)"
+}
+
 # wait_ready_line LOGFILE PREFIX SECONDS PIDFILE: waits for a line starting with PREFIX in
 # LOGFILE and prints it.
 wait_ready_line() {

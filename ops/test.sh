@@ -52,6 +52,9 @@ step() {
 # --- 1. packages -------------------------------------------------------------------------
 # cmake: Pingora's zlib-ng; zookeeper: the real ZooKeeper the integration tests start.
 ensure_packages cmake zookeeper curl python3
+# redis-server: the shared counters and nonces of gateway/tests/cluster.rs (a fleet of
+# gateways; portico_testkit::Redis starts it on a free port).
+ensure_packages redis-server
 # --- browser tests (console e2e): Debian's Chromium, and the console's npm toolchain ------
 # registry/tests/console_e2e.rs drives /usr/bin/chromium with playwright-core (no browser
 # download) and fails, saying why, when Chromium or admin-ui/node_modules is missing.

@@ -9,7 +9,7 @@
 # credentials files (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs"). State, logs and
 # pids go to .run/; ./ops/down.sh stops everything.
 #
-#   ./ops/up.sh [--debug] [--no-build] [--standalone] [--no-tls]
+#   ./ops/up.sh [--debug] [--no-build] [--standalone | --cluster] [--no-tls]
 #
 #   --debug      use the debug build (faster to compile; the default is --release, for
 #                realistic latency and throughput)
@@ -17,6 +17,11 @@
 #   --standalone the gateway serves .run/config (a directory) instead of ZooKeeper, and the
 #                registry is not started
 #   --no-tls     no TLS listener (plain HTTP only)
+#   --cluster    a fleet on this machine (docs/OPERATIONS.md, "Running a cluster"): a
+#                three-server ZooKeeper ensemble, Redis, two registries on the same tree and
+#                three gateways (gateway-1 with the sandbox and TLS listeners), each with
+#                its own ports; .run/env names them (PORTICO_GATEWAY_1..3, PORTICO_ADMIN_1..3,
+#                PORTICO_REGISTRY_1..2, PORTICO_ZK with three hosts, PORTICO_REDIS)
 #
 # Preferred ports (any free port instead when taken; the summary prints the real ones):
 # gateway 8080, gateway TLS 8443, sandbox 8081, admin 9180, registry 9000, demo backend HTTP
@@ -28,6 +33,7 @@ set -euo pipefail
 
 profile="${PORTICO_PROFILE:-release}"
 build=1
+cluster=0
 mode=zk
 tls=1
 for arg in "$@"; do
@@ -36,6 +42,7 @@ for arg in "$@"; do
     --release) profile=release ;;
     --no-build) build=0 ;;
     --standalone) mode=standalone ;;
+    --cluster) cluster=1 ;;
     --no-tls) tls=0 ;;
     -h | --help)
         sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
@@ -45,6 +52,7 @@ for arg in "$@"; do
     esac
 done
 bindir="$ROOT/target/$profile"
+[ "$cluster" = 1 ] && [ "$mode" = standalone ] && die "--cluster and --standalone exclude each other"
 
 ensure_packages cmake zookeeper curl python3
 
@@ -80,11 +88,23 @@ up_ok=0
 trap '[ "$up_ok" = 1 ] || { warn "startup failed; stopping what was started"; "$ROOT/ops/down.sh" >/dev/null 2>&1 || true; }' EXIT
 
 # --- ZooKeeper -----------------------------------------------------------------------
-zk_port="$(pick_port "${PORTICO_ZK_PORT:-2181}")"
-log "ZooKeeper on 127.0.0.1:$zk_port"
 rm -rf "$RUN/zookeeper"
-start_zookeeper "$RUN/zookeeper" "$zk_port"
-zk_hosts="127.0.0.1:$zk_port"
+redis_url=""
+if [ "$cluster" = 1 ]; then
+    zk_ports=("$(pick_port 2181)" "$(pick_port 2182)" "$(pick_port 2183)")
+    zk_hosts="127.0.0.1:${zk_ports[0]},127.0.0.1:${zk_ports[1]},127.0.0.1:${zk_ports[2]}"
+    log "ZooKeeper ensemble on $zk_hosts"
+    start_zk_ensemble "$RUN/zookeeper" "${zk_ports[@]}"
+    redis_port="$(pick_port "${PORTICO_REDIS_PORT:-6379}")"
+    log "Redis on 127.0.0.1:$redis_port"
+    start_redis "$redis_port"
+    redis_url="redis://127.0.0.1:$redis_port"
+else
+    zk_port="$(pick_port "${PORTICO_ZK_PORT:-2181}")"
+    log "ZooKeeper on 127.0.0.1:$zk_port"
+    start_zookeeper "$RUN/zookeeper" "$zk_port"
+    zk_hosts="127.0.0.1:$zk_port"
+fi
 
 # --- demo backend --------------------------------------------------------------------
 demo_http_port="$(pick_port 18081)"
@@ -135,6 +155,18 @@ if [ "$mode" = zk ]; then
         die "the registry did not start (log: $RUN/logs/registry.log)"
     fi
     registry_url="http://127.0.0.1:$reg_port"
+    registry2_url=""
+    if [ "$cluster" = 1 ]; then
+        # A second registry on the same tree: stateless, either serves the console and CLI.
+        reg2_port="$(pick_port 9001)"
+        log "registry 2 on 127.0.0.1:$reg2_port"
+        start_bg registry-2 "$RUN/logs/registry-2.log" \
+            "$bindir/portico-registry" --zk "$zk_hosts" --listen "127.0.0.1:$reg2_port" \
+            --admin-token-file "$token_file" --zk-auth-file "$zk_auth/registry"
+        wait_http "http://127.0.0.1:$reg2_port/api/v1/health" 30 "$RUN/pids/registry-2.pid" ||
+            die "registry 2 did not start (log: $RUN/logs/registry-2.log)"
+        registry2_url="http://127.0.0.1:$reg2_port"
+    fi
     # Seed ZooKeeper with the example tree, live and sandbox (sandbox apps and clusters let
     # the console's "try in sandbox" work at once), through the registry: validated and audited.
     log "loading the example tree into ZooKeeper"
@@ -165,11 +197,37 @@ if [ "$tls" = 1 ]; then
     gw_args+=(--tls-listen "127.0.0.1:$tls_port" --tls-cert "$RUN/tls/cert.pem" --tls-key "$RUN/tls/key.pem")
     tls_url="https://127.0.0.1:$tls_port"
 fi
-log "gateway on 127.0.0.1:$gw_port (${tls_url:+TLS $tls_url, }sandbox 127.0.0.1:$sandbox_port, admin 127.0.0.1:$admin_port)"
-start_bg gateway "$RUN/logs/gateway.log" "$bindir/portico-gateway" "${gw_args[@]}"
-if ! wait_http "http://127.0.0.1:$admin_port/readyz" 60 "$RUN/pids/gateway.pid"; then
-    tail -n 40 "$RUN/logs/gateway.log" >&2 || true
-    die "the gateway did not become ready (log: $RUN/logs/gateway.log)"
+gw_name=gateway
+if [ "$cluster" = 1 ]; then
+    gw_name=gateway-1
+    gw_args+=(--redis "$redis_url")
+fi
+log "$gw_name on 127.0.0.1:$gw_port (${tls_url:+TLS $tls_url, }sandbox 127.0.0.1:$sandbox_port, admin 127.0.0.1:$admin_port)"
+start_bg "$gw_name" "$RUN/logs/$gw_name.log" "$bindir/portico-gateway" "${gw_args[@]}"
+if ! wait_http "http://127.0.0.1:$admin_port/readyz" 60 "$RUN/pids/$gw_name.pid"; then
+    tail -n 40 "$RUN/logs/$gw_name.log" >&2 || true
+    die "the gateway did not become ready (log: $RUN/logs/$gw_name.log)"
+fi
+# --cluster: two more gateways on the same tree, each with its own ports and node id.
+cluster_gateways=("http://127.0.0.1:$gw_port")
+cluster_admins=("http://127.0.0.1:$admin_port")
+if [ "$cluster" = 1 ]; then
+    for n in 2 3; do
+        p="$(free_port)"
+        a="$(free_port)"
+        log "gateway-$n on 127.0.0.1:$p (admin 127.0.0.1:$a)"
+        start_bg "gateway-$n" "$RUN/logs/gateway-$n.log" "$bindir/portico-gateway" \
+            --listen "127.0.0.1:$p" --admin-listen "127.0.0.1:$a" \
+            --access-log "$RUN/logs/access-$n.log" --zk "$zk_hosts" \
+            --zk-auth-file "$zk_auth/gateway" --snapshot-dir "$RUN/snapshot-$n" \
+            --node-id "local-$n" --redis "$redis_url"
+        wait_http "http://127.0.0.1:$a/readyz" 60 "$RUN/pids/gateway-$n.pid" || {
+            tail -n 40 "$RUN/logs/gateway-$n.log" >&2 || true
+            die "gateway-$n did not become ready (log: $RUN/logs/gateway-$n.log)"
+        }
+        cluster_gateways+=("http://127.0.0.1:$p")
+        cluster_admins+=("http://127.0.0.1:$a")
+    done
 fi
 
 up_ok=1
@@ -192,10 +250,23 @@ PORTICO_CONFIG_DIR=$RUN/config
 DEMO_HTTP=http://$demo_http
 DEMO_GRPC=$demo_grpc
 EOF
+if [ "$cluster" = 1 ]; then
+    cat >>"$RUN/env" <<EOF
+PORTICO_GATEWAY_1=${cluster_gateways[0]}
+PORTICO_GATEWAY_2=${cluster_gateways[1]}
+PORTICO_GATEWAY_3=${cluster_gateways[2]}
+PORTICO_ADMIN_1=${cluster_admins[0]}
+PORTICO_ADMIN_2=${cluster_admins[1]}
+PORTICO_ADMIN_3=${cluster_admins[2]}
+PORTICO_REGISTRY_1=$registry_url
+PORTICO_REGISTRY_2=$registry2_url
+PORTICO_REDIS=$redis_url
+EOF
+fi
 
 cat <<EOF
 
-Portico is up ($profile build, $mode mode).
+Portico is up ($profile build, $mode mode$( [ "$cluster" = 1 ] && echo ", cluster")).
   gateway        $gateway_url
   gateway TLS    ${tls_url:-off (--no-tls)}${tls_url:+   (HTTP/2 and HTTP/1.1; certificate $RUN/tls/cert.pem)}
   sandbox        http://127.0.0.1:$sandbox_port   (drafts, sandbox apps)
@@ -205,6 +276,8 @@ Portico is up ($profile build, $mode mode).
   ZooKeeper      $zk_hosts   $( [ "$mode" = zk ] && echo "(locked; credentials in $zk_auth/, zkCli as the operator: ./ops/zkcli.sh)")
   demo backend   http://$demo_http   (gRPC $demo_grpc)
   config         $( [ "$mode" = zk ] && echo "ZooKeeper $zk_hosts/portico (change it with the console or ./target/$profile/portico; snapshot in $RUN/snapshot)" || echo "$RUN/config (edit a file there; the gateway reloads it)")
+$( [ "$cluster" = 1 ] && printf '  cluster        gateways %s, %s, %s (admin %s, %s, %s)\n                 registries %s, %s; Redis %s\n                 rolling restart: ./ops/restart-gateway.sh --all\n' \
+    "${cluster_gateways[@]}" "${cluster_admins[@]}" "$registry_url" "$registry2_url" "$redis_url")
   logs           $RUN/logs/
   addresses      $RUN/env
 

@@ -191,6 +191,28 @@ pub struct RateLimitRule {
     /// Extra burst allowance above the steady rate (default: `limit`, i.e. a full period's worth).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u32>,
+    /// Where the limit is counted: `node` (default, per gateway) or `cluster` (shared by the
+    /// fleet; docs/OPERATIONS.md, "Running a cluster").
+    #[serde(default, skip_serializing_if = "Scope::is_node")]
+    pub scope: Scope,
+}
+
+/// Where a rate limit is counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Each gateway node counts on its own (v1's behaviour).
+    #[default]
+    Node,
+    /// One budget for all gateways: shared counters in Redis (`--redis`), else the limit
+    /// split by the number of live gateways in `nodes/`.
+    Cluster,
+}
+
+impl Scope {
+    pub fn is_node(&self) -> bool {
+        *self == Scope::Node
+    }
 }
 
 fn default_rate_key() -> RateKey {
@@ -279,6 +301,9 @@ pub struct AppRateLimit {
     pub per: Per,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u32>,
+    /// `node` (default) or `cluster`, as for [`RateLimitRule::scope`].
+    #[serde(default, skip_serializing_if = "Scope::is_node")]
+    pub scope: Scope,
 }
 
 /// `switches/<api_id>`: a degradation switch.

@@ -1296,6 +1296,10 @@ mod tests {
         });
         assert_eq!(r, "policy.rate_limits[0].limit: must be at least 1");
         let r = api_reason(|v| {
+            v["policy"] = json!({"rate_limits": [{"limit": 1, "per": "second", "scope": "galaxy"}]})
+        });
+        assert!(r.contains("policy.rate_limits[0].scope"), "{r}");
+        let r = api_reason(|v| {
             v["http"]["method"] = json!("POST");
             v["http"]["path"] = json!("/router");
         });

@@ -273,6 +273,12 @@ async fn status(State(s): State<AdminState>) -> Json<serde_json::Value> {
         if let Some(tls) = &s.tls {
             obj.insert("tls".into(), tls.to_json());
         }
+        // The fleet (docs/OPERATIONS.md, "Running a cluster").
+        let fleet = &s.live.shared.fleet;
+        obj.insert("cluster_members".into(), fleet.members().into());
+        if let Some(redis) = fleet.redis_status() {
+            obj.insert("redis".into(), redis);
+        }
     }
     Json(body)
 }

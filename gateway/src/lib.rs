@@ -4,12 +4,14 @@
 //! certificate of the traffic listeners (`tls`).
 //!
 //! Modules only import modules below them (docs/ARCHITECTURE.md, "Gateway layers"):
-//! `listener → proxy → pipeline → runtime → edge | invoke → model → observe, error,
-//! request_id, tls`, with `admin` and `reload` beside `listener`, over `runtime`.
+//! `listener → proxy → pipeline → runtime → edge | invoke → model, fleet → observe, error,
+//! request_id, tls`, with `admin` and `reload` beside `listener`, over `runtime`. `fleet`
+//! is what the node knows of the other gateways (membership, Redis).
 
 pub mod admin;
 pub mod edge;
 pub mod error;
+pub mod fleet;
 pub mod invoke;
 pub mod listener;
 pub mod model;

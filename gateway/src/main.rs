@@ -7,6 +7,7 @@ use pingora_core::server::Server;
 use portico_control::zk::{NodeInfo, ZkSource};
 use portico_control::{ConfigSource, DirSource};
 use portico_gateway::admin::{self, AdminState};
+use portico_gateway::fleet::Fleet;
 use portico_gateway::invoke::Clients;
 use portico_gateway::listener;
 use portico_gateway::observe::access_log::{AccessLog, LogTarget};
@@ -101,6 +102,24 @@ struct Args {
     /// 503 `CONNECTION_LIMIT` and closed.
     #[arg(long, default_value_t = listener::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
+    /// Redis for the fleet (`redis://host:port[/db]`): shared counters of cluster-scope rate
+    /// limits and the cluster-wide nonce record (docs/OPERATIONS.md, "Running a cluster").
+    /// Without it, cluster-scope limits are split by the gateways in ZooKeeper's `nodes/`.
+    #[arg(long, env = "PORTICO_REDIS")]
+    redis: Option<String>,
+    /// Zero-downtime restart: take the listening sockets over from the gateway running with
+    /// the same --upgrade-sock (Pingora's graceful upgrade), which is then sent SIGQUIT and
+    /// drains (docs/OPERATIONS.md, "Restarts and upgrades"; ./ops/restart-gateway.sh).
+    #[arg(long)]
+    upgrade: bool,
+    /// The Unix socket the listening sockets are handed over on during an upgrade (default:
+    /// one per --listen address, under /tmp).
+    #[arg(long)]
+    upgrade_sock: Option<PathBuf>,
+    /// On SIGTERM (stop) or SIGQUIT (upgrade), how long requests in flight may take to finish
+    /// once the gateway stops accepting connections, in seconds; the process exits after it.
+    #[arg(long, default_value_t = 5)]
+    drain_seconds: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -145,6 +164,9 @@ fn main() -> anyhow::Result<()> {
         live_source,
         tls.as_ref(),
     )?;
+    shared
+        .fleet
+        .start(control_rt.handle(), sources.members.clone());
     spawn_reload_loops(&control_rt, &sources, args.snapshot_dir.as_ref());
     control_rt.spawn(housekeeping(planes, sources.live_source));
     tracing::info!(node_id = %node_id, listen = %args.listen, admin = %args.admin_listen, sandbox = ?args.sandbox_listen, tls = ?args.tls_listen, sandbox_tls = ?args.sandbox_tls_listen, "portico-gateway starting");
@@ -169,6 +191,15 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
     let metrics = Metrics::new().context("registering metrics")?;
     let access_log = AccessLog::start(args.access_log.clone(), metrics.access_log_dropped.clone())
         .context("opening the access log")?;
+    let redis = args.redis.as_deref().filter(|u| !u.trim().is_empty());
+    if let Some(url) = redis {
+        redis::Client::open(url).with_context(|| format!("--redis {url}"))?;
+    }
+    let fleet = Arc::new(Fleet::new(redis));
+    fleet
+        .metrics
+        .register(&metrics.registry)
+        .context("registering fleet metrics")?;
     Ok(Arc::new(Shared {
         metrics,
         access_log,
@@ -178,6 +209,7 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
         default_max_body: args.max_body_bytes,
         replay_bytes_per_app: args.replay_cache_mib.saturating_mul(1 << 20),
         write_timeout: Duration::from_millis(args.write_timeout_ms),
+        fleet,
     }))
 }
 
@@ -207,6 +239,8 @@ struct Sources {
     on_applied: Option<reload::OnApplied>,
     /// The live plane's source, when it has a connection to report (ZooKeeper).
     live_source: Option<Arc<dyn ConfigSource>>,
+    /// The gateways registered in ZooKeeper's `nodes/` (ZooKeeper mode).
+    members: Option<tokio::sync::watch::Receiver<Option<usize>>>,
 }
 
 /// Standalone mode: the directory (and its `sandbox/`), read once now so the gateway is
@@ -230,6 +264,7 @@ fn dir_sources(
         loops,
         on_applied: None,
         live_source: None,
+        members: None,
     })
 }
 
@@ -271,10 +306,12 @@ fn zk_sources(
             .with_auth(auth);
         loops.push((sb.clone(), Arc::new(source)));
     }
+    let members = Some(zk.watch_members());
     Ok(Sources {
         loops,
         on_applied: Some(on_applied),
         live_source: Some(zk),
+        members,
     })
 }
 
@@ -335,7 +372,7 @@ fn start_admin(
         }),
     };
     let listener = control_rt
-        .block_on(tokio::net::TcpListener::bind(&args.admin_listen))
+        .block_on(bind_admin(&args.admin_listen))
         .with_context(|| format!("binding the admin listener {}", args.admin_listen))?;
     control_rt.spawn(async move {
         if let Err(e) = axum::serve(listener, admin::router(state)).await {
@@ -412,15 +449,26 @@ fn serve_traffic(
     sandbox: Option<Arc<Plane>>,
     tls: Option<Arc<CertStore>>,
 ) -> anyhow::Result<()> {
+    // Stop and upgrade (docs/OPERATIONS.md, "Restarts and upgrades"): on SIGTERM, or on
+    // SIGQUIT once the sockets are handed over, Pingora stops accepting, lets requests in
+    // flight run for the grace period (--drain-seconds), then ends the runtimes (1 s).
     let conf = ServerConf {
         threads: args
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
-        grace_period_seconds: Some(0),
+        grace_period_seconds: Some(args.drain_seconds),
         graceful_shutdown_timeout_seconds: Some(1),
+        upgrade_sock: upgrade_sock(args).display().to_string(),
         ..ServerConf::default()
     };
-    let mut server = Server::new_with_opt_and_conf(None, conf);
+    let opt = pingora_core::server::configuration::Opt {
+        upgrade: args.upgrade,
+        ..Default::default()
+    };
+    if args.upgrade {
+        tracing::info!(sock = %conf.upgrade_sock, "upgrade: waiting for the running gateway's listening sockets (send it SIGQUIT)");
+    }
+    let mut server = Server::new_with_opt_and_conf(Some(opt), conf);
     server.bootstrap();
     let head_deadline = Duration::from_millis(args.head_timeout_ms);
     let planes = std::iter::once((live, &args.listen, &args.tls_listen, "portico-live")).chain(
@@ -471,6 +519,36 @@ fn probe_addr(listen: &str) -> Option<std::net::SocketAddr> {
         });
     }
     Some(addr)
+}
+
+/// The upgrade socket: `--upgrade-sock`, else one per traffic listener address.
+fn upgrade_sock(args: &Args) -> PathBuf {
+    args.upgrade_sock.clone().unwrap_or_else(|| {
+        let name: String = args
+            .listen
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        PathBuf::from(format!("/tmp/portico-gateway-upgrade-{name}.sock"))
+    })
+}
+
+/// The admin listener, with SO_REUSEPORT so that a gateway started with `--upgrade` can bind
+/// it while the one it replaces still serves it (both answer until the old one exits).
+async fn bind_admin(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
+    let addr: std::net::SocketAddr = tokio::net::lookup_host(addr)
+        .await?
+        .next()
+        .ok_or_else(|| std::io::Error::other("no address"))?;
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 fn default_node_id() -> String {

@@ -15,7 +15,9 @@
 //!     D -->|BODY_TOO_LARGE 413| R
 //!     D --> E[auth]
 //!     E -->|401 codes| R
-//!     E --> F[permit]
+//!     E --> N[nonce claimed cluster-wide, with Redis]
+//!     N -->|NONCE_REPLAYED 401| R
+//!     N --> F[permit]
 //!     F -->|APP_DISABLED / APP_FORBIDDEN 403| R
 //!     F --> G[rate_limit]
 //!     G -->|RATE_LIMITED 429| R
@@ -36,7 +38,8 @@
 //! ```
 //!
 //! Every stage reads the same `Runtime`, loaded once at the top. Nothing here waits on
-//! ZooKeeper, a lock or a disk.
+//! ZooKeeper, a lock or a disk; only with Redis configured does a signed call wait for one
+//! Redis round trip (its nonce, bounded by `fleet::REDIS_TIMEOUT`).
 
 use crate::edge::{EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
@@ -142,6 +145,11 @@ pub async fn handle(
     {
         let req = edge_request(session, &body, now);
         stage!(rt.edge.auth, &req, &mut ctx.edge);
+        // With Redis, the nonce `auth` found fresh on this node is recorded cluster-wide
+        // (one round trip per signed call; fails open when Redis is down).
+        if let Some(claim) = ctx.edge.nonce_claim.take() {
+            plane.shared.fleet.claim_nonce(&claim).await?;
+        }
         stage!(rt.edge.permit, &req, &mut ctx.edge);
         stage!(rt.edge.rate_limit, &req, &mut ctx.edge);
         stage!(rt.edge.degrade, &req, &mut ctx.edge);

@@ -9,8 +9,10 @@
 //! `invoke/state.rs`), and the metric series per API. Process-wide services (the HTTP pool
 //! and gRPC channels, metrics, the access log) live in [`Shared`].
 
+use crate::edge::rate_limit::RateLimiters;
 use crate::edge::replay::ReplayCache;
 use crate::edge::{Carried, Stages};
+use crate::fleet::Fleet;
 use crate::invoke::breaker::{Clock, SystemClock};
 use crate::invoke::{Clients, InvokeState};
 use crate::observe::access_log::AccessLog;
@@ -54,6 +56,8 @@ pub struct Shared {
     pub replay_bytes_per_app: usize,
     /// The longest a single write of an answer to a merchant may take (zero: unbounded).
     pub write_timeout: std::time::Duration,
+    /// The other gateways: membership and Redis (cluster-scope limits, nonces).
+    pub fleet: Arc<Fleet>,
 }
 
 /// Everything one request reads, from one snapshot.
@@ -136,7 +140,11 @@ impl Plane {
     /// A plane serving an empty configuration until the first snapshot arrives.
     pub fn new(kind: PlaneKind, shared: Arc<Shared>) -> Plane {
         let carried = Carried {
-            replay: Arc::new(ReplayCache::with_bound(shared.replay_bytes_per_app)),
+            replay: Arc::new(
+                ReplayCache::with_bound(shared.replay_bytes_per_app)
+                    .shared_across_nodes(shared.fleet.has_redis()),
+            ),
+            limiters: Arc::new(RateLimiters::with_fleet(shared.fleet.clone())),
             ..Carried::default()
         };
         let empty = Arc::new(Snapshot::default());

@@ -166,6 +166,7 @@ pub fn shared() -> Arc<Shared> {
         default_max_body: 1024,
         replay_bytes_per_app: crate::edge::replay::ReplayCache::DEFAULT_BYTES_PER_APP,
         write_timeout: std::time::Duration::from_secs(5),
+        fleet: Arc::new(crate::fleet::Fleet::default()),
     })
 }
 

@@ -14,6 +14,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("observe", 0),
     ("tls", 0),
     ("model", 1),
+    ("fleet", 1),
     ("edge", 2),
     ("invoke", 2),
     ("runtime", 3),

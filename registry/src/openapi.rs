@@ -302,7 +302,8 @@ fn document_schemas() -> Value {
         "body": {"type": "string"}, "response_body": {"type": "string"},
         "additional_bindings": {"type": "array", "items": {"$ref": "#/components/schemas/HttpBinding"}}}},
     "RateLimitRule": {"type": "object", "required": ["limit", "per"], "properties": {
-        "key": rate_key, "limit": count1, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": count1}},
+        "key": rate_key, "limit": count1, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": count1,
+        "scope": {"type": "string", "enum": ["node", "cluster"], "default": "node"}}},
     "Policy": {"type": "object", "properties": {
         "bulkhead": {"type": "object", "properties": {"max_concurrent": count1, "max_wait_ms": {"type": "integer", "minimum": 0, "maximum": MAX_TIMEOUT_MS}}},
         "breaker": {"type": "object", "properties": {
@@ -341,7 +342,8 @@ fn document_schemas() -> Value {
         "deny": {"type": "array", "items": {"type": "string"}}, "allow": {"type": "array", "items": {"type": "string"}},
         "trusted_proxies": {"type": "array", "items": {"type": "string"}}}},
     "AppRateLimit": {"type": "object", "required": ["limit", "per"], "properties": {
-        "limit": count1, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": count1}}
+        "limit": count1, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": count1,
+        "scope": {"type": "string", "enum": ["node", "cluster"], "default": "node"}}}
     })
 }
 

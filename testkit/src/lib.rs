@@ -1,6 +1,6 @@
 //! Test support shared by Portico's integration tests: a real ZooKeeper server (the Debian
 //! `zookeeper` package) on a free loopback port with a private data directory, its `zkCli.sh`
-//! client, and free ports.
+//! client, a real Redis ([`Redis`], Debian's `redis-server`), and free ports.
 //!
 //! ```no_run
 //! let zk = portico_testkit::ZooKeeper::start();
@@ -606,6 +606,215 @@ fn cli_output(output: std::process::Output) -> ZkCliOutput {
         success: output.status.success(),
         stdout,
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// A three-server ZooKeeper ensemble on 127.0.0.1 (each server with its own port, data
+/// directory and quorum ports), for tests that lose a server. Killed on drop.
+pub struct ZkEnsemble {
+    dirs: Vec<tempfile::TempDir>,
+    ports: Vec<u16>,
+    children: Vec<Option<Child>>,
+}
+
+impl ZkEnsemble {
+    /// Starts three servers and waits until every one of them serves (a quorum, a leader).
+    pub fn start() -> ZkEnsemble {
+        let script = zk_home().join("bin/zkServer.sh");
+        assert!(
+            script.exists(),
+            "{} is missing: apt-get install -y zookeeper",
+            script.display()
+        );
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let servers: String = (1..=3)
+            .map(|n| format!("server.{n}=127.0.0.1:{}:{}\n", free_port(), free_port()))
+            .collect();
+        let mut ens = ZkEnsemble {
+            dirs: Vec::new(),
+            ports: ports.clone(),
+            children: Vec::new(),
+        };
+        for (i, port) in ports.iter().enumerate() {
+            let dir = tempfile::Builder::new()
+                .prefix("portico-zk-ens-")
+                .tempdir()
+                .expect("temporary directory");
+            let data = dir.path().join("data");
+            std::fs::create_dir_all(&data).expect("data dir");
+            std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
+            let cfg = format!(
+                "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={}\nclientPort={port}\n\
+                 clientPortAddress=127.0.0.1\nadmin.enableServer=false\nminSessionTimeout=1000\n\
+                 maxSessionTimeout=60000\nmaxClientCnxns=0\n4lw.commands.whitelist=ruok,srvr,stat,mntr\n{servers}",
+                data.display()
+            );
+            std::fs::write(dir.path().join("zoo.cfg"), cfg).expect("zoo.cfg");
+            ens.dirs.push(dir);
+            ens.children.push(None);
+            ens.spawn(i);
+        }
+        assert!(
+            wait_for(START_TIMEOUT, || (0..3).all(|i| ens.mode(i).is_some())),
+            "the ensemble did not reach a quorum"
+        );
+        ens
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let dir = self.dirs[i].path().to_path_buf();
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("zookeeper.out"))
+            .expect("zookeeper.out");
+        let err = out.try_clone().expect("zookeeper.out");
+        let child = Command::new(zk_home().join("bin/zkServer.sh"))
+            .arg("start-foreground")
+            .arg(dir.join("zoo.cfg"))
+            .env("ZOOCFGDIR", &dir)
+            .env("ZOO_LOG_DIR", &dir)
+            .env("JMXDISABLE", "true")
+            .env(
+                "JVMFLAGS",
+                format!(
+                    "-Xmx128m -XX:+UseSerialGC -Dzookeeper.log.dir={} -Dzookeeper.root.logger=INFO,CONSOLE",
+                    dir.display()
+                ),
+            )
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("spawn zkServer.sh");
+        self.children[i] = Some(child);
+    }
+
+    /// `host:port,host:port,host:port`.
+    pub fn connect_string(&self) -> String {
+        self.ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Server `i`'s role (`leader`, `follower`) from `srvr`, `None` while it does not serve.
+    pub fn mode(&self, i: usize) -> Option<String> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.ports[i]));
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        s.write_all(b"srvr").ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("Mode: "))
+            .map(|m| m.trim().to_owned())
+    }
+
+    /// The index of the current leader, if there is one.
+    pub fn leader(&self) -> Option<usize> {
+        (0..3).find(|&i| self.children[i].is_some() && self.mode(i).as_deref() == Some("leader"))
+    }
+
+    /// Kills server `i` (SIGKILL).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for ZkEnsemble {
+    fn drop(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// A real Redis server (Debian's `redis-server`, or `PORTICO_REDIS_SERVER`) on a free
+/// loopback port, without persistence, stopped when dropped.
+pub struct Redis {
+    port: u16,
+    child: Option<Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    /// Starts a server and waits until it answers `PING` (panics if it does not within
+    /// [`START_TIMEOUT`]).
+    pub fn start() -> Redis {
+        let dir = tempfile::tempdir().expect("temporary directory for redis");
+        let mut redis = Redis {
+            port: free_port(),
+            child: None,
+            _dir: dir,
+        };
+        redis.start_again();
+        redis
+    }
+
+    /// Starts the server again on the same port (after [`Redis::kill`]).
+    pub fn start_again(&mut self) {
+        let bin = std::env::var("PORTICO_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(&bin)
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self._dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {bin} (apt-get install redis-server): {e}"));
+        self.child = Some(child);
+        assert!(
+            wait_for(START_TIMEOUT, || self.ping()),
+            "redis-server on port {} did not answer PING",
+            self.port
+        );
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Whether the server answers `PING` with `+PONG`.
+    pub fn ping(&self) -> bool {
+        self.command("PING\r\n")
+            .is_some_and(|r| r.starts_with("+PONG"))
+    }
+
+    /// Sends one inline command and returns the first reply read (for tests' checks).
+    pub fn command(&self, line: &str) -> Option<String> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        s.write_all(line.as_bytes()).ok()?;
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to end.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 

@@ -85,6 +85,65 @@ pub(super) async fn registration_loop(
     }
 }
 
+/// Follows the children of `<root>/nodes` on the current session (a child watch, set again
+/// after every change) and publishes how many gateways are registered: the fleet size that
+/// cluster-scope rate limits are split by without Redis (docs/OPERATIONS.md, "Running a
+/// cluster"). `None` while there is no session or `nodes/` cannot be read. A change is seen
+/// within one ZooKeeper round trip of the join or leave (a leave: when the session of the
+/// gateway that left ends, at once for a clean stop, after its session timeout for a crash).
+/// Ends when the session channel closes.
+pub(super) async fn members_loop(
+    root: String,
+    mut sessions: watch::Receiver<Option<zk::Client>>,
+    members: watch::Sender<Option<usize>>,
+) {
+    let nodes = join_path(&root, "nodes");
+    let mut backoff = Backoff::default();
+    loop {
+        let client = sessions.borrow_and_update().clone();
+        let mut retry_at = None;
+        let mut watcher = None;
+        match &client {
+            Some(client) => match client.list_and_watch_children(&nodes).await {
+                Ok((children, w)) => {
+                    backoff.reset();
+                    members.send_if_modified(|m| {
+                        let changed = *m != Some(children.len());
+                        *m = Some(children.len());
+                        changed
+                    });
+                    watcher = Some(w);
+                }
+                Err(zk::Error::NoNode) => {
+                    // Nobody registered yet (our own registration creates `nodes/`).
+                    members.send_replace(Some(0));
+                    retry_at = Some(backoff.next_at());
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, path = %nodes, "listing nodes/ failed; retrying");
+                    retry_at = Some(backoff.next_at());
+                }
+            },
+            None => {
+                members.send_replace(None);
+            }
+        }
+        let changed = async {
+            match watcher {
+                Some(w) => {
+                    w.changed().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            r = sessions.changed() => if r.is_err() { return },
+            _ = changed => {}
+            _ = sleep_until_opt(retry_at) => {}
+        }
+    }
+}
+
 /// What the registration loop has written, so that only changes are written.
 struct Registrar {
     root: String,

@@ -3,7 +3,7 @@
 //! serves each session ([`super::session`]) and starts a new one when it ends.
 
 use super::auth::ZkAuth;
-use super::node::{registration_loop, NodeInfo};
+use super::node::{members_loop, registration_loop, NodeInfo};
 use super::paths::normalize_root;
 use super::retry::Backoff;
 use super::session::{serve_session, SessionEnd};
@@ -81,6 +81,8 @@ struct Inner {
     auth: Option<ZkAuth>,
     status: watch::Sender<ZkStatus>,
     registration: watch::Sender<Option<NodeInfo>>,
+    /// Gateways registered in `nodes/` (see [`ZkSource::watch_members`]).
+    members: watch::Sender<Option<usize>>,
 }
 
 impl ZkSource {
@@ -99,6 +101,7 @@ impl ZkSource {
             sessions: 0,
         });
         let (registration, _) = watch::channel(None);
+        let (members, _) = watch::channel(None);
         ZkSource {
             inner: Arc::new(Inner {
                 hosts: hosts.trim().to_owned(),
@@ -108,6 +111,7 @@ impl ZkSource {
                 auth: None,
                 status,
                 registration,
+                members,
             }),
         }
     }
@@ -138,6 +142,7 @@ impl ZkSource {
             auth: self.inner.auth.clone(),
             status: watch::channel(self.inner.status.borrow().clone()).0,
             registration: watch::channel(self.inner.registration.borrow().clone()).0,
+            members: watch::channel(*self.inner.members.borrow()).0,
         };
         change(&mut inner);
         ZkSource {
@@ -204,6 +209,12 @@ impl ZkSource {
                 }
                 _ => false,
             });
+    }
+
+    /// How many gateways are registered in `<root>/nodes/` (this one included), followed
+    /// with a child watch while the source runs; `None` while unknown (no session yet).
+    pub fn watch_members(&self) -> watch::Receiver<Option<usize>> {
+        self.inner.members.subscribe()
     }
 
     /// Stops registering this node; the running source deletes its node document.
@@ -332,6 +343,12 @@ impl ConfigSource for ZkSource {
             self.inner.registration.subscribe(),
         ));
         let _abort = AbortOnDrop(registrar);
+        let members = tokio::spawn(members_loop(
+            self.inner.root.clone(),
+            sessions.subscribe(),
+            self.inner.members.clone(),
+        ));
+        let _abort_members = AbortOnDrop(members);
         let mut backoff = Backoff::default();
         loop {
             if updates.is_closed() {

@@ -22,8 +22,9 @@
 //! `X-Portico-AppKey`): such calls are anonymous, `ctx.app` stays `None`.
 //!
 //! The [`ReplayCache`] (`edge/replay.rs`) is runtime state kept across snapshot reloads. It
-//! is per gateway node: a replay sent to another node is not seen (a shared store would be
-//! needed for that).
+//! is per gateway node; with Redis (`--redis`) a fresh nonce is also recorded cluster-wide:
+//! the stage leaves a `NonceClaim` in the context and the pipeline claims it in Redis right
+//! after this stage (`fleet.rs`; docs/SECURITY.md, "Replays").
 
 use crate::edge::{Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
@@ -165,6 +166,15 @@ impl AuthStage {
             )));
         }
         self.record_nonce(&signed, ts, req.now_ms)?;
+        if self.replay.is_shared_across_nodes() {
+            let until = ts.saturating_add(MAX_SKEW_MS);
+            ctx.nonce_claim = Some(crate::fleet::NonceClaim::new(
+                signed.app_key,
+                signed.nonce,
+                until,
+                req.now_ms,
+            ));
+        }
         ctx.app_key = Some(signed.app_key.to_owned());
         ctx.app = Some(Arc::clone(app));
         Ok(())

@@ -86,6 +86,9 @@ pub struct EdgeCtx {
     pub app: Option<Arc<v1::App>>,
     /// Set by `cache` for an API with a cache or hot-key policy when it did not answer.
     pub cache: Option<CacheTicket>,
+    /// Set by `auth` for a signed call whose nonce the node found fresh, when nonces are
+    /// also recorded cluster-wide (Redis): the pipeline claims it right after `auth`.
+    pub nonce_claim: Option<crate::fleet::NonceClaim>,
 }
 
 impl EdgeCtx {

@@ -220,6 +220,9 @@ pub struct ReplayCache {
     nonces: AtomicUsize,
     bytes: AtomicUsize,
     full: AtomicU64,
+    /// Whether a fresh nonce is also recorded cluster-wide (Redis configured): then `auth`
+    /// hands a [`crate::fleet::NonceClaim`] to the pipeline.
+    across_nodes: bool,
 }
 
 impl Default for ReplayCache {
@@ -246,7 +249,19 @@ impl ReplayCache {
             nonces: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
             full: AtomicU64::new(0),
+            across_nodes: false,
         }
+    }
+
+    /// Sets whether fresh nonces are also recorded cluster-wide (the gateway has Redis).
+    pub fn shared_across_nodes(mut self, yes: bool) -> Self {
+        self.across_nodes = yes;
+        self
+    }
+
+    /// Whether fresh nonces are also recorded cluster-wide.
+    pub fn is_shared_across_nodes(&self) -> bool {
+        self.across_nodes
     }
 
     /// How many nonces one app can hold at most (every shard grown to its bound).
