@@ -28,6 +28,7 @@ pub mod grpc;
 pub mod health;
 pub mod http;
 pub mod routing;
+pub mod sleep;
 pub mod state;
 pub mod sticky;
 pub mod transcode;
@@ -101,6 +102,7 @@ pub async fn call(
         .get(&api.id)
         .ok_or_else(|| no_endpoint(&api.cluster, "has no endpoints"))?;
     let prepared = prepare(&state.grpc, session, &call)?;
+    sleep::wake_and_hold(&target.routing).await?;
     let _permit = target.bulkhead.acquire().await?;
     let timeout = Duration::from_millis(api.timeout_ms);
     let cluster = &target.routing.cluster;
@@ -209,7 +211,9 @@ fn hash_key(key: &str, session: &Session, call: &Call<'_>) -> Option<u64> {
 /// failure (for outlier ejection). `failed`: a 5xx answer, a connect failure or a timeout.
 fn observe(routing: &Routing, pick: &Pick, latency: Duration, load: Option<f64>, failed: bool) {
     let now = portico_control::clock::now_ms();
-    pick.endpoint.record_latency(latency, now);
+    if !latency.is_zero() {
+        pick.endpoint.record_latency(latency, now);
+    }
     if let Some(load) = load {
         pick.endpoint.record_load(load, now);
     }

@@ -155,6 +155,7 @@ impl Routing {
         let prober = match (old, &cluster.health_check) {
             (Some(o), Some(_))
                 if same_sets
+                    && o.prober.is_some()
                     && o.cluster.health_check == cluster.health_check
                     && o.cluster.protocol == cluster.protocol =>
             {
@@ -285,7 +286,38 @@ impl Routing {
                 }
             }
         }
-        let index = match self.cluster.balancing() {
+        let found = self.pick_in(which, set, hints, now, &ok);
+        if let Some(index) = found {
+            return Some(self.picked(which, set, index));
+        }
+        // A retry after connect failures on every endpoint of the serving set: the other
+        // set, if any, rather than an error (docs/OPERATIONS.md).
+        if tried.is_empty() {
+            return None;
+        }
+        let other = match which {
+            ActiveSet::Primary => ActiveSet::Standby,
+            ActiveSet::Standby => ActiveSet::Primary,
+        };
+        let oset = self.set(other)?;
+        let ok = |i: usize| {
+            let e = &oset.endpoints[i];
+            e.weight > 0 && e.available(now) && !tried.contains(&e.id())
+        };
+        let index = self.pick_in(other, oset, hints, now, &ok)?;
+        Some(self.picked(other, oset, index))
+    }
+
+    /// The balancing mode's choice in `set` among the endpoints `ok` admits.
+    fn pick_in(
+        &self,
+        _which: ActiveSet,
+        set: &Set,
+        hints: Hints<'_>,
+        now: u64,
+        ok: &dyn Fn(usize) -> bool,
+    ) -> Option<usize> {
+        match self.cluster.balancing() {
             Balancing::RoundRobin => set.balancer.pick_where(ok),
             Balancing::ConsistentHash => match hints.key {
                 Some(key) => rendezvous(set, key, ok),
@@ -298,8 +330,7 @@ impl Routing {
                 let (sa, sb) = load_scores(a, b, now);
                 sa <= sb
             }),
-        }?;
-        Some(self.picked(which, set, index))
+        }
     }
 
     fn picked(&self, which: ActiveSet, set: &Set, index: usize) -> Pick {
