@@ -57,6 +57,10 @@ pub async fn wake_and_hold(routing: &Arc<Routing>) -> Result<(), GatewayError> {
             return Ok(());
         }
         if started.elapsed() >= hold {
+            // The wake-up window is over: the prober goes back to its interval.
+            if portico_control::clock::now_ms() >= routing.wake_until_ms.load(Ordering::Relaxed) {
+                routing.waking.store(false, Ordering::Relaxed);
+            }
             return Err(loading(&routing.name, sleep));
         }
         tokio::time::sleep(HOLD_POLL.min(hold.saturating_sub(started.elapsed()))).await;
