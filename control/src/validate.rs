@@ -1488,7 +1488,8 @@ mod tests {
 
     #[test]
     fn routing_rules() {
-        let bad: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+        type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+        let bad: Vec<(&str, Edit, &str)> = vec![
             (
                 "balancing",
                 Box::new(|v| v["balancing"] = json!("random")),

@@ -70,8 +70,10 @@ fn grpc_clusters_balance_on_load_and_health_checks_take_sleepers_out() {
     let cold = Demo::start(&load(0.1));
     let t = tree(
         json!({"protocol": "http", "endpoints": eps(&[&hot])}),
-        Some(json!({"protocol": "grpc", "endpoints": grpc_eps(&[&hot, &cold]), "balancing": "least_load",
-            "health_check": {"interval_ms": 200, "timeout_ms": 500, "unhealthy_after": 2, "healthy_after": 1}})),
+        Some(
+            json!({"protocol": "grpc", "endpoints": grpc_eps(&[&hot, &cold]), "balancing": "least_load",
+            "health_check": {"interval_ms": 200, "timeout_ms": 500, "unhealthy_after": 2, "healthy_after": 1}}),
+        ),
     );
     let gw = GatewayProcess::start(t.path(), &[]);
     let m = spread(&gw, "/v1/orders/7", 60);
@@ -94,7 +96,10 @@ fn grpc_clusters_balance_on_load_and_health_checks_take_sleepers_out() {
         &cold.grpc.to_string()
     ) == Some(true)));
     let m = spread(&gw, "/v1/orders/7", 20);
-    assert!(m.get(&cold.grpc.to_string()).copied().unwrap_or(0) >= 15, "{m:?}");
+    assert!(
+        m.get(&cold.grpc.to_string()).copied().unwrap_or(0) >= 15,
+        "{m:?}"
+    );
 }
 
 #[test]
@@ -152,10 +157,16 @@ fn sticky_cookie_holds_an_endpoint_and_moves_when_it_dies() {
     );
     let gw = GatewayProcess::start(t.path(), &[]);
     let first = call(&gw, "/v1/echo", &[]);
-    let set = first.cookie.clone().expect("a first answer sets the cookie");
+    let set = first
+        .cookie
+        .clone()
+        .expect("a first answer sets the cookie");
     assert!(set.starts_with("PORTICO_STICKY="), "{set}");
     assert!(set.contains("HttpOnly") && set.contains("Path=/") && set.contains("Max-Age=600"));
-    assert!(!set.contains("127.0.0.1"), "the token reveals the address: {set}");
+    assert!(
+        !set.contains("127.0.0.1"),
+        "the token reveals the address: {set}"
+    );
     let pair = cookie_pair(&set);
     let c = client();
     for _ in 0..50 {
@@ -165,7 +176,11 @@ fn sticky_cookie_holds_an_endpoint_and_moves_when_it_dies() {
         assert_eq!(a.cookie, None, "an honoured cookie is not set again");
     }
     // A forged cookie is ignored: the call is served and given a real cookie.
-    let forged = call(&gw, "/v1/echo", &[("Cookie", "PORTICO_STICKY=00112233445566778899aabbccddeeff")]);
+    let forged = call(
+        &gw,
+        "/v1/echo",
+        &[("Cookie", "PORTICO_STICKY=00112233445566778899aabbccddeeff")],
+    );
     assert_eq!(forged.status, 200);
     assert!(forged.cookie.is_some());
     // The endpoint dies: the very next call reaches another, with a new cookie, no error.
@@ -199,7 +214,10 @@ fn health_checks_take_a_dead_endpoint_out_and_bring_it_back() {
     assert_eq!(m.len(), 2, "{m:?}");
     b.kill();
     std::thread::sleep(Duration::from_millis(300 * 2 + 1000));
-    assert_eq!(endpoint_healthy(&gw, "web", &b.http.to_string()), Some(false));
+    assert_eq!(
+        endpoint_healthy(&gw, "web", &b.http.to_string()),
+        Some(false)
+    );
     let metrics = gw.metrics();
     let line = format!(
         "portico_endpoint_healthy{{cluster=\"web\",endpoint=\"{}\",plane=\"live\"}} 0",
@@ -216,7 +234,10 @@ fn health_checks_take_a_dead_endpoint_out_and_bring_it_back() {
         &b.http.to_string()
     ) == Some(true)));
     let m = spread(&gw, "/v1/echo", 20);
-    assert!(m.get(&b.http.to_string()).copied().unwrap_or(0) >= 8, "{m:?}");
+    assert!(
+        m.get(&b.http.to_string()).copied().unwrap_or(0) >= 8,
+        "{m:?}"
+    );
 }
 
 #[test]
@@ -256,7 +277,10 @@ fn outliers_are_ejected_without_active_checks_but_never_the_last_one() {
         let r = call_with(&c, &gw, "/v1/echo", &[]);
         assert_ne!(r.code, "NO_HEALTHY_UPSTREAM", "{r:?}");
     }
-    assert_eq!(endpoint_healthy(&gw, "web", &a.http.to_string()), Some(true));
+    assert_eq!(
+        endpoint_healthy(&gw, "web", &a.http.to_string()),
+        Some(true)
+    );
 }
 
 #[test]
@@ -277,7 +301,8 @@ fn failover_under_load_moves_to_standby_and_fails_back() {
     let failed = Arc::new(AtomicUsize::new(0));
     let workers: Vec<_> = (0..6)
         .map(|_| {
-            let (gw, stop, total, failed) = (gw.clone(), stop.clone(), total.clone(), failed.clone());
+            let (gw, stop, total, failed) =
+                (gw.clone(), stop.clone(), total.clone(), failed.clone());
             std::thread::spawn(move || {
                 let c = client();
                 while !stop.load(Ordering::Relaxed) {
@@ -293,10 +318,19 @@ fn failover_under_load_moves_to_standby_and_fails_back() {
     std::thread::sleep(Duration::from_millis(3000));
     p1.kill();
     p2.kill();
-    assert!(wait_until(Duration::from_secs(10), || cluster_status(&gw, "web")["active"] == "standby"));
-    let during = (total.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    assert!(wait_until(Duration::from_secs(10), || cluster_status(
+        &gw, "web"
+    )["active"]
+        == "standby"));
+    let during = (
+        total.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
+    );
     std::thread::sleep(Duration::from_millis(1000));
-    let after = (total.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    let after = (
+        total.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
+    );
     stop.store(true, Ordering::Relaxed);
     for w in workers {
         w.join().unwrap();
@@ -306,16 +340,24 @@ fn failover_under_load_moves_to_standby_and_fails_back() {
         (during.1 as f64) < during.0 as f64 * 0.01,
         "failed during the switch: {during:?}"
     );
-    assert_eq!(after.1, during.1, "failures after the switch: {during:?} → {after:?}");
+    assert_eq!(
+        after.1, during.1,
+        "failures after the switch: {during:?} → {after:?}"
+    );
     let st = cluster_status(&gw, "web");
     assert_eq!(st["reason"], "auto");
-    assert!(gw.metrics().contains("portico_cluster_active_set{cluster=\"web\",plane=\"live\",set=\"standby\"} 1"));
+    assert!(gw
+        .metrics()
+        .contains("portico_cluster_active_set{cluster=\"web\",plane=\"live\",set=\"standby\"} 1"));
     let m = spread(&gw, "/v1/echo", 10);
     assert_eq!(m.get(&s1.http.to_string()), Some(&10));
     // Failback: the primaries come back, and after a few healthy seconds serve again.
     p1.restart();
     p2.restart();
-    assert!(wait_until(Duration::from_secs(15), || cluster_status(&gw, "web")["active"] == "primary"));
+    assert!(wait_until(Duration::from_secs(15), || cluster_status(
+        &gw, "web"
+    )["active"]
+        == "primary"));
     let m = spread(&gw, "/v1/echo", 10);
     assert_eq!(m.get(&s1.http.to_string()), None, "{m:?}");
 }
@@ -361,13 +403,19 @@ fn manual_standby_in_the_tree_reaches_the_gateway_and_state_survives_reloads() {
     assert!(gw.wait_for_new_config(&digest));
     assert_eq!(ejected(&gw), before);
     let again = call(&gw, "/v1/echo", &[("Cookie", &pair)]);
-    assert_eq!((again.instance.as_str(), again.cookie), (first.instance.as_str(), None));
+    assert_eq!(
+        (again.instance.as_str(), again.cookie),
+        (first.instance.as_str(), None)
+    );
     // The operator moves the cluster to its standby set: written to the tree, applied.
     let digest = gw.digest();
     t.put("clusters/web", &doc("standby"));
     assert!(gw.wait_for_new_config(&digest));
     let st = cluster_status(&gw, "web");
-    assert_eq!((st["active"].as_str(), st["reason"].as_str()), (Some("standby"), Some("manual")));
+    assert_eq!(
+        (st["active"].as_str(), st["reason"].as_str()),
+        (Some("standby"), Some("manual"))
+    );
     let m = spread(&gw, "/v1/echo", 10);
     assert_eq!(m.get(&s.http.to_string()), Some(&10), "{m:?}");
     // Only `active` changed: the endpoints' state is still carried.
@@ -398,12 +446,19 @@ fn a_sleeping_cluster_is_woken_once_and_requests_are_held() {
         &d.http.to_string()
     ) == Some(false)));
     let a = call(&gw, "/v1/echo", &[]);
-    assert_eq!((a.status, a.code.as_str()), (503, "BACKEND_LOADING"), "{a:?}");
+    assert_eq!(
+        (a.status, a.code.as_str()),
+        (503, "BACKEND_LOADING"),
+        "{a:?}"
+    );
     assert_eq!(a.retry_after.as_deref(), Some("3"));
     assert_eq!(d.admin_state()["wake_calls"], 1);
     // Back to sleep; a quick wake (300 ms) within a long hold: concurrent first requests
     // are held and answered 200, with one wake call.
-    assert!(wait_until(Duration::from_secs(10), || !d.admin_state()["asleep"].as_bool().unwrap()));
+    assert!(wait_until(Duration::from_secs(10), || !d.admin_state()
+        ["asleep"]
+        .as_bool()
+        .unwrap()));
     d.admin("sleep", "");
     let digest = gw.digest();
     t.put("clusters/web", &doc(300, 5000));
@@ -426,5 +481,8 @@ fn a_sleeping_cluster_is_woken_once_and_requests_are_held() {
         assert_eq!(h.join().unwrap(), 200);
     }
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert_eq!(d.admin_state()["wake_calls"].as_u64().unwrap(), wakes_before + 1);
+    assert_eq!(
+        d.admin_state()["wake_calls"].as_u64().unwrap(),
+        wakes_before + 1
+    );
 }

@@ -187,9 +187,7 @@ impl HttpInvoker {
                     && request.head.method.is_idempotent()
                     && matches!(
                         e.etype(),
-                        ErrorType::ConnectionClosed
-                            | ErrorType::ReadError
-                            | ErrorType::WriteError
+                        ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
                     ) =>
             {
                 Attempt::ConnectFailed(GatewayError::upstream(

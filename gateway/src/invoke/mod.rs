@@ -40,12 +40,12 @@ use self::http::{Attempt, HttpInvoker, HttpRequest};
 use crate::error::{Code, GatewayError, Side};
 use crate::model::{Response, RouteMatch};
 use breaker::CallTicket;
-use routing::{Hints, Pick, Routing};
 use bytes::Bytes;
 use grpc::{GrpcInvoker, GrpcMethods, GrpcRequest, PreparedMethod};
 use pingora_core::protocols::http::client::HttpSession;
 use pingora_proxy::Session;
 use portico_control::BackendKind;
+use routing::{Hints, Pick, Routing};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -309,7 +309,14 @@ async fn call_http(
     let cookie = sticky_cookie(&target.routing, &pick, hints.sticky);
     let addr = pick.endpoint.sock.unwrap_or(([0, 0, 0, 0], 0).into());
     let status = http
-        .relay(session, answer, addr, request_id, deadline, cookie.as_deref())
+        .relay(
+            session,
+            answer,
+            addr,
+            request_id,
+            deadline,
+            cookie.as_deref(),
+        )
         .await?;
     Ok(Response::Streamed(status))
 }
@@ -434,7 +441,9 @@ async fn call_grpc(
     };
     settle(ticket, outcome);
     if let Ok(whole) = &mut result {
-        whole.headers.retain(|(k, _)| k != health::LOAD_METADATA_OUT);
+        whole
+            .headers
+            .retain(|(k, _)| k != health::LOAD_METADATA_OUT);
         if let Some(c) = sticky_cookie(routing, &pick, hints.sticky) {
             whole.headers.push(("set-cookie".to_owned(), c));
         }

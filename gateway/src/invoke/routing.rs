@@ -55,7 +55,11 @@ impl Set {
         if self.endpoints.is_empty() {
             return 0.0;
         }
-        let up = self.endpoints.iter().filter(|e| e.available(now_ms)).count();
+        let up = self
+            .endpoints
+            .iter()
+            .filter(|e| e.available(now_ms))
+            .count();
         up as f64 / self.endpoints.len() as f64
     }
 }
@@ -136,9 +140,10 @@ impl Routing {
             _ => Set::new(name, eps, resolved),
         };
         let primary = keep_set(old.map(|o| &o.primary), &cluster.endpoints);
-        let standby = cluster.standby.as_ref().map(|sb| {
-            keep_set(old.and_then(|o| o.standby.as_ref()), &sb.endpoints)
-        });
+        let standby = cluster
+            .standby
+            .as_ref()
+            .map(|sb| keep_set(old.and_then(|o| o.standby.as_ref()), &sb.endpoints));
         let same_sets = old.is_some_and(|o| {
             o.primary.same(&cluster.endpoints)
                 && match (&o.standby, &cluster.standby) {
@@ -323,9 +328,9 @@ impl Routing {
                 Some(key) => rendezvous(set, key, ok),
                 None => set.balancer.pick_where(ok),
             },
-            Balancing::PeakEwma => two_choices(set, ok, |a, b| {
-                a.latency_cost() <= b.latency_cost()
-            }),
+            Balancing::PeakEwma => {
+                two_choices(set, ok, |a, b| a.latency_cost() <= b.latency_cost())
+            }
             Balancing::LeastLoad => two_choices(set, ok, |a, b| {
                 let (sa, sb) = load_scores(a, b, now);
                 sa <= sb
@@ -350,7 +355,9 @@ impl Routing {
             return;
         }
         let Some(o) = outlier else { return };
-        let Some(set) = self.set(pick.set) else { return };
+        let Some(set) = self.set(pick.set) else {
+            return;
+        };
         let now = portico_control::clock::now_ms();
         let others = set
             .endpoints
@@ -518,8 +525,12 @@ mod tests {
 
     #[test]
     fn consistent_hash_moves_at_most_about_one_nth_of_keys() {
-        let four = routing(json!({"protocol": "http", "endpoints": eps(4), "balancing": "consistent_hash", "hash_key": "ip"}));
-        let five = routing(json!({"protocol": "http", "endpoints": eps(5), "balancing": "consistent_hash", "hash_key": "ip"}));
+        let four = routing(
+            json!({"protocol": "http", "endpoints": eps(4), "balancing": "consistent_hash", "hash_key": "ip"}),
+        );
+        let five = routing(
+            json!({"protocol": "http", "endpoints": eps(5), "balancing": "consistent_hash", "hash_key": "ip"}),
+        );
         let keys = 20_000u64;
         let mut moved = 0;
         let mut per = HashMap::new();
@@ -550,7 +561,8 @@ mod tests {
 
     #[test]
     fn least_load_prefers_the_lower_report() {
-        let r = routing(json!({"protocol": "http", "endpoints": eps(2), "balancing": "least_load"}));
+        let r =
+            routing(json!({"protocol": "http", "endpoints": eps(2), "balancing": "least_load"}));
         let now = portico_control::clock::now_ms();
         r.primary.endpoints[0].record_load(0.9, now);
         r.primary.endpoints[1].record_load(0.1, now);
@@ -588,7 +600,10 @@ mod tests {
             serde_json::from_value(json!({"unhealthy_after": 1, "healthy_after": 1})).unwrap();
         r.primary.endpoints[1].record_probe(false, &hc);
         assert_eq!(r.serving(now), (ActiveSet::Standby, Reason::Auto));
-        assert_eq!(r.pick(Hints::default(), &[]).unwrap().set, ActiveSet::Standby);
+        assert_eq!(
+            r.pick(Hints::default(), &[]).unwrap().set,
+            ActiveSet::Standby
+        );
         r.primary.endpoints[1].record_probe(true, &hc);
         assert_eq!(r.serving(now), (ActiveSet::Standby, Reason::Auto));
         assert_eq!(r.serving(now + 1000), (ActiveSet::Standby, Reason::Auto));
@@ -600,10 +615,15 @@ mod tests {
 
     #[test]
     fn manual_standby_and_no_healthy_endpoint() {
-        let r = routing(json!({"protocol": "http", "endpoints": eps(1), "active": "standby",
-            "standby": {"endpoints": [{"addr": "127.0.1.1:80"}]}}));
+        let r = routing(
+            json!({"protocol": "http", "endpoints": eps(1), "active": "standby",
+            "standby": {"endpoints": [{"addr": "127.0.1.1:80"}]}}),
+        );
         let p = r.pick(Hints::default(), &[]).unwrap();
-        assert_eq!((p.set, p.endpoint.addr.as_str()), (ActiveSet::Standby, "127.0.1.1:80"));
+        assert_eq!(
+            (p.set, p.endpoint.addr.as_str()),
+            (ActiveSet::Standby, "127.0.1.1:80")
+        );
         assert!(r.pick(Hints::default(), &[p.endpoint.id()]).is_none());
     }
 }

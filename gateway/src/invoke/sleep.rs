@@ -36,7 +36,12 @@ pub async fn wake_and_hold(routing: &Arc<Routing>) -> Result<(), GatewayError> {
     if now >= until
         && routing
             .wake_until_ms
-            .compare_exchange(until, now + sleep.hold_ms.max(1000), Ordering::AcqRel, Ordering::Relaxed)
+            .compare_exchange(
+                until,
+                now + sleep.hold_ms.max(1000),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
             .is_ok()
     {
         routing.waking.store(true, Ordering::Relaxed);
@@ -71,7 +76,10 @@ fn loading(cluster: &str, sleep: &v1::Sleep) -> GatewayError {
     GatewayError::upstream(
         Code::BackendLoading,
         "the backend is starting, retry later",
-        format!("cluster {cluster} is asleep and did not wake within {} ms", sleep.hold_ms),
+        format!(
+            "cluster {cluster} is asleep and did not wake within {} ms",
+            sleep.hold_ms
+        ),
     )
     .with_retry_after(sleep.retry_after_s)
 }
@@ -97,7 +105,9 @@ async fn post(url: &str) -> Result<(), String> {
         let req = format!(
             "POST {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: portico-wake\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         );
-        s.write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
+        s.write_all(req.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
         let mut buf = [0u8; 16];
         let mut got = 0;
         while got < 12 {
