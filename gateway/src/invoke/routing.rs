@@ -624,6 +624,15 @@ mod tests {
             (p.set, p.endpoint.addr.as_str()),
             (ActiveSet::Standby, "127.0.1.1:80")
         );
-        assert!(r.pick(Hints::default(), &[p.endpoint.id()]).is_none());
+        // A retry after a connect failure on the whole serving set goes to the other set;
+        // with every endpoint tried there is none.
+        let retry = r.pick(Hints::default(), &[p.endpoint.id()]).unwrap();
+        assert_eq!(
+            (retry.set, retry.endpoint.addr.as_str()),
+            (ActiveSet::Primary, "127.0.0.1:80")
+        );
+        assert!(r
+            .pick(Hints::default(), &[p.endpoint.id(), retry.endpoint.id()])
+            .is_none());
     }
 }
