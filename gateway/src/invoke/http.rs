@@ -51,6 +51,8 @@ const RESPONSE_DROPPED: &[&str] = &[
     "x-aspnet-version",
     "x-aspnetmvc-version",
     "via",
+    // The backend's load report, for the balancer only (docs/PROTOCOL.md).
+    "x-portico-load",
 ];
 
 /// An upstream request ready to send: built in full before the breaker is asked, so a
@@ -144,7 +146,7 @@ impl HttpInvoker {
             return Attempt::Failed(timeout_error(addr));
         }
         let peer = Self::peer(addr, left);
-        let mut upstream = match self.connector.get_http_session(&peer).await {
+        let (mut upstream, reused) = match self.connector.get_http_session(&peer).await {
             Err(e) => {
                 let err = match e.etype() {
                     ErrorType::ConnectTimedout => timeout_error(addr),
@@ -156,7 +158,7 @@ impl HttpInvoker {
                 };
                 return Attempt::ConnectFailed(err, request);
             }
-            Ok((session, _reused)) => session,
+            Ok(connected) => connected,
         };
         if !request.has_host {
             if let Err(e) = request
@@ -166,6 +168,14 @@ impl HttpInvoker {
                 return Attempt::Failed(GatewayError::internal(format!("Host header: {e}")));
             }
         }
+        // A pooled connection the backend had closed is, for an idempotent method, as good
+        // as a refused one (docs/OPERATIONS.md): keep what the retry needs, for those only.
+        let retryable = reused && request.head.method.is_idempotent();
+        let spare = retryable.then(|| HttpRequest {
+            head: request.head.clone(),
+            has_host: request.has_host,
+            body: request.body.clone(),
+        });
         let HttpRequest { head, body, .. } = request;
         let exchange = async {
             upstream.write_request_header(head).await?;
@@ -179,14 +189,33 @@ impl HttpInvoker {
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, exchange).await {
             Err(_) => Attempt::Failed(timeout_error(addr)),
-            Ok(Err(e)) => Attempt::Failed(match e.etype() {
-                ErrorType::ReadTimedout | ErrorType::WriteTimedout => timeout_error(addr),
-                _ => GatewayError::upstream(
+            Ok(Err(e))
+                if e.etype() == &ErrorType::ReadTimedout
+                    || e.etype() == &ErrorType::WriteTimedout =>
+            {
+                Attempt::Failed(timeout_error(addr))
+            }
+            Ok(Err(e))
+                if matches!(
+                    e.etype(),
+                    ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
+                ) && spare.is_some() =>
+            {
+                let err = GatewayError::upstream(
                     Code::UpstreamError,
                     "the backend failed to answer",
-                    format!("upstream {addr} failed: {e}"),
-                ),
-            }),
+                    format!("upstream {addr} closed a pooled connection: {e}"),
+                );
+                match spare {
+                    Some(unsent) => Attempt::ConnectFailed(err, unsent),
+                    None => Attempt::Failed(err),
+                }
+            }
+            Ok(Err(e)) => Attempt::Failed(GatewayError::upstream(
+                Code::UpstreamError,
+                "the backend failed to answer",
+                format!("upstream {addr} failed: {e}"),
+            )),
             Ok(Ok(())) => Attempt::Answered(Box::new(upstream), started.elapsed()),
         }
     }
@@ -203,6 +232,7 @@ impl HttpInvoker {
         request_id: &str,
         deadline: Instant,
         extra: Option<(&'static str, &'static str)>,
+        set_cookie: Option<&str>,
     ) -> Result<u16, GatewayError> {
         let Some(resp) = upstream.response_header() else {
             return Err(GatewayError::upstream(
@@ -224,6 +254,9 @@ impl HttpInvoker {
         if let Some((name, value)) = extra {
             let _ = head.insert_header(name, value);
         }
+        if let Some(cookie) = set_cookie {
+            let _ = head.append_header(http::header::SET_COOKIE, cookie);
+        }
         let status = resp.status.as_u16();
         let end = upstream.response_done();
         let limit = session.get_write_timeout();
@@ -240,9 +273,7 @@ impl HttpInvoker {
             }
             upstream.set_read_timeout(Some(left));
             let chunk = match upstream.read_response_body().await {
-                Err(e) if e.etype() == &ErrorType::ReadTimedout => {
-                    return Err(timeout_error(addr))
-                }
+                Err(e) if e.etype() == &ErrorType::ReadTimedout => return Err(timeout_error(addr)),
                 Err(e) => {
                     return Err(GatewayError::upstream(
                         Code::UpstreamError,
