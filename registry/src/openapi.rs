@@ -266,7 +266,7 @@ fn components() -> Value {
             "Error502": error_response("UPSTREAM_ERROR: what the operation calls (a gateway, a backend) could not be reached or read"),
             "Error503": error_response("ZOOKEEPER_UNAVAILABLE; for a sandbox call also NO_SANDBOX_GATEWAY (no live gateway runs a sandbox listener)")
         },
-        "schemas": merged([document_schemas(), message_schemas(), import_and_ops_schemas()]),
+        "schemas": merged([document_schemas(), message_schemas(), import_and_ops_schemas(), cluster_ops_schemas()]),
     })
 }
 
@@ -279,6 +279,34 @@ fn merged<const N: usize>(parts: [Value; N]) -> Value {
         }
     }
     Value::Object(all)
+}
+
+/// Failover, the cluster overview and autoscale events ([`crate::api::cluster_ops`];
+/// docs/OPERATIONS.md, "Failover" and "Autoscale").
+fn cluster_ops_schemas() -> Value {
+    let event = json!({"type": "object", "properties": {
+        "id": {"type": "string"}, "kind": {"type": "string", "enum": ["autoscale", "sleep"]},
+        "at": {"type": "string", "format": "date-time"}, "action": {"type": "string"}, "rps": {"type": "number"},
+        "rule": {"type": "integer", "description": "index of the rule in autoscale.rules, from 0"},
+        "webhook": {"type": "string"}, "sleep_url": {"type": "string"}, "idle_s": {"type": "integer"},
+        "outcome": {"type": "string", "enum": ["pending", "ok", "failed"]}, "status": {"type": "integer"}, "error": {"type": "string"}}});
+    json!({
+    "Failover": {"type": "object", "additionalProperties": false, "required": ["to", "reason"], "properties": {
+        "to": {"type": "string", "enum": ["primary", "standby"], "description": "the set that serves; `standby` needs a cluster with standby.endpoints"},
+        "reason": {"type": "string", "minLength": 1, "maxLength": 500, "pattern": "\\S", "description": "why (audited)"}}},
+    "ClusterEvents": {"type": "object", "properties": {"items": {"type": "array", "items": event.clone()}}},
+    "ClusterOverview": {"type": "object", "properties": {
+        "name": {"type": "string"}, "etag": {"type": "string"}, "cluster": {"$ref": "#/components/schemas/Cluster"},
+        "active": {"type": "string", "enum": ["primary", "standby"]},
+        "sets": {"type": "object", "properties": {"primary": {"type": "array"}, "standby": {"type": "array"}}},
+        "gateways": {"type": "array", "items": {"type": "object", "properties": {
+            "node_id": {"type": "string"}, "admin_addr": {"type": "string"}, "config_version": {"type": "object"},
+            "active": {"type": "string", "description": "primary, standby, or unknown (a gateway that does not report clusters, or could not be read)"},
+            "endpoints": {"type": "array", "items": {"type": "object"}}, "status": {"type": "object"},
+            "note": {"type": "string"}, "error": {"type": "string"}}}},
+        "rps": {"type": "number", "nullable": true, "description": "requests per second over the last 10 s, summed over the cluster's live APIs and every gateway (null: not evaluated)"},
+        "events": {"type": "array", "items": event}}}
+    })
 }
 
 /// The v1 documents of the tree (docs/OPERATIONS.md, 'The configuration tree').

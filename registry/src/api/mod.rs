@@ -22,6 +22,7 @@
 pub mod apis;
 pub mod apps;
 pub mod audit;
+pub mod cluster_ops;
 pub mod clusters;
 pub mod context;
 pub mod descriptors;
@@ -53,6 +54,8 @@ pub fn routes() -> Vec<Route> {
         apis::routes(),
         sandbox::routes(),
         health::routes(),
+        // Live-only cluster operations (failover, overview, autoscale events).
+        cluster_ops::routes(),
         in_each_env(&in_both_envs),
     ]
     .concat()
@@ -99,7 +102,7 @@ mod tests {
                 "{method} /sandbox{path}"
             );
         }
-        assert_eq!(all.len(), 69);
+        assert_eq!(all.len(), 72);
     }
 
     /// Every route is in the OpenAPI document, and every `$ref` resolves.
