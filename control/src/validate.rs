@@ -708,23 +708,203 @@ fn check_cluster(name: &str, raw: &[u8]) -> Result<v1::Cluster, String> {
     if c.endpoints.is_empty() {
         return Err("endpoints: must list at least one endpoint".to_owned());
     }
-    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(c.endpoints.len());
-    for (i, ep) in c.endpoints.iter().enumerate() {
-        check_addr(&ep.addr).map_err(|e| format!("endpoints[{i}].addr: {e}"))?;
+    let mut seen: HashMap<&str, String> = HashMap::with_capacity(c.endpoints.len());
+    check_endpoints("endpoints", &c.endpoints, &mut seen)?;
+    check_routing(&c, &mut seen)?;
+    Ok(c)
+}
+
+/// A list of endpoints: addresses, weights, no address twice (across both sets).
+fn check_endpoints<'c>(
+    field: &str,
+    eps: &'c [v1::Endpoint],
+    seen: &mut HashMap<&'c str, String>,
+) -> Result<(), String> {
+    for (i, ep) in eps.iter().enumerate() {
+        check_addr(&ep.addr).map_err(|e| format!("{field}[{i}].addr: {e}"))?;
         if ep.weight == 0 {
-            return Err(format!("endpoints[{i}].weight: must be at least 1"));
+            return Err(format!("{field}[{i}].weight: must be at least 1"));
         }
-        if let Some(j) = seen.insert(&ep.addr, i) {
+        if let Some(j) = seen.insert(&ep.addr, format!("{field}[{i}]")) {
             return Err(format!(
-                "endpoints[{i}].addr: {:?} repeats endpoints[{j}]",
+                "{field}[{i}].addr: {:?} repeats {j}",
                 excerpt(&ep.addr)
             ));
         }
     }
-    if c.balancing.as_deref().is_some_and(str::is_empty) {
-        return Err("balancing: must not be empty".to_owned());
+    Ok(())
+}
+
+/// Upper bound of the routing durations (intervals, holds, ejections): one day.
+const MAX_ROUTING_MS: u64 = 86_400_000;
+
+/// The routing parts of a cluster (docs/OPERATIONS.md, "Clusters: balancing, health,
+/// failover, sleep").
+fn check_routing<'c>(
+    c: &'c v1::Cluster,
+    seen: &mut HashMap<&'c str, String>,
+) -> Result<(), String> {
+    let ms = |field: &str, v: u64| -> Result<(), String> {
+        if v == 0 || v > MAX_ROUTING_MS {
+            return Err(format!("{field}: must be 1..{MAX_ROUTING_MS} ms, not {v}"));
+        }
+        Ok(())
+    };
+    match (c.balancing(), &c.hash_key) {
+        (v1::Balancing::ConsistentHash, None) => {
+            return Err("hash_key: balancing consistent_hash needs a hash_key \
+                        (app, ip, header:<Name>, query:<name> or path:<var>)"
+                .to_owned())
+        }
+        (v1::Balancing::ConsistentHash, Some(k)) => {
+            check_hash_key(k).map_err(|e| format!("hash_key: {e}"))?
+        }
+        (b, Some(_)) => {
+            return Err(format!(
+                "hash_key: only used by balancing consistent_hash, not {}",
+                b.as_str()
+            ))
+        }
+        (_, None) => {}
     }
-    Ok(c)
+    if let Some(s) = &c.sticky {
+        if !is_cookie_name(&s.cookie) {
+            return Err(format!(
+                "sticky.cookie: {:?} is not a cookie name (an RFC 6265 token)",
+                excerpt(&s.cookie)
+            ));
+        }
+        if s.ttl_s == 0 || s.ttl_s > 400 * 86_400 {
+            return Err(format!("sticky.ttl_s: must be 1..{} s", 400 * 86_400));
+        }
+    }
+    if let Some(h) = &c.health_check {
+        if !h.path.starts_with('/') || h.path.bytes().any(|b| !(0x21..0x7f).contains(&b)) {
+            return Err(format!(
+                "health_check.path: {:?} must start with '/' and hold no spaces or controls",
+                excerpt(&h.path)
+            ));
+        }
+        ms("health_check.interval_ms", h.interval_ms)?;
+        ms("health_check.timeout_ms", h.timeout_ms)?;
+        if h.unhealthy_after == 0 || h.unhealthy_after > 100 {
+            return Err("health_check.unhealthy_after: must be 1..100".to_owned());
+        }
+        if h.healthy_after == 0 || h.healthy_after > 100 {
+            return Err("health_check.healthy_after: must be 1..100".to_owned());
+        }
+    }
+    if let Some(o) = &c.outlier {
+        if o.consecutive_failures == 0 || o.consecutive_failures > 10_000 {
+            return Err("outlier.consecutive_failures: must be 1..10000".to_owned());
+        }
+        ms("outlier.eject_ms", o.eject_ms)?;
+    }
+    if let Some(sb) = &c.standby {
+        if sb.endpoints.is_empty() {
+            return Err("standby.endpoints: must list at least one endpoint".to_owned());
+        }
+        check_endpoints("standby.endpoints", &sb.endpoints, seen)?;
+        if !(sb.failover_below > 0.0 && sb.failover_below <= 1.0) {
+            return Err(format!(
+                "standby.failover_below: must be in (0, 1], not {}",
+                sb.failover_below
+            ));
+        }
+    }
+    if c.active() == v1::ActiveSet::Standby && c.standby.is_none() {
+        return Err("active: \"standby\" but the cluster has no standby set".to_owned());
+    }
+    if let Some(s) = &c.sleep {
+        check_url(&s.wake_url).map_err(|e| format!("sleep.wake_url: {e}"))?;
+        if s.hold_ms > MAX_ROUTING_MS {
+            return Err(format!(
+                "sleep.hold_ms: must be at most {MAX_ROUTING_MS} ms"
+            ));
+        }
+        if s.retry_after_s == 0 || s.retry_after_s > 86_400 {
+            return Err("sleep.retry_after_s: must be 1..86400 s".to_owned());
+        }
+        if let Some(u) = &s.sleep_url {
+            check_url(u).map_err(|e| format!("sleep.sleep_url: {e}"))?;
+        }
+        if s.idle_s == Some(0) {
+            return Err("sleep.idle_s: must be at least 1 s".to_owned());
+        }
+    }
+    if let Some(a) = &c.autoscale {
+        check_url(&a.webhook).map_err(|e| format!("autoscale.webhook: {e}"))?;
+        if a.rules.is_empty() {
+            return Err("autoscale.rules: must list at least one rule".to_owned());
+        }
+        for (i, r) in a.rules.iter().enumerate() {
+            let f = format!("autoscale.rules[{i}]");
+            match (r.rps_above, r.rps_below) {
+                (None, None) => {
+                    return Err(format!("{f}: needs rps_above or rps_below"));
+                }
+                (Some(_), Some(_)) => {
+                    return Err(format!("{f}: set rps_above or rps_below, not both"));
+                }
+                (Some(v), None) | (None, Some(v)) if !(v.is_finite() && v >= 0.0) => {
+                    return Err(format!("{f}: the rate must be a number >= 0, not {v}"));
+                }
+                _ => {}
+            }
+            if r.for_s == 0 || r.for_s > 86_400 {
+                return Err(format!("{f}.for_s: must be 1..86400 s"));
+            }
+        }
+        if a.cooldown_s > 86_400 {
+            return Err("autoscale.cooldown_s: must be at most 86400 s".to_owned());
+        }
+    }
+    Ok(())
+}
+
+/// `app` | `ip` | `header:<Name>` | `query:<name>` | `path:<var>`.
+fn check_hash_key(k: &str) -> Result<(), String> {
+    let ok = match k.split_once(':') {
+        None => matches!(k, "app" | "ip"),
+        Some(("header", n)) => is_header_name(n),
+        Some(("query", n)) => {
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| (0x21..0x7f).contains(&b) && b != b'&' && b != b'=')
+        }
+        Some(("path", n)) => {
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+        }
+        Some(_) => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} is not one of app, ip, header:<Name>, query:<name>, path:<var>",
+            excerpt(k)
+        ))
+    }
+}
+
+/// A cookie name: an RFC 6265 token (RFC 9110 token characters).
+fn is_cookie_name(s: &str) -> bool {
+    s.len() <= 64 && is_header_name(s)
+}
+
+/// An absolute `http://` or `https://` URL with a host.
+fn check_url(u: &str) -> Result<(), String> {
+    let rest = u
+        .strip_prefix("http://")
+        .or_else(|| u.strip_prefix("https://"))
+        .ok_or_else(|| format!("{:?} must start with http:// or https://", excerpt(u)))?;
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if host.is_empty() || u.len() > 2048 || u.bytes().any(|b| !(0x21..0x7f).contains(&b)) {
+        return Err(format!("{:?} is not an absolute URL", excerpt(u)));
+    }
+    Ok(())
 }
 
 /// `ip:port` (`[v6]:port`) or `hostname:port`.
@@ -1235,6 +1415,278 @@ mod tests {
         );
         assert!(s.clusters.contains_key("v6"));
         assert_eq!(s.rejected.len(), 6);
+    }
+
+    /// A cluster document with every routing field of issue 11.
+    fn full_cluster() -> serde_json::Value {
+        json!({
+            "protocol": "http",
+            "endpoints": [{"addr": "127.0.0.1:18081", "weight": 1}, {"addr": "127.0.0.1:18082", "weight": 1}],
+            "balancing": "least_load",
+            "sticky": {"cookie": "PORTICO_STICKY", "ttl_s": 3600},
+            "health_check": {"path": "/healthz", "interval_ms": 1000, "timeout_ms": 500, "unhealthy_after": 2, "healthy_after": 2},
+            "outlier": {"consecutive_failures": 5, "eject_ms": 10000},
+            "standby": {"endpoints": [{"addr": "127.0.0.1:28081", "weight": 1}], "failover_below": 0.5, "failback": "auto"},
+            "active": "primary",
+            "sleep": {"wake_url": "http://127.0.0.1:7000/wake/order-svc", "hold_ms": 3000, "retry_after_s": 2},
+            "autoscale": {"webhook": "http://127.0.0.1:7000/scale", "rules": [
+                {"rps_above": 500.0, "for_s": 10, "action": "up"},
+                {"rps_below": 10.0, "for_s": 60, "action": "down"}], "cooldown_s": 60}
+        })
+    }
+
+    #[test]
+    fn routing_fields_round_trip_and_old_documents_stay_unchanged() {
+        for doc in [
+            json!({"protocol": "http", "endpoints": [{"addr": "h:80", "weight": 2}]}),
+            json!({"protocol": "grpc", "endpoints": [{"addr": "h:80", "weight": 1}], "balancing": "round_robin"}),
+            full_cluster(),
+        ] {
+            let c: v1::Cluster = serde_json::from_value(doc.clone()).unwrap();
+            assert_eq!(serde_json::to_value(&c).unwrap(), doc);
+        }
+        let mut t = T::new();
+        t.put("clusters/full", full_cluster());
+        let s = t.build(None);
+        let c = &s.clusters["full"];
+        assert_eq!(c.balancing(), v1::Balancing::LeastLoad);
+        assert_eq!(c.active(), v1::ActiveSet::Primary);
+        // Defaults of the optional parts.
+        let c: v1::Cluster = serde_json::from_value(json!({
+            "protocol": "http", "endpoints": [{"addr": "h:80"}],
+            "sticky": {}, "health_check": {}, "outlier": {},
+            "standby": {"endpoints": [{"addr": "h:81"}]},
+            "sleep": {"wake_url": "http://w/"}
+        }))
+        .unwrap();
+        assert_eq!(c.balancing(), v1::Balancing::RoundRobin);
+        let st = c.sticky.unwrap();
+        assert_eq!((st.cookie.as_str(), st.ttl_s), ("PORTICO_STICKY", 3600));
+        let h = c.health_check.unwrap();
+        assert_eq!(
+            (
+                h.path.as_str(),
+                h.interval_ms,
+                h.timeout_ms,
+                h.unhealthy_after,
+                h.healthy_after
+            ),
+            ("/healthz", 1000, 500, 2, 2)
+        );
+        let o = c.outlier.unwrap();
+        assert_eq!((o.consecutive_failures, o.eject_ms), (5, 10_000));
+        let sb = c.standby.unwrap();
+        assert_eq!((sb.failover_below, sb.failback), (0.5, v1::Failback::Auto));
+        let sl = c.sleep.unwrap();
+        assert_eq!((sl.hold_ms, sl.retry_after_s), (3000, 2));
+    }
+
+    #[test]
+    fn routing_rules() {
+        let bad: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+            (
+                "balancing",
+                Box::new(|v| v["balancing"] = json!("random")),
+                "balancing: unknown variant `random`",
+            ),
+            (
+                "hash needs key",
+                Box::new(|v| v["balancing"] = json!("consistent_hash")),
+                "hash_key: balancing consistent_hash needs a hash_key",
+            ),
+            (
+                "hash key syntax",
+                Box::new(|v| {
+                    v["balancing"] = json!("consistent_hash");
+                    v["hash_key"] = json!("cookie:x");
+                }),
+                "hash_key: \"cookie:x\" is not one of",
+            ),
+            (
+                "header name",
+                Box::new(|v| {
+                    v["balancing"] = json!("consistent_hash");
+                    v["hash_key"] = json!("header:a b");
+                }),
+                "hash_key:",
+            ),
+            (
+                "key without hash",
+                Box::new(|v| v["hash_key"] = json!("ip")),
+                "hash_key: only used by balancing consistent_hash, not least_load",
+            ),
+            (
+                "cookie",
+                Box::new(|v| v["sticky"]["cookie"] = json!("a;b")),
+                "sticky.cookie:",
+            ),
+            (
+                "ttl",
+                Box::new(|v| v["sticky"]["ttl_s"] = json!(0)),
+                "sticky.ttl_s:",
+            ),
+            (
+                "path",
+                Box::new(|v| v["health_check"]["path"] = json!("healthz")),
+                "health_check.path:",
+            ),
+            (
+                "interval",
+                Box::new(|v| v["health_check"]["interval_ms"] = json!(0)),
+                "health_check.interval_ms: must be 1..",
+            ),
+            (
+                "timeout",
+                Box::new(|v| v["health_check"]["timeout_ms"] = json!(0)),
+                "health_check.timeout_ms:",
+            ),
+            (
+                "unhealthy",
+                Box::new(|v| v["health_check"]["unhealthy_after"] = json!(0)),
+                "health_check.unhealthy_after:",
+            ),
+            (
+                "healthy",
+                Box::new(|v| v["health_check"]["healthy_after"] = json!(0)),
+                "health_check.healthy_after:",
+            ),
+            (
+                "failures",
+                Box::new(|v| v["outlier"]["consecutive_failures"] = json!(0)),
+                "outlier.consecutive_failures:",
+            ),
+            (
+                "eject",
+                Box::new(|v| v["outlier"]["eject_ms"] = json!(0)),
+                "outlier.eject_ms:",
+            ),
+            (
+                "below 0",
+                Box::new(|v| v["standby"]["failover_below"] = json!(0.0)),
+                "standby.failover_below: must be in (0, 1]",
+            ),
+            (
+                "below >1",
+                Box::new(|v| v["standby"]["failover_below"] = json!(1.5)),
+                "standby.failover_below:",
+            ),
+            (
+                "failback",
+                Box::new(|v| v["standby"]["failback"] = json!("never")),
+                "standby.failback: unknown variant",
+            ),
+            (
+                "standby empty",
+                Box::new(|v| v["standby"]["endpoints"] = json!([])),
+                "standby.endpoints: must list",
+            ),
+            (
+                "standby dup",
+                Box::new(|v| v["standby"]["endpoints"] = json!([{"addr": "127.0.0.1:18082"}])),
+                "standby.endpoints[0].addr: \"127.0.0.1:18082\" repeats endpoints[1]",
+            ),
+            (
+                "standby addr",
+                Box::new(|v| v["standby"]["endpoints"] = json!([{"addr": "nohost"}])),
+                "standby.endpoints[0].addr:",
+            ),
+            (
+                "active",
+                Box::new(|v| v["active"] = json!("secondary")),
+                "active: unknown variant",
+            ),
+            (
+                "active no standby",
+                Box::new(|v| {
+                    v["active"] = json!("standby");
+                    v.as_object_mut().unwrap().remove("standby");
+                }),
+                "active: \"standby\" but the cluster has no standby set",
+            ),
+            (
+                "wake",
+                Box::new(|v| v["sleep"]["wake_url"] = json!("ftp://x")),
+                "sleep.wake_url:",
+            ),
+            (
+                "wake host",
+                Box::new(|v| v["sleep"]["wake_url"] = json!("http:///x")),
+                "sleep.wake_url:",
+            ),
+            (
+                "retry",
+                Box::new(|v| v["sleep"]["retry_after_s"] = json!(0)),
+                "sleep.retry_after_s:",
+            ),
+            (
+                "sleep url",
+                Box::new(|v| v["sleep"]["sleep_url"] = json!("x")),
+                "sleep.sleep_url:",
+            ),
+            (
+                "idle",
+                Box::new(|v| v["sleep"]["idle_s"] = json!(0)),
+                "sleep.idle_s:",
+            ),
+            (
+                "webhook",
+                Box::new(|v| v["autoscale"]["webhook"] = json!("")),
+                "autoscale.webhook:",
+            ),
+            (
+                "no rules",
+                Box::new(|v| v["autoscale"]["rules"] = json!([])),
+                "autoscale.rules: must list",
+            ),
+            (
+                "rule neither",
+                Box::new(|v| v["autoscale"]["rules"][1] = json!({"for_s": 5, "action": "down"})),
+                "autoscale.rules[1]: needs rps_above or rps_below",
+            ),
+            (
+                "rule both",
+                Box::new(|v| v["autoscale"]["rules"][0]["rps_below"] = json!(1.0)),
+                "autoscale.rules[0]: set rps_above or rps_below, not both",
+            ),
+            (
+                "rule negative",
+                Box::new(|v| v["autoscale"]["rules"][0]["rps_above"] = json!(-1.0)),
+                "autoscale.rules[0]: the rate must be",
+            ),
+            (
+                "rule for",
+                Box::new(|v| v["autoscale"]["rules"][0]["for_s"] = json!(0)),
+                "autoscale.rules[0].for_s:",
+            ),
+            (
+                "rule action",
+                Box::new(|v| v["autoscale"]["rules"][0]["action"] = json!("sideways")),
+                "autoscale.rules[0].action: unknown variant",
+            ),
+        ];
+        for (what, edit, want) in bad {
+            let mut doc = full_cluster();
+            edit(&mut doc);
+            let mut t = T::new();
+            t.put("clusters/c", doc);
+            let s = t.build(None);
+            let r = reason(&s, "clusters/c");
+            assert!(r.starts_with(want), "{what}: {r}");
+        }
+        for key in [
+            "app",
+            "ip",
+            "header:X-User",
+            "query:user_id",
+            "path:order_id",
+        ] {
+            let mut doc = full_cluster();
+            doc["balancing"] = json!("consistent_hash");
+            doc["hash_key"] = json!(key);
+            let mut t = T::new();
+            t.put("clusters/c", doc);
+            assert!(t.build(None).clusters.contains_key("c"), "{key}");
+        }
     }
 
     #[test]

@@ -120,6 +120,14 @@ pub fn cluster(endpoints: &[(&str, u32)]) -> Arc<v1::Cluster> {
             })
             .collect(),
         balancing: None,
+        hash_key: None,
+        sticky: None,
+        health_check: None,
+        outlier: None,
+        standby: None,
+        active: None,
+        sleep: None,
+        autoscale: None,
     })
 }
 
