@@ -350,7 +350,30 @@ fn document_schemas() -> Value {
         "endpoints": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["addr"], "properties": {
             "addr": {"type": "string", "pattern": ADDR_PATTERN, "description": "host:port or ip:port ([v6]:port)"},
             "weight": {"type": "integer", "minimum": 1, "maximum": u32::MAX, "default": 1}}}},
-        "balancing": {"type": "string", "minLength": 1}}},
+        "balancing": {"type": "string", "enum": ["round_robin", "least_load", "peak_ewma", "consistent_hash"], "default": "round_robin"},
+        // Issue 11 (smart routing and failover): optional; docs/OPERATIONS.md, "Failover".
+        "hash_key": {"type": "string", "description": "with consistent_hash: app | ip | header:<Name> | query:<name> | path:<var>"},
+        "sticky": {"type": "object", "properties": {"cookie": {"type": "string", "default": "PORTICO_STICKY"}, "ttl_s": {"type": "integer", "minimum": 1, "default": 3600}}},
+        "health_check": {"type": "object", "properties": {
+            "path": {"type": "string", "default": "/healthz"}, "service": {"type": "string"},
+            "interval_ms": {"type": "integer", "minimum": 1, "default": 1000}, "timeout_ms": {"type": "integer", "minimum": 1, "default": 500},
+            "unhealthy_after": {"type": "integer", "minimum": 1, "maximum": 100, "default": 2}, "healthy_after": {"type": "integer", "minimum": 1, "maximum": 100, "default": 2}}},
+        "outlier": {"type": "object", "properties": {"consecutive_failures": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 5}, "eject_ms": {"type": "integer", "minimum": 1, "default": 10000}}},
+        "standby": {"type": "object", "required": ["endpoints"], "properties": {
+            "endpoints": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["addr"], "properties": {
+                "addr": {"type": "string", "pattern": ADDR_PATTERN}, "weight": {"type": "integer", "minimum": 1, "maximum": u32::MAX, "default": 1}}}},
+            "failover_below": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.5},
+            "failback": {"type": "string", "enum": ["auto", "manual"], "default": "auto"}}},
+        "active": {"type": "string", "enum": ["primary", "standby"], "default": "primary", "description": "the serving set; set it with POST /clusters/{name}/failover"},
+        "sleep": {"type": "object", "required": ["wake_url"], "properties": {
+            "wake_url": {"type": "string"}, "hold_ms": {"type": "integer", "minimum": 0, "default": 3000}, "retry_after_s": {"type": "integer", "minimum": 1, "maximum": 86400, "default": 2},
+            "sleep_url": {"type": "string", "description": "POSTed by the registry after idle_s without requests"}, "idle_s": {"type": "integer", "minimum": 1}}},
+        "autoscale": {"type": "object", "required": ["webhook", "rules"], "properties": {
+            "webhook": {"type": "string"},
+            "rules": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["for_s", "action"], "properties": {
+                "rps_above": {"type": "number", "minimum": 0}, "rps_below": {"type": "number", "minimum": 0},
+                "for_s": {"type": "integer", "minimum": 1, "maximum": 86400}, "action": {"type": "string", "enum": ["up", "down"]}}}},
+            "cooldown_s": {"type": "integer", "minimum": 0, "maximum": 86400, "default": 60}}}}},
     "NamedCluster": {"allOf": [{"$ref": "#/components/schemas/Cluster"}, {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "pattern": NAME_PATTERN}}}]},
     "Switch": {"type": "object", "properties": {
         "degraded": {"type": "boolean"}, "reason": {"type": "string"},

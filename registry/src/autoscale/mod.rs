@@ -339,10 +339,10 @@ async fn fire(
     let now_ms = portico_control::clock::now_ms();
     let at = portico_control::clock::now_rfc3339();
     let id = format!("as-{:016x}", fastrand::u64(..));
-    let body = payload(cluster, &r.action, rps, rule, &at);
+    let body = payload(cluster, r.action.as_str(), rps, rule, &at);
     let cooldown_ms = auto.cooldown_s.saturating_mul(1000);
     let event = json!({
-        "id": id, "kind": "autoscale", "at": at, "action": r.action, "rps": body["rps"],
+        "id": id, "kind": "autoscale", "at": at, "action": r.action.as_str(), "rps": body["rps"],
         "rule": rule, "webhook": auto.webhook, "outcome": "pending",
     });
     let claimed = update_state(state, cluster, |v| {
@@ -377,10 +377,10 @@ async fn fire(
     audit(state, &ctx, "autoscale", "cluster.autoscale", &target, detail).await;
     match result {
         Ok(status) => {
-            tracing::info!(cluster, action = %r.action, rps, rule, status, "autoscale: webhook called")
+            tracing::info!(cluster, action = r.action.as_str(), rps, rule, status, "autoscale: webhook called")
         }
         Err(e) => {
-            tracing::warn!(cluster, action = %r.action, rps, rule, error = %e, "autoscale: webhook failed");
+            tracing::warn!(cluster, action = r.action.as_str(), rps, rule, error = %e, "autoscale: webhook failed");
             let detail = json!({"webhook": auto.webhook, "error": e, "event": id});
             audit(
                 state,

@@ -2,54 +2,24 @@
 //! `autoscale` and `sleep` blocks of `clusters/<name>`, docs/OPERATIONS.md, "Autoscale"), and
 //! when a rule holds long enough to fire.
 
-use serde::Deserialize;
+use portico_control::v1;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
-/// `autoscale` of a cluster document.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Autoscale {
-    /// Where firings are POSTed.
-    pub webhook: String,
-    /// The rules, in order: the first that holds long enough fires.
-    #[serde(default)]
-    pub rules: Vec<Rule>,
-    /// At most one firing per this many seconds per cluster (default 60).
-    #[serde(default = "default_cooldown_s")]
-    pub cooldown_s: u64,
-}
+/// `autoscale` of a cluster document (the contract's, `control/src/v1.rs`).
+pub type Autoscale = v1::Autoscale;
+/// One rule of `autoscale.rules`.
+pub type Rule = v1::AutoscaleRule;
 
-fn default_cooldown_s() -> u64 {
-    60
-}
-
-/// One rule: a bound on the cluster's request rate, held for `for_s`, fires `action`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Rule {
-    /// Holds while the rate is above this.
-    #[serde(default)]
-    pub rps_above: Option<f64>,
-    /// Holds while the rate is below this.
-    #[serde(default)]
-    pub rps_below: Option<f64>,
-    /// Seconds the rule must hold before it fires (0: at the first evaluation that holds).
-    #[serde(default)]
-    pub for_s: u64,
-    /// What the webhook is told to do (`up`, `down`, or any word the receiver understands).
-    pub action: String,
-}
-
-impl Rule {
-    /// Whether the rule holds at `rps` (a rule with neither bound never holds).
-    pub fn holds(&self, rps: f64) -> bool {
-        (self.rps_above.is_some() || self.rps_below.is_some())
-            && self.rps_above.is_none_or(|a| rps > a)
-            && self.rps_below.is_none_or(|b| rps < b)
-    }
+/// Whether `rule` holds at `rps` (a rule with neither bound never holds).
+pub fn holds(rule: &Rule, rps: f64) -> bool {
+    (rule.rps_above.is_some() || rule.rps_below.is_some())
+        && rule.rps_above.is_none_or(|a| rps > a)
+        && rule.rps_below.is_none_or(|b| rps < b)
 }
 
 /// The registry's part of `sleep`: call `sleep_url` after `idle_s` without requests.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SleepMark {
     /// POSTed once the cluster has been idle for `idle_s`.
     pub sleep_url: String,
@@ -57,18 +27,25 @@ pub struct SleepMark {
     pub idle_s: u64,
 }
 
+/// A cluster document as the contract reads it (`None` if it does not fit).
+fn cluster_of(doc: &Value) -> Option<v1::Cluster> {
+    serde_json::from_value(doc.clone()).ok()
+}
+
 /// The `autoscale` block of a cluster document, if it has a usable one.
 pub fn autoscale_of(doc: &Value) -> Option<Autoscale> {
-    let a: Autoscale = serde_json::from_value(doc.get("autoscale")?.clone()).ok()?;
+    let a = cluster_of(doc)?.autoscale?;
     (!a.webhook.is_empty() && !a.rules.is_empty()).then_some(a)
 }
 
 /// The `sleep` block's `sleep_url` and `idle_s`, if the document has both.
 pub fn sleep_of(doc: &Value) -> Option<SleepMark> {
-    let s = doc.get("sleep")?;
-    let sleep_url = s.get("sleep_url")?.as_str()?.to_owned();
-    let idle_s = s.get("idle_s")?.as_u64()?;
-    (!sleep_url.is_empty()).then_some(SleepMark { sleep_url, idle_s })
+    let s = cluster_of(doc)?.sleep?;
+    let sleep_url = s.sleep_url.filter(|u| !u.is_empty())?;
+    Some(SleepMark {
+        sleep_url,
+        idle_s: s.idle_s?,
+    })
 }
 
 /// Since when each rule of a cluster has held (reset when the rules change).
@@ -88,7 +65,7 @@ impl Holding {
         }
         let mut due = None;
         for (i, rule) in rules.iter().enumerate() {
-            if rule.holds(rps) {
+            if holds(rule, rps) {
                 let since = *self.since[i].get_or_insert(now);
                 if due.is_none() && now.duration_since(since) >= Duration::from_secs(rule.for_s) {
                     due = Some(i);
@@ -109,6 +86,7 @@ mod tests {
     #[test]
     fn the_contract_blocks_are_read() {
         let doc = json!({
+            "protocol": "http", "endpoints": [{"addr": "127.0.0.1:1"}],
             "autoscale": {"webhook": "http://h/scale", "rules": [
                 {"rps_above": 500, "for_s": 10, "action": "up"},
                 {"rps_below": 10, "for_s": 60, "action": "down"}
@@ -118,7 +96,7 @@ mod tests {
         let a = autoscale_of(&doc).unwrap();
         assert_eq!(a.cooldown_s, 30);
         assert_eq!(a.rules[0].rps_above, Some(500.0));
-        assert_eq!(a.rules[1].action, "down");
+        assert_eq!(a.rules[1].action, v1::ScaleAction::Down);
         assert_eq!(
             sleep_of(&doc),
             Some(SleepMark {
@@ -126,9 +104,15 @@ mod tests {
                 idle_s: 600
             })
         );
-        assert!(sleep_of(&json!({"sleep": {"wake_url": "x"}})).is_none());
-        assert!(autoscale_of(&json!({})).is_none());
-        assert!(autoscale_of(&json!({"autoscale": {"webhook": "x", "rules": []}})).is_none());
+        let base = json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:1"}]});
+        let with = |k: &str, v: Value| {
+            let mut d = base.clone();
+            d[k] = v;
+            d
+        };
+        assert!(sleep_of(&with("sleep", json!({"wake_url": "x"}))).is_none());
+        assert!(autoscale_of(&base).is_none());
+        assert!(autoscale_of(&with("autoscale", json!({"webhook": "x", "rules": []}))).is_none());
     }
 
     #[test]
@@ -138,13 +122,13 @@ mod tests {
                 rps_above: Some(100.0),
                 rps_below: None,
                 for_s: 4,
-                action: "up".into(),
+                action: v1::ScaleAction::Up,
             },
             Rule {
                 rps_above: None,
                 rps_below: Some(1.0),
                 for_s: 0,
-                action: "down".into(),
+                action: v1::ScaleAction::Down,
             },
         ];
         let mut h = Holding::default();
@@ -156,12 +140,12 @@ mod tests {
         assert_eq!(h.observe(&rules, 150.0, s(4)), None);
         assert_eq!(h.observe(&rules, 150.0, s(8)), Some(0));
         assert_eq!(h.observe(&rules, 0.0, s(9)), Some(1), "for_s 0 fires at once");
-        assert!(!Rule {
+        let never = Rule {
             rps_above: None,
             rps_below: None,
             for_s: 0,
-            action: "x".into()
-        }
-        .holds(1.0));
+            action: v1::ScaleAction::Up,
+        };
+        assert!(!holds(&never, 1.0));
     }
 }
