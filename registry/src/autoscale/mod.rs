@@ -182,7 +182,9 @@ async fn tick(a: &Autoscaler, state: &Shared, client: &reqwest::Client) -> ApiRe
             return Ok(()); // The monitor is behind (ZooKeeper unreachable, say): no data.
         }
         let rates = rate::cluster_rates(old, new, &config.api_cluster);
-        let prev = inner.samples.iter().rev().nth(1).unwrap_or(old);
+        // Traffic since the sample two rounds back: the ticks and the scrapes run apart, so
+        // a shorter span could miss a request between them.
+        let prev = inner.samples.iter().rev().nth(2).unwrap_or(old);
         let recent = rate::cluster_rates(prev, new, &config.api_cluster);
         let all_read = !new.nodes.is_empty() && inner.nodes.values().all(|n| n.ok);
         (rates, recent, all_read)
