@@ -181,7 +181,11 @@ async fn tick(a: &Autoscaler, state: &Shared, client: &reqwest::Client) -> ApiRe
         if new.at.elapsed() > TICK * 3 {
             return Ok(()); // The monitor is behind (ZooKeeper unreachable, say): no data.
         }
-        let rates = rate::cluster_rates(old, new, &config.api_cluster);
+        let mut rates = rate::cluster_rates(old, new, &config.api_cluster);
+        // A cluster no live API uses has no traffic at all.
+        for name in config.autoscale.keys().chain(config.sleep.keys()) {
+            rates.entry(name.clone()).or_insert(0.0);
+        }
         // Traffic since the sample two rounds back: the ticks and the scrapes run apart, so
         // a shorter span could miss a request between them.
         let prev = inner.samples.iter().rev().nth(2).unwrap_or(old);
