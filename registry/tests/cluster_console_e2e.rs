@@ -211,13 +211,18 @@ fn console_cluster_view_fails_over_in_chromium() {
     );
     let in_sync = || {
         let (_, nodes) = call(&base, reqwest::Method::GET, "/nodes", None);
-        nodes["nodes"]
-            .as_array()
-            .is_some_and(|n| n.iter().any(|n| n["node_id"] == NODE_ID && n["in_sync"] == true))
+        nodes["nodes"].as_array().is_some_and(|n| {
+            n.iter()
+                .any(|n| n["node_id"] == NODE_ID && n["in_sync"] == true)
+        })
     };
     let registered = wait_for(Duration::from_secs(60), in_sync);
     gateway.assert_alive();
-    assert!(registered, "the gateway did not register:\n{}", gateway.tail());
+    assert!(
+        registered,
+        "the gateway did not register:\n{}",
+        gateway.tail()
+    );
 
     let started = Instant::now();
     let mut node = Command::new("node")
@@ -266,7 +271,12 @@ fn console_cluster_view_fails_over_in_chromium() {
 
     // Independently: ZooKeeper has primary back, the gateway serves the latest tree, the audit
     // log has both moves by the console's operator with their reasons.
-    let (_, doc) = call(&base, reqwest::Method::GET, &format!("/clusters/{CLUSTER}"), None);
+    let (_, doc) = call(
+        &base,
+        reqwest::Method::GET,
+        &format!("/clusters/{CLUSTER}"),
+        None,
+    );
     assert_eq!(doc["active"], "primary", "{doc:#}");
     assert_eq!(doc["standby"]["failback"], "manual", "other fields kept");
     assert!(
@@ -283,7 +293,10 @@ fn console_cluster_view_fails_over_in_chromium() {
     assert_eq!(moves.len(), 2, "{audit:#}");
     assert_eq!(moves[1]["actor"], "e2e-sre-clusters");
     assert_eq!(moves[1]["detail"]["to"], "standby");
-    assert_eq!(moves[1]["detail"]["reason"], "e2e: primary data centre drill");
+    assert_eq!(
+        moves[1]["detail"]["reason"],
+        "e2e: primary data centre drill"
+    );
     assert_eq!(moves[0]["detail"]["from"], "standby");
     assert_eq!(moves[0]["detail"]["to"], "primary");
 }

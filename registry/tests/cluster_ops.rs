@@ -249,7 +249,10 @@ async fn failover_through_the_api_and_the_cli() {
         (json!({"to": "standby"}), "reason"),
         (json!({"to": "standby", "reason": "   "}), "reason"),
         (json!({"to": "elsewhere", "reason": "x"}), "primary"),
-        (json!({"to": "standby", "reason": "x", "force": true}), "force"),
+        (
+            json!({"to": "standby", "reason": "x", "force": true}),
+            "force",
+        ),
         (json!("standby"), "object"),
     ] {
         let r = reg
@@ -316,10 +319,7 @@ async fn failover_through_the_api_and_the_cli() {
     .await;
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("primary serves now"), "{out}");
-    assert_eq!(
-        reg.get("/clusters/orders").await.body["active"],
-        "primary"
-    );
+    assert_eq!(reg.get("/clusters/orders").await.body["active"], "primary");
     assert_reaches_gateway(&reg, &admin, "orders", "primary").await;
     let (ok, _, err) = portico_cli(&reg, &["failover", "plain", "standby", "--reason", "x"]).await;
     assert!(!ok && err.contains("no standby"), "{err}");
@@ -346,7 +346,10 @@ async fn failover_through_the_api_and_the_cli() {
     // The overview shows the sets and the gateway's view.
     let o = reg.get("/clusters/orders/overview").await.expect(200);
     assert_eq!(o.body["active"], "primary");
-    assert_eq!(o.body["sets"]["standby"][0]["addr"], standby.http.to_string());
+    assert_eq!(
+        o.body["sets"]["standby"][0]["addr"],
+        standby.http.to_string()
+    );
     let gws = o.body["gateways"].as_array().unwrap();
     assert_eq!(gws.len(), 1, "{:#}", o.body);
     assert_eq!(gws[0]["node_id"], "gw-failover");
@@ -497,7 +500,10 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
         .map(|e| e["action"].as_str().unwrap())
         .collect();
     assert_eq!(
-        actions.iter().filter(|a| **a == "cluster.autoscale").count(),
+        actions
+            .iter()
+            .filter(|a| **a == "cluster.autoscale")
+            .count(),
         fired.len()
     );
     assert_eq!(
@@ -526,7 +532,11 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
     assert_eq!(slept[0].1["cluster"], "shop");
     assert_eq!(slept[0].1["idle_s"], 3);
     tokio::time::sleep(Duration::from_secs(6)).await;
-    assert_eq!(calls(&got, "/sleep").len(), 1, "called again while still idle");
+    assert_eq!(
+        calls(&got, "/sleep").len(),
+        1,
+        "called again while still idle"
+    );
     // Traffic, then idle again: called once more.
     assert_eq!(signed_get(&http, &base, "/v1/shop.ping").await, 200);
     assert!(
@@ -555,4 +565,3 @@ async fn wait_for_calls(got: &Received, path: &str, n: usize, timeout: Duration)
     }
     false
 }
-

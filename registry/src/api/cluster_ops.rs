@@ -223,12 +223,9 @@ async fn overview(State(state): State<Shared>, Path(name): Path<String>) -> ApiR
         .no_proxy()
         .build()
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    let gateways = futures::future::join_all(
-        nodes
-            .iter()
-            .map(|node| gateway_view(&client, node, &name)),
-    )
-    .await;
+    let gateways =
+        futures::future::join_all(nodes.iter().map(|node| gateway_view(&client, node, &name)))
+            .await;
     let rate = autoscale::current_rate(&state, &name);
     let events = autoscale::events(&state, &name).await?;
     let body = json!({
@@ -308,9 +305,14 @@ mod tests {
 
     #[test]
     fn failover_requests_are_checked() {
-        let ok = check_request(&Bytes::from_static(br#"{"to":"standby","reason":" dc1 down "}"#))
-            .unwrap();
-        assert_eq!((ok.to.as_str(), ok.reason.as_str()), ("standby", "dc1 down"));
+        let ok = check_request(&Bytes::from_static(
+            br#"{"to":"standby","reason":" dc1 down "}"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            (ok.to.as_str(), ok.reason.as_str()),
+            ("standby", "dc1 down")
+        );
         for bad in [
             &br#"{"to":"standby"}"#[..],
             br#"{"to":"standby","reason":"  "}"#,
@@ -320,7 +322,12 @@ mod tests {
             br#"{oops"#,
         ] {
             let err = check_request(&Bytes::copy_from_slice(bad)).unwrap_err();
-            assert_eq!(err.status, StatusCode::BAD_REQUEST, "{}", String::from_utf8_lossy(bad));
+            assert_eq!(
+                err.status,
+                StatusCode::BAD_REQUEST,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 
@@ -330,6 +337,8 @@ mod tests {
         assert_eq!(active_of(&json!({"active": "standby"})), "standby");
         assert!(!has_standby(&json!({})));
         assert!(!has_standby(&json!({"standby": {"endpoints": []}})));
-        assert!(has_standby(&json!({"standby": {"endpoints": [{"addr": "a:1"}]}})));
+        assert!(has_standby(
+            &json!({"standby": {"endpoints": [{"addr": "a:1"}]}})
+        ));
     }
 }

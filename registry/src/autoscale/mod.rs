@@ -207,7 +207,9 @@ async fn tick(a: &Autoscaler, state: &Shared, client: &reqwest::Client) -> ApiRe
                 due.push((name.clone(), auto.clone(), i, rps));
             }
         }
-        known.holding.retain(|n, _| config.autoscale.contains_key(n));
+        known
+            .holding
+            .retain(|n, _| config.autoscale.contains_key(n));
         for (name, mark) in &config.sleep {
             let busy = recent.get(name).copied().unwrap_or(0.0) > 0.0;
             let entry = known.active.entry(name.clone()).or_insert((now_ms, false));
@@ -380,10 +382,25 @@ async fn fire(
     let mut detail = body.clone();
     detail["webhook"] = json!(auto.webhook);
     detail["outcome"] = outcome["outcome"].clone();
-    audit(state, &ctx, "autoscale", "cluster.autoscale", &target, detail).await;
+    audit(
+        state,
+        &ctx,
+        "autoscale",
+        "cluster.autoscale",
+        &target,
+        detail,
+    )
+    .await;
     match result {
         Ok(status) => {
-            tracing::info!(cluster, action = r.action.as_str(), rps, rule, status, "autoscale: webhook called")
+            tracing::info!(
+                cluster,
+                action = r.action.as_str(),
+                rps,
+                rule,
+                status,
+                "autoscale: webhook called"
+            )
         }
         Err(e) => {
             tracing::warn!(cluster, action = r.action.as_str(), rps, rule, error = %e, "autoscale: webhook failed");
@@ -450,9 +467,21 @@ async fn mark_asleep(
         detail["error"] = json!(e);
         tracing::warn!(cluster, error = %e, "sleep marking: sleep_url failed");
     } else {
-        tracing::info!(cluster, idle_s = mark.idle_s, "sleep marking: sleep_url called");
+        tracing::info!(
+            cluster,
+            idle_s = mark.idle_s,
+            "sleep marking: sleep_url called"
+        );
     }
-    audit(state, &task_ctx(&id), "autoscale", "cluster.sleep", &target, detail).await;
+    audit(
+        state,
+        &task_ctx(&id),
+        "autoscale",
+        "cluster.sleep",
+        &target,
+        detail,
+    )
+    .await;
 }
 
 #[cfg(test)]
@@ -468,9 +497,21 @@ mod tests {
         let events = v["events"].as_array().unwrap();
         assert_eq!(events.len(), EVENTS_KEEP);
         assert_eq!(events[0]["id"], format!("e{}", EVENTS_KEEP + 2));
-        assert!(set_outcome(&mut v, "e10", &json!({"outcome": "ok", "status": 200})));
-        assert!(!set_outcome(&mut v, "e0", &json!({"outcome": "ok"})), "dropped");
-        let e10 = v["events"].as_array().unwrap().iter().find(|e| e["id"] == "e10").unwrap();
+        assert!(set_outcome(
+            &mut v,
+            "e10",
+            &json!({"outcome": "ok", "status": 200})
+        ));
+        assert!(
+            !set_outcome(&mut v, "e0", &json!({"outcome": "ok"})),
+            "dropped"
+        );
+        let e10 = v["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["id"] == "e10")
+            .unwrap();
         assert_eq!(e10["status"], 200);
     }
 

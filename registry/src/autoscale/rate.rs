@@ -32,10 +32,7 @@ pub fn cluster_rates(
     api_cluster: &HashMap<String, String>,
 ) -> BTreeMap<String, f64> {
     let seconds = new.at.duration_since(old.at).as_secs_f64().max(0.001);
-    let mut out: BTreeMap<String, f64> = api_cluster
-        .values()
-        .map(|c| (c.clone(), 0.0))
-        .collect();
+    let mut out: BTreeMap<String, f64> = api_cluster.values().map(|c| (c.clone(), 0.0)).collect();
     for ((plane, api), figures) in between(&old.nodes, &new.nodes) {
         if plane != PLANE {
             continue;
@@ -78,7 +75,10 @@ mod tests {
         let new_a = counter("live", "a.get", 300) + &counter("live", "b.get", 50);
         let new_b = counter("live", "a.get", 110) + &counter("sandbox", "a.get", 1000);
         let old = sample(t0, &[("gw1", &old_a), ("gw2", &old_b)]);
-        let new = sample(t0 + Duration::from_secs(10), &[("gw1", &new_a), ("gw2", &new_b)]);
+        let new = sample(
+            t0 + Duration::from_secs(10),
+            &[("gw1", &new_a), ("gw2", &new_b)],
+        );
         let map: HashMap<String, String> = [
             ("a.get".to_owned(), "orders".to_owned()),
             ("b.get".to_owned(), "billing".to_owned()),

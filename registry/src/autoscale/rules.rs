@@ -139,7 +139,11 @@ mod tests {
         assert_eq!(h.observe(&rules, 50.0, s(3)), None, "a dip resets the hold");
         assert_eq!(h.observe(&rules, 150.0, s(4)), None);
         assert_eq!(h.observe(&rules, 150.0, s(8)), Some(0));
-        assert_eq!(h.observe(&rules, 0.0, s(9)), Some(1), "for_s 0 fires at once");
+        assert_eq!(
+            h.observe(&rules, 0.0, s(9)),
+            Some(1),
+            "for_s 0 fires at once"
+        );
         let never = Rule {
             rps_above: None,
             rps_below: None,
