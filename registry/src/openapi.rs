@@ -362,7 +362,7 @@ fn document_schemas() -> Value {
         "standby": {"type": "object", "required": ["endpoints"], "properties": {
             "endpoints": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["addr"], "properties": {
                 "addr": {"type": "string", "pattern": ADDR_PATTERN}, "weight": {"type": "integer", "minimum": 1, "maximum": u32::MAX, "default": 1}}}},
-            "failover_below": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.5},
+            "failover_below": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 1, "default": 0.5},
             "failback": {"type": "string", "enum": ["auto", "manual"], "default": "auto"}}},
         "active": {"type": "string", "enum": ["primary", "standby"], "default": "primary", "description": "the serving set; set it with POST /clusters/{name}/failover"},
         "sleep": {"type": "object", "required": ["wake_url"], "properties": {
