@@ -61,6 +61,8 @@ use tokio::task::JoinHandle;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
 
+use crate::control::Control;
+
 /// The `.proto` sources of the demo descriptor set, by import name.
 pub const PROTO_FILES: &[(&str, &str)] = &[
     (
@@ -156,8 +158,37 @@ pub async fn serve_grpc(listener: TcpListener) -> anyhow::Result<()> {
 
 /// Serves the gRPC demo services on `listener`, counting calls in `stats`.
 pub async fn serve_grpc_with(listener: TcpListener, stats: Arc<GrpcStats>) -> anyhow::Result<()> {
+    serve_grpc_controlled(listener, stats, Arc::new(Control::default())).await
+}
+
+/// Serves the gRPC demo services and the standard `grpc.health.v1.Health` service on
+/// `listener`, following `control` (load metadata, faults, sleep: see [`crate::control`]).
+pub async fn serve_grpc_controlled(
+    listener: TcpListener,
+    stats: Arc<GrpcStats>,
+    control: Arc<Control>,
+) -> anyhow::Result<()> {
     let instance = listener.local_addr()?;
-    let demo = Arc::new(Demo::new(instance, stats)?);
+    let demo = Arc::new(Demo::new(instance, stats, control.clone())?);
+    let (reporter, health) = tonic_health::server::health_reporter();
+    // The health status follows the sleep switch.
+    let watcher = tokio::spawn(async move {
+        let mut last = None;
+        loop {
+            let serving = !control.asleep();
+            if last != Some(serving) {
+                let status = if serving {
+                    tonic_health::ServingStatus::Serving
+                } else {
+                    tonic_health::ServingStatus::NotServing
+                };
+                reporter.set_service_status("", status).await;
+                last = Some(serving);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let _watcher = AbortOnDrop(watcher);
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(descriptor_set_bytes())
         .build_v1()?;
@@ -169,6 +200,7 @@ pub async fn serve_grpc_with(listener: TcpListener, stats: Arc<GrpcStats>) -> an
         .add_service(DemoServer::<ProductKind>::new(demo))
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
+        .add_service(health)
         .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
         .await?;
     Ok(())
@@ -208,9 +240,19 @@ impl ServiceKind for ProductKind {
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
+/// Aborts a task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The shared state of the demo services.
 struct Demo {
     instance: SocketAddr,
+    control: Arc<Control>,
     stats: Arc<GrpcStats>,
     next_order: AtomicU64,
     /// Full method path → (input, output) message types.
@@ -218,7 +260,11 @@ struct Demo {
 }
 
 impl Demo {
-    fn new(instance: SocketAddr, stats: Arc<GrpcStats>) -> anyhow::Result<Self> {
+    fn new(
+        instance: SocketAddr,
+        stats: Arc<GrpcStats>,
+        control: Arc<Control>,
+    ) -> anyhow::Result<Self> {
         let pool = descriptor_pool();
         let mut methods = HashMap::new();
         for name in [ORDER_SERVICE, PRODUCT_SERVICE] {
@@ -231,6 +277,7 @@ impl Demo {
         }
         Ok(Demo {
             instance,
+            control,
             stats,
             next_order: AtomicU64::new(1),
             methods,
@@ -320,12 +367,22 @@ impl tonic::server::UnaryService<DynamicMessage> for Method {
                 .is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
                 .then(|| metadata_json(request.metadata()))
                 .and_then(|json| MetadataValue::try_from(json).ok());
-            let result = answer(&demo, &path, request).await;
+            let result = match controlled(&demo.control).await {
+                Ok(()) => answer(&demo, &path, request).await,
+                Err(status) => Err(status),
+            };
             match result {
                 Ok(reply) => {
                     let mut response = tonic::Response::new(reply);
                     if let Ok(v) = MetadataValue::try_from(instance.to_string()) {
                         response.metadata_mut().insert("x-demo-instance", v);
+                    }
+                    if let Some(v) = demo
+                        .control
+                        .load()
+                        .and_then(|l| MetadataValue::try_from(l).ok())
+                    {
+                        response.metadata_mut().insert("x-portico-load", v);
                     }
                     if let Some(v) = echo {
                         response.metadata_mut().insert(ECHO_METADATA, v);
@@ -341,6 +398,22 @@ impl tonic::server::UnaryService<DynamicMessage> for Method {
             }
         })
     }
+}
+
+/// The process-wide switches: asleep → `UNAVAILABLE`; the delay; a status ≥ 500 →
+/// `UNAVAILABLE`.
+async fn controlled(control: &Control) -> Result<(), Status> {
+    if control.asleep() {
+        return Err(Status::unavailable("the demo backend is asleep"));
+    }
+    let (delay, status) = control.faults();
+    if let Some(ms) = delay {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if status.is_some_and(|s| s >= 500) {
+        return Err(Status::unavailable("injected failure"));
+    }
+    Ok(())
 }
 
 /// Decrements `in_flight` when the call ends, however it ends (a client going away drops

@@ -126,7 +126,19 @@ fn plane_status(plane: &Plane) -> serde_json::Value {
         "rejected_documents": plane.rejected_documents(),
         "config_loop": reload_status(plane),
         "invoke": breakers,
+        "clusters": clusters_status(&rt),
     })
+}
+
+/// `clusters.<name>`: the set serving, why, and each endpoint's health and load score
+/// (docs/OPERATIONS.md, "Clusters: balancing, health, failover, sleep").
+fn clusters_status(rt: &crate::runtime::Runtime) -> serde_json::Value {
+    rt.invoke
+        .clusters
+        .iter()
+        .map(|(name, c)| (name.clone(), c.routing.status()))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 /// The reload loop's health: running or not, restarts, and the last restart's reason.

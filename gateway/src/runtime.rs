@@ -220,6 +220,7 @@ impl Plane {
             .set(i64::try_from(replay.bytes).unwrap_or(i64::MAX));
         let full = m.replay_full.with_label_values(&[plane]);
         full.inc_by(replay.full.saturating_sub(full.get()));
+        self.routing_metrics(&rt);
         for (id, api) in &rt.invoke.apis {
             m.breaker_state
                 .with_label_values(&[plane, id])
@@ -227,6 +228,42 @@ impl Plane {
             m.bulkhead_in_flight
                 .with_label_values(&[plane, id])
                 .set(i64::from(api.bulkhead.in_flight()));
+        }
+    }
+}
+
+impl Plane {
+    /// The clusters' routing gauges and counters (counters catch up with the endpoints'
+    /// own atomic counts).
+    fn routing_metrics(&self, rt: &Runtime) {
+        let plane = self.kind.as_str();
+        let m = &self.shared.metrics.routing;
+        let now = portico_control::clock::now_ms();
+        let catch_up = |c: prometheus::IntCounter, total: u64| c.inc_by(total.saturating_sub(c.get()));
+        for (name, cluster) in &rt.invoke.clusters {
+            let r = &cluster.routing;
+            let (serving, _) = r.serving(now);
+            for set in [portico_control::v1::ActiveSet::Primary, portico_control::v1::ActiveSet::Standby] {
+                let Some(eps) = r.set(set) else { continue };
+                m.active_set
+                    .with_label_values(&[plane, name, set.as_str()])
+                    .set(i64::from(serving == set));
+                for e in &eps.endpoints {
+                    let labels = [plane, name.as_str(), e.addr.as_str()];
+                    m.endpoint_healthy
+                        .with_label_values(&labels)
+                        .set(i64::from(e.available(now)));
+                    catch_up(
+                        m.ejections.with_label_values(&labels),
+                        e.ejections.load(Ordering::Relaxed),
+                    );
+                    if r.probing() {
+                        let probes = |result| m.probes.with_label_values(&[plane, name, &e.addr, result]);
+                        catch_up(probes("ok"), e.probes_ok.load(Ordering::Relaxed));
+                        catch_up(probes("failed"), e.probes_failed.load(Ordering::Relaxed));
+                    }
+                }
+            }
         }
     }
 }

@@ -203,6 +203,7 @@ impl GrpcMethods {
 /// breaker is asked, so a request that does not transcode never counts for or against the
 /// backend).
 #[derive(Debug)]
+#[derive(Clone)]
 pub struct GrpcRequest {
     message: DynamicMessage,
     metadata: MetadataMap,
@@ -498,6 +499,15 @@ pub fn status_to_error(status: &Status) -> GatewayError {
 }
 
 /// Appends the reply's metadata as `grpc-metadata-<key>` headers.
+/// Whether a failed call never reached its backend (the connection could not be made, so
+/// nothing was sent and another endpoint may be tried).
+pub fn unreachable(e: &GatewayError) -> bool {
+    e.code == Code::UpstreamError
+        && ["tcp connect error", "Connection refused", "is not reachable"]
+            .iter()
+            .any(|s| e.detail.as_deref().is_some_and(|d| d.contains(s)))
+}
+
 fn reply_metadata(metadata: &MetadataMap, out: &mut Vec<(String, String)>) {
     for kv in metadata.iter() {
         if let tonic::metadata::KeyAndValueRef::Ascii(key, value) = kv {

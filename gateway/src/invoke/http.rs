@@ -51,6 +51,8 @@ const RESPONSE_DROPPED: &[&str] = &[
     "x-aspnet-version",
     "x-aspnetmvc-version",
     "via",
+    // The backend's load report, for the balancer only (docs/PROTOCOL.md).
+    "x-portico-load",
 ];
 
 /// An upstream request ready to send: built in full before the breaker is asked, so a
@@ -200,6 +202,7 @@ impl HttpInvoker {
         addr: SocketAddr,
         request_id: &str,
         deadline: Instant,
+        set_cookie: Option<&str>,
     ) -> Result<u16, GatewayError> {
         let Some(resp) = upstream.response_header() else {
             return Err(GatewayError::upstream(
@@ -218,6 +221,9 @@ impl HttpInvoker {
             let _ = head.append_header(name.clone(), value.clone());
         }
         let _ = head.insert_header(request_id::HEADER, request_id);
+        if let Some(cookie) = set_cookie {
+            let _ = head.append_header(http::header::SET_COOKIE, cookie);
+        }
         let status = resp.status.as_u16();
         let end = upstream.response_done();
         let limit = session.get_write_timeout();

@@ -25,8 +25,11 @@ pub mod breaker;
 pub mod bulkhead;
 pub mod forward;
 pub mod grpc;
+pub mod health;
 pub mod http;
+pub mod routing;
 pub mod state;
+pub mod sticky;
 pub mod transcode;
 
 pub use forward::Caller;
@@ -36,6 +39,7 @@ use self::http::{Attempt, HttpInvoker, HttpRequest};
 use crate::error::{Code, GatewayError, Side};
 use crate::model::{Response, RouteMatch};
 use breaker::CallTicket;
+use routing::{Hints, Pick, Routing};
 use bytes::Bytes;
 use grpc::{GrpcInvoker, GrpcMethods, GrpcRequest, PreparedMethod};
 use pingora_core::protocols::http::client::HttpSession;
@@ -99,10 +103,25 @@ pub async fn call(
     let prepared = prepare(&state.grpc, session, &call)?;
     let _permit = target.bulkhead.acquire().await?;
     let timeout = Duration::from_millis(api.timeout_ms);
+    let cluster = &target.routing.cluster;
+    let headers = &session.req_header().headers;
+    let sticky = cluster
+        .sticky
+        .as_ref()
+        .and_then(|s| sticky::from_request(headers, &s.cookie))
+        .map(str::to_owned);
+    let key = cluster
+        .hash_key
+        .as_deref()
+        .and_then(|k| hash_key(k, session, &call));
     let admitted = Admitted {
         target,
         ticket: target.breaker.try_acquire_with_timeout(timeout)?,
         deadline: Instant::now() + timeout,
+        hints: Hints {
+            key,
+            sticky: sticky.as_deref(),
+        },
     };
     match prepared {
         Prepared::Http(request) => {
@@ -149,12 +168,68 @@ fn prepare(
 }
 
 /// A call the bulkhead and the breaker let through: the API's state, the breaker ticket to
-/// settle, and the call's deadline.
+/// settle, the call's deadline and what the balancer may use of the request.
 struct Admitted<'a> {
     target: &'a ApiRuntime,
     ticket: CallTicket,
     deadline: Instant,
+    hints: Hints<'a>,
 }
+
+/// The hash of the request's `hash_key` (`app`, `ip`, `header:<Name>`, `query:<name>`,
+/// `path:<var>`); `None` when the request has no such value.
+fn hash_key(key: &str, session: &Session, call: &Call<'_>) -> Option<u64> {
+    let req = session.req_header();
+    let value: std::borrow::Cow<'_, str> = match key.split_once(':') {
+        None if key == "app" => call.caller.app_key?.into(),
+        None if key == "ip" => call.caller.client_ip?.to_string().into(),
+        Some(("header", name)) => req.headers.get(name)?.to_str().ok()?.into(),
+        Some(("query", name)) => req
+            .uri
+            .query()?
+            .split('&')
+            .find_map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                (k == name).then_some(v)
+            })?
+            .into(),
+        Some(("path", var)) => call
+            .route
+            .vars
+            .iter()
+            .find(|(k, _)| k == var)
+            .map(|(_, v)| v.as_str())?
+            .into(),
+        _ => return None,
+    };
+    Some(routing::hash64(value.as_bytes()))
+}
+
+/// Records what a call taught about its endpoint: latency, the load it reported, success or
+/// failure (for outlier ejection). `failed`: a 5xx answer, a connect failure or a timeout.
+fn observe(routing: &Routing, pick: &Pick, latency: Duration, load: Option<f64>, failed: bool) {
+    let now = portico_control::clock::now_ms();
+    pick.endpoint.record_latency(latency, now);
+    if let Some(load) = load {
+        pick.endpoint.record_load(load, now);
+    }
+    if failed {
+        routing.failed(pick);
+    } else {
+        pick.endpoint.record_success();
+    }
+}
+
+/// The `Set-Cookie` for a sticky cluster when the request's cookie does not already name
+/// the endpoint picked.
+fn sticky_cookie(routing: &Routing, pick: &Pick, sent: Option<&str>) -> Option<String> {
+    let s = routing.cluster.sticky.as_ref()?;
+    let token = routing.tokens[pick.set as usize].get(pick.index)?;
+    (sent != Some(token.as_str())).then(|| sticky::set_cookie(&s.cookie, token, s.ttl_s))
+}
+
+/// The most endpoints one call tries when connections fail (nothing sent).
+const MAX_CONNECT_TRIES: usize = 3;
 
 /// How a backend call ended, as the breaker counts it.
 enum Outcome<'e> {
@@ -201,9 +276,10 @@ async fn call_http(
         target,
         ticket,
         deadline,
+        hints,
     } = admitted;
-    let (answer, latency, addr) =
-        match first_answer(http, target, &request, deadline, upstream).await {
+    let (answer, latency, pick) =
+        match first_answer(http, target, &request, deadline, hints, upstream).await {
             Ok(answered) => answered,
             Err(error) => {
                 let latency = Duration::ZERO;
@@ -218,46 +294,63 @@ async fn call_http(
             }
         };
     upstream.latency = Some(latency);
-    let status = answer.response_header().map_or(502, |h| h.status.as_u16());
+    let head = answer.response_header();
+    let status = head.map_or(502, |h| h.status.as_u16());
+    let load = head
+        .and_then(|h| h.headers.get(health::LOAD_HEADER))
+        .and_then(|v| v.to_str().ok())
+        .and_then(health::parse_load);
+    observe(&target.routing, &pick, latency, load, status >= 500);
     settle(ticket, Outcome::Answered { status, latency });
+    let cookie = sticky_cookie(&target.routing, &pick, hints.sticky);
+    let addr = pick.endpoint.sock.unwrap_or(([0, 0, 0, 0], 0).into());
     let status = http
-        .relay(session, answer, addr, request_id, deadline)
+        .relay(session, answer, addr, request_id, deadline, cookie.as_deref())
         .await?;
     Ok(Response::Streamed(status))
 }
 
-/// Balance for an HTTP call: picks an endpoint and sends the request; when the connection
-/// cannot be made (nothing was sent) tries one other endpoint. Returns the answered upstream
-/// session, the time to its response header and the endpoint; `upstream.addr` is the last
-/// endpoint tried.
+/// Balance for an HTTP call: picks an available endpoint and sends the request; when the
+/// connection cannot be made (nothing was sent) tries another one at once, whatever the
+/// method, up to [`MAX_CONNECT_TRIES`]. Returns the answered upstream session, the time to
+/// its response header and the endpoint; `upstream.addr` is the last endpoint tried.
 async fn first_answer(
     http: &HttpInvoker,
     target: &ApiRuntime,
     request: &HttpRequest,
     deadline: Instant,
+    hints: Hints<'_>,
     upstream: &mut Upstream,
-) -> Result<(Box<HttpSession>, Duration, SocketAddr), GatewayError> {
-    let mut tried: Vec<&str> = Vec::with_capacity(2);
+) -> Result<(Box<HttpSession>, Duration, Pick), GatewayError> {
+    let mut tried: Vec<usize> = Vec::with_capacity(MAX_CONNECT_TRIES);
     let mut last_err = None;
-    for _ in 0..2 {
-        let Some(name) = target.balancer.pick_excluding(&tried) else {
+    for _ in 0..MAX_CONNECT_TRIES {
+        let Some(pick) = target.routing.pick(hints, &tried) else {
             break;
         };
-        tried.push(name);
-        let Some(addr) = target.addrs.get(name).copied() else {
+        tried.push(pick.endpoint.id());
+        let Some(addr) = pick.endpoint.sock else {
             continue;
         };
         upstream.addr = Some(addr);
+        let _in_flight = pick.endpoint.enter();
         match http.attempt(addr, request, deadline).await {
-            Attempt::Answered(answer, latency) => return Ok((answer, latency, addr)),
-            Attempt::ConnectFailed(e) => last_err = Some(e),
-            Attempt::Failed(e) => return Err(e),
+            Attempt::Answered(answer, latency) => return Ok((answer, latency, pick)),
+            Attempt::ConnectFailed(e) => {
+                observe(&target.routing, &pick, Duration::ZERO, None, true);
+                last_err = Some(e)
+            }
+            Attempt::Failed(e) => {
+                observe(&target.routing, &pick, Duration::ZERO, None, true);
+                return Err(e);
+            }
         }
     }
-    Err(last_err.unwrap_or_else(|| no_endpoint(&target.api.cluster, "has no usable endpoint")))
+    Err(last_err.unwrap_or_else(|| no_endpoint(&target.api.cluster, "has no healthy endpoint")))
 }
 
-/// The gRPC backend: one unary call of the prepared request, the reply as JSON.
+/// The gRPC backend: one unary call of the prepared request, the reply as JSON. A call
+/// that could not reach its endpoint (nothing was sent) is tried once more on another.
 async fn call_grpc(
     grpc: &GrpcInvoker,
     method: &PreparedMethod,
@@ -269,24 +362,65 @@ async fn call_grpc(
         target,
         ticket,
         deadline,
+        hints,
     } = admitted;
-    let Some(endpoint) = target.balancer.pick() else {
-        let error = no_endpoint(&target.api.cluster, "has no endpoints");
-        settle(
-            ticket,
-            Outcome::Failed {
-                error: &error,
-                latency: Duration::ZERO,
-            },
-        );
-        return Err(error);
+    let routing = &target.routing;
+    let mut tried: Vec<usize> = Vec::with_capacity(2);
+    let mut request = Some(request);
+    let mut last = None;
+    for _ in 0..2 {
+        let Some(pick) = routing.pick(hints, &tried) else {
+            break;
+        };
+        tried.push(pick.endpoint.id());
+        let Some(req) = request.take() else { break };
+        // Kept for a retry on another endpoint when this one cannot be reached.
+        let spare = req.clone();
+        let started = Instant::now();
+        let timeout = deadline.saturating_duration_since(started);
+        let result = {
+            let _in_flight = pick.endpoint.enter();
+            grpc.send(method, req, &pick.endpoint.addr, timeout).await
+        };
+        let latency = started.elapsed();
+        upstream.addr = pick.endpoint.sock;
+        upstream.latency = Some(latency);
+        let unreachable = matches!(&result, Err(e) if grpc::unreachable(e));
+        let (load, failed) = match &result {
+            Ok(whole) => (
+                whole
+                    .headers
+                    .iter()
+                    .find(|(k, _)| k == health::LOAD_METADATA_OUT)
+                    .and_then(|(_, v)| health::parse_load(v)),
+                whole.status >= 500,
+            ),
+            Err(e) => (None, e.code.side() == Side::Upstream),
+        };
+        observe(routing, &pick, latency, load, failed);
+        if unreachable && Instant::now() < deadline {
+            request = Some(spare);
+            last = Some((result, pick));
+            continue;
+        }
+        last = Some((result, pick));
+        break;
+    }
+    let (mut result, pick) = match last {
+        Some(l) => l,
+        None => {
+            let error = no_endpoint(&target.api.cluster, "has no healthy endpoint");
+            settle(
+                ticket,
+                Outcome::Failed {
+                    error: &error,
+                    latency: Duration::ZERO,
+                },
+            );
+            return Err(error);
+        }
     };
-    let started = Instant::now();
-    let timeout = deadline.saturating_duration_since(started);
-    let result = grpc.send(method, request, endpoint, timeout).await;
-    let latency = started.elapsed();
-    upstream.addr = target.addrs.get(endpoint).copied();
-    upstream.latency = Some(latency);
+    let latency = upstream.latency.unwrap_or_default();
     let outcome = match &result {
         Ok(whole) => Outcome::Answered {
             status: whole.status,
@@ -295,6 +429,12 @@ async fn call_grpc(
         Err(error) => Outcome::Failed { error, latency },
     };
     settle(ticket, outcome);
+    if let Ok(whole) = &mut result {
+        whole.headers.retain(|(k, _)| k != health::LOAD_METADATA_OUT);
+        if let Some(c) = sticky_cookie(routing, &pick, hints.sticky) {
+            whole.headers.push(("set-cookie".to_owned(), c));
+        }
+    }
     result.map(Response::Whole)
 }
 

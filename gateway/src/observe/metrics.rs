@@ -59,7 +59,43 @@ pub struct Metrics {
     pub connections_open: IntGaugeVec,
     /// Connections refused by listener because it was at `--max-connections`.
     pub connections_refused: IntCounterVec,
+    /// Smart routing (docs/OPERATIONS.md, "Clusters: balancing, health, failover, sleep").
+    pub routing: RoutingMetrics,
 }
+
+/// The clusters' routing state, refreshed by the planes' housekeeping (and each scrape).
+pub struct RoutingMetrics {
+    /// 1 for the set serving each cluster, 0 for the other, by plane, cluster and set.
+    pub active_set: IntGaugeVec,
+    /// 1 when an endpoint is available (probes healthy, not ejected), by plane, cluster
+    /// and endpoint.
+    pub endpoint_healthy: IntGaugeVec,
+    /// Passive ejections, by plane, cluster and endpoint.
+    pub ejections: IntCounterVec,
+    /// Active probes, by plane, cluster, endpoint and result (`ok`, `failed`).
+    pub probes: IntCounterVec,
+}
+
+const CLUSTER_ACTIVE_SET: Spec = Spec {
+    name: "portico_cluster_active_set",
+    help: "1 for the endpoint set (primary, standby) serving the cluster",
+    labels: &["plane", "cluster", "set"],
+};
+const ENDPOINT_HEALTHY: Spec = Spec {
+    name: "portico_endpoint_healthy",
+    help: "1 when the endpoint is available: health checks pass and it is not ejected",
+    labels: &["plane", "cluster", "endpoint"],
+};
+const ENDPOINT_EJECTIONS: Spec = Spec {
+    name: "portico_endpoint_ejections_total",
+    help: "Passive (outlier) ejections of the endpoint",
+    labels: &["plane", "cluster", "endpoint"],
+};
+const ENDPOINT_PROBES: Spec = Spec {
+    name: "portico_endpoint_probes_total",
+    help: "Active health probes of the endpoint, by result",
+    labels: &["plane", "cluster", "endpoint", "result"],
+};
 
 /// A metric's name, help text and label names.
 struct Spec {
@@ -232,6 +268,12 @@ impl Metrics {
             replay_full: counters(&r, &REPLAY_FULL)?,
             connections_open: gauges(&r, &CONNECTIONS_OPEN)?,
             connections_refused: counters(&r, &CONNECTIONS_REFUSED)?,
+            routing: RoutingMetrics {
+                active_set: gauges(&r, &CLUSTER_ACTIVE_SET)?,
+                endpoint_healthy: gauges(&r, &ENDPOINT_HEALTHY)?,
+                ejections: counters(&r, &ENDPOINT_EJECTIONS)?,
+                probes: counters(&r, &ENDPOINT_PROBES)?,
+            },
             registry: r,
         })
     }
