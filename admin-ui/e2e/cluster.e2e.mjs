@@ -11,9 +11,10 @@
 //   SCREENSHOT_DIR  where the screenshots go                  (required)
 //   CHROMIUM        the browser (default /usr/bin/chromium)
 //
-// Flow: sign in → Clusters → the cluster: both sets, the gateway's row, primary serving →
-// Fail over to standby: confirming without a reason is refused, with one the view shows
-// standby serving → fail back to primary. The Rust test then checks ZooKeeper, the gateway and
+// Flow: sign in → Clusters → the cluster: both sets with each endpoint's health as the
+// gateway reports it, the gateway's row, primary serving → Fail over to standby: confirming
+// without a reason is refused, with one the view shows standby serving, in the document and
+// on the gateway → fail back to primary. The Rust test then checks ZooKeeper, the gateway and
 // the audit log independently. Any failure exits 1 after a FAILED-*.png screenshot.
 
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
@@ -66,6 +67,12 @@ async function failOver(to, reason) {
   await page.click('[data-testid="confirm-failover"]');
   await page.waitForSelector(".modal", { state: "detached" });
   await page.waitForFunction((set) => document.querySelector('[data-testid="active-set"]')?.textContent?.trim() === set, to, { timeout: 10_000 });
+  // The gateway's own word, read from its /status by the registry (the view polls every 2 s).
+  await page.waitForFunction(
+    ([node, set]) => document.querySelector(`tr[data-node="${node}"] [data-testid="gateway-set"] .badge`)?.textContent?.trim() === set,
+    [NODE_ID, to],
+    { timeout: 10_000 },
+  );
 }
 
 async function main() {
@@ -101,6 +108,9 @@ async function main() {
   await page.waitForSelector(`[data-testid="gateways-table"] tr[data-node="${NODE_ID}"]`);
   await page.waitForSelector('[data-testid="autoscale-rules"] >> text=rule 0');
   if ((await activeSet()) !== "primary") throw new Error(`expected primary serving, the page says ${await activeSet()}`);
+  // Each endpoint as the gateway sees it: healthy (no probe has failed), with a load column.
+  await page.waitForSelector(`[data-set="primary"] tr[data-endpoint="${PRIMARY}"] [data-testid="endpoint-state"] >> text=healthy`);
+  await page.waitForSelector(`[data-set="standby"] tr[data-endpoint="${STANDBY}"] [data-testid="endpoint-state"] >> text=healthy`);
   await shot("cluster-primary");
 
   log("fail over to standby");

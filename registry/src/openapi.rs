@@ -302,7 +302,11 @@ fn cluster_ops_schemas() -> Value {
         "gateways": {"type": "array", "items": {"type": "object", "properties": {
             "node_id": {"type": "string"}, "admin_addr": {"type": "string"}, "config_version": {"type": "object"},
             "active": {"type": "string", "description": "primary, standby, or unknown (a gateway that does not report clusters, or could not be read)"},
-            "endpoints": {"type": "array", "items": {"type": "object"}}, "status": {"type": "object"},
+            "reason": {"type": "string", "nullable": true, "description": "why the gateway serves that set (its /status clusters.<name>.reason)"},
+            "endpoints": {"type": "array", "items": {"type": "object", "properties": {
+                "addr": {"type": "string"}, "set": {"type": "string", "enum": ["primary", "standby"]},
+                "healthy": {"type": "boolean"}, "load": {"type": "number", "nullable": true}}}},
+            "status": {"type": "object", "description": "the gateway's /status clusters.<name> as it is"},
             "note": {"type": "string"}, "error": {"type": "string"}}}},
         "rps": {"type": "number", "nullable": true, "description": "requests per second over the last 10 s, summed over the cluster's live APIs and every gateway (null: not evaluated)"},
         "events": {"type": "array", "items": event}}}

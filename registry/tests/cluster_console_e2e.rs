@@ -4,8 +4,9 @@
 //!
 //! `admin-ui/e2e/cluster.e2e.mjs` signs in, opens Clusters and the cluster (both sets, the
 //! gateway, the autoscale rules), fails over to standby with the button (a reason is required)
-//! and back. Afterwards this test checks independently: the cluster document in ZooKeeper,
-//! the gateway serving the latest tree, and the audit log (who, from, to, why). Screenshots go to
+//! and back, waiting each time for the gateway's own `/status` (through the view) to say the
+//! new set. Afterwards this test checks independently: the cluster document in ZooKeeper, the
+//! gateway's `/status`, and the audit log (who, from, to, why). Screenshots go to
 //! `target/console-screenshots/` (or `$PORTICO_SCREENSHOT_DIR`), prefixed `cluster-`.
 //!
 //! Needs node + `admin-ui/node_modules` and Chromium, as `console_e2e.rs` (./ops/test.sh
@@ -282,6 +283,17 @@ fn console_cluster_view_fails_over_in_chromium() {
     assert!(
         wait_for(Duration::from_secs(5), in_sync),
         "the gateway is behind the tree"
+    );
+    let served = http()
+        .get(format!("http://127.0.0.1:{admin}/status"))
+        .send()
+        .unwrap()
+        .json::<Value>()
+        .unwrap();
+    assert_eq!(
+        served["clusters"][CLUSTER]["active"], "primary",
+        "{:#}",
+        served["clusters"]
     );
     let (_, audit) = call(&base, reqwest::Method::GET, "/audit?limit=20", None);
     let moves: Vec<&Value> = audit["entries"]

@@ -16,11 +16,12 @@ type Cluster = {
   autoscale?: { webhook: string; rules: Rule[]; cooldown_s?: number };
   sleep?: { wake_url: string; sleep_url?: string; idle_s?: number };
 };
-type GatewayEndpoint = Record<string, unknown> & { addr?: string };
+type GatewayEndpoint = Record<string, unknown> & { addr?: string; set?: string };
 type GatewayView = {
   node_id: string;
   admin_addr: string;
   active: string;
+  reason?: string | null;
   endpoints: GatewayEndpoint[];
   note?: string;
   error?: string;
@@ -208,6 +209,7 @@ export function ClusterPage({ name }: { name: string }) {
                   </td>
                   <td data-testid="gateway-set">
                     <SetBadge set={g.active} />
+                    {g.reason && <div class="sub">{g.reason}</div>}
                   </td>
                   <td>{g.config_version?.generation ?? "?"}</td>
                   <td class="muted">{g.error ?? g.note ?? ""}</td>
@@ -289,7 +291,7 @@ function SetCard({ set, endpoints, active, gateways }: { set: string; endpoints:
                   {e.weight && e.weight !== 1 ? <span class="sub"> ×{e.weight}</span> : null}
                 </td>
                 {gateways.map((g) => {
-                  const seen = g.endpoints.find((x) => x.addr === e.addr);
+                  const seen = g.endpoints.find((x) => x.addr === e.addr && (x.set ?? set) === set);
                   if (!seen) return <td key={g.node_id} class="muted">unknown</td>;
                   const s = endpointState(seen);
                   return (

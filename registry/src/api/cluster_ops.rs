@@ -248,8 +248,9 @@ async fn overview(State(state): State<Shared>, Path(name): Path<String>) -> ApiR
     ))
 }
 
-/// One gateway's view of the cluster: `{node_id, admin_addr, active, endpoints, error?}`,
-/// `active: "unknown"` when its `/status` has no `clusters` block or cannot be read.
+/// One gateway's view of the cluster: `{node_id, admin_addr, config_version, active, reason,
+/// endpoints: [{addr, set, healthy, load, ...}], status, note?, error?}`, `active: "unknown"`
+/// when its `/status` has no `clusters` block (an older gateway) or cannot be read.
 async fn gateway_view(client: &reqwest::Client, node: &NodeInfo, name: &str) -> Value {
     let url = format!("http://{}/status", node.admin_addr);
     let read = async {
@@ -272,7 +273,8 @@ async fn gateway_view(client: &reqwest::Client, node: &NodeInfo, name: &str) -> 
             Some(clusters) => match clusters.get(name) {
                 Some(c) => {
                     view["active"] = c.get("active").cloned().unwrap_or(json!("unknown"));
-                    view["endpoints"] = c.get("endpoints").cloned().unwrap_or(json!([]));
+                    view["reason"] = c.get("reason").cloned().unwrap_or(Value::Null);
+                    view["endpoints"] = Value::Array(endpoints_of(c));
                     view["status"] = c.clone();
                 }
                 None => view["note"] = json!("the gateway does not serve this cluster"),
@@ -282,6 +284,28 @@ async fn gateway_view(client: &reqwest::Client, node: &NodeInfo, name: &str) -> 
         Err(e) => view["error"] = json!(e),
     }
     view
+}
+
+/// The endpoints of a gateway's `/status` `clusters.<name>` (`primary` and `standby` lists),
+/// each with the `set` it belongs to.
+fn endpoints_of(cluster_status: &Value) -> Vec<Value> {
+    ["primary", "standby"]
+        .iter()
+        .flat_map(|set| {
+            cluster_status
+                .get(*set)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(move |e| {
+                    let mut e = e.clone();
+                    if let Some(obj) = e.as_object_mut() {
+                        obj.insert("set".to_owned(), json!(set));
+                    }
+                    e
+                })
+        })
+        .collect()
 }
 
 /// `GET /clusters/{name}/autoscale/events`: `{"items": [event, ...]}`, newest first.
@@ -329,6 +353,20 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn gateway_endpoints_are_listed_with_their_set() {
+        let status = json!({"active": "primary",
+            "primary": [{"addr": "a:1", "healthy": true, "load": 0.25}],
+            "standby": [{"addr": "b:1", "healthy": false, "load": null}]});
+        let e = endpoints_of(&status);
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[0]["set"], "primary");
+        assert_eq!(e[0]["load"], 0.25);
+        assert_eq!(e[1]["set"], "standby");
+        assert_eq!(e[1]["healthy"], false);
+        assert!(endpoints_of(&json!({"primary": [], "standby": null})).is_empty());
     }
 
     #[test]
