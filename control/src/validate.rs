@@ -817,6 +817,11 @@ fn check_routing<'c>(
     }
     if let Some(s) = &c.sleep {
         check_url(&s.wake_url).map_err(|e| format!("sleep.wake_url: {e}"))?;
+        if c.health_check.is_none() {
+            return Err(
+                "sleep: needs a health_check (it tells when the backend is awake)".to_owned(),
+            );
+        }
         if s.hold_ms > MAX_ROUTING_MS {
             return Err(format!(
                 "sleep.hold_ms: must be at most {MAX_ROUTING_MS} ms"
@@ -1483,7 +1488,8 @@ mod tests {
 
     #[test]
     fn routing_rules() {
-        let bad: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+        type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+        let bad: Vec<(&str, Edit, &str)> = vec![
             (
                 "balancing",
                 Box::new(|v| v["balancing"] = json!("random")),

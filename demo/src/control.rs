@@ -73,7 +73,8 @@ impl Control {
     }
 
     pub fn set_faults(&self, delay_ms: Option<u64>, status: Option<u16>) {
-        self.delay_ms.store(delay_ms.unwrap_or(0), Ordering::Relaxed);
+        self.delay_ms
+            .store(delay_ms.unwrap_or(0), Ordering::Relaxed);
         self.status.store(status.unwrap_or(0), Ordering::Relaxed);
     }
 

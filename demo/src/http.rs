@@ -286,7 +286,9 @@ async fn faults(State(st): State<Shared>, req: Request, next: Next) -> Response 
     let mut f = Faults::from_parts(req.uri().query(), req.headers());
     let (delay, status) = st.control.faults();
     f.delay_ms = f.delay_ms.or(delay);
-    f.status = f.status.or(status.and_then(|s| parse_status(&s.to_string())));
+    f.status = f
+        .status
+        .or(status.and_then(|s| parse_status(&s.to_string())));
     if f.hang {
         // Never answer; hyper drops this future when the client closes the connection.
         std::future::pending::<()>().await;
@@ -300,7 +302,11 @@ async fn faults(State(st): State<Shared>, req: Request, next: Next) -> Response 
     };
     resp.headers_mut()
         .insert(INSTANCE_HEADER, st.instance.clone());
-    if let Some(load) = st.control.load().and_then(|l| HeaderValue::from_str(&l).ok()) {
+    if let Some(load) = st
+        .control
+        .load()
+        .and_then(|l| HeaderValue::from_str(&l).ok())
+    {
         resp.headers_mut().insert(LOAD_HEADER, load);
     }
     resp

@@ -56,6 +56,8 @@ pub enum Code {
     /// The listener is at its connection limit (`--max-connections`).
     ConnectionLimit,
     NoHealthyUpstream,
+    /// A sleeping cluster is being woken and did not come up within `sleep.hold_ms`.
+    BackendLoading,
     UpstreamError,
     UpstreamTimeout,
     Internal,
@@ -88,7 +90,8 @@ impl Code {
             | Code::CircuitOpen
             | Code::BulkheadFull
             | Code::ConnectionLimit
-            | Code::NoHealthyUpstream => 503,
+            | Code::NoHealthyUpstream
+            | Code::BackendLoading => 503,
             Code::UpstreamError => 502,
             Code::UpstreamTimeout => 504,
             Code::Internal => 500,
@@ -120,6 +123,7 @@ impl Code {
             Code::BulkheadFull => "BULKHEAD_FULL",
             Code::ConnectionLimit => "CONNECTION_LIMIT",
             Code::NoHealthyUpstream => "NO_HEALTHY_UPSTREAM",
+            Code::BackendLoading => "BACKEND_LOADING",
             Code::UpstreamError => "UPSTREAM_ERROR",
             Code::UpstreamTimeout => "UPSTREAM_TIMEOUT",
             Code::Internal => "INTERNAL",

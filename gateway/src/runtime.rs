@@ -239,11 +239,15 @@ impl Plane {
         let plane = self.kind.as_str();
         let m = &self.shared.metrics.routing;
         let now = portico_control::clock::now_ms();
-        let catch_up = |c: prometheus::IntCounter, total: u64| c.inc_by(total.saturating_sub(c.get()));
+        let catch_up =
+            |c: prometheus::IntCounter, total: u64| c.inc_by(total.saturating_sub(c.get()));
         for (name, cluster) in &rt.invoke.clusters {
             let r = &cluster.routing;
             let (serving, _) = r.serving(now);
-            for set in [portico_control::v1::ActiveSet::Primary, portico_control::v1::ActiveSet::Standby] {
+            for set in [
+                portico_control::v1::ActiveSet::Primary,
+                portico_control::v1::ActiveSet::Standby,
+            ] {
                 let Some(eps) = r.set(set) else { continue };
                 m.active_set
                     .with_label_values(&[plane, name, set.as_str()])
@@ -258,7 +262,8 @@ impl Plane {
                         e.ejections.load(Ordering::Relaxed),
                     );
                     if r.probing() {
-                        let probes = |result| m.probes.with_label_values(&[plane, name, &e.addr, result]);
+                        let probes =
+                            |result| m.probes.with_label_values(&[plane, name, &e.addr, result]);
                         catch_up(probes("ok"), e.probes_ok.load(Ordering::Relaxed));
                         catch_up(probes("failed"), e.probes_failed.load(Ordering::Relaxed));
                     }

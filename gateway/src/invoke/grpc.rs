@@ -202,8 +202,7 @@ impl GrpcMethods {
 /// A call ready to send: the transcoded request message and its metadata (built before the
 /// breaker is asked, so a request that does not transcode never counts for or against the
 /// backend).
-#[derive(Debug)]
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct GrpcRequest {
     message: DynamicMessage,
     metadata: MetadataMap,
@@ -503,9 +502,13 @@ pub fn status_to_error(status: &Status) -> GatewayError {
 /// nothing was sent and another endpoint may be tried).
 pub fn unreachable(e: &GatewayError) -> bool {
     e.code == Code::UpstreamError
-        && ["tcp connect error", "Connection refused", "is not reachable"]
-            .iter()
-            .any(|s| e.detail.as_deref().is_some_and(|d| d.contains(s)))
+        && [
+            "tcp connect error",
+            "Connection refused",
+            "is not reachable",
+        ]
+        .iter()
+        .any(|s| e.detail.as_deref().is_some_and(|d| d.contains(s)))
 }
 
 fn reply_metadata(metadata: &MetadataMap, out: &mut Vec<(String, String)>) {

@@ -257,9 +257,9 @@ impl Drop for Prober {
 }
 
 impl Prober {
-    /// Starts probing `endpoints` on the current tokio runtime; `None` outside one (unit
-    /// tests building runtimes synchronously). `waking` makes it probe every
-    /// [`WAKING_PROBE_MS`] while set.
+    /// Starts probing `endpoints` on the probers' own runtime (one thread, shared by every
+    /// cluster: snapshots are also built outside any runtime at start-up); `None` if that
+    /// runtime cannot be made. `waking` makes it probe every [`WAKING_PROBE_MS`] while set.
     pub fn start(
         cluster: &str,
         protocol: v1::Protocol,
@@ -267,7 +267,7 @@ impl Prober {
         endpoints: Vec<Arc<EndpointState>>,
         waking: Arc<AtomicBool>,
     ) -> Option<Prober> {
-        let handle = tokio::runtime::Handle::try_current().ok()?;
+        let handle = probe_runtime()?;
         let cluster = cluster.to_owned();
         let hc = hc.clone();
         let task = handle.spawn(async move {
@@ -318,6 +318,21 @@ impl Prober {
         });
         Some(Prober { task })
     }
+}
+
+/// The runtime the probers run on, made on first use.
+fn probe_runtime() -> Option<&'static tokio::runtime::Runtime> {
+    static RT: std::sync::OnceLock<Option<tokio::runtime::Runtime>> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("portico-probe")
+            .enable_all()
+            .build()
+            .map_err(|e| tracing::error!(error = %e, "cannot start the health probers' runtime"))
+            .ok()
+    })
+    .as_ref()
 }
 
 /// One HTTP probe: `GET path` on a new connection, healthy on a 2xx status line within

@@ -143,7 +143,7 @@ impl HttpInvoker {
             return Attempt::Failed(timeout_error(addr));
         }
         let peer = Self::peer(addr, left);
-        let mut upstream =
+        let upstream =
             match tokio::time::timeout(left, self.connector.get_http_session(&peer)).await {
                 Err(_) => return Attempt::ConnectFailed(timeout_error(addr)),
                 Ok(Err(e)) => {
@@ -157,8 +157,9 @@ impl HttpInvoker {
                     };
                     return Attempt::ConnectFailed(err);
                 }
-                Ok(Ok((session, _reused))) => session,
+                Ok(Ok((session, reused))) => (session, reused),
             };
+        let (mut upstream, reused) = upstream;
         let mut head = request.head.clone();
         if !request.has_host {
             if let Err(e) = head.insert_header(http::header::HOST, addr.to_string()) {
@@ -179,6 +180,22 @@ impl HttpInvoker {
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, exchange).await {
             Err(_) => Attempt::Failed(timeout_error(addr)),
+            // A pooled connection the backend had closed (it went away): for an idempotent
+            // method, as good as a refused connection (docs/OPERATIONS.md).
+            Ok(Err(e))
+                if reused
+                    && request.head.method.is_idempotent()
+                    && matches!(
+                        e.etype(),
+                        ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError
+                    ) =>
+            {
+                Attempt::ConnectFailed(GatewayError::upstream(
+                    Code::UpstreamError,
+                    "the backend failed to answer",
+                    format!("upstream {addr} closed a pooled connection: {e}"),
+                ))
+            }
             Ok(Err(e)) => Attempt::Failed(match e.etype() {
                 ErrorType::ReadTimedout | ErrorType::WriteTimedout => timeout_error(addr),
                 _ => GatewayError::upstream(

@@ -28,6 +28,7 @@ pub mod grpc;
 pub mod health;
 pub mod http;
 pub mod routing;
+pub mod sleep;
 pub mod state;
 pub mod sticky;
 pub mod transcode;
@@ -39,12 +40,12 @@ use self::http::{Attempt, HttpInvoker, HttpRequest};
 use crate::error::{Code, GatewayError, Side};
 use crate::model::{Response, RouteMatch};
 use breaker::CallTicket;
-use routing::{Hints, Pick, Routing};
 use bytes::Bytes;
 use grpc::{GrpcInvoker, GrpcMethods, GrpcRequest, PreparedMethod};
 use pingora_core::protocols::http::client::HttpSession;
 use pingora_proxy::Session;
 use portico_control::BackendKind;
+use routing::{Hints, Pick, Routing};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -101,6 +102,7 @@ pub async fn call(
         .get(&api.id)
         .ok_or_else(|| no_endpoint(&api.cluster, "has no endpoints"))?;
     let prepared = prepare(&state.grpc, session, &call)?;
+    sleep::wake_and_hold(&target.routing).await?;
     let _permit = target.bulkhead.acquire().await?;
     let timeout = Duration::from_millis(api.timeout_ms);
     let cluster = &target.routing.cluster;
@@ -209,7 +211,9 @@ fn hash_key(key: &str, session: &Session, call: &Call<'_>) -> Option<u64> {
 /// failure (for outlier ejection). `failed`: a 5xx answer, a connect failure or a timeout.
 fn observe(routing: &Routing, pick: &Pick, latency: Duration, load: Option<f64>, failed: bool) {
     let now = portico_control::clock::now_ms();
-    pick.endpoint.record_latency(latency, now);
+    if !latency.is_zero() {
+        pick.endpoint.record_latency(latency, now);
+    }
     if let Some(load) = load {
         pick.endpoint.record_load(load, now);
     }
@@ -305,7 +309,14 @@ async fn call_http(
     let cookie = sticky_cookie(&target.routing, &pick, hints.sticky);
     let addr = pick.endpoint.sock.unwrap_or(([0, 0, 0, 0], 0).into());
     let status = http
-        .relay(session, answer, addr, request_id, deadline, cookie.as_deref())
+        .relay(
+            session,
+            answer,
+            addr,
+            request_id,
+            deadline,
+            cookie.as_deref(),
+        )
         .await?;
     Ok(Response::Streamed(status))
 }
@@ -430,7 +441,9 @@ async fn call_grpc(
     };
     settle(ticket, outcome);
     if let Ok(whole) = &mut result {
-        whole.headers.retain(|(k, _)| k != health::LOAD_METADATA_OUT);
+        whole
+            .headers
+            .retain(|(k, _)| k != health::LOAD_METADATA_OUT);
         if let Some(c) = sticky_cookie(routing, &pick, hints.sticky) {
             whole.headers.push(("set-cookie".to_owned(), c));
         }

@@ -55,7 +55,11 @@ impl Set {
         if self.endpoints.is_empty() {
             return 0.0;
         }
-        let up = self.endpoints.iter().filter(|e| e.available(now_ms)).count();
+        let up = self
+            .endpoints
+            .iter()
+            .filter(|e| e.available(now_ms))
+            .count();
         up as f64 / self.endpoints.len() as f64
     }
 }
@@ -136,9 +140,10 @@ impl Routing {
             _ => Set::new(name, eps, resolved),
         };
         let primary = keep_set(old.map(|o| &o.primary), &cluster.endpoints);
-        let standby = cluster.standby.as_ref().map(|sb| {
-            keep_set(old.and_then(|o| o.standby.as_ref()), &sb.endpoints)
-        });
+        let standby = cluster
+            .standby
+            .as_ref()
+            .map(|sb| keep_set(old.and_then(|o| o.standby.as_ref()), &sb.endpoints));
         let same_sets = old.is_some_and(|o| {
             o.primary.same(&cluster.endpoints)
                 && match (&o.standby, &cluster.standby) {
@@ -155,6 +160,7 @@ impl Routing {
         let prober = match (old, &cluster.health_check) {
             (Some(o), Some(_))
                 if same_sets
+                    && o.prober.is_some()
                     && o.cluster.health_check == cluster.health_check
                     && o.cluster.protocol == cluster.protocol =>
             {
@@ -285,21 +291,51 @@ impl Routing {
                 }
             }
         }
-        let index = match self.cluster.balancing() {
+        let found = self.pick_in(which, set, hints, now, &ok);
+        if let Some(index) = found {
+            return Some(self.picked(which, set, index));
+        }
+        // A retry after connect failures on every endpoint of the serving set: the other
+        // set, if any, rather than an error (docs/OPERATIONS.md).
+        if tried.is_empty() {
+            return None;
+        }
+        let other = match which {
+            ActiveSet::Primary => ActiveSet::Standby,
+            ActiveSet::Standby => ActiveSet::Primary,
+        };
+        let oset = self.set(other)?;
+        let ok = |i: usize| {
+            let e = &oset.endpoints[i];
+            e.weight > 0 && e.available(now) && !tried.contains(&e.id())
+        };
+        let index = self.pick_in(other, oset, hints, now, &ok)?;
+        Some(self.picked(other, oset, index))
+    }
+
+    /// The balancing mode's choice in `set` among the endpoints `ok` admits.
+    fn pick_in(
+        &self,
+        _which: ActiveSet,
+        set: &Set,
+        hints: Hints<'_>,
+        now: u64,
+        ok: &dyn Fn(usize) -> bool,
+    ) -> Option<usize> {
+        match self.cluster.balancing() {
             Balancing::RoundRobin => set.balancer.pick_where(ok),
             Balancing::ConsistentHash => match hints.key {
                 Some(key) => rendezvous(set, key, ok),
                 None => set.balancer.pick_where(ok),
             },
-            Balancing::PeakEwma => two_choices(set, ok, |a, b| {
-                a.latency_cost() <= b.latency_cost()
-            }),
+            Balancing::PeakEwma => {
+                two_choices(set, ok, |a, b| a.latency_cost() <= b.latency_cost())
+            }
             Balancing::LeastLoad => two_choices(set, ok, |a, b| {
                 let (sa, sb) = load_scores(a, b, now);
                 sa <= sb
             }),
-        }?;
-        Some(self.picked(which, set, index))
+        }
     }
 
     fn picked(&self, which: ActiveSet, set: &Set, index: usize) -> Pick {
@@ -319,7 +355,9 @@ impl Routing {
             return;
         }
         let Some(o) = outlier else { return };
-        let Some(set) = self.set(pick.set) else { return };
+        let Some(set) = self.set(pick.set) else {
+            return;
+        };
         let now = portico_control::clock::now_ms();
         let others = set
             .endpoints
@@ -487,8 +525,12 @@ mod tests {
 
     #[test]
     fn consistent_hash_moves_at_most_about_one_nth_of_keys() {
-        let four = routing(json!({"protocol": "http", "endpoints": eps(4), "balancing": "consistent_hash", "hash_key": "ip"}));
-        let five = routing(json!({"protocol": "http", "endpoints": eps(5), "balancing": "consistent_hash", "hash_key": "ip"}));
+        let four = routing(
+            json!({"protocol": "http", "endpoints": eps(4), "balancing": "consistent_hash", "hash_key": "ip"}),
+        );
+        let five = routing(
+            json!({"protocol": "http", "endpoints": eps(5), "balancing": "consistent_hash", "hash_key": "ip"}),
+        );
         let keys = 20_000u64;
         let mut moved = 0;
         let mut per = HashMap::new();
@@ -519,7 +561,8 @@ mod tests {
 
     #[test]
     fn least_load_prefers_the_lower_report() {
-        let r = routing(json!({"protocol": "http", "endpoints": eps(2), "balancing": "least_load"}));
+        let r =
+            routing(json!({"protocol": "http", "endpoints": eps(2), "balancing": "least_load"}));
         let now = portico_control::clock::now_ms();
         r.primary.endpoints[0].record_load(0.9, now);
         r.primary.endpoints[1].record_load(0.1, now);
@@ -557,7 +600,10 @@ mod tests {
             serde_json::from_value(json!({"unhealthy_after": 1, "healthy_after": 1})).unwrap();
         r.primary.endpoints[1].record_probe(false, &hc);
         assert_eq!(r.serving(now), (ActiveSet::Standby, Reason::Auto));
-        assert_eq!(r.pick(Hints::default(), &[]).unwrap().set, ActiveSet::Standby);
+        assert_eq!(
+            r.pick(Hints::default(), &[]).unwrap().set,
+            ActiveSet::Standby
+        );
         r.primary.endpoints[1].record_probe(true, &hc);
         assert_eq!(r.serving(now), (ActiveSet::Standby, Reason::Auto));
         assert_eq!(r.serving(now + 1000), (ActiveSet::Standby, Reason::Auto));
@@ -569,10 +615,15 @@ mod tests {
 
     #[test]
     fn manual_standby_and_no_healthy_endpoint() {
-        let r = routing(json!({"protocol": "http", "endpoints": eps(1), "active": "standby",
-            "standby": {"endpoints": [{"addr": "127.0.1.1:80"}]}}));
+        let r = routing(
+            json!({"protocol": "http", "endpoints": eps(1), "active": "standby",
+            "standby": {"endpoints": [{"addr": "127.0.1.1:80"}]}}),
+        );
         let p = r.pick(Hints::default(), &[]).unwrap();
-        assert_eq!((p.set, p.endpoint.addr.as_str()), (ActiveSet::Standby, "127.0.1.1:80"));
+        assert_eq!(
+            (p.set, p.endpoint.addr.as_str()),
+            (ActiveSet::Standby, "127.0.1.1:80")
+        );
         assert!(r.pick(Hints::default(), &[p.endpoint.id()]).is_none());
     }
 }

@@ -40,7 +40,11 @@ pub struct ClusterRuntime {
 impl ClusterRuntime {
     /// The runtime of `cluster`: its endpoints resolved once (at reload, never per request),
     /// carrying `old`'s routing state where `Routing::build` allows.
-    fn build(name: &str, cluster: &Arc<v1::Cluster>, old: Option<&ClusterRuntime>) -> ClusterRuntime {
+    fn build(
+        name: &str,
+        cluster: &Arc<v1::Cluster>,
+        old: Option<&ClusterRuntime>,
+    ) -> ClusterRuntime {
         let same_lists = old.is_some_and(|o| {
             o.routing.cluster.endpoints == cluster.endpoints
                 && o.routing.cluster.standby.as_ref().map(|s| &s.endpoints)

@@ -318,3 +318,4 @@ pub fn zkcli_utf8(connect: &str, args: &[&str]) -> portico_testkit::ZkCliOutput 
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }
+pub mod routing;
