@@ -538,6 +538,8 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
     let mut with_sleep = reg.get("/clusters/shop").await.expect(200).body;
     with_sleep["sleep"] = json!({"wake_url": format!("{hook}/wake"),
                                  "sleep_url": format!("{hook}/sleep"), "idle_s": 3});
+    // `sleep` needs active health checks (they tell the gateway when the backend is awake).
+    with_sleep["health_check"] = json!({"path": "/healthz", "interval_ms": 500});
     let put_at = Instant::now();
     reg.put("/clusters/shop", &with_sleep).await.expect(200);
     assert!(
