@@ -271,7 +271,7 @@ fn components() -> Value {
             "Error502": error_response("UPSTREAM_ERROR: what the operation calls (a gateway, a backend) could not be reached or read"),
             "Error503": error_response("ZOOKEEPER_UNAVAILABLE; for a sandbox call also NO_SANDBOX_GATEWAY (no live gateway runs a sandbox listener)")
         },
-        "schemas": merged([document_schemas(), message_schemas(), import_and_ops_schemas()]),
+        "schemas": merged([document_schemas(), message_schemas(), import_and_ops_schemas(), cluster_ops_schemas()]),
     })
 }
 
@@ -284,6 +284,38 @@ fn merged<const N: usize>(parts: [Value; N]) -> Value {
         }
     }
     Value::Object(all)
+}
+
+/// Failover, the cluster overview and autoscale events ([`crate::api::cluster_ops`];
+/// docs/OPERATIONS.md, "Failover" and "Autoscale").
+fn cluster_ops_schemas() -> Value {
+    let event = json!({"type": "object", "properties": {
+        "id": {"type": "string"}, "kind": {"type": "string", "enum": ["autoscale", "sleep"]},
+        "at": {"type": "string", "format": "date-time"}, "action": {"type": "string"}, "rps": {"type": "number"},
+        "rule": {"type": "integer", "description": "index of the rule in autoscale.rules, from 0"},
+        "webhook": {"type": "string"}, "sleep_url": {"type": "string"}, "idle_s": {"type": "integer"},
+        "outcome": {"type": "string", "enum": ["pending", "ok", "failed"]}, "status": {"type": "integer"}, "error": {"type": "string"}}});
+    json!({
+    "Failover": {"type": "object", "additionalProperties": false, "required": ["to", "reason"], "properties": {
+        "to": {"type": "string", "enum": ["primary", "standby"], "description": "the set that serves; `standby` needs a cluster with standby.endpoints"},
+        "reason": {"type": "string", "minLength": 1, "maxLength": 500, "pattern": "\\S", "description": "why (audited)"}}},
+    "ClusterEvents": {"type": "object", "properties": {"items": {"type": "array", "items": event.clone()}}},
+    "ClusterOverview": {"type": "object", "properties": {
+        "name": {"type": "string"}, "etag": {"type": "string"}, "cluster": {"$ref": "#/components/schemas/Cluster"},
+        "active": {"type": "string", "enum": ["primary", "standby"]},
+        "sets": {"type": "object", "properties": {"primary": {"type": "array"}, "standby": {"type": "array"}}},
+        "gateways": {"type": "array", "items": {"type": "object", "properties": {
+            "node_id": {"type": "string"}, "admin_addr": {"type": "string"}, "config_version": {"type": "object"},
+            "active": {"type": "string", "description": "primary, standby, or unknown (a gateway that does not report clusters, or could not be read)"},
+            "reason": {"type": "string", "nullable": true, "description": "why the gateway serves that set (its /status clusters.<name>.reason)"},
+            "endpoints": {"type": "array", "items": {"type": "object", "properties": {
+                "addr": {"type": "string"}, "set": {"type": "string", "enum": ["primary", "standby"]},
+                "healthy": {"type": "boolean"}, "load": {"type": "number", "nullable": true}}}},
+            "status": {"type": "object", "description": "the gateway's /status clusters.<name> as it is"},
+            "note": {"type": "string"}, "error": {"type": "string"}}}},
+        "rps": {"type": "number", "nullable": true, "description": "requests per second over the last 10 s, summed over the cluster's live APIs and every gateway (null: not evaluated)"},
+        "events": {"type": "array", "items": event}}}
+    })
 }
 
 /// The v1 documents of the tree (docs/OPERATIONS.md, 'The configuration tree').
@@ -328,7 +360,30 @@ fn document_schemas() -> Value {
         "endpoints": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["addr"], "properties": {
             "addr": {"type": "string", "pattern": ADDR_PATTERN, "description": "host:port or ip:port ([v6]:port)"},
             "weight": {"type": "integer", "minimum": 1, "maximum": u32::MAX, "default": 1}}}},
-        "balancing": {"type": "string", "minLength": 1}}},
+        "balancing": {"type": "string", "enum": ["round_robin", "least_load", "peak_ewma", "consistent_hash"], "default": "round_robin"},
+        // Issue 11 (smart routing and failover): optional; docs/OPERATIONS.md, "Failover".
+        "hash_key": {"type": "string", "description": "with consistent_hash: app | ip | header:<Name> | query:<name> | path:<var>"},
+        "sticky": {"type": "object", "properties": {"cookie": {"type": "string", "default": "PORTICO_STICKY"}, "ttl_s": {"type": "integer", "minimum": 1, "default": 3600}}},
+        "health_check": {"type": "object", "properties": {
+            "path": {"type": "string", "default": "/healthz"}, "service": {"type": "string"},
+            "interval_ms": {"type": "integer", "minimum": 1, "default": 1000}, "timeout_ms": {"type": "integer", "minimum": 1, "default": 500},
+            "unhealthy_after": {"type": "integer", "minimum": 1, "maximum": 100, "default": 2}, "healthy_after": {"type": "integer", "minimum": 1, "maximum": 100, "default": 2}}},
+        "outlier": {"type": "object", "properties": {"consecutive_failures": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 5}, "eject_ms": {"type": "integer", "minimum": 1, "default": 10000}}},
+        "standby": {"type": "object", "required": ["endpoints"], "properties": {
+            "endpoints": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["addr"], "properties": {
+                "addr": {"type": "string", "pattern": ADDR_PATTERN}, "weight": {"type": "integer", "minimum": 1, "maximum": u32::MAX, "default": 1}}}},
+            "failover_below": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 1, "default": 0.5},
+            "failback": {"type": "string", "enum": ["auto", "manual"], "default": "auto"}}},
+        "active": {"type": "string", "enum": ["primary", "standby"], "default": "primary", "description": "the serving set; set it with POST /clusters/{name}/failover"},
+        "sleep": {"type": "object", "required": ["wake_url"], "properties": {
+            "wake_url": {"type": "string"}, "hold_ms": {"type": "integer", "minimum": 0, "default": 3000}, "retry_after_s": {"type": "integer", "minimum": 1, "maximum": 86400, "default": 2},
+            "sleep_url": {"type": "string", "description": "POSTed by the registry after idle_s without requests"}, "idle_s": {"type": "integer", "minimum": 1}}},
+        "autoscale": {"type": "object", "required": ["webhook", "rules"], "properties": {
+            "webhook": {"type": "string"},
+            "rules": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["for_s", "action"], "properties": {
+                "rps_above": {"type": "number", "minimum": 0}, "rps_below": {"type": "number", "minimum": 0},
+                "for_s": {"type": "integer", "minimum": 1, "maximum": 86400}, "action": {"type": "string", "enum": ["up", "down"]}}}},
+            "cooldown_s": {"type": "integer", "minimum": 0, "maximum": 86400, "default": 60}}}}},
     "NamedCluster": {"allOf": [{"$ref": "#/components/schemas/Cluster"}, {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "pattern": NAME_PATTERN}}}]},
     "Switch": {"type": "object", "properties": {
         "degraded": {"type": "boolean"}, "reason": {"type": "string"},

@@ -56,8 +56,10 @@ pub fn router(state: Shared) -> Router {
         .with_state(state)
 }
 
-/// Serves `router(state)` on `listener` until the process ends.
+/// Serves `router(state)` on `listener` until the process ends, with the autoscale task
+/// ([`crate::autoscale`]) running beside it.
 pub async fn serve(listener: tokio::net::TcpListener, state: Shared) -> std::io::Result<()> {
+    crate::autoscale::start(&state);
     axum::serve(listener, router(state)).await
 }
 

@@ -22,6 +22,7 @@
 pub mod apis;
 pub mod apps;
 pub mod audit;
+pub mod cluster_ops;
 pub mod clusters;
 pub mod context;
 pub mod descriptors;
@@ -55,6 +56,8 @@ pub fn routes() -> Vec<Route> {
         sandbox::routes(),
         health::routes(),
         hot_keys::routes(),
+        // Live-only cluster operations (failover, overview, autoscale events).
+        cluster_ops::routes(),
         in_each_env(&in_both_envs),
     ]
     .concat()
@@ -101,7 +104,7 @@ mod tests {
                 "{method} /sandbox{path}"
             );
         }
-        assert_eq!(all.len(), 70);
+        assert_eq!(all.len(), 73);
     }
 
     /// Every route is in the OpenAPI document, and every `$ref` resolves.

@@ -53,6 +53,8 @@ pub(crate) enum Command {
     History(HistoryArgs),
     /// Turn an API's degradation switch on or off.
     Switch(SwitchArgs),
+    /// Move a cluster's traffic to its primary or standby set (docs/OPERATIONS.md, "Failover").
+    Failover(FailoverArgs),
     /// Show the live gateway nodes, their applied config version and lag.
     Status,
     /// Write the configuration tree as a directory (usable with `portico-gateway --config-dir`).
@@ -331,6 +333,34 @@ pub(crate) struct SwitchArgs {
     /// match): `--match path:sku=BK-1`, `--match header:X-Region=north`.
     #[arg(long = "match")]
     pub(crate) matches: Vec<String>,
+}
+
+/// A cluster's endpoint set.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum SetName {
+    Primary,
+    Standby,
+}
+
+impl SetName {
+    /// The name in documents and requests.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            SetName::Primary => "primary",
+            SetName::Standby => "standby",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FailoverArgs {
+    /// The cluster.
+    pub(crate) cluster: String,
+    /// The set that should serve.
+    pub(crate) to: SetName,
+    /// Why (required; recorded in the audit log).
+    #[arg(long)]
+    pub(crate) reason: String,
 }
 
 #[derive(Debug, Args)]
