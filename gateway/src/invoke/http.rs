@@ -102,6 +102,15 @@ pub enum Attempt {
     Failed(GatewayError),
 }
 
+/// Headers the gateway adds to a relayed answer besides the request id.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Added<'a> {
+    /// A header set in place of the backend's (e.g. `X-Portico-Cache: BYPASS`).
+    pub replace: Option<(&'static str, &'static str)>,
+    /// A `Set-Cookie` added beside the backend's own (the sticky-session cookie).
+    pub set_cookie: Option<&'a str>,
+}
+
 /// Pingora's pooled connector, shared by every API (pools are per endpoint).
 pub struct HttpInvoker {
     connector: Connector,
@@ -231,8 +240,7 @@ impl HttpInvoker {
         addr: SocketAddr,
         request_id: &str,
         deadline: Instant,
-        extra: Option<(&'static str, &'static str)>,
-        set_cookie: Option<&str>,
+        added: Added<'_>,
     ) -> Result<u16, GatewayError> {
         let Some(resp) = upstream.response_header() else {
             return Err(GatewayError::upstream(
@@ -251,10 +259,10 @@ impl HttpInvoker {
             let _ = head.append_header(name.clone(), value.clone());
         }
         let _ = head.insert_header(request_id::HEADER, request_id);
-        if let Some((name, value)) = extra {
+        if let Some((name, value)) = added.replace {
             let _ = head.insert_header(name, value);
         }
-        if let Some(cookie) = set_cookie {
+        if let Some(cookie) = added.set_cookie {
             let _ = head.append_header(http::header::SET_COOKIE, cookie);
         }
         let status = resp.status.as_u16();

@@ -338,17 +338,12 @@ async fn call_http(
             return Ok(Response::Whole(whole));
         }
     }
-    let extra = hint.mark_bypass.then_some(("x-portico-cache", "BYPASS"));
+    let added = self::http::Added {
+        replace: hint.mark_bypass.then_some(("x-portico-cache", "BYPASS")),
+        set_cookie: cookie.as_deref(),
+    };
     let status = http
-        .relay(
-            session,
-            answer,
-            addr,
-            request_id,
-            deadline,
-            extra,
-            cookie.as_deref(),
-        )
+        .relay(session, answer, addr, request_id, deadline, added)
         .await?;
     Ok(Response::Streamed(status))
 }
