@@ -408,17 +408,18 @@ async fn call_grpc(
         hints,
     } = admitted;
     let routing = &target.routing;
-    let mut tried: Vec<usize> = Vec::with_capacity(2);
+    let mut tried = [0usize; 2];
     let mut request = Some(request);
     let mut last = None;
-    for _ in 0..2 {
-        let Some(pick) = routing.pick(hints, &tried) else {
+    for n in 0..tried.len() {
+        let Some(pick) = routing.pick(hints, &tried[..n]) else {
             break;
         };
-        tried.push(pick.endpoint.id());
+        tried[n] = pick.endpoint.id();
         let Some(req) = request.take() else { break };
-        // Kept for a retry on another endpoint when this one cannot be reached.
-        let spare = req.clone();
+        // Kept for a retry on another endpoint when this one cannot be reached; only a
+        // first try with another endpoint to go to pays for the copy.
+        let spare = (n + 1 < tried.len() && routing.endpoint_count() > 1).then(|| req.clone());
         let started = Instant::now();
         let timeout = deadline.saturating_duration_since(started);
         let result = {
@@ -441,8 +442,8 @@ async fn call_grpc(
             Err(e) => (None, e.code.side() == Side::Upstream),
         };
         observe(routing, &pick, latency, load, failed);
-        if unreachable && Instant::now() < deadline {
-            request = Some(spare);
+        if unreachable && Instant::now() < deadline && spare.is_some() {
+            request = spare;
             last = Some((result, pick));
             continue;
         }

@@ -218,6 +218,12 @@ impl Routing {
         self.prober.is_some()
     }
 
+    /// How many endpoints the cluster has in both sets: a call can only be retried on
+    /// another endpoint when there is more than one.
+    pub fn endpoint_count(&self) -> usize {
+        self.primary.endpoints.len() + self.standby.as_ref().map_or(0, |s| s.endpoints.len())
+    }
+
     pub fn set(&self, which: ActiveSet) -> Option<&Set> {
         match which {
             ActiveSet::Primary => Some(&self.primary),
