@@ -14,12 +14,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::{sibling_bin, Proc};
 use portico_demo::process::BackendProcess;
 use portico_testkit::{free_port, wait_for, ZooKeeper};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "cluster-e2e-admin-token";
@@ -31,65 +34,6 @@ fn workspace() -> PathBuf {
         .parent()
         .unwrap()
         .to_path_buf()
-}
-
-/// A child process killed when dropped, its output in a log file.
-struct Proc {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn spawn(name: &'static str, cmd: &mut Command, logdir: &Path) -> Proc {
-        let log = logdir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).unwrap();
-        let err = out.try_clone().unwrap();
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        Proc { name, child, log }
-    }
-
-    fn tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    }
-
-    fn assert_alive(&mut self) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("{} exited ({status}):\n{}", self.name, self.tail());
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `target/<profile>/<name>`, next to this test's `deps/` directory.
-fn sibling_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let profile = if deps.file_name().is_some_and(|n| n == "deps") {
-        deps.parent().unwrap()
-    } else {
-        deps
-    };
-    let bin = profile.join(name);
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does)",
-        bin.display()
-    );
-    bin
 }
 
 /// Checks node, the npm dependencies and Chromium, and builds the console into `out`.

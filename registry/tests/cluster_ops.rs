@@ -17,76 +17,17 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Json;
-use common::{registry, Registry, TOKEN};
+use common::{registry, sibling_bin, Proc, Registry, TOKEN};
 use portico_demo::process::BackendProcess;
 use portico_testkit::{free_port, ZooKeeper};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const APP: &str = "merchant-ops";
 const SECRET: &str = "merchant-ops-secret-0123456789";
-
-/// A child process killed when dropped, its output in a log file.
-struct Proc {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn spawn(name: &'static str, cmd: &mut Command, logdir: &Path) -> Proc {
-        let log = logdir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).unwrap();
-        let err = out.try_clone().unwrap();
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        Proc { name, child, log }
-    }
-
-    fn tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    }
-
-    fn assert_alive(&mut self) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("{} exited ({status}):\n{}", self.name, self.tail());
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `target/<profile>/<name>`, next to this test's `deps/` directory.
-fn sibling_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let profile = if deps.file_name().is_some_and(|n| n == "deps") {
-        deps.parent().unwrap()
-    } else {
-        deps
-    };
-    let bin = profile.join(name);
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does)",
-        bin.display()
-    );
-    bin
-}
 
 /// A gateway in ZooKeeper mode on free ports: (process, traffic URL, admin URL).
 fn gateway(zk: &ZooKeeper, work: &Path, node_id: &str) -> (Proc, String, String) {
