@@ -519,13 +519,21 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
         wait_for_calls(&got, "/sleep", 2, Duration::from_secs(20)).await,
         "sleep_url was not called after the next idle period"
     );
-    let audit = reg.get("/audit?limit=200").await.expect(200);
-    let sleeps = audit.body["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["action"] == "cluster.sleep")
-        .count();
+    // The audit record is written after the call returns: wait for it.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let sleeps = loop {
+        let audit = reg.get("/audit?limit=200").await.expect(200);
+        let sleeps = audit.body["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["action"] == "cluster.sleep")
+            .count();
+        if sleeps >= 2 || Instant::now() > deadline {
+            break sleeps;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(sleeps, 2);
     assert!(calls(&got, "/wake").is_empty(), "the registry never wakes");
     gw.assert_alive();
