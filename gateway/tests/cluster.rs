@@ -254,11 +254,23 @@ fn a_fleet_shares_its_limits_and_nonces_and_rides_out_losses() {
     // 3. The same signed call to two nodes: the second is refused as a replay.
     let http = client();
     let url1 = gws[0].url("/v1/ping");
-    let (ts, n) = (now_ms(), nonce());
-    let first = signed_at(&http, "GET", &url1, KEY, SECRET, None, ts, &n)
-        .send()
-        .unwrap();
-    assert_eq!(first.status(), 200);
+    // Step 2 has just spent the app's limit: the first call of the pair must be admitted,
+    // so try fresh (timestamp, nonce) pairs until the limit lets one through (a refused
+    // call has already recorded its nonce, so it cannot be the one replayed).
+    let mut admitted = None;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while admitted.is_none() && Instant::now() < deadline {
+        let (ts, n) = (now_ms(), nonce());
+        let first = signed_at(&http, "GET", &url1, KEY, SECRET, None, ts, &n)
+            .send()
+            .unwrap();
+        match first.status().as_u16() {
+            200 => admitted = Some((ts, n)),
+            429 => std::thread::sleep(Duration::from_millis(50)),
+            other => panic!("first call of the replay pair: {other}"),
+        }
+    }
+    let (ts, n) = admitted.expect("no call admitted within 5 s of the limit being spent");
     let url2 = gws[1].url("/v1/ping");
     let (status, code, _) = code_of(
         signed_at(&http, "GET", &url2, KEY, SECRET, None, ts, &n)
