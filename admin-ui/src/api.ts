@@ -136,6 +136,8 @@ export type Policy = {
   };
   rate_limits?: RateLimit[];
   max_body_bytes?: number;
+  cache?: { ttl_ms?: number; key?: string[]; max_entries?: number; max_body_bytes?: number };
+  hot_keys?: { key: string[]; rate_above?: number; bandwidth_share_above?: number; link_bytes_per_s?: number; auto_cache_ms?: number; top?: number };
 };
 export type ApiDef = {
   id: string;
@@ -157,6 +159,8 @@ export type List<T> = { items: Item<T>[] };
 export type Fallback = { status?: number; headers?: Record<string, string>; body?: unknown };
 export type Switch = {
   degraded: boolean;
+  /** A key-level switch's (switches/<api>@<label>) selectors and the values they match. */
+  match?: Record<string, string[]>;
   reason?: string;
   updated_by?: string;
   updated_at?: string;
@@ -224,3 +228,7 @@ export type TryResult = {
   latency_ms: number;
   node_id: string;
 };
+
+/** `GET /apis/{id}/hot-keys`: an API's hot keys merged across the live gateways. */
+export type HotKey = { key: string; rate: number; bytes_per_s: number; since_ms: number | null; gateways: string[]; match: Record<string, string[]> | null };
+export type HotKeys = { api_id: string; keys: HotKey[]; nodes: { node_id: string; ok: boolean; error?: string }[] };

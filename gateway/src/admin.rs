@@ -134,7 +134,8 @@ fn plane_status(plane: &Plane) -> serde_json::Value {
 
 // Hot APIs (docs/OPERATIONS.md, "Caching and hot keys").
 
-/// `hot_keys`: per API with a hot-key policy, its hot keys (key, rate, bytes/s, since).
+/// `hot_keys`: per API with a hot-key policy, its hot keys (key, rate, bytes/s, since, and the
+/// key-level switch `match` selecting exactly that key, or null).
 fn hot_keys_status(rt: &crate::runtime::Runtime, now_ms: u64) -> serde_json::Value {
     let mut out = serde_json::Map::new();
     for api in rt.edge.cache.apis() {
@@ -148,6 +149,7 @@ fn hot_keys_status(rt: &crate::runtime::Runtime, now_ms: u64) -> serde_json::Val
                         "rate": (k.rate * 10.0).round() / 10.0,
                         "bytes_per_s": k.bytes_per_s.round(),
                         "since_ms": k.since_ms,
+                        "match": k.switch_match,
                     })
                 })
                 .collect();

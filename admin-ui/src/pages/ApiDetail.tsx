@@ -1,9 +1,11 @@
 // One API: its HTTP mapping and backend, the policy editor (inline validation from the
-// registry's 422 details), try-it in the sandbox, publish, versions with diffs, rollback.
+// registry's 422 details), try-it in the sandbox, publish, versions with diffs, rollback, and
+// the live hot keys (HotKeys.tsx).
 import { useEffect, useMemo, useState } from "preact/hooks";
 import { ApiDef, ApiError, Detail, Item, List, Policy, TryResult, get, request } from "../api";
 import { canonical, comparable, diffLines, sameDoc } from "../diff";
 import { navigate } from "../router";
+import { HotKeysPanel } from "./HotKeys";
 import { Badge, Button, Code, CopyButton, Empty, ErrorBanner, Field, Link, MethodBadge, Modal, Spinner, cx, fmtTime, pretty, toast } from "../ui";
 
 type Loaded = { draft: ApiDef | null; draftEtag?: string; live: ApiDef | null; liveEtag?: string };
@@ -25,7 +27,7 @@ async function loadBoth(id: string): Promise<Loaded> {
 export function ApiDetailPage({ id }: { id: string }) {
   const [data, setData] = useState<Loaded | null>(null);
   const [error, setError] = useState<unknown>(null);
-  const [tab, setTab] = useState<"policy" | "try" | "versions">("policy");
+  const [tab, setTab] = useState<"policy" | "try" | "versions" | "hot">("policy");
   const [publishing, setPublishing] = useState(false);
   const [historyTick, setHistoryTick] = useState(0);
 
@@ -104,6 +106,9 @@ export function ApiDetailPage({ id }: { id: string }) {
         <button class={cx("tab", tab === "versions" && "active")} onClick={() => setTab("versions")} data-testid="tab-versions">
           Versions
         </button>
+        <button class={cx("tab", tab === "hot" && "active")} onClick={() => setTab("hot")} data-testid="tab-hot-keys">
+          Hot keys
+        </button>
       </div>
       {tab === "policy" &&
         (data.draft ? (
@@ -117,6 +122,7 @@ export function ApiDetailPage({ id }: { id: string }) {
           </div>
         ))}
       {tab === "try" && (data.draft ? <TryIt api={data.draft} /> : <Empty title="No draft">The sandbox serves drafts; this API has none.</Empty>)}
+      {tab === "hot" && <HotKeysPanel id={id} api={data.live} />}
       {tab === "versions" && <Versions key={historyTick} id={id} draft={data.draft} live={data.live} liveEtag={data.liveEtag} onChanged={() => { reload(); setHistoryTick((t) => t + 1); }} />}
       {publishing && data.draft && (
         <PublishDialog

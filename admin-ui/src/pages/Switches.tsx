@@ -210,7 +210,8 @@ function SwitchDialog({ row, degrade, onClose, onDone }: { row: Row; degrade: bo
     setBusy(true);
     setError(null);
     const fallback = custom ? { status: Number(status), ...(hdrs ? { headers: hdrs as Record<string, string> } : {}), ...(bodyVal !== undefined ? { body: bodyVal } : {}) } : undefined;
-    const doc: Switch = { degraded: degrade, reason: reason.trim(), ...(degrade ? (fallback ? { fallback } : {}) : prev?.fallback ? { fallback: prev.fallback } : {}) };
+    // A key-level switch keeps its match (re-degrading it needs one).
+    const doc: Switch = { degraded: degrade, reason: reason.trim(), ...(prev?.match ? { match: prev.match } : {}), ...(degrade ? (fallback ? { fallback } : {}) : prev?.fallback ? { fallback: prev.fallback } : {}) };
     try {
       await request("PUT", `/switches/${encodeURIComponent(row.id)}`, row.sw ? { body: doc, ifMatch: row.sw.etag } : { body: doc, ifNoneMatch: true });
       toast(degrade ? `${row.id} is degraded on every gateway` : `${row.id} is restored on every gateway`);

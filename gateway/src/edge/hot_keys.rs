@@ -35,6 +35,11 @@ pub struct HotKey {
     pub bytes_per_s: f64,
     /// Unix ms when the key became hot.
     pub since_ms: u64,
+    /// The key-level switch `match` that selects exactly this key (each selector of the
+    /// policy's key with its one value), for "block this key" (docs/OPERATIONS.md, "Hot
+    /// keys"). `None` when no switch can: the key was counted by a digest, or a part of it is
+    /// missing from the requests (a switch matches present values only).
+    pub switch_match: Option<std::collections::BTreeMap<String, Vec<String>>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -176,6 +181,7 @@ impl Detector {
                 }
             };
             let shown = crate::edge::keys::display_key(&key);
+            let switch_match = switch_match(&self.spec.key, &key);
             next.insert(
                 key,
                 HotKey {
@@ -183,6 +189,7 @@ impl Detector {
                     rate,
                     bytes_per_s,
                     since_ms,
+                    switch_match,
                 },
             );
         }
@@ -195,6 +202,9 @@ impl Detector {
     }
 }
 
+/// The prefix of a digested key (see [`bounded_key`]).
+const DIGEST_PREFIX: &str = "sha256:";
+
 /// `key` itself up to [`MAX_KEY_BYTES`], else a digest of it (so memory stays fixed).
 pub fn bounded_key(key: &str) -> std::borrow::Cow<'_, str> {
     if key.len() <= MAX_KEY_BYTES {
@@ -202,7 +212,35 @@ pub fn bounded_key(key: &str) -> std::borrow::Cow<'_, str> {
     }
     use sha2::Digest;
     let digest = sha2::Sha256::digest(key.as_bytes());
-    std::borrow::Cow::Owned(format!("sha256:{}", hex::encode(digest)))
+    std::borrow::Cow::Owned(format!("{DIGEST_PREFIX}{}", hex::encode(digest)))
+}
+
+/// The switch `match` naming exactly the counted `key` of the selectors `selectors`: each
+/// selector with its value. `None` for what looks like a digest (a real key of that exact
+/// shape is merely not offered), or when a part is empty (missing from the request).
+fn switch_match(
+    selectors: &[portico_control::selector::Selector],
+    key: &str,
+) -> Option<std::collections::BTreeMap<String, Vec<String>>> {
+    let digest = key.len() == DIGEST_PREFIX.len() + 64
+        && key.starts_with(DIGEST_PREFIX)
+        && key[DIGEST_PREFIX.len()..]
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit());
+    if digest || selectors.is_empty() {
+        return None;
+    }
+    let parts: Vec<&str> = key.split('\x1f').collect();
+    if parts.len() != selectors.len() || parts.iter().any(|p| p.is_empty()) {
+        return None;
+    }
+    Some(
+        selectors
+            .iter()
+            .zip(parts)
+            .map(|(sel, value)| (sel.to_string(), vec![value.to_owned()]))
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -276,5 +314,21 @@ mod tests {
         let long = "k".repeat(10_000);
         d.record(&long, 0, 0);
         assert!(bounded_key(&long).len() < 100);
+    }
+
+    #[test]
+    fn a_hot_key_names_the_switch_match_that_blocks_exactly_it() {
+        use portico_control::selector::Selector;
+        let sels = Selector::parse_key(&["path:sku", "header:X-Region"]).unwrap();
+        let m = switch_match(&sels, "BK-1\x1fnorth").unwrap();
+        assert_eq!(m["path:sku"], vec!["BK-1".to_owned()]);
+        // Header names are kept lower-case (they match whatever the case).
+        assert_eq!(m["header:x-region"], vec!["north".to_owned()]);
+        // A missing part, a digest or a different shape cannot be blocked by a switch.
+        assert!(switch_match(&sels, "BK-1\x1f").is_none());
+        assert!(switch_match(&sels, "BK-1").is_none());
+        let digest = bounded_key(&"k".repeat(1000)).into_owned();
+        assert!(switch_match(&sels[..1], &digest).is_none());
+        assert!(switch_match(&sels[..1], "sha256:not-a-digest").is_some());
     }
 }

@@ -28,8 +28,9 @@ pub fn routes() -> Vec<Route> {
         "/apis/{id}/hot-keys",
         "ops",
         "An API's hot keys aggregated across the live gateways' /status: per key the summed \
-         rate and bytes/s, the earliest since_ms and the gateways finding it hot; gateways \
-         that cannot be read are listed with the error",
+         rate and bytes/s, the earliest since_ms, the gateways finding it hot and the \
+         key-level switch match that blocks exactly it (null when none can); gateways that \
+         cannot be read are listed with the error",
         get(hot_keys),
     )]
 }
@@ -41,6 +42,8 @@ struct Merged {
     bytes_per_s: f64,
     since_ms: Option<u64>,
     gateways: Vec<String>,
+    /// The key-level switch `match` selecting exactly this key, as the gateways computed it.
+    switch_match: Value,
 }
 
 /// Merges the `hot_keys.<api>` lists of the nodes' statuses (node id, status).
@@ -60,6 +63,9 @@ fn merge(api: &str, statuses: &[(String, Value)]) -> Vec<Value> {
             if let Some(since) = k["since_ms"].as_u64() {
                 m.since_ms = Some(m.since_ms.map_or(since, |s| s.min(since)));
             }
+            if m.switch_match.is_null() {
+                m.switch_match = k["match"].clone();
+            }
             m.gateways.push(node.clone());
         }
     }
@@ -73,6 +79,7 @@ fn merge(api: &str, statuses: &[(String, Value)]) -> Vec<Value> {
                 "bytes_per_s": m.bytes_per_s.round(),
                 "since_ms": m.since_ms,
                 "gateways": m.gateways,
+                "match": m.switch_match,
             })
         })
         .collect()
@@ -128,7 +135,8 @@ mod tests {
     #[test]
     fn keys_merge_across_gateways() {
         let a = json!({"hot_keys": {"sku.get": [
-            {"key": "BK-1", "rate": 300.0, "bytes_per_s": 1000.0, "since_ms": 20},
+            {"key": "BK-1", "rate": 300.0, "bytes_per_s": 1000.0, "since_ms": 20,
+             "match": {"path:sku": ["BK-1"]}},
             {"key": "BK-2", "rate": 150.0, "bytes_per_s": 10.0, "since_ms": 30}
         ], "other": [{"key": "X", "rate": 1.0}]}});
         let b = json!({"hot_keys": {"sku.get": [
@@ -146,8 +154,9 @@ mod tests {
         assert_eq!(
             merged[0],
             json!({"key": "BK-1", "rate": 550.0, "bytes_per_s": 1500.0, "since_ms": 10,
-                   "gateways": ["gw-a", "gw-b"]})
+                   "gateways": ["gw-a", "gw-b"], "match": {"path:sku": ["BK-1"]}})
         );
         assert_eq!(merged[1]["key"], "BK-2");
+        assert_eq!(merged[1]["match"], Value::Null);
     }
 }

@@ -2,6 +2,8 @@
 //! ports, an authenticated HTTP client.
 #![allow(dead_code)]
 
+pub mod browser;
+
 use portico_control::zk::ZkAuth;
 use portico_registry::Config;
 use portico_testkit::ZooKeeper;
