@@ -18,7 +18,11 @@
 #   latency       open-loop latency at 50% of saturation                       (~3 min)
 #   replay        one app's sustained signed rate vs the replay cache
 #                 (--soak-secs, 600 by default)                                (~11 min)
-#   all           every suite in turn                                          (~60 min)
+#   cache         a cache HIT, a MISS and the hot-key detector vs a proxied
+#                 call: instructions (callgrind) and CPU per request          (~6 min)
+#   routing       least_load + health checks + sticky vs round_robin:
+#                 instructions (callgrind) and per-core capacity               (~5 min)
+#   all           every suite in turn                                          (~70 min)
 #
 # Installs what is missing (nginx-light, valgrind, ZooKeeper for the switch suite), builds
 # the release binaries, then runs target/release/portico-bench, which starts every process
@@ -39,7 +43,7 @@ suite="${1:-all}"
 
 pkgs=(nginx-light cmake)
 case "$suite" in switch | all) pkgs+=(zookeeper) ;; esac
-case "$suite" in instructions | knobs | apis | all) pkgs+=(valgrind) ;; esac
+case "$suite" in instructions | knobs | apis | cache | routing | all) pkgs+=(valgrind) ;; esac
 # prlimit (idle suite) and taskset come with util-linux.
 case "$suite" in idle | all) pkgs+=(util-linux) ;; esac
 ensure_packages "${pkgs[@]}"

@@ -102,6 +102,10 @@ struct Args {
     /// Extra request header `Name: value` (repeatable).
     #[arg(long = "header")]
     headers: Vec<String>,
+    /// A header whose value differs on every request (`<run>-<connection>-<seq>`), e.g. to
+    /// make every request a new cache or hot-key key.
+    #[arg(long)]
+    unique_header: Option<String>,
     /// Tokio worker threads (1: a current-thread runtime).
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -238,6 +242,8 @@ struct Plan {
     query: Option<String>,
     body: Bytes,
     headers: Vec<(HeaderName, HeaderValue)>,
+    /// `--unique-header`.
+    unique_header: Option<HeaderName>,
     /// (app key, secret) pairs; empty: unsigned.
     signers: Vec<(String, Vec<u8>)>,
     timeout: Duration,
@@ -302,6 +308,12 @@ impl Plan {
             query,
             body,
             headers,
+            unique_header: args
+                .unique_header
+                .as_deref()
+                .map(|n| HeaderName::from_bytes(n.trim().as_bytes()))
+                .transpose()
+                .context("--unique-header")?,
             signers,
             timeout: Duration::from_millis(args.timeout_ms.max(1)),
             run_id: fastrand::u64(..),
@@ -335,6 +347,9 @@ impl Plan {
         }
         for (n, v) in &self.headers {
             b = b.header(n, v);
+        }
+        if let Some(n) = &self.unique_header {
+            b = b.header(n, format!("{:x}-{conn}-{seq}", self.run_id));
         }
         if !self.signers.is_empty() {
             let (key, secret) = &self.signers[conn % self.signers.len()];

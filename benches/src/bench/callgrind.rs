@@ -52,6 +52,8 @@ pub struct CgLoad {
     pub url: String,
     pub method: &'static str,
     pub body: Option<String>,
+    /// More `portico-load` arguments (e.g. `--unique-header`).
+    pub extra: Vec<String>,
 }
 
 impl CgLoad {
@@ -61,6 +63,7 @@ impl CgLoad {
             url,
             method: "GET",
             body: None,
+            extra: Vec::new(),
         }
     }
 
@@ -70,6 +73,7 @@ impl CgLoad {
             url,
             method: "POST",
             body: Some(body.to_owned()),
+            extra: Vec::new(),
         }
     }
 }
@@ -221,6 +225,7 @@ pub fn count(
         if let Some(b) = &load.body {
             cmd.arg("--body").arg(b);
         }
+        cmd.args(&load.extra);
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -11,6 +11,7 @@
 //!     [--rounds 5] [--duration 6] [--connections 32] [--nice -10] ...
 //! ```
 
+mod cache;
 mod callgrind;
 mod edge;
 mod grpc;
@@ -21,6 +22,7 @@ mod latency;
 mod procs;
 mod replay;
 mod report;
+mod routing;
 mod runner;
 mod scale;
 mod services;
@@ -65,6 +67,11 @@ enum Suite {
     Latency,
     /// Issue 10: one app's sustained signed rate against the replay cache (minutes).
     Replay,
+    /// Issue 12: a cache HIT, a MISS and the hot-key detector vs a proxied call
+    /// (instructions and CPU per request).
+    Cache,
+    /// Issue 11: least_load + health checks + sticky vs round_robin (capacity, instructions).
+    Routing,
     /// Every suite in turn (the replay soak included).
     All,
 }
@@ -321,6 +328,8 @@ fn main() -> anyhow::Result<()> {
             Suite::Idle,
             Suite::Latency,
             Suite::Replay,
+            Suite::Cache,
+            Suite::Routing,
         ],
         s => vec![s],
     };
@@ -337,6 +346,8 @@ fn main() -> anyhow::Result<()> {
             Suite::Idle => scale::run_idle(&ctx, c.idle_connections.max(1)),
             Suite::Latency => latency::run(&ctx),
             Suite::Replay => replay::run(&ctx, c.soak_secs, c.soak_rate),
+            Suite::Cache => cache::run(&ctx, cg_plan),
+            Suite::Routing => routing::run(&ctx, cg_plan),
             Suite::All => Ok(()),
         };
         if let Err(e) = r {

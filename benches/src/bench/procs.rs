@@ -259,6 +259,18 @@ pub fn http_request(
     headers: &[(String, String)],
     body: &[u8],
 ) -> anyhow::Result<(u16, String)> {
+    http_exchange(addr, method, path_and_query, headers, body).map(|(s, _, b)| (s, b))
+}
+
+/// As [`http_request`], with the response head (status line and headers) as well:
+/// (status, head, body).
+pub fn http_exchange(
+    addr: SocketAddr,
+    method: &str,
+    path_and_query: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> anyhow::Result<(u16, String, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut req =
@@ -283,11 +295,8 @@ pub fn http_request(
         .nth(1)
         .and_then(|c| c.parse::<u16>().ok())
         .ok_or_else(|| anyhow!("no HTTP status in {:?}", &text[..text.len().min(200)]))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text.as_str(), ""));
+    Ok((status, head.to_owned(), body.to_owned()))
 }
 
 /// Waits until `addr` accepts TCP connections, checking that `proc` is still alive.

@@ -311,6 +311,17 @@ pub fn check_signed(
     body: &[u8],
     what: &str,
 ) -> anyhow::Result<String> {
+    check_signed_head(addr, method, path_and_query, body, what).map(|(_, body)| body)
+}
+
+/// As [`check_signed`], with the response head too: (head, body).
+pub fn check_signed_head(
+    addr: SocketAddr,
+    method: &str,
+    path_and_query: &str,
+    body: &[u8],
+    what: &str,
+) -> anyhow::Result<(String, String)> {
     let (path, query) = match path_and_query.split_once('?') {
         Some((p, q)) => (p, Some(q)),
         None => (path_and_query, None),
@@ -334,9 +345,10 @@ pub fn check_signed(
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
-    let (status, text) = crate::procs::http_request(addr, method, path_and_query, &headers, body)?;
+    let (status, head, text) =
+        crate::procs::http_exchange(addr, method, path_and_query, &headers, body)?;
     if !(200..300).contains(&status) {
         anyhow::bail!("{what}: {method} {path_and_query} answered {status}: {text}");
     }
-    Ok(text)
+    Ok((head, text))
 }
