@@ -22,7 +22,9 @@
 #                 call: instructions (callgrind) and CPU per request          (~6 min)
 #   routing       least_load + health checks + sticky vs round_robin:
 #                 instructions (callgrind) and per-core capacity               (~5 min)
-#   all           every suite in turn                                          (~70 min)
+#   fleet         a cluster-scope rate limit with Redis vs local: cost at 1,000
+#                 and 10,000 req/s; accuracy under uneven load, 3 gateways    (~3 min)
+#   all           every suite in turn                                          (~75 min)
 #
 # Installs what is missing (nginx-light, valgrind, ZooKeeper for the switch suite), builds
 # the release binaries, then runs target/release/portico-bench, which starts every process
@@ -46,6 +48,7 @@ case "$suite" in switch | all) pkgs+=(zookeeper) ;; esac
 case "$suite" in instructions | knobs | apis | cache | routing | all) pkgs+=(valgrind) ;; esac
 # prlimit (idle suite) and taskset come with util-linux.
 case "$suite" in idle | all) pkgs+=(util-linux) ;; esac
+case "$suite" in fleet | all) pkgs+=(redis-server redis-tools) ;; esac
 ensure_packages "${pkgs[@]}"
 
 crates=(-p portico-gateway -p portico-demo -p portico-benches)

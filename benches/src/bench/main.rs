@@ -14,6 +14,7 @@
 mod cache;
 mod callgrind;
 mod edge;
+mod fleet;
 mod grpc;
 mod instructions;
 mod isolation;
@@ -72,6 +73,9 @@ enum Suite {
     Cache,
     /// Issue 11: least_load + health checks + sticky vs round_robin (capacity, instructions).
     Routing,
+    /// Issue 13: a cluster-scope rate limit with Redis vs a local one (cost at 1k and 10k
+    /// req/s), and its accuracy under uneven load over three gateways.
+    Fleet,
     /// Every suite in turn (the replay soak included).
     All,
 }
@@ -330,6 +334,7 @@ fn main() -> anyhow::Result<()> {
             Suite::Replay,
             Suite::Cache,
             Suite::Routing,
+            Suite::Fleet,
         ],
         s => vec![s],
     };
@@ -348,6 +353,7 @@ fn main() -> anyhow::Result<()> {
             Suite::Replay => replay::run(&ctx, c.soak_secs, c.soak_rate),
             Suite::Cache => cache::run(&ctx, cg_plan),
             Suite::Routing => routing::run(&ctx, cg_plan),
+            Suite::Fleet => fleet::run(&ctx),
             Suite::All => Ok(()),
         };
         if let Err(e) = r {
