@@ -141,6 +141,89 @@ fn consistent_hash_keeps_each_key_on_one_endpoint() {
     assert!(used.len() >= 2, "20 keys all on one endpoint: {used:?}");
 }
 
+#[test]
+fn grpc_clusters_hash_stick_and_avoid_a_slow_endpoint() {
+    let mut ds: Vec<Demo> = (0..3).map(|_| Demo::start("")).collect();
+    let web = json!({"protocol": "http", "endpoints": eps(&[&ds[0]])});
+    let c = client();
+
+    // consistent_hash: each key stays on one endpoint.
+    let t = tree(
+        web.clone(),
+        Some(
+            json!({"protocol": "grpc", "endpoints": grpc_eps(&ds.iter().collect::<Vec<_>>()),
+                    "balancing": "consistent_hash", "hash_key": "header:X-User"}),
+        ),
+    );
+    let gw = GatewayProcess::start(t.path(), &[]);
+    let mut used = std::collections::HashSet::new();
+    for u in 0..15 {
+        let user = format!("user-{u}");
+        let first = call_with(&c, &gw, "/v1/orders/7", &[("X-User", &user)]);
+        assert_eq!(first.status, 200, "{first:?}");
+        for _ in 0..3 {
+            let a = call_with(&c, &gw, "/v1/orders/7", &[("X-User", &user)]);
+            assert_eq!(a.instance, first.instance, "{user} moved");
+        }
+        used.insert(first.instance);
+    }
+    assert!(used.len() >= 2, "15 keys all on one endpoint: {used:?}");
+    drop(gw);
+
+    // sticky: a cookie holds the endpoint; when it dies the next call moves, no error.
+    let t = tree(
+        web.clone(),
+        Some(
+            json!({"protocol": "grpc", "endpoints": grpc_eps(&ds.iter().collect::<Vec<_>>()),
+                    "sticky": {"ttl_s": 600}}),
+        ),
+    );
+    let gw = GatewayProcess::start(t.path(), &[]);
+    let first = call(&gw, "/v1/orders/7", &[]);
+    assert_eq!(first.status, 200, "{first:?}");
+    let pair = cookie_pair(
+        &first
+            .cookie
+            .clone()
+            .expect("a first answer sets the cookie"),
+    );
+    for _ in 0..20 {
+        let a = call_with(&c, &gw, "/v1/orders/7", &[("Cookie", &pair)]);
+        assert_eq!(a.status, 200);
+        assert_eq!(a.instance, first.instance);
+        assert_eq!(a.cookie, None, "an honoured cookie is not set again");
+    }
+    let victim = ds
+        .iter_mut()
+        .find(|d| d.grpc.to_string() == first.instance)
+        .unwrap();
+    victim.kill();
+    let moved = call(&gw, "/v1/orders/7", &[("Cookie", &pair)]);
+    assert_eq!(moved.status, 200, "{moved:?}");
+    assert_ne!(moved.instance, first.instance);
+    assert!(moved.cookie.is_some(), "a new cookie for the new endpoint");
+    drop(gw);
+
+    // peak_ewma: the slow one of two live endpoints gets little traffic.
+    let live: Vec<&Demo> = ds
+        .iter()
+        .filter(|d| d.grpc.to_string() != first.instance)
+        .collect();
+    let (slow, fast) = (live[0], live[1]);
+    slow.admin("faults", "delay_ms=150");
+    let t = tree(
+        web,
+        Some(
+            json!({"protocol": "grpc", "endpoints": grpc_eps(&[slow, fast]),
+                    "balancing": "peak_ewma"}),
+        ),
+    );
+    let gw = GatewayProcess::start(t.path(), &[]);
+    let m = spread(&gw, "/v1/orders/7", 60);
+    let to_fast = m.get(&fast.grpc.to_string()).copied().unwrap_or(0);
+    assert!(to_fast >= 50, "{m:?}");
+}
+
 /// The `NAME=value` part of a `Set-Cookie`.
 fn cookie_pair(set_cookie: &str) -> String {
     set_cookie.split(';').next().unwrap().trim().to_owned()
