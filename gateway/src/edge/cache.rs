@@ -45,6 +45,8 @@ struct Entry {
     headers: Vec<(String, String)>,
     body: Bytes,
     etag: String,
+    /// Unix ms when the answer was stored (for `Age`).
+    stored_ms: u64,
     expires_ms: u64,
     seq: u64,
 }
@@ -285,6 +287,7 @@ impl Stage for CacheStage {
                     &entry,
                     "HIT",
                     if_none_match.as_deref(),
+                    req.now_ms,
                 ))));
             }
         }
@@ -357,10 +360,11 @@ impl CacheStage {
             headers,
             etag: etag_of(&whole.body),
             body: whole.body,
+            stored_ms: now_ms,
             expires_ms: now_ms.saturating_add(ttl_ms),
             seq: 0,
         };
-        let out = answer(&entry, "MISS", ticket.if_none_match.as_deref());
+        let out = answer(&entry, "MISS", ticket.if_none_match.as_deref(), now_ms);
         ticket.api.cache.put(ticket.key, entry);
         ticket.api.misses.fetch_add(1, Ordering::Relaxed);
         Ok(Response::Whole(out))
@@ -372,22 +376,50 @@ impl CacheStage {
     }
 }
 
-/// A cached answer as sent: its headers, `ETag` and `X-Portico-Cache`; 304 with an empty
-/// body when `if_none_match` names the entry's `ETag`.
-fn answer(entry: &Entry, how: &str, if_none_match: Option<&str>) -> Whole {
-    let mut headers = Vec::with_capacity(entry.headers.len() + 2);
-    if if_none_match.is_some_and(|inm| etag_matches(inm, &entry.etag)) {
-        headers.push(("etag".to_owned(), entry.etag.clone()));
-        headers.push((CACHE_HEADER.to_owned(), how.to_owned()));
+/// The stored headers a 304 repeats (RFC 9110 §15.4.5: those a 200 would have carried that
+/// describe the representation's caching).
+const NOT_MODIFIED_HEADERS: &[&str] = &[
+    "cache-control",
+    "content-location",
+    "date",
+    "expires",
+    "vary",
+];
+
+/// A cached answer as sent at `now_ms`: its headers, `ETag`, `X-Portico-Cache` and, from the
+/// cache (`how` = HIT), `Age` in seconds since it was stored (RFC 9111 §5.1); 304 with an
+/// empty body and the caching headers when `if_none_match` names the entry's `ETag`.
+fn answer(entry: &Entry, how: &str, if_none_match: Option<&str>, now_ms: u64) -> Whole {
+    let mut headers = Vec::with_capacity(entry.headers.len() + 3);
+    let not_modified = if_none_match.is_some_and(|inm| etag_matches(inm, &entry.etag));
+    if not_modified {
+        headers.extend(
+            entry
+                .headers
+                .iter()
+                .filter(|(k, _)| {
+                    NOT_MODIFIED_HEADERS
+                        .iter()
+                        .any(|n| k.eq_ignore_ascii_case(n))
+                })
+                .cloned(),
+        );
+    } else {
+        headers.extend(entry.headers.iter().cloned());
+    }
+    headers.push(("etag".to_owned(), entry.etag.clone()));
+    if how == "HIT" {
+        let age = now_ms.saturating_sub(entry.stored_ms) / 1000;
+        headers.push(("age".to_owned(), age.to_string()));
+    }
+    headers.push((CACHE_HEADER.to_owned(), how.to_owned()));
+    if not_modified {
         return Whole {
             status: 304,
             headers,
             body: Bytes::new(),
         };
     }
-    headers.extend(entry.headers.iter().cloned());
-    headers.push(("etag".to_owned(), entry.etag.clone()));
-    headers.push((CACHE_HEADER.to_owned(), how.to_owned()));
     Whole {
         status: 200,
         headers,
@@ -433,9 +465,13 @@ mod tests {
 
     fn entry(body: &'static [u8], expires_ms: u64) -> Entry {
         Entry {
-            headers: vec![("content-type".into(), "application/json".into())],
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                ("cache-control".into(), "max-age=2".into()),
+            ],
             body: Bytes::from_static(body),
             etag: etag_of(body),
+            stored_ms: 0,
             expires_ms,
             seq: 0,
         }
@@ -449,15 +485,30 @@ mod tests {
         assert!(c.get("k", 100).is_none());
         assert!(c.get("other", 0).is_none());
         let e = c.get("k", 0).unwrap();
-        let w = answer(&e, "HIT", None);
+        let w = answer(&e, "HIT", None, 2_500);
         assert_eq!(w.status, 200);
         assert_eq!(&w.body[..], b"{\"a\":1}");
         assert!(w.headers.contains(&("etag".into(), e.etag.clone())));
         assert!(w.headers.contains(&(CACHE_HEADER.into(), "HIT".into())));
-        let not_modified = answer(&e, "HIT", Some(&format!("W/\"x\", {}", e.etag)));
+        assert!(w.headers.contains(&("age".into(), "2".into())));
+        let not_modified = answer(&e, "HIT", Some(&format!("W/\"x\", {}", e.etag)), 0);
         assert_eq!((not_modified.status, not_modified.body.len()), (304, 0));
-        assert_eq!(answer(&e, "HIT", Some("\"x\"")).status, 200);
-        assert_eq!(answer(&e, "HIT", Some("*")).status, 304);
+        // A 304 repeats the caching headers, not the content's.
+        assert!(not_modified
+            .headers
+            .contains(&("cache-control".into(), "max-age=2".into())));
+        assert!(!not_modified
+            .headers
+            .iter()
+            .any(|(k, _)| k == "content-type"));
+        assert!(not_modified.headers.contains(&("age".into(), "0".into())));
+        assert_eq!(answer(&e, "HIT", Some("\"x\""), 0).status, 200);
+        assert_eq!(answer(&e, "HIT", Some("*"), 0).status, 304);
+        // A MISS is the backend's answer: no Age.
+        assert!(!answer(&e, "MISS", None, 0)
+            .headers
+            .iter()
+            .any(|(k, _)| k == "age"));
         assert_ne!(etag_of(b"a"), etag_of(b"b"));
     }
 
