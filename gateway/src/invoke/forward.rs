@@ -41,6 +41,17 @@ use crate::request_id;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use std::net::IpAddr;
 
+/// Backend response headers (and gRPC reply metadata) that tell what runs behind the gateway;
+/// never passed back to the merchant (RFC 9110 §7.6.3 lets a gateway keep its hosts to
+/// itself; docs/SECURITY.md, "Header hygiene towards backends").
+pub const BACKEND_IDENTITY: &[&str] = &[
+    "server",
+    "x-powered-by",
+    "x-aspnet-version",
+    "x-aspnetmvc-version",
+    "via",
+];
+
 /// The header carrying the app auth decided on.
 pub const APP_HEADER: &str = "x-portico-app";
 

@@ -497,7 +497,6 @@ pub fn status_to_error(status: &Status) -> GatewayError {
     )
 }
 
-/// Appends the reply's metadata as `grpc-metadata-<key>` headers.
 /// Whether a failed call never reached its backend (the connection could not be made, so
 /// nothing was sent and another endpoint may be tried).
 pub fn unreachable(e: &GatewayError) -> bool {
@@ -511,11 +510,18 @@ pub fn unreachable(e: &GatewayError) -> bool {
         .any(|s| e.detail.as_deref().is_some_and(|d| d.contains(s)))
 }
 
+/// Appends the reply's metadata as `grpc-metadata-<key>` headers, except gRPC's own, the
+/// transport's and [`forward::BACKEND_IDENTITY`] (the load report stays, for the balancer,
+/// which removes it: `invoke::call`).
 fn reply_metadata(metadata: &MetadataMap, out: &mut Vec<(String, String)>) {
     for kv in metadata.iter() {
         if let tonic::metadata::KeyAndValueRef::Ascii(key, value) = kv {
             let k = key.as_str();
-            if k.starts_with("grpc-") || k == "content-type" || k == "date" {
+            if k.starts_with("grpc-")
+                || k == "content-type"
+                || k == "date"
+                || super::forward::BACKEND_IDENTITY.contains(&k)
+            {
                 continue;
             }
             if let Ok(v) = value.to_str() {
@@ -528,6 +534,32 @@ fn reply_metadata(metadata: &MetadataMap, out: &mut Vec<(String, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reply_metadata_keeps_the_backends_identity_to_itself() {
+        let mut m = MetadataMap::new();
+        for (k, v) in [
+            ("x-order-shard", "7"),
+            ("server", "envoy"),
+            ("x-powered-by", "Express"),
+            ("via", "1.1 internal-lb"),
+            ("grpc-status", "0"),
+            ("x-portico-load", "cpu=0.1"),
+        ] {
+            m.insert(k, v.parse().unwrap());
+        }
+        let mut out = Vec::new();
+        reply_metadata(&m, &mut out);
+        let keys: Vec<&str> = out.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "grpc-metadata-x-order-shard",
+                "grpc-metadata-x-portico-load"
+            ],
+            "the load report stays for the balancer, which removes it"
+        );
+    }
 
     #[test]
     fn statuses_map_as_grpc_gateway_does() {

@@ -38,22 +38,21 @@ use std::time::{Duration, Instant};
 /// How long an idle upstream connection stays in the pool.
 const UPSTREAM_IDLE: Duration = Duration::from_secs(60);
 
-/// Response headers never passed back to the merchant: hop-by-hop ones, and those that tell
-/// what runs behind the gateway (RFC 9110 §7.6.3 lets a gateway keep its hosts to itself).
+/// Response headers never passed back to the merchant: hop-by-hop ones, the backend's load
+/// report (for the balancer only, docs/PROTOCOL.md), and [`forward::BACKEND_IDENTITY`].
 const RESPONSE_DROPPED: &[&str] = &[
     "connection",
     "keep-alive",
     "proxy-connection",
     "proxy-authenticate",
     "upgrade",
-    "server",
-    "x-powered-by",
-    "x-aspnet-version",
-    "x-aspnetmvc-version",
-    "via",
-    // The backend's load report, for the balancer only (docs/PROTOCOL.md).
     "x-portico-load",
 ];
+
+/// Whether the backend's response header `name` (lower-case) is dropped.
+fn response_dropped(name: &str) -> bool {
+    RESPONSE_DROPPED.contains(&name) || forward::BACKEND_IDENTITY.contains(&name)
+}
 
 /// An upstream request ready to send: built in full before the breaker is asked, so a
 /// request that cannot be sent never counts for or against the backend.
@@ -253,7 +252,7 @@ impl HttpInvoker {
             .map_err(|e| GatewayError::internal(format!("response header: {e}")))?;
         let named = connection_named(&resp.headers);
         for (name, value) in resp.headers.iter() {
-            if RESPONSE_DROPPED.contains(&name.as_str()) || named.contains(name) {
+            if response_dropped(name.as_str()) || named.contains(name) {
                 continue;
             }
             let _ = head.append_header(name.clone(), value.clone());
@@ -359,7 +358,7 @@ impl HttpInvoker {
             .headers
             .iter()
             .filter(|(name, _)| {
-                !RESPONSE_DROPPED.contains(&name.as_str())
+                !response_dropped(name.as_str())
                     && !named.contains(name)
                     && *name != http::header::CONTENT_LENGTH
                     && *name != http::header::TRANSFER_ENCODING
