@@ -31,6 +31,16 @@
 //! head is incomplete the stream holds what it reads and hands it on only when the head ends
 //! or [`HEAD_RELEASE_BYTES`] are held, and a head over [`MAX_HEAD_BYTES`] is answered `431`
 //! and the connection closed: a head is parsed at most a handful of times.
+//!
+//! Draining (docs/OPERATIONS.md, "Restarts and upgrades"): when Pingora stops accepting (a
+//! SIGTERM, or the end of an upgrade's hand-over) it calls the app's `cleanup`, and
+//! `HttpProxy::http_cleanup` closes every idle keepalive connection at once; a client whose
+//! next request crosses that close sees a reset with no answer. [`CappedApp::cleanup`] holds
+//! that close back for the drain ([`drain_linger`]): meanwhile an idle connection stays open,
+//! and the next request on it is served with `Connection: close` (Pingora turns keepalive off
+//! for every request read once shutdown is signalled) and the connection closed after the
+//! answer, so the client moves to a new connection without losing a request. Connections still
+//! idle when the linger ends are closed then, just before the process exits.
 
 use crate::error::{Code, GatewayError};
 use crate::observe::metrics::Metrics;
@@ -94,19 +104,38 @@ pub type TrafficApp = HeadDeadlineApp<HttpProxy<Gateway>>;
 /// `HttpProxy` over `gateway`, with the request head deadline and at most `max_connections`
 /// open connections. `head_deadline` of zero turns the deadline off (plain Pingora
 /// behaviour). Add listeners with `add_tcp` as usual.
+/// `drain` is the grace period Pingora gives requests in flight once it stops accepting
+/// (`grace_period_seconds`, `--drain-seconds`): idle keepalive connections are kept open for
+/// most of it ([`drain_linger`]).
 pub fn service(
     conf: &Arc<ServerConf>,
     gateway: Gateway,
     name: &str,
     head_deadline: Duration,
     max_connections: usize,
+    drain: Duration,
 ) -> Service<CappedApp> {
     let cap = ConnectionCap::new(&gateway.plane.shared.metrics, name, max_connections);
     let refuser = gateway.clone();
     let mut proxy = HttpProxy::new(gateway, conf.clone());
     proxy.handle_init_modules();
     let app = Arc::new(HeadDeadlineApp::new(Arc::new(proxy), head_deadline));
-    Service::new(name.to_owned(), CappedApp { app, refuser, cap })
+    Service::new(
+        name.to_owned(),
+        CappedApp {
+            app,
+            refuser,
+            cap,
+            linger: drain_linger(drain),
+        },
+    )
+}
+
+/// How long idle keepalive connections stay open once the listener stops accepting: the
+/// drain less one second (so they are closed in order before Pingora ends the runtimes),
+/// nothing for a drain of a second or less.
+pub fn drain_linger(drain: Duration) -> Duration {
+    drain.saturating_sub(Duration::from_secs(1))
 }
 
 /// Counts a listener's open connections against its limit.
@@ -166,6 +195,8 @@ pub struct CappedApp {
     app: Arc<TrafficApp>,
     refuser: Gateway,
     cap: Arc<ConnectionCap>,
+    /// How long idle keepalive connections stay open after the listener stops accepting.
+    linger: Duration,
 }
 
 impl CappedApp {
@@ -215,7 +246,19 @@ impl ServerApp for CappedApp {
         }
     }
 
+    /// Shutdown phase, once, when the listener has stopped accepting (SIGTERM, or the end of
+    /// an upgrade's hand-over): waits out the linger, then lets `HttpProxy` close the
+    /// keepalive connections still idle. Until then an idle connection's next request is
+    /// answered with `Connection: close` rather than met by a close (see the module docs).
     async fn cleanup(&self) {
+        if !self.linger.is_zero() {
+            tracing::info!(
+                linger_ms = self.linger.as_millis() as u64,
+                open = self.cap.open(),
+                "draining: idle keepalive connections stay open; their next request is answered with Connection: close"
+            );
+            tokio::time::sleep(self.linger).await;
+        }
         ServerApp::cleanup(&*self.app).await;
     }
 }

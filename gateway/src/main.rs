@@ -485,6 +485,7 @@ fn serve_traffic(
             name,
             head_deadline,
             max_connections,
+            Duration::from_secs(args.drain_seconds),
         );
         svc.add_tcp(addr);
         // The TLS endpoint is one more listener of the same service: same pipeline, same
