@@ -20,8 +20,9 @@ pub struct AdminState {
     pub sandbox: Option<Arc<Plane>>,
     pub started_at_ms: u64,
     pub listen: String,
-    /// Set once the traffic listener accepts connections (Pingora binds it after the admin
-    /// listener is up): `/readyz` waits for it too.
+    /// Set once this process holds every traffic listener's socket (live, sandbox, TLS;
+    /// Pingora binds them, or receives them with `--upgrade`, after the admin listener is
+    /// up) and each TLS listener has completed a handshake: `/readyz` waits for it too.
     pub listening: Arc<std::sync::atomic::AtomicBool>,
     /// The live plane's configuration source (its connection state goes into `/status`).
     pub source: Option<Arc<dyn portico_control::ConfigSource>>,
