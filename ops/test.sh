@@ -55,6 +55,12 @@ ensure_packages cmake zookeeper curl python3
 # redis-server: the shared counters and nonces of gateway/tests/cluster.rs (a fleet of
 # gateways; portico_testkit::Redis starts it on a free port).
 ensure_packages redis-server
+# prometheus: promtool checks ops/prometheus/*.yml and gateway/tests/dashboards.rs runs every
+# panel query of ops/grafana/portico-fleet.json on a real Prometheus scraping a gateway.
+ensure_packages prometheus
+# iproute2: `ip netns` for gateway/tests/netns.rs (ZooKeeper servers and gateways on
+# namespaced hosts joined by veth pairs; the test needs root).
+ensure_packages iproute2
 # --- browser tests (console e2e): Debian's Chromium, and the console's npm toolchain ------
 # registry/tests/console_e2e.rs drives /usr/bin/chromium with playwright-core (no browser
 # download) and fails, saying why, when Chromium or admin-ui/node_modules is missing.

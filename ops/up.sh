@@ -264,6 +264,17 @@ PORTICO_REDIS=$redis_url
 EOF
 fi
 
+# Prometheus: ops/prometheus/prometheus.yml with this run's admin addresses (every gateway)
+# and the alerting rules next to it (docs/OPERATIONS.md, "Dashboards and scrape configuration").
+prom_targets=""
+for a in "${cluster_admins[@]}"; do prom_targets+="          - ${a#http://}"$'\n'; done
+awk -v targets="$prom_targets" -v rules="$ROOT/ops/prometheus/" '
+    /^      - targets:/ { print; printf "%s", targets; skip = 1; next }
+    skip && /^          [-#]/ { next }
+    { skip = 0 }
+    /^  - "alerts\*\.yml"/ { sub(/"alerts/, "\"" rules "alerts") }
+    { print }' "$ROOT/ops/prometheus/prometheus.yml" >"$RUN/prometheus.yml"
+
 cat <<EOF
 
 Portico is up ($profile build, $mode mode$( [ "$cluster" = 1 ] && echo ", cluster")).
@@ -280,6 +291,7 @@ $( [ "$cluster" = 1 ] && printf '  cluster        gateways %s, %s, %s (admin %s,
     "${cluster_gateways[@]}" "${cluster_admins[@]}" "$registry_url" "$registry2_url" "$redis_url")
   logs           $RUN/logs/
   addresses      $RUN/env
+  Prometheus     prometheus --config.file=$RUN/prometheus.yml   (Grafana: import ops/grafana/portico-fleet.json)
 
 Try:
   curl -s $gateway_url/v1/health

@@ -20,8 +20,9 @@ pub struct AdminState {
     pub sandbox: Option<Arc<Plane>>,
     pub started_at_ms: u64,
     pub listen: String,
-    /// Set once the traffic listener accepts connections (Pingora binds it after the admin
-    /// listener is up): `/readyz` waits for it too.
+    /// Set once this process holds every traffic listener's socket (live, sandbox, TLS;
+    /// Pingora binds them, or receives them with `--upgrade`, after the admin listener is
+    /// up) and each TLS listener has completed a handshake: `/readyz` waits for it too.
     pub listening: Arc<std::sync::atomic::AtomicBool>,
     /// The live plane's configuration source (its connection state goes into `/status`).
     pub source: Option<Arc<dyn portico_control::ConfigSource>>,
@@ -65,6 +66,7 @@ async fn metrics(State(s): State<AdminState>) -> Response {
     }
     let mut text = s.live.shared.metrics.render();
     text.push_str(&hot_metrics(&s.live));
+    text.push_str(&fleet_metrics(&s));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
@@ -239,6 +241,70 @@ fn hot_metrics(plane: &Plane) -> String {
         );
     }
     t
+}
+
+// The fleet's dashboard series (docs/OPERATIONS.md, "Dashboards and scrape configuration").
+
+/// The ZooKeeper session states `/status` reports (`zookeeper.state`).
+const ZK_STATES: [&str; 5] = [
+    "connecting",
+    "connected",
+    "disconnected",
+    "expired",
+    "unauthorized",
+];
+
+/// Series read from the applied snapshots and the configuration source at scrape time, in
+/// Prometheus text: `portico_switch_degraded{plane,switch}` (1 for a switch that degrades
+/// its API or key, 0 for one that does not) and, in ZooKeeper mode,
+/// `portico_zookeeper_session_state{state}` (1 for the session's current state).
+fn fleet_metrics(s: &AdminState) -> String {
+    use std::fmt::Write as _;
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "# HELP portico_switch_degraded 1 while the switch degrades its API (or key), 0 otherwise."
+    );
+    let _ = writeln!(t, "# TYPE portico_switch_degraded gauge");
+    for plane in std::iter::once(&s.live).chain(s.sandbox.as_ref()) {
+        let rt = plane.current.load();
+        for (key, switch) in &rt.snapshot.switches {
+            let _ = writeln!(
+                t,
+                "portico_switch_degraded{{plane=\"{}\",switch=\"{}\"}} {}",
+                plane.kind.as_str(),
+                escape_label(key),
+                u8::from(switch.degraded)
+            );
+        }
+    }
+    let state = s
+        .source
+        .as_ref()
+        .and_then(|src| src.status().detail)
+        .and_then(|d| d.get("state").and_then(|v| v.as_str()).map(str::to_owned));
+    if let Some(state) = state {
+        let _ = writeln!(
+            t,
+            "# HELP portico_zookeeper_session_state 1 for the ZooKeeper session's current state."
+        );
+        let _ = writeln!(t, "# TYPE portico_zookeeper_session_state gauge");
+        for name in ZK_STATES {
+            let _ = writeln!(
+                t,
+                "portico_zookeeper_session_state{{state=\"{name}\"}} {}",
+                u8::from(state == name)
+            );
+        }
+    }
+    t
+}
+
+/// A Prometheus label value: backslash, double quote and newline escaped.
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// `clusters.<name>`: the set serving, why, and each endpoint's health and load score

@@ -334,7 +334,8 @@ fn boot_from_snapshot(live: &Plane, dir: &Path) {
 }
 
 /// Binds the admin listener and serves it on the control runtime. `/readyz` also waits for
-/// the traffic listener, which Pingora binds after this point: a probe task watches for it.
+/// the traffic listeners (live, sandbox, TLS), which Pingora binds (or receives, with
+/// `--upgrade`) after this point: a probe task watches for them.
 fn start_admin(
     control_rt: &tokio::runtime::Runtime,
     args: &Args,
@@ -353,11 +354,17 @@ fn start_admin(
                 .collect()
         })
         .unwrap_or_default();
-    control_rt.spawn(probe_listener(
-        probe_addr(&args.listen),
-        tls_probes,
-        listening.clone(),
-    ));
+    let listeners = [
+        Some(&args.listen),
+        args.sandbox_listen.as_ref(),
+        args.tls_listen.as_ref(),
+        args.sandbox_tls_listen.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(|a| a.parse().ok())
+    .collect();
+    control_rt.spawn(probe_listener(listeners, tls_probes, listening.clone()));
     let state = AdminState {
         live: live.clone(),
         sandbox: sandbox.cloned(),
@@ -382,17 +389,15 @@ fn start_admin(
     Ok(())
 }
 
-/// Sets `listening` once a connection to `addr` (the traffic listener) succeeds and each TLS
-/// listener completes a handshake with the certificate in use.
+/// Sets `listening` once this process holds every traffic listener's socket (bound, or
+/// handed over by the gateway it replaces: a test connection could reach that one instead)
+/// and each TLS listener completes a handshake with the certificate in use.
 async fn probe_listener(
-    addr: Option<std::net::SocketAddr>,
+    listeners: Vec<std::net::SocketAddr>,
     tls: Vec<(std::net::SocketAddr, Arc<CertStore>)>,
     listening: Arc<AtomicBool>,
 ) {
-    while let Some(addr) = addr {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            break;
-        }
+    while !listeners.iter().all(|a| listener::holds_listener(*a)) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     for (addr, store) in tls {
@@ -485,6 +490,7 @@ fn serve_traffic(
             name,
             head_deadline,
             max_connections,
+            Duration::from_secs(args.drain_seconds),
         );
         svc.add_tcp(addr);
         // The TLS endpoint is one more listener of the same service: same pipeline, same

@@ -17,6 +17,8 @@
 //! Everything here panics with a clear message on failure: it is for tests and start-up only.
 #![allow(clippy::expect_used)]
 
+pub mod netns;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,200 @@
+//! One registry killed (docs/OPERATIONS.md, "Running a cluster", "portico-registry"): two
+//! `portico-registry` processes on one locked ZooKeeper tree, a gateway on it; the first
+//! registry is killed with SIGKILL, and the second keeps serving the console (its page and
+//! the API the console reads) and the `portico` CLI; a switch flipped through the survivor
+//! with the CLI reaches the gateway.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{sibling_bin, Proc, TOKEN};
+use portico_testkit::{free_port, wait_for, ZooKeeper};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// How long a switch flipped through the surviving registry may take to reach the gateway.
+const SWITCH_BOUND: Duration = Duration::from_secs(5);
+
+fn http() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .no_proxy()
+        .build()
+        .unwrap()
+}
+
+/// An admin API call on registry `base` (`http://host:port`): status and JSON body.
+fn call(base: &str, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    let mut req = http()
+        .request(method, format!("{base}/api/v1{path}"))
+        .bearer_auth(TOKEN)
+        .header("X-Portico-Operator", "registry-killed-test");
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    match req.send() {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            (status, r.json().unwrap_or(Value::Null))
+        }
+        Err(_) => (0, Value::Null),
+    }
+}
+
+fn start_registry(zk: &ZooKeeper, name: &'static str, logs: &Path) -> (Proc, String) {
+    let port = free_port();
+    let mut proc = Proc::spawn(
+        name,
+        Command::new(env!("CARGO_BIN_EXE_portico-registry"))
+            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .arg("--zk-auth-file")
+            .arg(zk.credentials().unwrap().registry_file())
+            .env("PORTICO_ADMIN_TOKEN", TOKEN),
+        logs,
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let up = wait_for(Duration::from_secs(30), || {
+        call(&base, reqwest::Method::GET, "/health", None).0 == 200
+    });
+    proc.assert_alive();
+    assert!(up, "{name} did not come up:\n{}", proc.tail());
+    (proc, base)
+}
+
+/// The `portico` CLI against registry `base`: (success, stdout, stderr).
+fn portico(base: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_portico"))
+        .arg("--registry")
+        .arg(base)
+        .args(args)
+        .env("PORTICO_ADMIN_TOKEN", TOKEN)
+        .env("PORTICO_OPERATOR", "registry-killed-test")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_registry_killed_leaves_the_other_serving_the_console_and_the_cli() {
+    let logs = tempfile::tempdir().unwrap();
+    let zk = ZooKeeper::start_locked();
+    let (mut first, base1) = start_registry(&zk, "registry-1", logs.path());
+    let (mut second, base2) = start_registry(&zk, "registry-2", logs.path());
+
+    // An API answered by its switch's fallback (its backend is nowhere), set up through the
+    // first registry.
+    let cluster = json!({"protocol": "http",
+                         "endpoints": [{"addr": format!("127.0.0.1:{}", free_port())}]});
+    for path in ["/clusters/nowhere", "/sandbox/clusters/nowhere"] {
+        let (s, b) = call(&base1, reqwest::Method::PUT, path, Some(cluster.clone()));
+        assert_eq!(s, 201, "{b:#}");
+    }
+    let api = json!({"id": "ping.get", "http": {"method": "GET", "path": "/v1/ping"},
+                     "backend": {"cluster": "nowhere", "http": {}}, "auth": "none"});
+    let (s, b) = call(&base1, reqwest::Method::POST, "/sandbox/apis", Some(api));
+    assert_eq!(s, 201, "{b:#}");
+    let (s, b) = call(
+        &base1,
+        reqwest::Method::POST,
+        "/apis/ping.get/publish",
+        Some(json!({})),
+    );
+    assert_eq!(s, 200, "{b:#}");
+    let (ok, out, err) = portico(
+        &base1,
+        &[
+            "switch",
+            "ping.get",
+            "on",
+            "--reason",
+            "before",
+            "--fallback-status",
+            "200",
+            "--fallback-body",
+            r#"{"v":1}"#,
+        ],
+    );
+    assert!(ok, "{out}{err}");
+
+    let (listen, admin) = (free_port(), free_port());
+    let _gateway = Proc::spawn(
+        "gateway",
+        Command::new(sibling_bin("portico-gateway"))
+            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
+            .arg("--zk-auth-file")
+            .arg(zk.credentials().unwrap().gateway_file())
+            .args(["--listen", &format!("127.0.0.1:{listen}")])
+            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+            .args(["--node-id", "gw-1", "--access-log", "off"]),
+        logs.path(),
+    );
+    let served = || -> Option<u64> {
+        let r = http()
+            .get(format!("http://127.0.0.1:{listen}/v1/ping"))
+            .send()
+            .ok()?;
+        r.json::<Value>().ok()?["v"].as_u64()
+    };
+    assert!(
+        wait_for(Duration::from_secs(30), || served() == Some(1)),
+        "the gateway never served the first switch"
+    );
+
+    // SIGKILL the first registry.
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    assert_eq!(call(&base1, reqwest::Method::GET, "/health", None).0, 0);
+
+    // The survivor serves the console: its page and the API the console reads.
+    second.assert_alive();
+    let page = http().get(format!("{base2}/")).send().unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.to_str().unwrap_or_default().starts_with("text/html")));
+    for path in ["/apis", "/switches", "/nodes", "/clusters", "/audit"] {
+        let (s, b) = call(&base2, reqwest::Method::GET, path, None);
+        assert_eq!(s, 200, "GET {path} on the survivor: {b:#}");
+    }
+    let (_, nodes) = call(&base2, reqwest::Method::GET, "/nodes", None);
+    assert!(nodes.to_string().contains("gw-1"), "{nodes:#}");
+
+    // And the CLI: status, and a switch flipped through the survivor reaches the gateway.
+    let (ok, out, err) = portico(&base2, &["status"]);
+    assert!(ok && out.contains("gw-1"), "{out}{err}");
+    let (ok, out, err) = portico(
+        &base2,
+        &[
+            "switch",
+            "ping.get",
+            "on",
+            "--reason",
+            "after the loss",
+            "--fallback-status",
+            "200",
+            "--fallback-body",
+            r#"{"v":2}"#,
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    let flipped = Instant::now();
+    assert!(
+        wait_for(Duration::from_secs(30), || served() == Some(2)),
+        "the switch flipped through the surviving registry never reached the gateway"
+    );
+    let took = flipped.elapsed();
+    eprintln!("registry-1 killed: the switch flipped through registry-2 served after {took:?}");
+    assert!(took < SWITCH_BOUND, "{took:?}");
+    // The CLI pointed at the dead registry says so.
+    let (ok, _, err) = portico(&base1, &["status"]);
+    assert!(!ok, "{err}");
+    second.assert_alive();
+}
