@@ -24,16 +24,36 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// The Python that has `openapi-spec-validator`: `$PORTICO_OPENAPI_PYTHON` (set by
+/// `./ops/test.sh`), else the venv `.run/venv` it installs into, else `python3`.
+fn openapi_python() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("PORTICO_OPENAPI_PYTHON") {
+        return p.into();
+    }
+    let venv = workspace().join(".run/venv/bin/python");
+    let has = |py: &Path| {
+        Command::new(py)
+            .args(["-c", "import openapi_spec_validator"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if has(&venv) {
+        venv
+    } else {
+        "python3".into()
+    }
+}
+
 /// Checks `doc` with `openapi-spec-validator` (PyPI; `./ops/test.sh` installs it).
 fn validate_openapi(doc: &Value, dir: &Path, name: &str) {
     let file = dir.join(format!("{name}.json"));
     std::fs::write(&file, serde_json::to_vec_pretty(doc).unwrap()).unwrap();
-    let out = Command::new("python3")
+    let out = Command::new(openapi_python())
         .args([
             "-c",
             "import sys, json\n\
              try:\n    from openapi_spec_validator import validate\n\
-             except ImportError:\n    sys.exit('openapi-spec-validator is not installed: pip install openapi-spec-validator (./ops/test.sh installs it)')\n\
+             except ImportError:\n    sys.exit('openapi-spec-validator is not installed: run ./ops/test.sh (it installs it into .run/venv), or pip install openapi-spec-validator==0.9.0, or set PORTICO_OPENAPI_PYTHON')\n\
              validate(json.load(open(sys.argv[1])))\nprint('valid')",
         ])
         .arg(&file)
