@@ -85,16 +85,37 @@ pub fn set_public_urls(urls: PublicUrls) -> bool {
     URLS.set(urls).is_ok()
 }
 
-/// Where merchants send calls: the configured public URLs, else every live node's listener
-/// (and sandbox listener) as `http://<addr>`.
+/// A public base URL as given to `--portal-gateway-url` / `--portal-sandbox-url`: `http://` or
+/// `https://`, a host, no query or fragment; without its trailing `/`.
+pub fn check_public_url(url: &str) -> Result<String, String> {
+    let url = url.trim().trim_end_matches('/');
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or_else(|| format!("{url:?}: must start with http:// or https://"))?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(format!("{url:?}: no host"));
+    }
+    if url.contains(['?', '#']) || !url.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!("{url:?}: no query, fragment, spaces or non-ASCII characters"));
+    }
+    Ok(url.to_owned())
+}
+
+/// Where merchants send calls: the configured public URLs ([`set_public_urls`]), else every
+/// live node's listener (and sandbox listener) as `http://<addr>`.
 pub fn servers(nodes: &[NodeInfo]) -> super::openapi::Servers {
-    let urls = URLS.get().cloned().unwrap_or_default();
-    let mut live: Vec<String> = match urls.gateway {
-        Some(u) => vec![u],
+    servers_with(&URLS.get().cloned().unwrap_or_default(), nodes)
+}
+
+/// [`servers`] with the public URLs `urls`.
+pub fn servers_with(urls: &PublicUrls, nodes: &[NodeInfo]) -> super::openapi::Servers {
+    let mut live: Vec<String> = match &urls.gateway {
+        Some(u) => vec![u.clone()],
         None => nodes.iter().map(|n| format!("http://{}", n.addr)).collect(),
     };
-    let mut sandbox: Vec<String> = match urls.sandbox {
-        Some(u) => vec![u],
+    let mut sandbox: Vec<String> = match &urls.sandbox {
+        Some(u) => vec![u.clone()],
         None => nodes
             .iter()
             .filter_map(|n| n.sandbox_addr.as_ref())
@@ -107,4 +128,40 @@ pub fn servers(nodes: &[NodeInfo]) -> super::openapi::Servers {
     sandbox.sort();
     sandbox.dedup();
     super::openapi::Servers { live, sandbox }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_urls_are_checked_and_trimmed() {
+        assert_eq!(
+            check_public_url("https://api.example.com/").unwrap(),
+            "https://api.example.com"
+        );
+        assert_eq!(
+            check_public_url("http://10.0.0.1:8080/gw").unwrap(),
+            "http://10.0.0.1:8080/gw"
+        );
+        for bad in ["api.example.com", "ftp://x", "https://", "https:///x", "https://a?b=1", "https://a b"] {
+            assert!(check_public_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn servers_prefer_the_public_urls_over_the_nodes() {
+        let mut node = NodeInfo::new("gw-1", "10.0.0.5:8080", "10.0.0.5:9090");
+        node.sandbox_addr = Some("10.0.0.5:8081".into());
+        let from_nodes = servers_with(&PublicUrls::default(), std::slice::from_ref(&node));
+        assert_eq!(from_nodes.live, ["http://10.0.0.5:8080"]);
+        assert_eq!(from_nodes.sandbox, ["http://10.0.0.5:8081"]);
+        let urls = PublicUrls {
+            gateway: Some("https://api.example.com".into()),
+            sandbox: None,
+        };
+        let mixed = servers_with(&urls, &[node]);
+        assert_eq!(mixed.live, ["https://api.example.com"]);
+        assert_eq!(mixed.sandbox, ["http://10.0.0.5:8081"]);
+    }
 }
