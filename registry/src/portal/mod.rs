@@ -9,10 +9,12 @@
 //! | `POST /portal/try` | forwards a request the browser signed to a sandbox listener ([`forward`]) |
 //! | `GET /portal/`, `/portal/...` | the portal's pages (`admin-ui/portal/`, built into `<console dir>/portal/`) |
 //!
-//! The documents are made from the live tree in ZooKeeper on each request ([`catalog`]):
+//! The documents are made from the live tree in ZooKeeper ([`catalog`]; the public one is
+//! cached, [`cache`]):
 //! schemas from the descriptors ([`schema`]) or the APIs' attached JSON Schemas, examples
 //! ([`example`]) and code snippets ([`snippets`]) per operation ([`openapi`]).
 
+pub mod cache;
 pub mod catalog;
 pub mod example;
 pub mod forward;
@@ -22,12 +24,14 @@ pub mod signed;
 pub mod snippets;
 
 use crate::api::context::Ctx;
-use crate::api::reply::json_response;
+use crate::api::reply::{json_response, raw_json_response};
 use crate::error::{ApiError, ApiResult};
 use crate::input::{check_name, parse_json};
 use crate::state::Shared;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
+use axum::Extension;
+use std::sync::Arc;
 use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -44,6 +48,7 @@ pub fn router() -> Router<Shared> {
         .route("/portal", get(page))
         .route("/portal/", get(page))
         .route("/portal/{*rest}", get(page))
+        .layer(Extension(Arc::new(cache::PublicDocument::default())))
 }
 
 fn document_response(doc: &Value) -> Response {
@@ -56,12 +61,17 @@ fn document_response(doc: &Value) -> Response {
 }
 
 /// `GET /portal/openapi.json`.
-async fn public_document(State(state): State<Shared>) -> ApiResult<Response> {
-    let live = catalog::load(&state).await?;
-    let apis = catalog::public_apis(&live.snapshot);
-    let servers = catalog::servers(&live.nodes);
-    let doc = openapi::document(&live.snapshot, &apis, &servers, Audience::Public);
-    Ok(document_response(&doc))
+async fn public_document(
+    State(state): State<Shared>,
+    Extension(cache): Extension<Arc<cache::PublicDocument>>,
+) -> ApiResult<Response> {
+    let body = cache.get(&state).await?;
+    let mut response = raw_json_response(StatusCode::OK, body.to_vec(), None);
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
+    Ok(response)
 }
 
 /// `GET /portal/apps/<app_key>/openapi.json`, signed by that app.
