@@ -1574,7 +1574,10 @@ mod tests {
         let s = T::new().api(v.clone()).build(None);
         assert!(s.rejected.is_empty(), "{:?}", s.rejected);
         let def = &s.apis["web.get"].definition;
-        assert_eq!(def.request_schema.as_ref().unwrap()["required"], json!(["a"]));
+        assert_eq!(
+            def.request_schema.as_ref().unwrap()["required"],
+            json!(["a"])
+        );
         // Without them, a v1 document is unchanged.
         let plain = T::new().api(http_api("web.b", "GET", "/v1/b")).build(None);
         let def = &plain.apis["web.b"].definition;
@@ -1596,16 +1599,25 @@ mod tests {
             "request_schema",
             json!({"properties": {"a": {"$ref": "https://example.com/a.json"}}}),
         );
-        assert!(r.starts_with("request_schema.properties.a.$ref: only local"), "{r}");
+        assert!(
+            r.starts_with("request_schema.properties.a.$ref: only local"),
+            "{r}"
+        );
         let r = refused("response_schema", json!({"allOf": [{"$id": "x"}]}));
-        assert!(r.starts_with("response_schema.allOf[0].$id: not allowed"), "{r}");
+        assert!(
+            r.starts_with("response_schema.allOf[0].$id: not allowed"),
+            "{r}"
+        );
         let mut deep = json!({"type": "string"});
         for _ in 0..40 {
             deep = json!({"items": deep});
         }
         assert!(refused("request_schema", deep).contains("nested deeper than 32"));
         let r = api_reason(|v| v["response_schema"] = json!({"type": "object"}));
-        assert!(r.starts_with("response_schema: only for HTTP backends"), "{r}");
+        assert!(
+            r.starts_with("response_schema: only for HTTP backends"),
+            "{r}"
+        );
     }
 
     #[test]

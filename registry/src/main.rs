@@ -113,10 +113,12 @@ async fn run() -> anyhow::Result<()> {
             .transpose()
             .map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
     };
-    portico_registry::portal::catalog::set_public_urls(portico_registry::portal::catalog::PublicUrls {
-        gateway: public_url("portal-gateway-url", &args.portal_gateway_url)?,
-        sandbox: public_url("portal-sandbox-url", &args.portal_sandbox_url)?,
-    });
+    portico_registry::portal::catalog::set_public_urls(
+        portico_registry::portal::catalog::PublicUrls {
+            gateway: public_url("portal-gateway-url", &args.portal_gateway_url)?,
+            sandbox: public_url("portal-sandbox-url", &args.portal_sandbox_url)?,
+        },
+    );
     let zk_auth = portico_control::zk::ZkAuth::from_file_or_env(args.zk_auth_file.as_deref())
         .map_err(|e| anyhow::anyhow!("ZooKeeper credentials: {e}"))?;
     match &zk_auth {

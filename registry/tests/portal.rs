@@ -83,8 +83,14 @@ fn validator(doc: &Value, schema: &Value) -> jsonschema::Validator {
 
 fn assert_valid(doc: &Value, schema: &Value, value: &Value, what: &str) {
     let v = validator(doc, schema);
-    let errors: Vec<String> = v.iter_errors(value).map(|e| format!("{} at {}", e, e.instance_path())).collect();
-    assert!(errors.is_empty(), "{what}: {value} does not validate against {schema}: {errors:?}");
+    let errors: Vec<String> = v
+        .iter_errors(value)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{what}: {value} does not validate against {schema}: {errors:?}"
+    );
 }
 
 /// Every operation of a document: (path, method, operation).
@@ -124,7 +130,13 @@ fn demo_api_ids() -> Vec<String> {
     ids
 }
 
-fn signed_get(http: &reqwest::blocking::Client, base: &str, path: &str, app: (&str, &str), nonce: &str) -> reqwest::blocking::Response {
+fn signed_get(
+    http: &reqwest::blocking::Client,
+    base: &str,
+    path: &str,
+    app: (&str, &str),
+    nonce: &str,
+) -> reqwest::blocking::Response {
     let signed = portico_control::sign::sign_request(
         app.1.as_bytes(),
         "GET",
@@ -150,26 +162,43 @@ fn portal_documents_match_what_the_gateway_accepts_and_answers() {
 
     // The public document: no token needed, valid OpenAPI 3.1, every demo API in it.
     let started = std::time::Instant::now();
-    let resp = http.get(format!("{}/portal/openapi.json", world.registry_url)).send().unwrap();
+    let resp = http
+        .get(format!("{}/portal/openapi.json", world.registry_url))
+        .send()
+        .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     let doc: Value = resp.json().unwrap();
     validate_openapi(&doc, dir, "public");
     assert_eq!(doc["openapi"], "3.1.0");
-    assert_eq!(ids_of(&doc), demo_api_ids(), "every demo API is public (merchant-1 has *)");
+    assert_eq!(
+        ids_of(&doc),
+        demo_api_ids(),
+        "every demo API is public (merchant-1 has *)"
+    );
     assert_eq!(doc["servers"][0]["url"], world.gateway_url);
     assert_eq!(doc["servers"][1]["url"], world.sandbox_url);
     let text = doc.to_string();
     for secret in ["s3cr3t-value", "m2-secret-value", "m3-secret-value"] {
         assert!(!text.contains(secret), "the public document holds a secret");
     }
-    println!("public document: {} bytes, first answer in {:?}", text.len(), started.elapsed());
+    println!(
+        "public document: {} bytes, first answer in {:?}",
+        text.len(),
+        started.elapsed()
+    );
     let started = std::time::Instant::now();
     for _ in 0..5 {
-        let resp = http.get(format!("{}/portal/openapi.json", world.registry_url)).send().unwrap();
+        let resp = http
+            .get(format!("{}/portal/openapi.json", world.registry_url))
+            .send()
+            .unwrap();
         assert_eq!(resp.status().as_u16(), 200);
         resp.bytes().unwrap();
     }
-    println!("public document: {:?} per request (5 in a row)", started.elapsed() / 5);
+    println!(
+        "public document: {:?} per request (5 in a row)",
+        started.elapsed() / 5
+    );
 
     // Every operation's example, sent as it stands, succeeds; the answer fits the schema.
     let mut checked = 0;
@@ -184,10 +213,22 @@ fn portal_documents_match_what_the_gateway_accepts_and_answers() {
         assert_eq!(ex["method"].as_str().unwrap().to_ascii_lowercase(), method);
         if !body.is_empty() {
             let schema = &op["requestBody"]["content"]["application/json"]["schema"];
-            assert_valid(&doc, schema, &serde_json::from_str(body).unwrap(), &format!("{id}: example request"));
+            assert_valid(
+                &doc,
+                schema,
+                &serde_json::from_str(body).unwrap(),
+                &format!("{id}: example request"),
+            );
         }
         let signer = (op["x-portico-auth"] == "signature").then_some(M1);
-        let (status, answer) = call(http, &world.gateway_url, ex["method"].as_str().unwrap(), target, body, signer);
+        let (status, answer) = call(
+            http,
+            &world.gateway_url,
+            ex["method"].as_str().unwrap(),
+            target,
+            body,
+            signer,
+        );
         assert!(
             (200..300).contains(&status),
             "{id}: {method} {target} {body} → {status} {answer}\n{}",
@@ -198,10 +239,16 @@ fn portal_documents_match_what_the_gateway_accepts_and_answers() {
             .or_else(|| op["responses"]["2XX"].get("content"))
             .unwrap();
         let schema = &success["application/json"]["schema"];
-        let value: Value = serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{id}: answer is not JSON ({e}): {answer}"));
+        let value: Value = serde_json::from_str(&answer)
+            .unwrap_or_else(|e| panic!("{id}: answer is not JSON ({e}): {answer}"));
         if id != "promo.list" {
             // promo.list is degraded: it answers the switch's fallback, not the backend.
-            assert_valid(&doc, schema, &value, &format!("{id}: answer to {method} {target}"));
+            assert_valid(
+                &doc,
+                schema,
+                &value,
+                &format!("{id}: answer to {method} {target}"),
+            );
         }
         // The example response shown fits the schema too.
         if let Some(shown) = ex.get("response").filter(|v| !v.is_null()) {
@@ -212,43 +259,79 @@ fn portal_documents_match_what_the_gateway_accepts_and_answers() {
             let target = format!("/router?{}", router["query"].as_str().unwrap());
             let body = router["body"].as_str().unwrap();
             let (status, answer) = call(http, &world.gateway_url, "POST", &target, body, signer);
-            assert!((200..300).contains(&status), "{id}: POST {target} {body} → {status} {answer}");
+            assert!(
+                (200..300).contains(&status),
+                "{id}: POST {target} {body} → {status} {answer}"
+            );
             if id != "promo.list" {
                 let value: Value = serde_json::from_str(&answer).unwrap();
-                assert_valid(&doc, &router["reply"], &value, &format!("{id}: router answer"));
+                assert_valid(
+                    &doc,
+                    &router["reply"],
+                    &value,
+                    &format!("{id}: router answer"),
+                );
             }
         }
         checked += 1;
     }
-    assert!(checked >= demo_api_ids().len(), "only {checked} operations checked");
+    assert!(
+        checked >= demo_api_ids().len(),
+        "only {checked} operations checked"
+    );
     println!("{checked} operations: examples accepted by the gateway, answers valid");
 
     // A field of the wrong type is refused by the gateway, as the schema says.
-    let (status, answer) = call(http, &world.gateway_url, "POST", "/grpc/v1/orders", r#"{"qty":"many"}"#, Some(M1));
+    let (status, answer) = call(
+        http,
+        &world.gateway_url,
+        "POST",
+        "/grpc/v1/orders",
+        r#"{"qty":"many"}"#,
+        Some(M1),
+    );
     assert_eq!(status, 400, "{answer}");
     let bad = json!({"qty": "many"});
-    let create = &doc["paths"]["/grpc/v1/orders"]["post"]["requestBody"]["content"]["application/json"]["schema"];
-    assert!(!validator(&doc, create).is_valid(&bad), "the schema accepts what the gateway refuses");
+    let create = &doc["paths"]["/grpc/v1/orders"]["post"]["requestBody"]["content"]
+        ["application/json"]["schema"];
+    assert!(
+        !validator(&doc, create).is_valid(&bad),
+        "the schema accepts what the gateway refuses"
+    );
 
     // The per-app document: only to that app, signed.
     let m2_path = format!("/portal/apps/{}/openapi.json", M2.0);
-    let resp = http.get(format!("{}{m2_path}", world.registry_url)).send().unwrap();
+    let resp = http
+        .get(format!("{}{m2_path}", world.registry_url))
+        .send()
+        .unwrap();
     assert_eq!(resp.status().as_u16(), 401);
     let envelope: Value = resp.json().unwrap();
     assert_eq!(envelope["code"], "SIGNATURE_MISSING", "{envelope}");
     let resp = signed_get(http, &world.registry_url, &m2_path, M2, "portal-m2-0001");
     assert_eq!(resp.status().as_u16(), 200);
-    assert!(resp.headers()["cache-control"].to_str().unwrap().contains("private"));
+    assert!(resp.headers()["cache-control"]
+        .to_str()
+        .unwrap()
+        .contains("private"));
     let m2_doc: Value = resp.json().unwrap();
     validate_openapi(&m2_doc, dir, "merchant-2");
     let public: Vec<String> = demo_api_ids()
         .into_iter()
         .filter(|id| {
-            let def: Value = serde_json::from_slice(&std::fs::read(workspace().join(format!("ops/examples/standalone/apis/{id}.json"))).unwrap()).unwrap();
+            let def: Value = serde_json::from_slice(
+                &std::fs::read(workspace().join(format!("ops/examples/standalone/apis/{id}.json")))
+                    .unwrap(),
+            )
+            .unwrap();
             def["auth"] == "none" || id == "order.get"
         })
         .collect();
-    assert_eq!(ids_of(&m2_doc), public, "merchant-2: order.get and the public APIs");
+    assert_eq!(
+        ids_of(&m2_doc),
+        public,
+        "merchant-2: order.get and the public APIs"
+    );
     assert_eq!(m2_doc["x-portico-app"], "merchant-2");
     assert!(!m2_doc.to_string().contains("m2-secret-value"));
     // The same nonce again, another app's key, another app's secret: refused alike.
@@ -257,15 +340,40 @@ fn portal_documents_match_what_the_gateway_accepts_and_answers() {
     let resp = signed_get(http, &world.registry_url, &m2_path, M1, "portal-m1-0001");
     assert_eq!(resp.status().as_u16(), 401);
     assert_eq!(resp.json::<Value>().unwrap()["code"], "SIGNATURE_INVALID");
-    let resp = signed_get(http, &world.registry_url, &m2_path, (M2.0, M1.1), "portal-m2-0002");
+    let resp = signed_get(
+        http,
+        &world.registry_url,
+        &m2_path,
+        (M2.0, M1.1),
+        "portal-m2-0002",
+    );
     assert_eq!(resp.json::<Value>().unwrap()["code"], "SIGNATURE_INVALID");
-    let resp = signed_get(http, &world.registry_url, "/portal/apps/nobody/openapi.json", ("nobody", "whatever-secret"), "portal-nb-0001");
+    let resp = signed_get(
+        http,
+        &world.registry_url,
+        "/portal/apps/nobody/openapi.json",
+        ("nobody", "whatever-secret"),
+        "portal-nb-0001",
+    );
     assert_eq!(resp.status().as_u16(), 401);
-    assert_eq!(resp.json::<Value>().unwrap()["code"], "SIGNATURE_INVALID", "no oracle for app keys");
-    let m3 = signed_get(http, &world.registry_url, "/portal/apps/merchant-3/openapi.json", ("merchant-3", "m3-secret-value"), "portal-m3-0001");
+    assert_eq!(
+        resp.json::<Value>().unwrap()["code"],
+        "SIGNATURE_INVALID",
+        "no oracle for app keys"
+    );
+    let m3 = signed_get(
+        http,
+        &world.registry_url,
+        "/portal/apps/merchant-3/openapi.json",
+        ("merchant-3", "m3-secret-value"),
+        "portal-m3-0001",
+    );
     assert_eq!(m3.status().as_u16(), 403);
     // The admin API still wants its token.
-    let resp = http.get(format!("{}/api/v1/apps", world.registry_url)).send().unwrap();
+    let resp = http
+        .get(format!("{}/api/v1/apps", world.registry_url))
+        .send()
+        .unwrap();
     assert_eq!(resp.status().as_u16(), 401);
 
     // "Try it": a request signed here (as the browser does, with a sandbox app's secret) is
@@ -273,7 +381,14 @@ fn portal_documents_match_what_the_gateway_accepts_and_answers() {
     let path = "/grpc/v1/orders";
     let body = r#"{"item":"book","qty":2}"#;
     let signed = portico_control::sign::sign_request(
-        M1.1.as_bytes(), "POST", path, None, M1.0, portico_control::clock::now_ms(), "portal-try-0001", body.as_bytes(),
+        M1.1.as_bytes(),
+        "POST",
+        path,
+        None,
+        M1.0,
+        portico_control::clock::now_ms(),
+        "portal-try-0001",
+        body.as_bytes(),
     );
     let mut headers = serde_json::Map::new();
     for (k, v) in signed.pairs() {
@@ -289,7 +404,13 @@ fn portal_documents_match_what_the_gateway_accepts_and_answers() {
     let answer: Value = resp.json().unwrap();
     assert_eq!(status, 200, "{answer:#}");
     assert_eq!(answer["response"]["status"], 200, "{answer:#}");
-    assert!(answer["request"]["url"].as_str().unwrap().starts_with(&world.sandbox_url), "{answer:#}");
+    assert!(
+        answer["request"]["url"]
+            .as_str()
+            .unwrap()
+            .starts_with(&world.sandbox_url),
+        "{answer:#}"
+    );
     let order: Value = serde_json::from_str(answer["response"]["body"].as_str().unwrap()).unwrap();
     assert_eq!(order["item"], "book");
     // Tampered on the way: the sandbox gateway refuses it.
@@ -313,12 +434,19 @@ fn portal_documents_match_what_the_gateway_accepts_and_answers() {
     // A change to the live tree shows in the (cached) public document within seconds:
     // disabling merchant-1, the only app granted `*`, hides the APIs only it could call.
     let resp = http
-        .post(format!("{}/api/v1/apps/merchant-1/disable", world.registry_url))
+        .post(format!(
+            "{}/api/v1/apps/merchant-1/disable",
+            world.registry_url
+        ))
         .bearer_auth(portal_world::TOKEN)
         .header("X-Portico-Operator", "portal-test")
         .send()
         .unwrap();
-    assert!(resp.status().is_success(), "disable: {}", resp.text().unwrap());
+    assert!(
+        resp.status().is_success(),
+        "disable: {}",
+        resp.text().unwrap()
+    );
     let started = std::time::Instant::now();
     let gone = portico_testkit::wait_for(Duration::from_secs(20), || {
         let doc: Value = http
@@ -330,14 +458,24 @@ fn portal_documents_match_what_the_gateway_accepts_and_answers() {
         let ids = ids_of(&doc);
         !ids.contains(&"order.create".to_owned()) && ids.contains(&"order.get".to_owned())
     });
-    assert!(gone, "the public document still lists order.create after merchant-1 was disabled");
-    println!("a change reached the public document in {:?}", started.elapsed());
+    assert!(
+        gone,
+        "the public document still lists order.create after merchant-1 was disabled"
+    );
+    println!(
+        "a change reached the public document in {:?}",
+        started.elapsed()
+    );
 }
 
 /// Runs every snippet of three operations against the live gateway, as merchant-1.
 fn run_live_snippets(world: &World, doc: &Value) {
     let dir = world.work.path();
-    for (path, method) in [("/grpc/v1/orders", "post"), ("/v1/orders/{order_id}", "get"), ("/grpc/v1/files/{path}", "get")] {
+    for (path, method) in [
+        ("/grpc/v1/orders", "post"),
+        ("/v1/orders/{order_id}", "get"),
+        ("/grpc/v1/files/{path}", "get"),
+    ] {
         let op = &doc["paths"][path][method];
         let samples = op["x-codeSamples"].as_array().unwrap();
         assert_eq!(samples.len(), 5);
@@ -377,18 +515,34 @@ enum Ran {
 }
 
 fn has(cmd: &str, arg: &str) -> bool {
-    Command::new(cmd).arg(arg).output().is_ok_and(|o| o.status.success())
+    Command::new(cmd)
+        .arg(arg)
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// Runs a snippet with `env` in a fresh folder under `dir`; its stdout and stderr.
 fn run_snippet(s: &Snippet, env: &[(&str, &str)], dir: &Path) -> Ran {
-    let work = tempfile::Builder::new().prefix(s.id).tempdir_in(dir).unwrap();
+    let work = tempfile::Builder::new()
+        .prefix(s.id)
+        .tempdir_in(dir)
+        .unwrap();
     let file = work.path().join(s.file);
     std::fs::write(&file, &s.source).unwrap();
     let mut cmd = match s.id {
         "curl" => {
             for tool in ["curl", "openssl"] {
-                assert!(has(tool, if tool == "curl" { "--version" } else { "version" }), "{tool} is missing (./ops/test.sh installs it)");
+                assert!(
+                    has(
+                        tool,
+                        if tool == "curl" {
+                            "--version"
+                        } else {
+                            "version"
+                        }
+                    ),
+                    "{tool} is missing (./ops/test.sh installs it)"
+                );
             }
             let mut c = Command::new("bash");
             c.arg(&file);
@@ -400,7 +554,10 @@ fn run_snippet(s: &Snippet, env: &[(&str, &str)], dir: &Path) -> Ran {
             c
         }
         "node" => {
-            assert!(has("node", "--version"), "node is missing (./ops/test.sh installs it)");
+            assert!(
+                has("node", "--version"),
+                "node is missing (./ops/test.sh installs it)"
+            );
             let mut c = Command::new("node");
             c.arg(&file);
             c
@@ -418,7 +575,10 @@ fn run_snippet(s: &Snippet, env: &[(&str, &str)], dir: &Path) -> Ran {
                 return Ran::Skipped("no `go` on this machine (Go 1.17+ runs it)".into());
             }
             let mut c = Command::new("go");
-            c.arg("run").arg(&file).env("GOTOOLCHAIN", "local").env("GOFLAGS", "-mod=mod");
+            c.arg("run")
+                .arg(&file)
+                .env("GOTOOLCHAIN", "local")
+                .env("GOFLAGS", "-mod=mod");
             if std::env::var_os("GOCACHE").is_none() && std::env::var_os("HOME").is_none() {
                 c.env("GOCACHE", work.path().join("gocache"));
             }
@@ -427,13 +587,21 @@ fn run_snippet(s: &Snippet, env: &[(&str, &str)], dir: &Path) -> Ran {
         other => panic!("unknown snippet {other}"),
     };
     cmd.current_dir(work.path());
-    for var in ["PORTICO_BASE_URL", "PORTICO_APP_KEY", "PORTICO_SECRET", "PORTICO_TIMESTAMP", "PORTICO_NONCE"] {
+    for var in [
+        "PORTICO_BASE_URL",
+        "PORTICO_APP_KEY",
+        "PORTICO_SECRET",
+        "PORTICO_TIMESTAMP",
+        "PORTICO_NONCE",
+    ] {
         cmd.env_remove(var);
     }
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().unwrap_or_else(|e| panic!("running the {} snippet: {e}", s.id));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running the {} snippet: {e}", s.id));
     Ran::Done(format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -491,7 +659,11 @@ fn capture_server() -> (String, Arc<Mutex<Vec<Captured>>>) {
                 .unwrap_or(0);
             let mut body = vec![0; len];
             let _ = reader.read_exact(&mut body);
-            record.lock().unwrap().push(Captured { target, headers, body });
+            record.lock().unwrap().push(Captured {
+                target,
+                headers,
+                body,
+            });
             let _ = stream.write_all(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
             );
@@ -525,7 +697,11 @@ fn snippets_reproduce_the_signing_vectors() {
     // The vectors are the contract's (docs/PROTOCOL.md); check they are still written there.
     let protocol = std::fs::read_to_string(workspace().join("docs/PROTOCOL.md")).unwrap();
     for v in &vectors {
-        assert!(protocol.contains(v.5), "docs/PROTOCOL.md no longer has signature {}", v.5);
+        assert!(
+            protocol.contains(v.5),
+            "docs/PROTOCOL.md no longer has signature {}",
+            v.5
+        );
     }
     let dir = tempfile::tempdir().unwrap();
     let (base, seen) = capture_server();
@@ -558,11 +734,34 @@ fn snippets_reproduce_the_signing_vectors() {
             let got = seen.lock().unwrap().clone();
             assert_eq!(got.len(), 1, "{} snippet ({method}): {out}", snippet.id);
             let c = &got[0];
-            let want_target = if query.is_empty() { path.to_owned() } else { format!("{path}?{query}") };
-            assert_eq!(c.target, want_target, "{} snippet sent another target", snippet.id);
-            assert_eq!(c.body, body.as_bytes(), "{} snippet sent other bytes", snippet.id);
-            assert_eq!(c.header("X-Portico-AppKey"), Some("merchant-1"), "{}", snippet.id);
-            assert_eq!(c.header("X-Portico-Timestamp"), Some("1796000000000"), "{}", snippet.id);
+            let want_target = if query.is_empty() {
+                path.to_owned()
+            } else {
+                format!("{path}?{query}")
+            };
+            assert_eq!(
+                c.target, want_target,
+                "{} snippet sent another target",
+                snippet.id
+            );
+            assert_eq!(
+                c.body,
+                body.as_bytes(),
+                "{} snippet sent other bytes",
+                snippet.id
+            );
+            assert_eq!(
+                c.header("X-Portico-AppKey"),
+                Some("merchant-1"),
+                "{}",
+                snippet.id
+            );
+            assert_eq!(
+                c.header("X-Portico-Timestamp"),
+                Some("1796000000000"),
+                "{}",
+                snippet.id
+            );
             assert_eq!(c.header("X-Portico-Nonce"), Some(nonce), "{}", snippet.id);
             assert_eq!(
                 c.header("X-Portico-Signature"),
@@ -572,10 +771,16 @@ fn snippets_reproduce_the_signing_vectors() {
             );
             assert!(out.contains("HTTP 200"), "{}: {out}", snippet.id);
             ran += 1;
-            println!("{} snippet: {method} {want_target} signed {signature}", snippet.id);
+            println!(
+                "{} snippet: {method} {want_target} signed {signature}",
+                snippet.id
+            );
         }
     }
-    assert!(ran >= 6, "only {ran} snippet runs (curl, Python and Node are required)");
+    assert!(
+        ran >= 6,
+        "only {ran} snippet runs (curl, Python and Node are required)"
+    );
 }
 
 /// An HTTP client of this file's own, for [`portal_world`].

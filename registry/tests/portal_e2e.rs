@@ -57,7 +57,10 @@ fn build_ui(out: &Path) -> PathBuf {
         .current_dir(&ui)
         .status()
         .expect("running npm");
-    assert!(status.success(), "`npm run build` of admin-ui failed ({status})");
+    assert!(
+        status.success(),
+        "`npm run build` of admin-ui failed ({status})"
+    );
     assert!(
         out.join("portal/index.html").is_file(),
         "the build has no portal/index.html"
@@ -82,7 +85,10 @@ fn portal_end_to_end_in_chromium() {
         .send()
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
-    assert!(resp.headers().get("x-portico-portal").is_none(), "the portal is not built");
+    assert!(
+        resp.headers().get("x-portico-portal").is_none(),
+        "the portal is not built"
+    );
     assert!(resp.headers().contains_key("content-security-policy"));
     assert!(resp.text().unwrap().contains("id=\"portal\""));
 
@@ -148,7 +154,10 @@ fn portal_end_to_end_in_chromium() {
     println!("browser run: {:?}", started.elapsed());
 
     // The snippet the browser copied, run as the merchant would: it signs and gets 200.
-    let begin = lines.iter().position(|l| l == "SNIPPET-BEGIN").expect("no copied snippet");
+    let begin = lines
+        .iter()
+        .position(|l| l == "SNIPPET-BEGIN")
+        .expect("no copied snippet");
     use base64::Engine as _;
     let snippet = base64::engine::general_purpose::STANDARD
         .decode(lines[begin + 1].trim())
@@ -169,6 +178,9 @@ fn portal_end_to_end_in_chromium() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("HTTP 200"), "the copied snippet did not get 200:\n{text}");
+    assert!(
+        text.contains("HTTP 200"),
+        "the copied snippet did not get 200:\n{text}"
+    );
     println!("the copied Python snippet: HTTP 200");
 }

@@ -97,7 +97,9 @@ pub fn check_public_url(url: &str) -> Result<String, String> {
         return Err(format!("{url:?}: no host"));
     }
     if url.contains(['?', '#']) || !url.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(format!("{url:?}: no query, fragment, spaces or non-ASCII characters"));
+        return Err(format!(
+            "{url:?}: no query, fragment, spaces or non-ASCII characters"
+        ));
     }
     Ok(url.to_owned())
 }
@@ -144,7 +146,14 @@ mod tests {
             check_public_url("http://10.0.0.1:8080/gw").unwrap(),
             "http://10.0.0.1:8080/gw"
         );
-        for bad in ["api.example.com", "ftp://x", "https://", "https:///x", "https://a?b=1", "https://a b"] {
+        for bad in [
+            "api.example.com",
+            "ftp://x",
+            "https://",
+            "https:///x",
+            "https://a?b=1",
+            "https://a b",
+        ] {
             assert!(check_public_url(bad).is_err(), "{bad}");
         }
     }

@@ -83,15 +83,18 @@ fn make(
     }
     if let Some(Value::Array(values)) = obj.get("enum") {
         let meaningful = values.iter().find(|v| {
-            !v.as_str()
-                .is_some_and(|s| s.ends_with("_UNSPECIFIED") || s == "NaN" || s.contains("Infinity"))
+            !v.as_str().is_some_and(|s| {
+                s.ends_with("_UNSPECIFIED") || s == "NaN" || s.contains("Infinity")
+            })
         });
         return meaningful.or(values.first()).cloned();
     }
     if let Some(Value::Array(parts)) = obj.get("allOf") {
         let mut merged: Option<Value> = None;
         for part in parts {
-            let Some(v) = make(part, root, hint, depth, stack) else { continue };
+            let Some(v) = make(part, root, hint, depth, stack) else {
+                continue;
+            };
             merged = Some(match (merged, v) {
                 (Some(Value::Object(mut a)), Value::Object(b)) => {
                     a.extend(b);
@@ -106,7 +109,10 @@ fn make(
     }
     for key in ["anyOf", "oneOf"] {
         if let Some(Value::Array(choices)) = obj.get(key) {
-            if let Some(v) = choices.iter().find_map(|c| make(c, root, hint, depth, stack)) {
+            if let Some(v) = choices
+                .iter()
+                .find_map(|c| make(c, root, hint, depth, stack))
+            {
                 return Some(v);
             }
         }
@@ -158,7 +164,13 @@ fn object(obj: &Map<String, Value>, root: &Value, depth: usize, stack: &mut Vec<
     if let Some(Value::Array(oneofs)) = obj.get("x-oneofs") {
         for oneof in oneofs {
             if let Some(Value::Array(fields)) = oneof.get("fields") {
-                skipped.extend(fields.iter().skip(1).filter_map(Value::as_str).map(str::to_owned));
+                skipped.extend(
+                    fields
+                        .iter()
+                        .skip(1)
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned),
+                );
             }
         }
     }
@@ -186,7 +198,11 @@ fn object(obj: &Map<String, Value>, root: &Value, depth: usize, stack: &mut Vec<
     if out.is_empty() {
         if let Some(extra @ Value::Object(_)) = obj.get("additionalProperties") {
             let key = match obj.get("propertyNames").and_then(|p| p.get("enum")) {
-                Some(Value::Array(keys)) => keys.first().and_then(Value::as_str).unwrap_or("true").to_owned(),
+                Some(Value::Array(keys)) => keys
+                    .first()
+                    .and_then(Value::as_str)
+                    .unwrap_or("true")
+                    .to_owned(),
                 _ if obj.get("propertyNames").is_some() => "1".to_owned(),
                 _ => "key".to_owned(),
             };
@@ -222,7 +238,10 @@ fn string(obj: &Map<String, Value>, hint: Option<&str>) -> Value {
         s.push('x');
     }
     if let Some(max) = obj.get("maxLength").and_then(Value::as_u64) {
-        s = s.chars().take(usize::try_from(max).unwrap_or(usize::MAX)).collect();
+        s = s
+            .chars()
+            .take(usize::try_from(max).unwrap_or(usize::MAX))
+            .collect();
     }
     Value::String(s)
 }

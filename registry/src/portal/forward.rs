@@ -88,7 +88,9 @@ fn check(req: &TryRequest) -> ApiResult<()> {
             )));
         }
         if value.bytes().any(|b| !(b == b' ' || b.is_ascii_graphic())) {
-            return Err(ApiError::bad_request(format!("headers: {name}: visible ASCII only")));
+            return Err(ApiError::bad_request(format!(
+                "headers: {name}: visible ASCII only"
+            )));
         }
     }
     if req.body.as_ref().is_some_and(|b| b.len() > MAX_BODY_BYTES) {
@@ -130,10 +132,16 @@ pub async fn forward(state: &Shared, request_id: &str, req: TryRequest) -> ApiRe
         .map_err(|_| ApiError::bad_request("method: not an HTTP method"))?;
     let mut builder = client()?.request(method, &url).timeout(TIMEOUT);
     let mut sent = Map::new();
-    let has_id = req.headers.keys().any(|k| k.eq_ignore_ascii_case("x-portico-request-id"));
+    let has_id = req
+        .headers
+        .keys()
+        .any(|k| k.eq_ignore_ascii_case("x-portico-request-id"));
     let mut headers: Vec<(String, String)> = req.headers.clone().into_iter().collect();
     if !has_id {
-        headers.push(("X-Portico-Request-Id".to_owned(), format!("{request_id}-portal")));
+        headers.push((
+            "X-Portico-Request-Id".to_owned(),
+            format!("{request_id}-portal"),
+        ));
     }
     for (k, v) in &headers {
         builder = builder.header(k.as_str(), v.as_str());
@@ -176,7 +184,10 @@ pub async fn forward(state: &Shared, request_id: &str, req: TryRequest) -> ApiRe
         Ok(s) => (s.to_owned(), "utf-8"),
         Err(_) => {
             use base64::Engine as _;
-            (base64::engine::general_purpose::STANDARD.encode(&bytes[..cut]), "base64")
+            (
+                base64::engine::general_purpose::STANDARD.encode(&bytes[..cut]),
+                "base64",
+            )
         }
     };
     Ok(json!({
@@ -204,8 +215,10 @@ mod tests {
 
     #[test]
     fn only_narrow_requests_pass() {
-        let ok = req(json!({"method": "GET", "path": "/v1/orders/42", "query": "a=1",
-            "headers": {"X-Portico-AppKey": "k", "x-portico-signature": "ab", "Content-Type": "application/json"}}));
+        let ok = req(
+            json!({"method": "GET", "path": "/v1/orders/42", "query": "a=1",
+            "headers": {"X-Portico-AppKey": "k", "x-portico-signature": "ab", "Content-Type": "application/json"}}),
+        );
         check(&ok).unwrap();
         for bad in [
             json!({"method": "CONNECT", "path": "/x"}),
@@ -219,7 +232,8 @@ mod tests {
         ] {
             assert!(check(&req(bad.clone())).is_err(), "{bad}");
         }
-        let big = req(json!({"method": "POST", "path": "/a", "body": "x".repeat(MAX_BODY_BYTES + 1)}));
+        let big =
+            req(json!({"method": "POST", "path": "/a", "body": "x".repeat(MAX_BODY_BYTES + 1)}));
         assert_eq!(check(&big).unwrap_err().code, "BODY_TOO_LARGE");
     }
 }

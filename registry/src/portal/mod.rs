@@ -30,14 +30,14 @@ use crate::input::{check_name, parse_json};
 use crate::state::Shared;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::Extension;
-use std::sync::Arc;
 use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::Router;
 use openapi::Audience;
 use serde_json::Value;
+use std::sync::Arc;
 
 /// The portal's routes (mounted at the root by [`crate::server::router`]).
 pub fn router() -> Router<Shared> {
@@ -53,10 +53,9 @@ pub fn router() -> Router<Shared> {
 
 fn document_response(doc: &Value) -> Response {
     let mut response = json_response(StatusCode::OK, doc, None);
-    response.headers_mut().insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache"),
-    );
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
 }
 
@@ -67,10 +66,9 @@ async fn public_document(
 ) -> ApiResult<Response> {
     let body = cache.get(&state).await?;
     let mut response = raw_json_response(StatusCode::OK, body.to_vec(), None);
-    response.headers_mut().insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache"),
-    );
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     Ok(response)
 }
 
@@ -109,9 +107,10 @@ async fn app_document(
         Audience::App(&app_key, &app),
     );
     let mut response = document_response(&doc);
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-store"),
+    );
     Ok(response)
 }
 
@@ -129,7 +128,12 @@ async fn page(method: Method, uri: Uri) -> Response {
     let root = crate::console::dir().map(|d| d.join("portal"));
     match root {
         Some(root) if root.join("index.html").is_file() => {
-            crate::console::serve(&root, if rest.is_empty() { "/" } else { rest }, method == Method::HEAD).await
+            crate::console::serve(
+                &root,
+                if rest.is_empty() { "/" } else { rest },
+                method == Method::HEAD,
+            )
+            .await
         }
         _ => not_built(),
     }

@@ -26,24 +26,72 @@ use std::sync::Arc;
 /// The gateway's own error codes (docs/PROTOCOL.md, "The error envelope"): status, code,
 /// meaning.
 pub const ERROR_CODES: [(u16, &str, &str); 18] = [
-    (400, "BAD_REQUEST", "unparseable JSON, a wrong field type, a bad path variable, a . or .. path segment"),
+    (
+        400,
+        "BAD_REQUEST",
+        "unparseable JSON, a wrong field type, a bad path variable, a . or .. path segment",
+    ),
     (401, "SIGNATURE_MISSING", "a signature header is missing"),
-    (401, "SIGNATURE_INVALID", "the signature does not match (or a header is malformed)"),
-    (401, "SIGNATURE_EXPIRED", "the timestamp is more than 300 s from the gateway's clock"),
-    (401, "NONCE_REPLAYED", "this nonce was already used by this app within the window"),
+    (
+        401,
+        "SIGNATURE_INVALID",
+        "the signature does not match (or a header is malformed)",
+    ),
+    (
+        401,
+        "SIGNATURE_EXPIRED",
+        "the timestamp is more than 300 s from the gateway's clock",
+    ),
+    (
+        401,
+        "NONCE_REPLAYED",
+        "this nonce was already used by this app within the window",
+    ),
     (401, "APP_UNKNOWN", "no such app key"),
-    (403, "IP_BLOCKED", "the caller's address is denied (or not allowed)"),
+    (
+        403,
+        "IP_BLOCKED",
+        "the caller's address is denied (or not allowed)",
+    ),
     (403, "APP_FORBIDDEN", "the app is not granted this API"),
     (403, "APP_DISABLED", "the app is disabled"),
-    (404, "API_NOT_FOUND", "no API at this method and path (or no such method= in the router style)"),
-    (413, "BODY_TOO_LARGE", "the body is over the limit (1 MiB unless the API sets another)"),
-    (429, "RATE_LIMITED", "a rate limit was hit; retry after Retry-After seconds"),
-    (503, "API_DEGRADED", "the API is switched off for now (some degraded APIs answer a fallback instead)"),
-    (503, "CIRCUIT_OPEN", "the backend is failing; calls are refused for a while (Retry-After)"),
+    (
+        404,
+        "API_NOT_FOUND",
+        "no API at this method and path (or no such method= in the router style)",
+    ),
+    (
+        413,
+        "BODY_TOO_LARGE",
+        "the body is over the limit (1 MiB unless the API sets another)",
+    ),
+    (
+        429,
+        "RATE_LIMITED",
+        "a rate limit was hit; retry after Retry-After seconds",
+    ),
+    (
+        503,
+        "API_DEGRADED",
+        "the API is switched off for now (some degraded APIs answer a fallback instead)",
+    ),
+    (
+        503,
+        "CIRCUIT_OPEN",
+        "the backend is failing; calls are refused for a while (Retry-After)",
+    ),
     (503, "BULKHEAD_FULL", "the API is at its concurrency limit"),
-    (503, "NO_HEALTHY_UPSTREAM", "no backend endpoint is available"),
+    (
+        503,
+        "NO_HEALTHY_UPSTREAM",
+        "no backend endpoint is available",
+    ),
     (502, "UPSTREAM_ERROR", "the backend failed"),
-    (504, "UPSTREAM_TIMEOUT", "the backend did not answer within the API's deadline"),
+    (
+        504,
+        "UPSTREAM_TIMEOUT",
+        "the backend did not answer within the API's deadline",
+    ),
 ];
 
 /// A gRPC backend's non-OK status as the gateway answers it (docs/PROTOCOL.md): status
@@ -107,9 +155,8 @@ pub fn document(
         Audience::Public => "your-app-key".to_owned(),
     };
     let described: Vec<Described> = apis.iter().filter_map(|a| builder.describe(a)).collect();
-    let root_for_examples = |schemas: &BTreeMap<String, Value>| {
-        json!({"components": {"schemas": schemas}})
-    };
+    let root_for_examples =
+        |schemas: &BTreeMap<String, Value>| json!({"components": {"schemas": schemas}});
     // Schemas are complete once every API is described; examples resolve against them.
     let mut components: BTreeMap<String, Value> = builder.schemas.into_components();
     for d in &described {
@@ -136,7 +183,10 @@ pub fn document(
             router_ids.push(d.api.id.clone());
             let mut body = router.clone();
             if let Some(obj) = body.as_object_mut() {
-                obj.insert("title".into(), json!(format!("{} (router style)", d.api.id)));
+                obj.insert(
+                    "title".into(),
+                    json!(format!("{} (router style)", d.api.id)),
+                );
             }
             router_bodies.push(body);
             if let Some(ex) = example(router, &root, None) {
@@ -177,7 +227,10 @@ pub fn document(
                     if limits.is_empty() {
                         String::new()
                     } else {
-                        format!(" The app's own rate limit, across all its calls: {}.", limits.join(", "))
+                        format!(
+                            " The app's own rate limit, across all its calls: {}.",
+                            limits.join(", ")
+                        )
                     }
                 ),
             )
@@ -192,7 +245,8 @@ pub fn document(
         |u| json!({"url": u, "description": "gateway sandbox listener (drafts and sandbox apps)"}),
     ));
     if server_list.is_empty() {
-        server_list.push(json!({"url": base_url, "description": "gateway (no live node registered now)"}));
+        server_list
+            .push(json!({"url": base_url, "description": "gateway (no live node registered now)"}));
     }
     let mut doc = json!({
         "openapi": "3.1.0",
@@ -338,7 +392,9 @@ impl Builder<'_> {
 
     fn describe(&mut self, api: &Arc<Api>) -> Option<Described> {
         match &api.backend {
-            BackendKind::Grpc { service, method, .. } => {
+            BackendKind::Grpc {
+                service, method, ..
+            } => {
                 let md = self.method(api)?;
                 // What the gateway runs: a binding it cannot plan is not served, so not shown.
                 MethodPlan::for_api(&md, api).ok()?;
@@ -373,7 +429,9 @@ impl Builder<'_> {
                         extra.push((name.clone(), rebase_refs(s, &name)));
                         json!({"$ref": format!("{COMPONENTS}{name}")})
                     }
-                    None => json!({"description": "The backend's answer (its owner has not described it)."}),
+                    None => {
+                        json!({"description": "The backend's answer (its owner has not described it)."})
+                    }
                 };
                 let operations = api
                     .bindings
@@ -390,7 +448,9 @@ impl Builder<'_> {
                     grpc: None,
                     operations,
                     router: router_ok.then(|| {
-                        request.clone().unwrap_or_else(|| json!({"description": "Passed on to the backend as it is."}))
+                        request.clone().unwrap_or_else(
+                            || json!({"description": "Passed on to the backend as it is."}),
+                        )
                     }),
                     router_reply: router_ok.then(|| reply.clone()),
                     extra_components: extra,
@@ -427,7 +487,12 @@ impl Builder<'_> {
                 }
                 _ => multi_segment(template, v),
             };
-            parameters.push(path_parameter(&v.field_path, schema, &value, leaf.map(|l| describe_kind(&l.leaf().kind()))));
+            parameters.push(path_parameter(
+                &v.field_path,
+                schema,
+                &value,
+                leaf.map(|l| describe_kind(&l.leaf().kind())),
+            ));
             path_examples.push((v.field_path.clone(), value));
         }
         parameters.extend(wildcards.iter().map(wildcard_parameter));
@@ -435,7 +500,11 @@ impl Builder<'_> {
             None | Some("") => (None, None, false),
             Some("*") => (Some(self.schemas.message(input)), None, true),
             Some(name) => match fieldpath::lookup(input, name, Syntax::Request) {
-                Some(fd) => (Some(self.schemas.field(&fd)), Some(fd.name().to_owned()), false),
+                Some(fd) => (
+                    Some(self.schemas.field(&fd)),
+                    Some(fd.name().to_owned()),
+                    false,
+                ),
                 None => (None, None, false),
             },
         };
@@ -502,12 +571,14 @@ fn http_operation(
         path_examples.push((v.field_path.clone(), value));
     }
     parameters.extend(wildcards.iter().map(wildcard_parameter));
-    let takes_body = matches!(binding.method.as_str(), "POST" | "PUT" | "PATCH")
-        || binding.body.is_some();
+    let takes_body =
+        matches!(binding.method.as_str(), "POST" | "PUT" | "PATCH") || binding.body.is_some();
     let body = match request {
         Some(schema) if takes_body || binding.body.is_some() => Some(schema),
         Some(_) => None,
-        None if takes_body => Some(json!({"description": "Any JSON the backend takes (its owner has not described it)."})),
+        None if takes_body => Some(
+            json!({"description": "Any JSON the backend takes (its owner has not described it)."}),
+        ),
         None => None,
     };
     let body_required = body.as_ref().is_some_and(|b| b.get("$ref").is_some());
@@ -554,7 +625,10 @@ fn is_single(template: &PathTemplate, v: &portico_control::template::Variable) -
 
 /// A multi-segment variable (`{name=shops/*/products/*}`, `{path=**}`): a pattern and an
 /// example that fits it (`shops/s1/products/p1`).
-fn multi_segment(template: &PathTemplate, v: &portico_control::template::Variable) -> (Value, String) {
+fn multi_segment(
+    template: &PathTemplate,
+    v: &portico_control::template::Variable,
+) -> (Value, String) {
     let segs = template.segments().get(v.start..v.end).unwrap_or(&[]);
     let mut pattern = Vec::new();
     let mut example = Vec::new();
@@ -616,7 +690,9 @@ fn describe_kind(kind: &Kind) -> String {
 }
 
 fn path_parameter(name: &str, schema: Value, example: &str, proto_type: Option<String>) -> Value {
-    let multi = schema.get("pattern").is_some_and(|p| p.as_str().is_some_and(|p| p.contains('/')));
+    let multi = schema
+        .get("pattern")
+        .is_some_and(|p| p.as_str().is_some_and(|p| p.contains('/')));
     let mut description = match &proto_type {
         Some(t) => format!("Path variable: field `{name}` ({t})."),
         None => format!("Path variable `{name}`."),
@@ -701,7 +777,11 @@ fn example_path(template: &PathTemplate, values: &[(String, String)]) -> String 
         out.push('/');
         if let Some(v) = template.variables().iter().find(|v| v.start == i) {
             let value = value_of(&v.field_path);
-            out.push_str(&if v.multi { encode_multi(&value) } else { encode_segment(&value) });
+            out.push_str(&if v.multi {
+                encode_multi(&value)
+            } else {
+                encode_segment(&value)
+            });
             i = v.end.max(i + 1);
             continue;
         }
@@ -766,7 +846,10 @@ impl Operation {
         }
         responses.insert(success_status.to_owned(), success);
         for (status, name) in error_statuses(signed, self.grpc) {
-            responses.insert(status.to_string(), json!({"$ref": format!("#/components/responses/{name}")}));
+            responses.insert(
+                status.to_string(),
+                json!({"$ref": format!("#/components/responses/{name}")}),
+            );
         }
 
         let policy = &api.policy;
@@ -805,12 +888,22 @@ impl Operation {
             let words: Vec<String> = policy
                 .rate_limits
                 .iter()
-                .map(|r| format!("{} per {} per {}", r.limit, per_word(r.per), r.key.parts().join("+")))
+                .map(|r| {
+                    format!(
+                        "{} per {} per {}",
+                        r.limit,
+                        per_word(r.per),
+                        r.key.parts().join("+")
+                    )
+                })
                 .collect();
             description.push_str(&format!(" Rate limits: {}.", words.join("; ")));
         }
         if self.binding > 0 {
-            description.push_str(&format!(" Another binding of the same API (binding {}).", self.binding));
+            description.push_str(&format!(
+                " Another binding of the same API (binding {}).",
+                self.binding
+            ));
         }
         let mut op = json!({
             "operationId": if self.binding == 0 { api.id.clone() } else { format!("{}.binding{}", api.id, self.binding) },
@@ -888,7 +981,11 @@ fn error_statuses(signed: bool, grpc: bool) -> Vec<(u16, &'static str)> {
     if grpc {
         out.extend([(500, "InternalError"), (501, "NotImplemented")]);
     }
-    out.extend([(502, "BadGateway"), (503, "ServiceUnavailable"), (504, "GatewayTimeout")]);
+    out.extend([
+        (502, "BadGateway"),
+        (503, "ServiceUnavailable"),
+        (504, "GatewayTimeout"),
+    ]);
     out
 }
 
@@ -921,11 +1018,17 @@ fn error_responses() -> Value {
             .map(|(c, _)| *c)
             .collect();
         grpc.dedup();
-        let mut lines: Vec<String> = gateway.iter().map(|(c, m)| format!("- `{c}`: {m}")).collect();
+        let mut lines: Vec<String> = gateway
+            .iter()
+            .map(|(c, m)| format!("- `{c}`: {m}"))
+            .collect();
         if !grpc.is_empty() {
             lines.push(format!(
                 "- from a gRPC backend: {} (the backend's message as `message`)",
-                grpc.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
+                grpc.iter()
+                    .map(|c| format!("`{c}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
         let mut codes: Vec<&str> = gateway.iter().map(|(c, _)| *c).collect();
@@ -1014,7 +1117,10 @@ fn router_operation(ids: &[String], bodies: Vec<Value>, examples: Map<String, Va
                "content": {"application/json": {"schema": {}}}}),
     );
     for (status, name) in error_statuses(true, true) {
-        statuses.insert(status.to_string(), json!({"$ref": format!("#/components/responses/{name}")}));
+        statuses.insert(
+            status.to_string(),
+            json!({"$ref": format!("#/components/responses/{name}")}),
+        );
     }
     json!({"post": {
         "operationId": "router",
@@ -1083,10 +1189,19 @@ mod tests {
         assert_eq!(ids, want);
         // Paths, parameters and examples of the tricky bindings.
         let get = &doc["paths"]["/grpc/v1/{name}"]["get"];
-        assert_eq!(get["x-portico-example"]["path"], "/grpc/v1/shops/s1/products/p1");
-        assert_eq!(get["parameters"][0]["schema"]["pattern"], "^shops/[^/]+/products/[^/]+$");
+        assert_eq!(
+            get["x-portico-example"]["path"],
+            "/grpc/v1/shops/s1/products/p1"
+        );
+        assert_eq!(
+            get["parameters"][0]["schema"]["pattern"],
+            "^shops/[^/]+/products/[^/]+$"
+        );
         let cancel = &doc["paths"]["/grpc/v1/orders/{order_id}:cancel"]["post"];
-        assert_eq!(cancel["x-portico-example"]["path"], "/grpc/v1/orders/42:cancel");
+        assert_eq!(
+            cancel["x-portico-example"]["path"],
+            "/grpc/v1/orders/42:cancel"
+        );
         let list = &doc["paths"]["/grpc/v1/orders"]["get"];
         let names: Vec<&str> = list["parameters"]
             .as_array()
@@ -1094,7 +1209,15 @@ mod tests {
             .iter()
             .filter_map(|p| p["name"].as_str())
             .collect();
-        for want in ["shop.id", "statuses", "filter.minTotalCents", "filter.createdAfter", "filter.minPrice.units", "includeCancelled", "ids"] {
+        for want in [
+            "shop.id",
+            "statuses",
+            "filter.minTotalCents",
+            "filter.createdAfter",
+            "filter.minPrice.units",
+            "includeCancelled",
+            "ids",
+        ] {
             assert!(names.contains(&want), "{want} missing from {names:?}");
         }
         let shop_list = &doc["paths"]["/grpc/v1/shops/{shop.id}/orders"]["get"];
@@ -1105,11 +1228,16 @@ mod tests {
             .filter(|p| p["in"] == "query")
             .filter_map(|p| p["name"].as_str())
             .collect();
-        assert!(names.contains(&"shop.name") && !names.contains(&"shop.id"), "{names:?}");
-        assert!(doc["paths"]["/router"]["post"]["parameters"][0]["schema"]["enum"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("grpc.order.get")));
+        assert!(
+            names.contains(&"shop.name") && !names.contains(&"shop.id"),
+            "{names:?}"
+        );
+        assert!(
+            doc["paths"]["/router"]["post"]["parameters"][0]["schema"]["enum"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("grpc.order.get"))
+        );
         let order = &doc["components"]["schemas"]["demo.order.v1.Order"]["properties"];
         assert_eq!(order["totalCents"]["type"], "string");
         assert_eq!(order["sequence"]["format"], "uint64");

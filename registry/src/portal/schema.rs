@@ -160,9 +160,12 @@ impl Schemas {
 fn map_key_names(key: &Kind) -> Option<Value> {
     match key {
         Kind::Bool => Some(json!({"enum": ["true", "false"]})),
-        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 | Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => {
-            Some(json!({"pattern": "^-?[0-9]+$"}))
-        }
+        Kind::Int32
+        | Kind::Sint32
+        | Kind::Sfixed32
+        | Kind::Int64
+        | Kind::Sint64
+        | Kind::Sfixed64 => Some(json!({"pattern": "^-?[0-9]+$"})),
         Kind::Uint32 | Kind::Fixed32 | Kind::Uint64 | Kind::Fixed64 => {
             Some(json!({"pattern": "^[0-9]+$"}))
         }
@@ -271,10 +274,7 @@ fn well_known(md: &MessageDescriptor) -> Option<Value> {
             json!({"type": "string"}),
             "Field paths in lowerCamelCase, separated by commas, e.g. \"item,shop.name\".",
         ),
-        "google.protobuf.Struct" => described(
-            json!({"type": "object"}),
-            "Any JSON object.",
-        ),
+        "google.protobuf.Struct" => described(json!({"type": "object"}), "Any JSON object."),
         "google.protobuf.Value" => described(json!({}), "Any JSON value."),
         "google.protobuf.ListValue" => described(json!({"type": "array"}), "Any JSON array."),
         "google.protobuf.Empty" => described(json!({"type": "object"}), "An empty object, {}."),
@@ -290,12 +290,14 @@ fn well_known(md: &MessageDescriptor) -> Option<Value> {
         "google.protobuf.DoubleValue" | "google.protobuf.FloatValue" => {
             described(scalar_schema(&Kind::Double), "A wrapped number.")
         }
-        "google.protobuf.Int64Value" => {
-            described(scalar_schema(&Kind::Int64), "A wrapped int64, as a decimal string.")
-        }
-        "google.protobuf.UInt64Value" => {
-            described(scalar_schema(&Kind::Uint64), "A wrapped uint64, as a decimal string.")
-        }
+        "google.protobuf.Int64Value" => described(
+            scalar_schema(&Kind::Int64),
+            "A wrapped int64, as a decimal string.",
+        ),
+        "google.protobuf.UInt64Value" => described(
+            scalar_schema(&Kind::Uint64),
+            "A wrapped uint64, as a decimal string.",
+        ),
         "google.protobuf.Int32Value" => described(scalar_schema(&Kind::Int32), "A wrapped int32."),
         "google.protobuf.UInt32Value" => {
             described(scalar_schema(&Kind::Uint32), "A wrapped uint32.")
@@ -401,7 +403,9 @@ fn walk_query(
         }
         let what = type_words(&fd);
         if fd.is_map() {
-            let Kind::Message(entry) = fd.kind() else { continue };
+            let Kind::Message(entry) = fd.kind() else {
+                continue;
+            };
             let Some(value) = text_schema(&entry.map_entry_value_field().kind()) else {
                 continue;
             };
@@ -415,7 +419,9 @@ fn walk_query(
             continue;
         }
         if fd.is_list() {
-            let Some(item) = text_schema(&fd.kind()) else { continue };
+            let Some(item) = text_schema(&fd.kind()) else {
+                continue;
+            };
             out.push(QueryParam {
                 description: format!("{what} Repeat the parameter for each value."),
                 name,
@@ -425,7 +431,9 @@ fn walk_query(
             });
             continue;
         }
-        let Some(schema) = text_schema(&fd.kind()) else { continue };
+        let Some(schema) = text_schema(&fd.kind()) else {
+            continue;
+        };
         out.push(QueryParam {
             description: what,
             name,

@@ -50,7 +50,10 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> ApiResult<&'h str> {
         ));
     };
     if values.next().is_some() {
-        return Err(unauthorized("SIGNATURE_INVALID", format!("{name} is sent more than once")));
+        return Err(unauthorized(
+            "SIGNATURE_INVALID",
+            format!("{name} is sent more than once"),
+        ));
     }
     value
         .to_str()
@@ -61,12 +64,7 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> ApiResult<&'h str> {
 
 /// Checks that `req` is signed by `app_key` with `app`'s secret (`app`: `None` when there is
 /// no such app). `now_ms`: the current time.
-pub fn check(
-    req: &Signed<'_>,
-    app_key: &str,
-    app: Option<&v1::App>,
-    now_ms: u64,
-) -> ApiResult<()> {
+pub fn check(req: &Signed<'_>, app_key: &str, app: Option<&v1::App>, now_ms: u64) -> ApiResult<()> {
     let key = header(req.headers, HEADER_APP_KEY)?;
     let timestamp = header(req.headers, HEADER_TIMESTAMP)?;
     let nonce = header(req.headers, HEADER_NONCE)?;
@@ -92,7 +90,9 @@ pub fn check(
             "X-Portico-Nonce must be 8-64 of A-Z a-z 0-9 _ -",
         ));
     }
-    let sts = string_to_sign(req.method, req.path, req.query, key, timestamp, nonce, req.body);
+    let sts = string_to_sign(
+        req.method, req.path, req.query, key, timestamp, nonce, req.body,
+    );
     let Some(app) = app.filter(|a| verify(a.secret.as_bytes(), &sts, signature)) else {
         return Err(unauthorized(
             "SIGNATURE_INVALID",
@@ -172,7 +172,13 @@ mod tests {
         let path = "/portal/apps/merchant-1/openapi.json";
         let now = 1_796_000_000_000;
         let check_with = |headers: &HeaderMap, app: Option<&v1::App>| {
-            let req = Signed { headers, method: "GET", path, query: None, body: b"" };
+            let req = Signed {
+                headers,
+                method: "GET",
+                path,
+                query: None,
+                body: b"",
+            };
             check(&req, "merchant-1", app, now).map_err(|e| e.code)
         };
         let active = app(v1::AppStatus::Active);
@@ -187,9 +193,18 @@ mod tests {
         // Another app's key, signed with its own secret, cannot read merchant-1's document.
         let other = signed_headers("merchant-2", "s3cr3t-value", path, now, "portal-nonce-4");
         assert_eq!(check_with(&other, Some(&active)), Err("SIGNATURE_INVALID"));
-        let old = signed_headers("merchant-1", "s3cr3t-value", path, now - 301_000, "portal-nonce-5");
+        let old = signed_headers(
+            "merchant-1",
+            "s3cr3t-value",
+            path,
+            now - 301_000,
+            "portal-nonce-5",
+        );
         assert_eq!(check_with(&old, Some(&active)), Err("SIGNATURE_EXPIRED"));
-        assert_eq!(check_with(&HeaderMap::new(), Some(&active)), Err("SIGNATURE_MISSING"));
+        assert_eq!(
+            check_with(&HeaderMap::new(), Some(&active)),
+            Err("SIGNATURE_MISSING")
+        );
         let disabled = app(v1::AppStatus::Disabled);
         let good6 = signed_headers("merchant-1", "s3cr3t-value", path, now, "portal-nonce-6");
         assert_eq!(check_with(&good6, Some(&disabled)), Err("APP_DISABLED"));

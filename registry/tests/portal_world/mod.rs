@@ -121,7 +121,11 @@ fn example_import(http_addr: &str, grpc_addr: &str) -> Value {
                 stack.push(path);
                 continue;
             }
-            let rel = path.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
+            let rel = path
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
             let bytes = std::fs::read(&path).unwrap();
             let entry = if rel.ends_with(".pb") {
                 use base64::Engine as _;
@@ -215,7 +219,8 @@ impl World {
                 .is_some_and(|v| {
                     v["nodes"].as_array().is_some_and(|n| {
                         n.iter().any(|n| {
-                            n["sandbox_addr"] == format!("127.0.0.1:{sandbox}") && n["in_sync"] == true
+                            n["sandbox_addr"] == format!("127.0.0.1:{sandbox}")
+                                && n["in_sync"] == true
                         })
                     })
                 })
