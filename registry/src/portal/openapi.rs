@@ -25,13 +25,17 @@ use std::sync::Arc;
 
 /// The gateway's own error codes (docs/PROTOCOL.md, "The error envelope"): status, code,
 /// meaning.
-pub const ERROR_CODES: [(u16, &str, &str); 18] = [
+pub const ERROR_CODES: [(u16, &str, &str); 21] = [
     (
         400,
         "BAD_REQUEST",
-        "unparseable JSON, a wrong field type, a bad path variable, a . or .. path segment",
+        "unparseable JSON, a wrong field type, a bad path variable, a . or .. path segment, a request over a limit",
     ),
-    (401, "SIGNATURE_MISSING", "a signature header is missing"),
+    (
+        401,
+        "SIGNATURE_MISSING",
+        "a signature header is missing",
+    ),
     (
         401,
         "SIGNATURE_INVALID",
@@ -47,14 +51,26 @@ pub const ERROR_CODES: [(u16, &str, &str); 18] = [
         "NONCE_REPLAYED",
         "this nonce was already used by this app within the window",
     ),
-    (401, "APP_UNKNOWN", "no such app key"),
+    (
+        401,
+        "APP_UNKNOWN",
+        "no such app key",
+    ),
     (
         403,
         "IP_BLOCKED",
         "the caller's address is denied (or not allowed)",
     ),
-    (403, "APP_FORBIDDEN", "the app is not granted this API"),
-    (403, "APP_DISABLED", "the app is disabled"),
+    (
+        403,
+        "APP_FORBIDDEN",
+        "the app is not granted this API",
+    ),
+    (
+        403,
+        "APP_DISABLED",
+        "the app is disabled",
+    ),
     (
         404,
         "API_NOT_FOUND",
@@ -64,6 +80,11 @@ pub const ERROR_CODES: [(u16, &str, &str); 18] = [
         413,
         "BODY_TOO_LARGE",
         "the body is over the limit (1 MiB unless the API sets another)",
+    ),
+    (
+        414,
+        "URI_TOO_LONG",
+        "the request target (path and query) is over 8 KiB",
     ),
     (
         429,
@@ -80,13 +101,31 @@ pub const ERROR_CODES: [(u16, &str, &str); 18] = [
         "CIRCUIT_OPEN",
         "the backend is failing; calls are refused for a while (Retry-After)",
     ),
-    (503, "BULKHEAD_FULL", "the API is at its concurrency limit"),
+    (
+        503,
+        "BULKHEAD_FULL",
+        "the API is at its concurrency limit",
+    ),
     (
         503,
         "NO_HEALTHY_UPSTREAM",
-        "no backend endpoint is available",
+        "no backend endpoint is available (all are down or taken out by health checks)",
     ),
-    (502, "UPSTREAM_ERROR", "the backend failed"),
+    (
+        503,
+        "BACKEND_LOADING",
+        "the backend was asleep and is starting; retry after Retry-After seconds",
+    ),
+    (
+        503,
+        "CONNECTION_LIMIT",
+        "the gateway is at its connection limit; the connection is closed, retry after Retry-After",
+    ),
+    (
+        502,
+        "UPSTREAM_ERROR",
+        "the backend failed",
+    ),
     (
         504,
         "UPSTREAM_TIMEOUT",
@@ -977,7 +1016,11 @@ fn error_statuses(signed: bool, grpc: bool) -> Vec<(u16, &'static str)> {
     if grpc {
         out.push((409, "Conflict"));
     }
-    out.extend([(413, "PayloadTooLarge"), (429, "TooManyRequests")]);
+    out.extend([
+        (413, "PayloadTooLarge"),
+        (414, "UriTooLong"),
+        (429, "TooManyRequests"),
+    ]);
     if grpc {
         out.extend([(500, "InternalError"), (501, "NotImplemented")]);
     }
@@ -991,13 +1034,14 @@ fn error_statuses(signed: bool, grpc: bool) -> Vec<(u16, &'static str)> {
 
 /// The shared error responses: per status, the envelope with the codes it can carry.
 fn error_responses() -> Value {
-    let names: [(u16, &str); 12] = [
+    let names: [(u16, &str); 13] = [
         (400, "BadRequest"),
         (401, "Unauthorized"),
         (403, "Forbidden"),
         (404, "NotFound"),
         (409, "Conflict"),
         (413, "PayloadTooLarge"),
+        (414, "UriTooLong"),
         (429, "TooManyRequests"),
         (500, "InternalError"),
         (501, "NotImplemented"),
@@ -1148,6 +1192,68 @@ fn router_operation(ids: &[String], bodies: Vec<Value>, examples: Map<String, Va
 
 #[cfg(test)]
 mod tests {
+
+    /// The rows `| ... |` of the table under `heading` in docs/PROTOCOL.md, split in cells.
+    fn protocol_table(heading: &str) -> Vec<Vec<String>> {
+        let doc = include_str!("../../../docs/PROTOCOL.md");
+        let start = doc
+            .find(heading)
+            .expect("the heading is in docs/PROTOCOL.md");
+        doc[start..]
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .skip(2)
+            .map(|l| {
+                l.trim_matches('|')
+                    .split(" | ")
+                    .map(|c| c.trim().to_owned())
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn error_codes_are_those_of_the_protocol() {
+        let mut documented: Vec<(u16, String)> = protocol_table("### The error envelope")
+            .iter()
+            .map(|r| (r[0].parse().unwrap(), r[1].trim_matches('`').to_owned()))
+            .collect();
+        let mut ours: Vec<(u16, String)> = ERROR_CODES
+            .iter()
+            .map(|(s, c, _)| (*s, (*c).to_owned()))
+            .collect();
+        documented.sort();
+        ours.sort();
+        assert_eq!(
+            ours, documented,
+            "ERROR_CODES and docs/PROTOCOL.md's envelope table differ"
+        );
+
+        let table = protocol_table("| gRPC status | HTTP |");
+        let mut listed = 0;
+        for row in &table {
+            let status: u16 = row[1].parse().unwrap();
+            for code in row[0].split(", ").filter(|c| c.starts_with('`')) {
+                let code = code.trim_matches('`');
+                listed += 1;
+                assert!(
+                    GRPC_CODES.contains(&(code, status)),
+                    "{code} → {status} of docs/PROTOCOL.md is not in GRPC_CODES"
+                );
+            }
+        }
+        assert!(
+            listed >= 9,
+            "only {listed} gRPC codes read from docs/PROTOCOL.md"
+        );
+        // Every shared error response an operation can name exists.
+        let responses = error_responses();
+        for (status, name) in error_statuses(true, true) {
+            assert!(responses.get(name).is_some(), "{status} {name}");
+        }
+    }
+
     use super::*;
     use portico_control::source::dir::read_tree;
 
