@@ -492,3 +492,158 @@ pub fn text_schema(kind: &Kind) -> Option<Value> {
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The schemas against the gateway's own transcoder: an example made from a message's
+    //! schema is accepted by `MethodPlan::request` as the gateway runs it, and what
+    //! `MethodPlan::response` writes for a fully populated message validates against it.
+    use super::*;
+    use crate::portal::example::example;
+    use portico_grpc_dynamic::{BindingSpec, MethodPlan};
+    use prost_reflect::DescriptorPool;
+
+    const PROTO: &str = r#"
+syntax = "proto3";
+package t.v1;
+import "google/protobuf/any.proto";
+import "google/protobuf/duration.proto";
+import "google/protobuf/empty.proto";
+import "google/protobuf/field_mask.proto";
+import "google/protobuf/struct.proto";
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+
+enum Color { COLOR_UNSPECIFIED = 0; COLOR_RED = 1; }
+message Inner { string name = 1; int64 count = 2; Color color = 3; }
+message All {
+  int32 i32 = 1; int64 i64 = 2; uint64 u64 = 3; sint64 s64 = 4; fixed64 f64 = 5;
+  uint32 u32 = 6; double d = 7; float f = 8; bool b = 9; string s = 10; bytes raw = 11;
+  Color color = 12; Inner inner = 13; repeated Inner inners = 14; repeated int64 many = 15;
+  map<int32, string> by_number = 16; map<string, Inner> by_name = 17;
+  oneof choice { string text = 18; Inner nested = 19; }
+  google.protobuf.Timestamp at = 20; google.protobuf.Duration took = 21;
+  google.protobuf.FieldMask mask = 22; google.protobuf.Struct meta = 23;
+  google.protobuf.Value any_value = 24; google.protobuf.ListValue list = 25;
+  google.protobuf.Any anything = 26; google.protobuf.Empty nothing = 27;
+  google.protobuf.Int64Value wrapped64 = 28; google.protobuf.UInt32Value wrapped_u32 = 29;
+  google.protobuf.BytesValue wrapped_bytes = 30; google.protobuf.DoubleValue wrapped_d = 31;
+  All recursive = 32; repeated Color colors = 33; map<uint64, Color> by_big = 34;
+}
+service S { rpc Call(All) returns (All); }
+"#;
+
+    fn pool() -> DescriptorPool {
+        let files = BTreeMap::from([("t.proto".to_owned(), PROTO.to_owned())]);
+        let bytes = crate::protos::compile_sources(&files).unwrap();
+        DescriptorPool::decode(bytes.as_slice()).unwrap()
+    }
+
+    fn validator(root: &Value, name: &str) -> jsonschema::Validator {
+        let rooted = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$ref": format!("{COMPONENTS}{name}"),
+            "components": root["components"],
+        });
+        jsonschema::options()
+            .should_validate_formats(true)
+            .build(&rooted)
+            .unwrap()
+    }
+
+    #[test]
+    fn schemas_match_the_gateways_proto3_json() {
+        let pool = pool();
+        let all = pool.get_message_by_name("t.v1.All").unwrap();
+        let mut schemas = Schemas::default();
+        let top = schemas.message(&all);
+        let root = json!({"components": {"schemas": schemas.into_components()}});
+        let props = &root["components"]["schemas"]["t.v1.All"]["properties"];
+        assert_eq!(props["i64"]["type"], "string");
+        assert_eq!(props["u64"]["format"], "uint64");
+        assert_eq!(props["raw"]["contentEncoding"], "base64");
+        assert_eq!(props["color"]["$ref"], "#/components/schemas/t.v1.Color");
+        assert_eq!(
+            root["components"]["schemas"]["t.v1.Color"]["enum"],
+            json!(["COLOR_UNSPECIFIED", "COLOR_RED"])
+        );
+        assert_eq!(
+            props["at"]["$ref"],
+            "#/components/schemas/google.protobuf.Timestamp"
+        );
+        assert_eq!(
+            root["components"]["schemas"]["google.protobuf.Timestamp"]["format"],
+            "date-time"
+        );
+        assert_eq!(props["byNumber"]["type"], "object");
+        assert_eq!(props["many"]["items"]["type"], "string");
+        assert_eq!(props["recursive"]["$ref"], "#/components/schemas/t.v1.All");
+
+        // An example from the schema is a request the gateway accepts.
+        let ex = example(&top, &root, None).unwrap();
+        let service = pool.get_service_by_name("t.v1.S").unwrap();
+        let method = service.methods().next().unwrap();
+        let plan = MethodPlan::new(
+            &method,
+            &[BindingSpec {
+                body: Some("*".into()),
+                response_body: None,
+            }],
+        )
+        .unwrap();
+        let body = serde_json::to_vec(&ex).unwrap();
+        let msg = plan
+            .request(Some(0), &[], None, &body)
+            .unwrap_or_else(|e| panic!("the gateway refuses the example {ex}: {e}"));
+
+        // A fully populated answer, as the gateway writes it, fits the schema.
+        let full = json!({
+            "i32": -5, "i64": "-9007199254740993", "u64": "18446744073709551615", "s64": "-1",
+            "f64": "7", "u32": 4294967295u32, "d": "NaN", "f": 1.5, "b": true, "s": "x",
+            "raw": "AAEC/w==", "color": "COLOR_RED", "inner": {"name": "n", "count": "3", "color": 1},
+            "inners": [{"name": "a"}], "many": ["1", "2"], "byNumber": {"7": "seven"},
+            "byName": {"k": {"count": "1"}}, "nested": {"name": "one-of"},
+            "at": "2026-01-02T03:04:05.123Z", "took": "-1.5s", "mask": "a,inner.name",
+            "meta": {"k": [1, "two", null]}, "anyValue": [true], "list": [1, {}],
+            "anything": {"@type": "type.googleapis.com/t.v1.Inner", "name": "in-any"},
+            "nothing": {}, "wrapped64": "12", "wrappedU32": 3, "wrappedBytes": "AQ==",
+            "wrappedD": -0.5, "recursive": {"i32": 1, "recursive": {"s": "deep"}},
+            "colors": ["COLOR_RED", "COLOR_UNSPECIFIED"], "byBig": {"18446744073709551615": "COLOR_RED"}
+        });
+        let parsed = plan
+            .request(Some(0), &[], None, &serde_json::to_vec(&full).unwrap())
+            .unwrap_or_else(|e| panic!("the gateway refuses {full}: {e}"));
+        let written: Value =
+            serde_json::from_slice(&plan.response(Some(0), &parsed).unwrap()).unwrap();
+        let v = validator(&root, "t.v1.All");
+        let errors: Vec<String> = v
+            .iter_errors(&written)
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "{written} does not fit the schema: {errors:?}"
+        );
+        let written_ex: Value =
+            serde_json::from_slice(&plan.response(Some(0), &msg).unwrap()).unwrap();
+        assert!(v.is_valid(&written_ex), "{written_ex}");
+        // Two members of a oneof, an unknown enum name: refused by the schema. The gateway
+        // refuses the first; the second it drops, as it drops unknown fields (proto3 JSON's
+        // "ignore unknown"), so the schema names what has an effect.
+        let mut two = full.clone();
+        two["text"] = json!("also");
+        assert!(!v.is_valid(&two), "two oneof members pass the schema");
+        assert!(plan
+            .request(Some(0), &[], None, &serde_json::to_vec(&two).unwrap())
+            .is_err());
+        let mut bad_enum = written.clone();
+        bad_enum["color"] = json!("COLOR_BLUE");
+        assert!(!v.is_valid(&bad_enum));
+        let dropped = plan
+            .request(Some(0), &[], None, &serde_json::to_vec(&bad_enum).unwrap())
+            .unwrap();
+        let back: Value =
+            serde_json::from_slice(&plan.response(Some(0), &dropped).unwrap()).unwrap();
+        assert!(back.get("color").is_none(), "{back}");
+    }
+}
