@@ -16,7 +16,8 @@
 // and answer schemas, example, router style) → the Python snippet copied to the clipboard
 // (and run by the test: it signs and gets 200 from the gateway) → "try it" signed in the
 // browser and forwarded to the sandbox listener answers 200 → the signing page computes the
-// worked examples' signatures → the errors page → "My app" shows only that app's APIs.
+// worked examples' signatures, with WebCrypto and (on a non-secure origin) with the built-in
+// fallback → the errors page → "My app" shows only that app's APIs.
 // Progress goes to stdout; the copied snippet is printed between SNIPPET-BEGIN/END lines; any
 // failure exits 1 after a FAILED-*.png screenshot.
 
@@ -51,7 +52,8 @@ const check = (ok, msg) => {
 const browser = await chromium.launch({
   executablePath: CHROMIUM,
   headless: true,
-  args: ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"],
+  // portal.test is 127.0.0.1 too, but not a secure context: no crypto.subtle there.
+  args: ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--host-resolver-rules=MAP portal.test 127.0.0.1"],
 });
 const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
 await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: BASE });
@@ -136,6 +138,21 @@ try {
   check(checks.length === 2 && checks.every((c) => c === "match"), `signing vectors: ${checks.join(", ")}`);
   log("signing guide: both worked examples match");
   await shot("portal-signing");
+  // The same where the page is no secure context (plain HTTP to another host than
+  // localhost): the built-in SHA-256 / HMAC sign instead of WebCrypto.
+  {
+    const insecure = await browser.newContext();
+    const p2 = await insecure.newPage();
+    p2.setDefaultTimeout(30_000);
+    await p2.goto(`${BASE.replace("127.0.0.1", "portal.test")}/portal/#/signing`);
+    await p2.waitForSelector('[data-vector="2"] [data-check]');
+    const impl = await p2.getAttribute("[data-impl]", "data-impl");
+    check(impl === "builtin", `portal.test signs with ${impl}, not the built-in fallback`);
+    const plain = await p2.$$eval("[data-check]", (els) => els.map((e) => e.getAttribute("data-check")));
+    check(plain.length === 2 && plain.every((c) => c === "match"), `built-in signing: ${plain.join(", ")}`);
+    await insecure.close();
+    log("signing guide without WebCrypto (built-in SHA-256): both worked examples match");
+  }
 
   // 7. The error codes.
   await page.click("nav >> text=Errors");

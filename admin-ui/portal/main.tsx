@@ -565,7 +565,9 @@ function Signing() {
               Canonical query: <code>{canonicalQuery(v.query)}</code>
             </p>
           ) : null}
-          <p class="sub">String-to-sign, computed by this page:</p>
+          <p class="sub" data-impl={webCrypto ? "webcrypto" : "builtin"}>
+            String-to-sign, computed by this page ({webCrypto ? "WebCrypto" : "built-in SHA-256: this page is not a secure context"}):
+          </p>
           <pre class="code">{computed[i]?.sts ?? "…"}</pre>
           <p>
             Signature: <code>{v.signature}</code>{" "}

@@ -55,6 +55,12 @@ impl PublicDocument {
             serde_json::to_vec(&doc)
                 .map_err(|e| ApiError::internal(format!("encoding the OpenAPI document: {e}")))?,
         );
+        tracing::info!(
+            digest = %live.snapshot.version.digest,
+            apis = apis.len(),
+            bytes = body.len(),
+            "portal: public OpenAPI document built"
+        );
         *slot = Some(Entry {
             checked: Instant::now(),
             key,

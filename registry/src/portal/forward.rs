@@ -179,6 +179,16 @@ pub async fn forward(state: &Shared, request_id: &str, req: TryRequest) -> ApiRe
         ))
     })?;
     let latency_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
+    tracing::info!(
+        request_id,
+        node = %node.node_id,
+        method = %req.method,
+        path = %req.path,
+        app_key = req.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(HEADER_APP_KEY)).map(|(_, v)| v.as_str()).unwrap_or(""),
+        status,
+        latency_ms,
+        "portal try-it forwarded to the sandbox"
+    );
     let cut = bytes.len().min(MAX_SHOWN_BODY);
     let (text, encoding) = match std::str::from_utf8(&bytes[..cut]) {
         Ok(s) => (s.to_owned(), "utf-8"),
