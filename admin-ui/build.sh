@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the console into admin-ui/dist (served by portico-registry at /). Idempotent and
+# Builds the console into admin-ui/dist (served by portico-registry at /) and the merchants'
+# developer portal into admin-ui/dist/portal (served at /portal/). Idempotent and
 # quick when nothing changed:
 #   - `npm ci` only when node_modules does not match package-lock.json (a hash of the lock
 #     file is kept in node_modules/.portico-lock.sha256 after a successful install);
@@ -25,7 +26,7 @@ else
 fi
 
 if [ "$force" = 1 ] || [ ! -f dist/index.html ] ||
-    [ -n "$(find src public index.html vite.config.ts tsconfig.json package-lock.json -newer dist/index.html -print -quit 2>/dev/null)" ]; then
+    [ -n "$(find src portal public index.html vite.config.ts tsconfig.json package-lock.json -newer dist/index.html -print -quit 2>/dev/null)" ]; then
     echo "==> admin-ui: npm run build" >&2
     npm run build --silent
 else

@@ -341,3 +341,22 @@ ensure_schemathesis() {
     fi
     echo "$venv/bin/st"
 }
+
+# openapi-spec-validator (PyPI), which checks the developer portal's generated OpenAPI 3.1
+# documents in registry/tests/portal.rs, pinned; installed into the same venv.
+OPENAPI_VALIDATOR_VERSION="0.9.0"
+
+# ensure_openapi_validator: openapi-spec-validator $OPENAPI_VALIDATOR_VERSION in the venv of
+# ensure_schemathesis (made first if need be); reused when present. Prints the venv's python.
+ensure_openapi_validator() {
+    ensure_schemathesis >/dev/null || return 1
+    local py="$SCHEMATHESIS_VENV/bin/python" have=""
+    have="$("$py" -c 'import importlib.metadata as m; print(m.version("openapi-spec-validator"))' 2>/dev/null || true)"
+    if [ "$have" != "$OPENAPI_VALIDATOR_VERSION" ]; then
+        log "installing openapi-spec-validator==$OPENAPI_VALIDATOR_VERSION into $SCHEMATHESIS_VENV"
+        "$py" -m pip install --quiet --disable-pip-version-check \
+            "openapi-spec-validator==$OPENAPI_VALIDATOR_VERSION" >&2 ||
+            die "pip install openapi-spec-validator==$OPENAPI_VALIDATOR_VERSION failed"
+    fi
+    echo "$py"
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Portico's test run (what CI runs, through .ci/run):
 #   1. installs what the tests need and is missing (Debian packages, as root or via sudo;
-#      schemathesis, pinned, from PyPI into the venv .run/venv, reused when present);
+#      schemathesis and openapi-spec-validator, pinned, from PyPI into the venv .run/venv,
+#      reused when present);
 #   2. checks the signing vectors of ops/sign.py and that docs/PROTOCOL.md's worked examples
 #      and Python snippet agree with them (ops/check_docs.py); builds the console
 #      (admin-ui/build.sh: npm ci when needed, then the type check and vite build);
@@ -73,6 +74,15 @@ if st="$(ensure_schemathesis)"; then
     export PORTICO_SCHEMATHESIS="$st"
 else
     warn "schemathesis could not be installed: registry/tests/schemathesis.rs will fail"
+fi
+# --- the developer portal's OpenAPI documents: openapi-spec-validator (PyPI, pinned) ------
+# registry/tests/portal.rs validates them with it and fails, saying how to install it; its
+# curl snippet signs with openssl.
+ensure_packages openssl
+if py="$(ensure_openapi_validator)"; then
+    export PORTICO_OPENAPI_PYTHON="$py"
+else
+    warn "openapi-spec-validator could not be installed: registry/tests/portal.rs will fail"
 fi
 # ------------------------------------------------------------------------------------------
 export PORTICO_ZK_BIN="$ZK_BIN"

@@ -70,7 +70,8 @@ if [ "$build" = 1 ]; then
 fi
 [ -x "$bindir/portico-demo-backend" ] || die "$bindir/portico-demo-backend is missing (build failed?)"
 
-# --- the console (admin-ui/, served by the registry at /) ------------------------------
+# --- the console (admin-ui/, served by the registry at /) and the developer portal -------
+# (admin-ui/portal/, a second entry of the same build, served at /portal/).
 # npm ci only when node_modules is not the lock file's; the build only when a source changed.
 if [ "$build" = 1 ]; then
     command -v npm >/dev/null 2>&1 || ensure_packages nodejs npm
@@ -284,6 +285,7 @@ Portico is up ($profile build, $mode mode$( [ "$cluster" = 1 ] && echo ", cluste
   admin          $admin_url   (/metrics /healthz /readyz /status)
   registry       ${registry_url:-not running (standalone mode)}
   console        ${registry_url:+$registry_url/   (sign in with the token in $RUN/admin-token)}
+  portal         ${registry_url:+$registry_url/portal/   (merchants: API catalogue, code, try it; no token)}
   ZooKeeper      $zk_hosts   $( [ "$mode" = zk ] && echo "(locked; credentials in $zk_auth/, zkCli as the operator: ./ops/zkcli.sh)")
   demo backend   http://$demo_http   (gRPC $demo_grpc)
   config         $( [ "$mode" = zk ] && echo "ZooKeeper $zk_hosts/portico (change it with the console or ./target/$profile/portico; snapshot in $RUN/snapshot)" || echo "$RUN/config (edit a file there; the gateway reloads it)")

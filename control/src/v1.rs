@@ -21,6 +21,15 @@ pub struct ApiDefinition {
     pub policy: Policy,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// For an HTTP-backed API: a JSON Schema (2020-12) of the request body, shown to
+    /// merchants by the registry's portal (docs/OPERATIONS.md, "The merchants' portal"). The
+    /// gateway does not enforce it. Only local `$ref`s (`#/$defs/...`); no `$id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_schema: Option<serde_json::Value>,
+    /// For an HTTP-backed API: a JSON Schema (2020-12) of the successful answer's body, as
+    /// `request_schema`. gRPC-backed APIs take both from their descriptor instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_schema: Option<serde_json::Value>,
 }
 
 /// The HTTP mapping of an API, shaped like `google.api.HttpRule`.

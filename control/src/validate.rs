@@ -327,6 +327,19 @@ impl<'p> Builder<'p> {
         let backend = self.check_backend(be, &bindings)?;
 
         check_policy(&def.policy)?;
+        for (field, schema) in [
+            ("request_schema", &def.request_schema),
+            ("response_schema", &def.response_schema),
+        ] {
+            if let Some(schema) = schema {
+                if matches!(backend, BackendKind::Grpc { .. }) {
+                    return Err(format!(
+                        "{field}: only for HTTP backends (a gRPC API's schemas come from its descriptor)"
+                    ));
+                }
+                check_schema(schema).map_err(|e| format!("{field}{e}"))?;
+            }
+        }
 
         Ok(Api {
             id: def.id.clone(),
@@ -747,6 +760,59 @@ pub fn hot_policy(p: &v1::Policy) -> Result<Option<HotPolicy>, String> {
         hot_keys,
         read_only: p.read_only,
     }))
+}
+
+/// The deepest nesting of an API's `request_schema` / `response_schema`.
+pub const MAX_SCHEMA_DEPTH: usize = 32;
+
+/// An API's optional JSON Schema (`request_schema`, `response_schema`): a JSON object whose
+/// `$ref`s are local (`#`, `#/$defs/...`: the portal embeds the schema in its OpenAPI
+/// document and rewrites them), with no `$id` (which would change what they resolve
+/// against), nested at most [`MAX_SCHEMA_DEPTH`] deep. The error starts with the JSON path
+/// of the fault (`.properties.qty.$ref: ...`), or `: ` for the schema itself.
+fn check_schema(schema: &serde_json::Value) -> Result<(), String> {
+    if !schema.is_object() {
+        return Err(": must be a JSON object (a JSON Schema)".to_owned());
+    }
+    fn walk(v: &serde_json::Value, at: &str, depth: usize) -> Result<(), String> {
+        if depth > MAX_SCHEMA_DEPTH {
+            return Err(format!(
+                "{at}: nested deeper than {MAX_SCHEMA_DEPTH} levels"
+            ));
+        }
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, child) in map {
+                    let here = format!("{at}.{k}");
+                    match k.as_str() {
+                        "$ref" | "$dynamicRef" => match child.as_str() {
+                            Some(r) if r.starts_with('#') => {}
+                            _ => {
+                                return Err(format!(
+                                    "{here}: only local references (\"#/$defs/...\") are allowed"
+                                ))
+                            }
+                        },
+                        "$id" => {
+                            return Err(format!(
+                                "{here}: not allowed (the schema is embedded in the portal's OpenAPI document)"
+                            ))
+                        }
+                        _ => walk(child, &here, depth + 1)?,
+                    }
+                }
+                Ok(())
+            }
+            serde_json::Value::Array(items) => {
+                for (i, child) in items.iter().enumerate() {
+                    walk(child, &format!("{at}[{i}]"), depth + 1)?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+    walk(schema, "", 0)
 }
 
 fn check_rate_key(k: &v1::RateKey) -> Result<(), String> {
@@ -1497,6 +1563,61 @@ mod tests {
             t.put("apis/x", d);
             assert!(reason(&t.build(None), "apis/x").starts_with("id:"));
         }
+    }
+
+    #[test]
+    fn optional_json_schemas() {
+        let mut v = http_api("web.get", "GET", "/v1/a");
+        v["request_schema"] = json!({"type": "object", "required": ["a"],
+            "properties": {"a": {"$ref": "#/$defs/A"}}, "$defs": {"A": {"type": "string"}}});
+        v["response_schema"] = json!({"type": "array", "items": {"type": "integer"}});
+        let s = T::new().api(v.clone()).build(None);
+        assert!(s.rejected.is_empty(), "{:?}", s.rejected);
+        let def = &s.apis["web.get"].definition;
+        assert_eq!(
+            def.request_schema.as_ref().unwrap()["required"],
+            json!(["a"])
+        );
+        // Without them, a v1 document is unchanged.
+        let plain = T::new().api(http_api("web.b", "GET", "/v1/b")).build(None);
+        let def = &plain.apis["web.b"].definition;
+        assert!(def.request_schema.is_none() && def.response_schema.is_none());
+        assert!(!serde_json::to_string(def).unwrap().contains("schema"));
+
+        let refused = |field: &str, schema: serde_json::Value| {
+            let mut v = http_api("web.get", "GET", "/v1/a");
+            v[field] = schema;
+            let s = T::new().api(v).build(None);
+            reason(&s, "apis/web.get")
+        };
+        assert_eq!(
+            refused("request_schema", json!("string")),
+            "request_schema: must be a JSON object (a JSON Schema)"
+        );
+        assert!(refused("response_schema", json!([1])).starts_with("response_schema: must be"));
+        let r = refused(
+            "request_schema",
+            json!({"properties": {"a": {"$ref": "https://example.com/a.json"}}}),
+        );
+        assert!(
+            r.starts_with("request_schema.properties.a.$ref: only local"),
+            "{r}"
+        );
+        let r = refused("response_schema", json!({"allOf": [{"$id": "x"}]}));
+        assert!(
+            r.starts_with("response_schema.allOf[0].$id: not allowed"),
+            "{r}"
+        );
+        let mut deep = json!({"type": "string"});
+        for _ in 0..40 {
+            deep = json!({"items": deep});
+        }
+        assert!(refused("request_schema", deep).contains("nested deeper than 32"));
+        let r = api_reason(|v| v["response_schema"] = json!({"type": "object"}));
+        assert!(
+            r.starts_with("response_schema: only for HTTP backends"),
+            "{r}"
+        );
     }
 
     #[test]

@@ -78,6 +78,8 @@ pub fn api_with(
         auth,
         policy: policy.clone(),
         description: None,
+        request_schema: None,
+        response_schema: None,
     };
     Api {
         id: id.to_owned(),

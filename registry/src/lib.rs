@@ -7,6 +7,8 @@
 //! - [`server`]: the router, the request middleware (request id, bearer auth, error envelope)
 //!   and start-up;
 //! - [`api`]: the routes, one module per resource; [`openapi`]: the OpenAPI document of them;
+//! - [`portal`]: the merchants' developer portal (public, under `/portal`: OpenAPI documents,
+//!   the pages, "try it" against the sandbox);
 //! - [`health`] (per-API health from the gateways' metrics), [`sandbox_call`] (the console's
 //!   "try it"), [`protos`] (proto compilation, descriptor analysis, reflection, drafts):
 //!   the logic behind some routes;
@@ -27,6 +29,7 @@ pub mod error;
 pub mod health;
 pub mod input;
 pub mod openapi;
+pub mod portal;
 pub mod protos;
 pub mod route;
 pub mod sandbox_call;

@@ -32,6 +32,14 @@ struct Args {
     /// The built console served at `/` (default: `admin-ui/dist` of the checkout).
     #[arg(long, env = "PORTICO_CONSOLE_DIR")]
     console_dir: Option<PathBuf>,
+    /// The live gateway's public base URL shown to merchants by the developer portal
+    /// (`/portal/`), e.g. `https://api.example.com` (default: each live node's listener).
+    #[arg(long, env = "PORTICO_PORTAL_GATEWAY_URL")]
+    portal_gateway_url: Option<String>,
+    /// The sandbox listener's public base URL shown by the portal, e.g.
+    /// `https://sandbox.api.example.com` (default: each live node's sandbox listener).
+    #[arg(long, env = "PORTICO_PORTAL_SANDBOX_URL")]
+    portal_sandbox_url: Option<String>,
 }
 
 fn token(args: &Args) -> anyhow::Result<Option<String>> {
@@ -99,6 +107,18 @@ async fn run() -> anyhow::Result<()> {
         Some(dir) => tracing::info!(dir = %dir.display(), "console served at /"),
         None => tracing::warn!("console not built: run ./ops/up.sh (or admin-ui/build.sh)"),
     }
+    let public_url = |flag: &str, v: &Option<String>| -> anyhow::Result<Option<String>> {
+        v.as_deref()
+            .map(portico_registry::portal::catalog::check_public_url)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
+    };
+    portico_registry::portal::catalog::set_public_urls(
+        portico_registry::portal::catalog::PublicUrls {
+            gateway: public_url("portal-gateway-url", &args.portal_gateway_url)?,
+            sandbox: public_url("portal-sandbox-url", &args.portal_sandbox_url)?,
+        },
+    );
     let zk_auth = portico_control::zk::ZkAuth::from_file_or_env(args.zk_auth_file.as_deref())
         .map_err(|e| anyhow::anyhow!("ZooKeeper credentials: {e}"))?;
     match &zk_auth {

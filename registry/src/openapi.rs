@@ -354,7 +354,9 @@ fn document_schemas() -> Value {
             "http": {"type": "object", "properties": {"path": {"type": "string"}}}}},
         "auth": {"type": "string", "enum": ["signature", "none"], "default": "signature"},
         "policy": {"$ref": "#/components/schemas/Policy"},
-        "description": {"type": "string"}}},
+        "description": {"type": "string"},
+        "request_schema": {"type": "object", "description": "HTTP-backed APIs only: a JSON Schema of the request body shown by the developer portal (docs/OPERATIONS.md, \"The configuration tree\"); local $refs only, no $id"},
+        "response_schema": {"type": "object", "description": "HTTP-backed APIs only: a JSON Schema of the successful answer's body, as request_schema"}}},
     "Cluster": {"type": "object", "required": ["protocol", "endpoints"], "properties": {
         "protocol": {"type": "string", "enum": ["http", "grpc"]},
         "endpoints": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["addr"], "properties": {

@@ -429,6 +429,8 @@ pub fn draft_for(
             auth: options.auth.unwrap_or_default(),
             policy: v1::Policy::default(),
             description: Some(format!("{}.{}", rule.service, rule.method)),
+            request_schema: None,
+            response_schema: None,
         },
     }
 }

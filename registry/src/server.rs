@@ -50,6 +50,8 @@ pub fn router(state: Shared) -> Router {
     };
     Router::new()
         .nest("/api/v1", api)
+        // The merchants' portal: public (outside /api/, see `is_public`), no admin token.
+        .merge(crate::portal::router())
         .fallback(crate::console::fallback)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(gate, context))

@@ -525,6 +525,8 @@ mod tests {
                 auth: v1::AuthMode::None,
                 policy: v1::Policy::default(),
                 description: None,
+                request_schema: None,
+                response_schema: None,
             },
         })
     }

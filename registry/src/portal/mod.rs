@@ -1,0 +1,158 @@
+//! The merchants' developer portal (docs/OPERATIONS.md, "The merchants' portal";
+//! docs/PROTOCOL.md points merchants here): public routes under `/portal`, outside `/api/v1`
+//! and without the admin token.
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /portal/openapi.json` | the OpenAPI 3.1 document of every public API ([`catalog::public_apis`]) |
+//! | `GET /portal/apps/<app_key>/openapi.json` | the document of the APIs that app can call; the request must be signed by that app ([`signed`]) |
+//! | `POST /portal/try` | forwards a request the browser signed to a sandbox listener ([`forward`]) |
+//! | `GET /portal/`, `/portal/...` | the portal's pages (`admin-ui/portal/`, built into `<console dir>/portal/`) |
+//!
+//! The documents are made from the live tree in ZooKeeper ([`catalog`]; the public one is
+//! cached, [`cache`]):
+//! schemas from the descriptors ([`schema`]) or the APIs' attached JSON Schemas, examples
+//! ([`example`]) and code snippets ([`snippets`]) per operation ([`openapi`]).
+
+pub mod cache;
+pub mod catalog;
+pub mod example;
+pub mod forward;
+pub mod openapi;
+pub mod schema;
+pub mod signed;
+pub mod snippets;
+
+use crate::api::context::Ctx;
+use crate::api::reply::{json_response, raw_json_response};
+use crate::error::{ApiError, ApiResult};
+use crate::input::{check_name, parse_json};
+use crate::state::Shared;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Extension;
+use axum::Router;
+use openapi::Audience;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// The portal's routes (mounted at the root by [`crate::server::router`]).
+pub fn router() -> Router<Shared> {
+    Router::new()
+        .route("/portal/openapi.json", get(public_document))
+        .route("/portal/apps/{app_key}/openapi.json", get(app_document))
+        .route("/portal/try", post(try_call))
+        .route("/portal", get(page))
+        .route("/portal/", get(page))
+        .route("/portal/{*rest}", get(page))
+        .layer(Extension(Arc::new(cache::PublicDocument::default())))
+}
+
+fn document_response(doc: &Value) -> Response {
+    let mut response = json_response(StatusCode::OK, doc, None);
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// `GET /portal/openapi.json`.
+async fn public_document(
+    State(state): State<Shared>,
+    Extension(cache): Extension<Arc<cache::PublicDocument>>,
+) -> ApiResult<Response> {
+    let body = cache.get(&state).await?;
+    let mut response = raw_json_response(StatusCode::OK, body.to_vec(), None);
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(response)
+}
+
+/// `GET /portal/apps/<app_key>/openapi.json`, signed by that app.
+async fn app_document(
+    State(state): State<Shared>,
+    Path(app_key): Path<String>,
+    ctx: Ctx,
+    uri: Uri,
+) -> ApiResult<Response> {
+    check_name("app key", &app_key)?;
+    let live = catalog::load(&state).await?;
+    let app = live.snapshot.apps.get(&app_key).cloned();
+    let request = signed::Signed {
+        headers: &ctx.headers,
+        method: "GET",
+        path: uri.path(),
+        query: uri.query(),
+        body: b"",
+    };
+    signed::check(
+        &request,
+        &app_key,
+        app.as_deref(),
+        portico_control::clock::now_ms(),
+    )?;
+    let Some(app) = app else {
+        return Err(ApiError::internal("the app vanished"));
+    };
+    let apis = catalog::app_apis(&live.snapshot, &app);
+    let servers = catalog::servers(&live.nodes);
+    let doc = openapi::document(
+        &live.snapshot,
+        &apis,
+        &servers,
+        Audience::App(&app_key, &app),
+    );
+    let mut response = document_response(&doc);
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-store"),
+    );
+    Ok(response)
+}
+
+/// `POST /portal/try`.
+async fn try_call(State(state): State<Shared>, ctx: Ctx, body: Bytes) -> ApiResult<Response> {
+    let (req, _) = parse_json::<forward::TryRequest>(&body, "try")?;
+    let answer = forward::forward(&state, &ctx.request_id, req).await?;
+    Ok(json_response(StatusCode::OK, &answer, None))
+}
+
+/// The portal's pages: files of `<console dir>/portal/`, and its `index.html` for any other
+/// path (the page's own routes).
+async fn page(method: Method, uri: Uri) -> Response {
+    let rest = uri.path().strip_prefix("/portal").unwrap_or("/");
+    let root = crate::console::dir().map(|d| d.join("portal"));
+    match root {
+        Some(root) if root.join("index.html").is_file() => {
+            crate::console::serve(
+                &root,
+                if rest.is_empty() { "/" } else { rest },
+                method == Method::HEAD,
+            )
+            .await
+        }
+        _ => not_built(),
+    }
+}
+
+fn not_built() -> Response {
+    let page = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+        <title>Portico developer portal not built</title></head><body>\
+        <h1>developer portal not built: run ./ops/up.sh</h1>\
+        <p>The registry serves the portal from the console's build (<code>admin-ui/dist/portal</code>), \
+        which <code>./ops/up.sh</code> and <code>admin-ui/build.sh</code> make. The API documents are \
+        up all the same: <a href=\"/portal/openapi.json\">/portal/openapi.json</a>.</p></body></html>";
+    let mut response = (StatusCode::OK, page).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    response
+        .headers_mut()
+        .insert("x-portico-portal", HeaderValue::from_static("not-built"));
+    response
+}
