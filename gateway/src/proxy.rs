@@ -19,7 +19,7 @@ use crate::request_id;
 use crate::runtime::Plane;
 use async_trait::async_trait;
 use pingora_core::upstreams::peer::HttpPeer;
-use pingora_error::{Error, ErrorType};
+use pingora_error::{Error, ErrorType, OrErr};
 use pingora_http::ResponseHeader;
 use pingora_proxy::{ProxyHttp, Session};
 use portico_control::clock::now_rfc3339;
@@ -259,17 +259,26 @@ async fn rescue(
 
 /// The response head of a whole response: its status and headers, `content-type:
 /// application/json` unless it sets a content type, `content-length`, and the request id.
+/// Names are parsed once into `HeaderName`s (the standard ones cost no allocation) and written
+/// lower-case: no case map is kept (HTTP/1.1 names are case-insensitive, RFC 9110 §5.1).
 fn whole_head(whole: &Whole, request_id: &str) -> pingora_error::Result<ResponseHeader> {
-    let mut head = ResponseHeader::build(whole.status, Some(whole.headers.len() + 3))?;
+    let mut head = ResponseHeader::build_no_case(whole.status, Some(whole.headers.len() + 3))?;
     let mut has_type = false;
     for (name, value) in &whole.headers {
-        has_type |= name.eq_ignore_ascii_case("content-type");
-        head.append_header(name.clone(), value.as_str())?;
+        let name = http::HeaderName::from_bytes(name.as_bytes()).or_err(
+            ErrorType::InvalidHTTPHeader,
+            "header name of a whole response",
+        )?;
+        has_type |= name == http::header::CONTENT_TYPE;
+        head.append_header(name, value.as_str())?;
     }
     if !has_type {
-        head.insert_header("content-type", "application/json")?;
+        head.insert_header(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        )?;
     }
-    head.insert_header("content-length", whole.body.len().to_string())?;
+    head.insert_header(http::header::CONTENT_LENGTH, whole.body.len())?;
     head.insert_header(request_id::HEADER, request_id)?;
     Ok(head)
 }
