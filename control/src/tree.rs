@@ -1,7 +1,8 @@
 //! A raw configuration tree: document paths relative to the root (`apis/order.get`,
 //! `ipacl`, `descriptors/<sha256>`) mapped to their bytes, as ZooKeeper or a directory hold
-//! them. Only the kinds a gateway serves are kept; `sandbox/`, `nodes/`, `history/` and
-//! anything unknown are not part of a tree.
+//! them. Only the kinds of a served tree are kept (`alerts/` too: gateways validate the rules
+//! and ignore them, the registry evaluates them); `sandbox/`, `nodes/`, `history/` and anything
+//! unknown are not part of a tree.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +15,8 @@ pub enum DocKind {
     Switch,
     IpAcl,
     Descriptor,
+    /// `alerts/<name>`: an alerting rule (the registry's; gateways only validate it).
+    Alert,
 }
 
 impl DocKind {
@@ -33,6 +36,7 @@ impl DocKind {
             "apps" => DocKind::App,
             "switches" => DocKind::Switch,
             "descriptors" => DocKind::Descriptor,
+            "alerts" => DocKind::Alert,
             _ => return None,
         };
         Some((kind, name))
@@ -47,10 +51,11 @@ impl DocKind {
             DocKind::Switch => "switches",
             DocKind::IpAcl => "ipacl",
             DocKind::Descriptor => "descriptors",
+            DocKind::Alert => "alerts",
         }
     }
 
-    /// The file extension of this kind on disk (§3.3): `.pb` for descriptors, `.json` for the rest.
+    /// The file extension of this kind on disk: `.pb` for descriptors, `.json` for the rest.
     pub fn file_ext(self) -> &'static str {
         match self {
             DocKind::Descriptor => "pb",
@@ -96,6 +101,11 @@ mod tests {
             DocKind::classify("descriptors/ab12"),
             Some((DocKind::Descriptor, "ab12"))
         );
+        assert_eq!(
+            DocKind::classify("alerts/order-slow"),
+            Some((DocKind::Alert, "order-slow"))
+        );
+        assert_eq!(DocKind::Alert.dir(), "alerts");
         assert_eq!(DocKind::classify("nodes/gw-1"), None);
         assert_eq!(DocKind::classify("sandbox/apis/x"), None);
         assert_eq!(DocKind::classify("apis/"), None);

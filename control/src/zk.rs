@@ -39,7 +39,14 @@ const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// The folders of a served tree, below the root (the `ipacl` document sits at the root).
-pub const KIND_DIRS: [&str; 5] = ["apis", "clusters", "apps", "switches", "descriptors"];
+pub const KIND_DIRS: [&str; 6] = [
+    "apis",
+    "clusters",
+    "apps",
+    "switches",
+    "descriptors",
+    "alerts",
+];
 
 /// Connection state of a [`ZkSource`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -78,6 +78,7 @@ pub fn api_with(
         auth,
         policy: policy.clone(),
         description: None,
+        owner: None,
     };
     Api {
         id: id.to_owned(),

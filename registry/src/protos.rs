@@ -404,6 +404,7 @@ pub fn draft_for(
             auth: options.auth.unwrap_or_default(),
             policy: v1::Policy::default(),
             description: Some(format!("{}.{}", rule.service, rule.method)),
+            owner: None,
         },
     }
 }

@@ -149,6 +149,7 @@ fn scan(root: &Path) -> io::Result<Scan> {
         DocKind::App,
         DocKind::Switch,
         DocKind::Descriptor,
+        DocKind::Alert,
     ] {
         let dir = root.join(kind.dir());
         let rd = match std::fs::read_dir(&dir) {

@@ -431,6 +431,7 @@ mod tests {
                 auth: v1::AuthMode::None,
                 policy: v1::Policy::default(),
                 description: None,
+                owner: None,
             },
         })
     }
