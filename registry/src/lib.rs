@@ -22,6 +22,7 @@ pub mod client;
 pub mod console;
 pub mod error;
 pub mod health;
+pub mod history;
 pub mod input;
 pub mod openapi;
 pub mod protos;
