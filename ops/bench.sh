@@ -1,15 +1,34 @@
 #!/usr/bin/env bash
 # Portico's benchmarks (a report, not a test: never run by ./ops/test.sh or CI).
 #
-#   ./ops/bench.sh [edge|grpc|isolation|switch|all] [portico-bench options]
+#   ./ops/bench.sh [SUITE] [portico-bench options]
 #
-# Installs what is missing (nginx-light, ZooKeeper for the switch suite), builds the release
-# binaries, then runs target/release/portico-bench, which starts every process on free
-# 127.0.0.1 ports, runs interleaved rounds and rewrites its generated sections of
-# benches/RESULTS.md (the hand-written reading around them is kept). Options (see
-# `portico-bench --help`): --rounds N (5), --duration S (6), --warmup S (1),
-# --connections N (32), --nice N (e.g. -10 on a machine shared with other work; needs
-# root), --no-pin, --keep-tmp. `all` takes about 8 minutes with the defaults.
+# Suites (time with the defaults on the 2-CPU machine):
+#   edge          direct vs nginx vs bare Pingora vs Portico, closed loop       (~3 min)
+#   grpc          transcoded gRPC vs HTTP passthrough through Portico          (~3 min)
+#   isolation     API B while API A's backend hangs                            (~2 min)
+#   switch        switch push / publish → live through ZooKeeper               (~1 min)
+#   instructions  instructions per request under callgrind: Portico, bare
+#                 Pingora, nginx (x --cg-reps), gRPC vs HTTP same bytes,
+#                 top functions (the stable measure)                           (~15 min)
+#   knobs         Pingora's knobs on the bare proxy, one at a time:
+#                 instructions (callgrind) and CPU per request                 (~15 min)
+#   apis          10,000 APIs vs 10 APIs: capacity, instructions, RSS          (~6 min)
+#   idle          memory per idle keep-alive connection (10,000 each)          (~1 min)
+#   latency       open-loop latency at 50% of saturation                       (~3 min)
+#   replay        one app's sustained signed rate vs the replay cache
+#                 (--soak-secs, 600 by default)                                (~11 min)
+#   all           every suite in turn                                          (~60 min)
+#
+# Installs what is missing (nginx-light, valgrind, ZooKeeper for the switch suite), builds
+# the release binaries, then runs target/release/portico-bench, which starts every process
+# on free 127.0.0.1 ports, runs interleaved rounds and rewrites its generated sections of
+# benches/RESULTS.md (the hand-written reading around them is kept) and its SVG plots in
+# benches/plots/. Options (see `portico-bench --help`): --rounds N (5), --duration S (6),
+# --warmup S (1), --connections N (32), --nice N (e.g. -10 on a machine shared with other
+# work; needs root), --no-pin, --keep-tmp; callgrind: --calls N (4000), --cg-warmup N
+# (1000), --cg-connections N (8), --cg-reps N (2); --idle-connections N (10000);
+# --soak-secs S (600), --soak-rate R (10000).
 set -euo pipefail
 # shellcheck source=ops/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -20,6 +39,9 @@ suite="${1:-all}"
 
 pkgs=(nginx-light cmake)
 case "$suite" in switch | all) pkgs+=(zookeeper) ;; esac
+case "$suite" in instructions | knobs | apis | all) pkgs+=(valgrind) ;; esac
+# prlimit (idle suite) and taskset come with util-linux.
+case "$suite" in idle | all) pkgs+=(util-linux) ;; esac
 ensure_packages "${pkgs[@]}"
 
 crates=(-p portico-gateway -p portico-demo -p portico-benches)

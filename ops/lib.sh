@@ -139,10 +139,27 @@ sys.exit(0 if b"Mode:" in data else 1)
 EOF
 }
 
+# zk_credentials DIR: the three ZooKeeper identities (docs/OPERATIONS.md, "ZooKeeper
+# credentials and ACLs") as DIR/registry, DIR/gateway, DIR/operator, each `user:password`
+# with a random password, mode 0600. Made once: existing files are kept (and their modes fixed).
+zk_credentials() {
+    local dir="$1" role
+    (umask 077 && mkdir -p "$dir")
+    chmod 700 "$dir"
+    for role in registry gateway operator; do
+        if [ ! -s "$dir/$role" ]; then
+            (umask 077 && python3 -c 'import secrets,sys; print(f"portico-{sys.argv[1]}:{secrets.token_hex(24)}")' "$role" >"$dir/$role")
+        fi
+        chmod 600 "$dir/$role"
+    done
+}
+
 # start_zookeeper DIR PORT: a private ZooKeeper (Debian's package) with its config, data and
 # logs in DIR, on 127.0.0.1:PORT; pid in $RUN/pids/zookeeper.pid. Waits until it serves.
+# PORTICO_ZK_SUPER_DIGEST=super:<base64 sha1> turns on ZooKeeper's superDigest (the
+# break-glass identity, docs/OPERATIONS.md); off by default.
 start_zookeeper() {
-    local dir="$1" port="$2" i
+    local dir="$1" port="$2" i jvm="-Xmx256m"
     [ -x "$ZK_BIN/zkServer.sh" ] || die "ZooKeeper not found at $ZK_BIN (apt-get install zookeeper)"
     mkdir -p "$dir/data" "$dir/logs"
     cat >"$dir/zoo.cfg" <<EOF
@@ -156,9 +173,13 @@ admin.enableServer=false
 4lw.commands.whitelist=srvr,ruok
 maxClientCnxns=200
 EOF
+    if [ -n "${PORTICO_ZK_SUPER_DIGEST:-}" ]; then
+        warn "ZooKeeper superDigest on (break-glass): whoever knows its password bypasses every ACL"
+        jvm="$jvm -Dzookeeper.DigestAuthenticationProvider.superDigest=$PORTICO_ZK_SUPER_DIGEST"
+    fi
     start_bg zookeeper "$dir/logs/stdout.log" \
         env ZOOCFGDIR="$dir" ZOO_LOG_DIR="$dir/logs" JMXDISABLE=true \
-        SERVER_JVMFLAGS="-Xmx256m" \
+        SERVER_JVMFLAGS="$jvm" \
         "$ZK_BIN/zkServer.sh" start-foreground "$dir/zoo.cfg"
     for ((i = 0; i < 300; i++)); do
         if zk_ok "$port"; then return 0; fi
@@ -167,6 +188,75 @@ EOF
     done
     tail -n 30 "$dir/logs/stdout.log" >&2 || true
     die "ZooKeeper did not start on 127.0.0.1:$port (log: $dir/logs/stdout.log)"
+}
+
+# --- a cluster on this machine (./ops/up.sh --cluster; docs/OPERATIONS.md, "Running a
+# cluster") ----------------------------------------------------------------------------
+# start_zk_ensemble DIR PORT1 PORT2 PORT3: a three-server ZooKeeper ensemble (Debian's
+# package) on 127.0.0.1, server N's config, data and logs in DIR/N, client port PORTn, pid
+# in $RUN/pids/zookeeper-N.pid. Waits until the ensemble has a quorum (every server serves).
+start_zk_ensemble() {
+    local dir="$1" i n
+    shift
+    local ports=("$@") servers=""
+    [ -x "$ZK_BIN/zkServer.sh" ] || die "ZooKeeper not found at $ZK_BIN (apt-get install zookeeper)"
+    for n in 1 2 3; do
+        servers+="server.$n=127.0.0.1:$(free_port):$(free_port)"$'\n'
+    done
+    for n in 1 2 3; do
+        mkdir -p "$dir/$n/data" "$dir/$n/logs"
+        echo "$n" >"$dir/$n/data/myid"
+        cat >"$dir/$n/zoo.cfg" <<EOF
+tickTime=1000
+initLimit=10
+syncLimit=5
+dataDir=$dir/$n/data
+clientPort=${ports[$((n - 1))]}
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=srvr,ruok
+maxClientCnxns=200
+$servers
+EOF
+        start_bg "zookeeper-$n" "$dir/$n/logs/stdout.log" \
+            env ZOOCFGDIR="$dir/$n" ZOO_LOG_DIR="$dir/$n/logs" JMXDISABLE=true \
+            SERVER_JVMFLAGS="-Xmx128m" \
+            "$ZK_BIN/zkServer.sh" start-foreground "$dir/$n/zoo.cfg"
+    done
+    for ((i = 0; i < 600; i++)); do
+        if zk_ok "${ports[0]}" && zk_ok "${ports[1]}" && zk_ok "${ports[2]}"; then return 0; fi
+        sleep 0.1
+    done
+    tail -n 30 "$dir"/*/logs/stdout.log >&2 || true
+    die "the ZooKeeper ensemble did not reach a quorum (logs: $dir/*/logs/)"
+}
+
+# redis_ok PORT: whether the Redis on 127.0.0.1:PORT answers PING.
+redis_ok() {
+    python3 - "$1" <<'EOF'
+import socket, sys
+try:
+    with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1) as s:
+        s.sendall(b"PING\r\n")
+        sys.exit(0 if s.recv(64).startswith(b"+PONG") else 1)
+except OSError:
+    sys.exit(1)
+EOF
+}
+
+# start_redis PORT: Debian's redis-server on 127.0.0.1:PORT without persistence (the fleet's
+# counters and nonces are short-lived), pid in $RUN/pids/redis.pid. Waits for PONG.
+start_redis() {
+    local port="$1" i
+    command -v redis-server >/dev/null 2>&1 || ensure_packages redis-server
+    start_bg redis "$RUN/logs/redis.log" redis-server --port "$port" --bind 127.0.0.1 \
+        --save "" --appendonly no --dir "$RUN"
+    for ((i = 0; i < 300; i++)); do
+        if redis_ok "$port"; then return 0; fi
+        pid_alive "$RUN/pids/redis.pid" || break
+        sleep 0.1
+    done
+    die "Redis did not start on 127.0.0.1:$port (log: $RUN/logs/redis.log)"
 }
 
 # wait_ready_line LOGFILE PREFIX SECONDS PIDFILE: waits for a line starting with PREFIX in
@@ -191,4 +281,63 @@ ready_field() {
     for word in $1; do
         case "$word" in "$2="*) echo "${word#*=}" ;; esac
     done
+}
+
+# ensure_local_tls DIR: a self-signed certificate for localhost and 127.0.0.1 in DIR/cert.pem
+# with its key in DIR/key.pem (P-256, mode 0600), for the gateway's local TLS listener.
+# Generated once and kept; made again only when missing, unreadable or expiring within a day.
+# Each file is written aside and renamed, so a running gateway never reads half a file.
+ensure_local_tls() {
+    local dir="$1"
+    command -v openssl >/dev/null 2>&1 || ensure_packages openssl
+    if [ -s "$dir/cert.pem" ] && [ -s "$dir/key.pem" ] &&
+        openssl x509 -in "$dir/cert.pem" -noout -checkend 86400 >/dev/null 2>&1; then
+        return 0
+    fi
+    log "generating a local TLS certificate in $dir (CN=localhost, 127.0.0.1)"
+    mkdir -p "$dir"
+    chmod 700 "$dir"
+    (
+        umask 077
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -sha256 \
+            -days 365 -subj /CN=localhost \
+            -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
+            -keyout "$dir/.key.pem.new" -out "$dir/.cert.pem.new" 2>/dev/null
+    ) || die "openssl could not generate the local TLS certificate"
+    chmod 600 "$dir/.key.pem.new"
+    chmod 644 "$dir/.cert.pem.new"
+    mv -f "$dir/.key.pem.new" "$dir/key.pem"
+    mv -f "$dir/.cert.pem.new" "$dir/cert.pem"
+}
+
+# Schemathesis (PyPI), the property-based fuzzer of the registry's admin API
+# (registry/tests/schemathesis.rs, docs/SECURITY.md "Admin API (registry)"), pinned.
+SCHEMATHESIS_VERSION="4.32.5"
+SCHEMATHESIS_VENV="$RUN/venv"
+
+# ensure_schemathesis: a Python venv at $SCHEMATHESIS_VENV with schemathesis
+# $SCHEMATHESIS_VERSION (pip from PyPI); reused when it already has that version. Prints the
+# path of its `st` command.
+ensure_schemathesis() {
+    local venv="$SCHEMATHESIS_VENV" have=""
+    if [ -x "$venv/bin/st" ] && [ -x "$venv/bin/python" ]; then
+        have="$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("schemathesis"))' 2>/dev/null || true)"
+    fi
+    if [ "$have" != "$SCHEMATHESIS_VERSION" ]; then
+        if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+            rm -rf "$venv"
+            mkdir -p "$(dirname "$venv")"
+            # Debian's python3 makes venvs (with pip) only with python3-venv installed.
+            if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+                rm -rf "$venv"
+                ensure_packages python3-venv
+                python3 -m venv "$venv" >&2 || die "python3 -m venv $venv failed"
+            fi
+        fi
+        log "installing schemathesis==$SCHEMATHESIS_VERSION into $venv"
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+            "schemathesis==$SCHEMATHESIS_VERSION" >&2 ||
+            die "pip install schemathesis==$SCHEMATHESIS_VERSION failed"
+    fi
+    echo "$venv/bin/st"
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Portico's test run (what CI runs, through .ci/run):
-#   1. installs what the tests need and is missing (Debian packages; as root or via sudo);
+#   1. installs what the tests need and is missing (Debian packages, as root or via sudo;
+#      schemathesis, pinned, from PyPI into the venv .run/venv, reused when present);
 #   2. checks the signing vectors of ops/sign.py and that docs/PROTOCOL.md's worked examples
 #      and Python snippet agree with them (ops/check_docs.py); builds the console
 #      (admin-ui/build.sh: npm ci when needed, then the type check and vite build);
@@ -9,12 +10,15 @@
 #      portico-gateway, portico-demo-backend, portico-registry, ... in target/debug/);
 #   5. cargo test --workspace --no-fail-fast (the tests start their own ZooKeeper, demo
 #      backend and gateway processes on free 127.0.0.1 ports);
-#   6. cargo clippy --workspace --all-targets -- -D warnings;
+#   6. a fuzzing smoke run: ./ops/fuzz.sh all runs each cargo-fuzz target of fuzz/ for
+#      PORTICO_FUZZ_SECONDS seconds (default 20; 0 skips the step; its build is its own,
+#      in fuzz/target, with cargo-fuzz installed first if missing);
+#   7. cargo clippy --workspace --all-targets -- -D warnings;
 # then prints a summary and exits non-zero if any step failed.
 #
 #   ./ops/test.sh [extra cargo test args, e.g. -p portico-gateway or a test-name filter]
 #
-# PORTICO_SKIP_LINT=1 skips steps 3 and 6. Logs: .run/test/.
+# PORTICO_SKIP_LINT=1 skips steps 3 and 7. Logs: .run/test/.
 set -euo pipefail
 # shellcheck source=ops/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -48,15 +52,26 @@ step() {
 # --- 1. packages -------------------------------------------------------------------------
 # cmake: Pingora's zlib-ng; zookeeper: the real ZooKeeper the integration tests start.
 ensure_packages cmake zookeeper curl python3
+# redis-server: the shared counters and nonces of gateway/tests/cluster.rs (a fleet of
+# gateways; portico_testkit::Redis starts it on a free port).
+ensure_packages redis-server
 # --- browser tests (console e2e): Debian's Chromium, and the console's npm toolchain ------
 # registry/tests/console_e2e.rs drives /usr/bin/chromium with playwright-core (no browser
 # download) and fails, saying why, when Chromium or admin-ui/node_modules is missing.
 ensure_packages chromium chromium-driver fonts-liberation
 command -v npm >/dev/null 2>&1 || ensure_packages nodejs npm
+# --- admin API fuzzing: schemathesis (PyPI, pinned in ops/lib.sh) in .run/venv --------------
+# registry/tests/schemathesis.rs runs it against the registry's OpenAPI document and fails,
+# saying how to install it, when it is missing.
+if st="$(ensure_schemathesis)"; then
+    export PORTICO_SCHEMATHESIS="$st"
+else
+    warn "schemathesis could not be installed: registry/tests/schemathesis.rs will fail"
+fi
 # ------------------------------------------------------------------------------------------
 export PORTICO_ZK_BIN="$ZK_BIN"
 
-# --- 2..6 ----------------------------------------------------------------------------------
+# --- 2..7 ----------------------------------------------------------------------------------
 step sign-vectors python3 ops/sign.py --self-test || true
 # The console: npm ci (only when node_modules is not the lock file's) and the build.
 step console admin-ui/build.sh || true
@@ -73,6 +88,10 @@ if step build cargo build --workspace --all-targets; then
     fi
 else
     warn "build failed: tests not run"
+fi
+# Fuzzing smoke run (each target a short while; long runs: ./ops/fuzz.sh all SECONDS).
+if [ "${PORTICO_FUZZ_SECONDS:-20}" != 0 ]; then
+    step fuzz ./ops/fuzz.sh all "${PORTICO_FUZZ_SECONDS:-20}" || true
 fi
 if [ "${PORTICO_SKIP_LINT:-0}" != 1 ]; then
     step clippy cargo clippy --workspace --all-targets -- -D warnings || true

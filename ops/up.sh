@@ -2,41 +2,57 @@
 # Brings up a local Portico: builds the binaries and the console, then starts a private
 # ZooKeeper, the demo backend, the registry (with the console), loads a copy of
 # ops/examples/standalone into ZooKeeper through the registry (live and sandbox trees), and
-# starts a gateway in ZooKeeper mode with a sandbox listener and a disk snapshot. State, logs
-# and pids go to .run/; ./ops/down.sh stops everything.
+# starts a gateway in ZooKeeper mode with a sandbox listener, a TLS listener (a local
+# certificate, generated once into .run/tls/) and a disk snapshot. ZooKeeper is locked down:
+# the registry, gateway and operator credentials are made once in .run/zk/ (0600), `portico
+# zk lockdown` creates the tree with their ACLs, and the registry and the gateway get their
+# credentials files (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs"). State, logs and
+# pids go to .run/; ./ops/down.sh stops everything.
 #
-#   ./ops/up.sh [--debug] [--no-build]
+#   ./ops/up.sh [--debug] [--no-build] [--standalone | --cluster] [--no-tls]
 #
 #   --debug      use the debug build (faster to compile; the default is --release, for
 #                realistic latency and throughput)
 #   --no-build   do not run cargo build (use what target/ has)
 #   --standalone the gateway serves .run/config (a directory) instead of ZooKeeper, and the
 #                registry is not started
+#   --no-tls     no TLS listener (plain HTTP only)
+#   --cluster    a fleet on this machine (docs/OPERATIONS.md, "Running a cluster"): a
+#                three-server ZooKeeper ensemble, Redis, two registries on the same tree and
+#                three gateways (gateway-1 with the sandbox and TLS listeners), each with
+#                its own ports; .run/env names them (PORTICO_GATEWAY_1..3, PORTICO_ADMIN_1..3,
+#                PORTICO_REGISTRY_1..2, PORTICO_ZK with three hosts, PORTICO_REDIS)
 #
 # Preferred ports (any free port instead when taken; the summary prints the real ones):
-# gateway 8080, sandbox 8081, admin 9180, registry 9000, demo backend HTTP 18081 / gRPC 50051.
-# Override with PORTICO_LISTEN_PORT, PORTICO_SANDBOX_PORT, PORTICO_ADMIN_PORT, PORTICO_REGISTRY_PORT.
+# gateway 8080, gateway TLS 8443, sandbox 8081, admin 9180, registry 9000, demo backend HTTP
+# 18081 / gRPC 50051. Override with PORTICO_LISTEN_PORT, PORTICO_TLS_PORT,
+# PORTICO_SANDBOX_PORT, PORTICO_ADMIN_PORT, PORTICO_REGISTRY_PORT.
 set -euo pipefail
 # shellcheck source=ops/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 profile="${PORTICO_PROFILE:-release}"
 build=1
+cluster=0
 mode=zk
+tls=1
 for arg in "$@"; do
     case "$arg" in
     --debug) profile=debug ;;
     --release) profile=release ;;
     --no-build) build=0 ;;
     --standalone) mode=standalone ;;
+    --cluster) cluster=1 ;;
+    --no-tls) tls=0 ;;
     -h | --help)
-        sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *) die "unknown argument: $arg (see --help)" ;;
     esac
 done
 bindir="$ROOT/target/$profile"
+[ "$cluster" = 1 ] && [ "$mode" = standalone ] && die "--cluster and --standalone exclude each other"
 
 ensure_packages cmake zookeeper curl python3
 
@@ -72,11 +88,23 @@ up_ok=0
 trap '[ "$up_ok" = 1 ] || { warn "startup failed; stopping what was started"; "$ROOT/ops/down.sh" >/dev/null 2>&1 || true; }' EXIT
 
 # --- ZooKeeper -----------------------------------------------------------------------
-zk_port="$(pick_port "${PORTICO_ZK_PORT:-2181}")"
-log "ZooKeeper on 127.0.0.1:$zk_port"
 rm -rf "$RUN/zookeeper"
-start_zookeeper "$RUN/zookeeper" "$zk_port"
-zk_hosts="127.0.0.1:$zk_port"
+redis_url=""
+if [ "$cluster" = 1 ]; then
+    zk_ports=("$(pick_port 2181)" "$(pick_port 2182)" "$(pick_port 2183)")
+    zk_hosts="127.0.0.1:${zk_ports[0]},127.0.0.1:${zk_ports[1]},127.0.0.1:${zk_ports[2]}"
+    log "ZooKeeper ensemble on $zk_hosts"
+    start_zk_ensemble "$RUN/zookeeper" "${zk_ports[@]}"
+    redis_port="$(pick_port "${PORTICO_REDIS_PORT:-6379}")"
+    log "Redis on 127.0.0.1:$redis_port"
+    start_redis "$redis_port"
+    redis_url="redis://127.0.0.1:$redis_port"
+else
+    zk_port="$(pick_port "${PORTICO_ZK_PORT:-2181}")"
+    log "ZooKeeper on 127.0.0.1:$zk_port"
+    start_zookeeper "$RUN/zookeeper" "$zk_port"
+    zk_hosts="127.0.0.1:$zk_port"
+fi
 
 # --- demo backend --------------------------------------------------------------------
 demo_http_port="$(pick_port 18081)"
@@ -98,6 +126,18 @@ cp -R "$ROOT/ops/examples/standalone" "$RUN/config"
 find "$RUN/config" -name '*.json' -exec sed -i \
     -e "s/127\.0\.0\.1:18081/$demo_http/g" -e "s/127\.0\.0\.1:50051/$demo_grpc/g" {} +
 
+# --- ZooKeeper locked down: credentials (kept across runs) and the locked tree -----------
+zk_auth="$RUN/zk"
+if [ "$mode" = zk ]; then
+    [ -x "$bindir/portico" ] || die "$bindir/portico is missing (build failed?)"
+    zk_credentials "$zk_auth"
+    log "locking the ZooKeeper tree /portico (credentials in $zk_auth/)"
+    "$bindir/portico" zk lockdown --zk "$zk_hosts" --root /portico \
+        --registry-auth-file "$zk_auth/registry" --gateway-auth-file "$zk_auth/gateway" \
+        --operator-auth-file "$zk_auth/operator" >"$RUN/logs/lockdown.log" ||
+        die "locking the ZooKeeper tree failed (log: $RUN/logs/lockdown.log)"
+fi
+
 # --- registry ---------------------------------------------------------------------------
 registry_url=""
 reg_port="$(pick_port "${PORTICO_REGISTRY_PORT:-9000}")"
@@ -109,12 +149,24 @@ if [ "$mode" = zk ]; then
     [ -s "$token_file" ] || (umask 077 && python3 -c 'import secrets; print(secrets.token_hex(16))' >"$token_file")
     start_bg registry "$RUN/logs/registry.log" \
         "$bindir/portico-registry" --zk "$zk_hosts" --listen "127.0.0.1:$reg_port" \
-        --admin-token-file "$token_file"
+        --admin-token-file "$token_file" --zk-auth-file "$zk_auth/registry"
     if ! wait_http "http://127.0.0.1:$reg_port/api/v1/health" 30 "$RUN/pids/registry.pid"; then
         tail -n 20 "$RUN/logs/registry.log" >&2 || true
         die "the registry did not start (log: $RUN/logs/registry.log)"
     fi
     registry_url="http://127.0.0.1:$reg_port"
+    registry2_url=""
+    if [ "$cluster" = 1 ]; then
+        # A second registry on the same tree: stateless, either serves the console and CLI.
+        reg2_port="$(pick_port 9001)"
+        log "registry 2 on 127.0.0.1:$reg2_port"
+        start_bg registry-2 "$RUN/logs/registry-2.log" \
+            "$bindir/portico-registry" --zk "$zk_hosts" --listen "127.0.0.1:$reg2_port" \
+            --admin-token-file "$token_file" --zk-auth-file "$zk_auth/registry"
+        wait_http "http://127.0.0.1:$reg2_port/api/v1/health" 30 "$RUN/pids/registry-2.pid" ||
+            die "registry 2 did not start (log: $RUN/logs/registry-2.log)"
+        registry2_url="http://127.0.0.1:$reg2_port"
+    fi
     # Seed ZooKeeper with the example tree, live and sandbox (sandbox apps and clusters let
     # the console's "try in sandbox" work at once), through the registry: validated and audited.
     log "loading the example tree into ZooKeeper"
@@ -133,15 +185,49 @@ sandbox_port="$(pick_port "${PORTICO_SANDBOX_PORT:-8081}")"
 gw_args=(--listen "127.0.0.1:$gw_port" --admin-listen "127.0.0.1:$admin_port"
     --sandbox-listen "127.0.0.1:$sandbox_port" --access-log "$RUN/logs/access.log")
 if [ "$mode" = zk ]; then
-    gw_args+=(--zk "$zk_hosts" --snapshot-dir "$RUN/snapshot" --node-id local-1)
+    gw_args+=(--zk "$zk_hosts" --zk-auth-file "$zk_auth/gateway" --snapshot-dir "$RUN/snapshot" --node-id local-1)
 else
     gw_args+=(--config-dir "$RUN/config")
 fi
-log "gateway on 127.0.0.1:$gw_port (sandbox 127.0.0.1:$sandbox_port, admin 127.0.0.1:$admin_port)"
-start_bg gateway "$RUN/logs/gateway.log" "$bindir/portico-gateway" "${gw_args[@]}"
-if ! wait_http "http://127.0.0.1:$admin_port/readyz" 60 "$RUN/pids/gateway.pid"; then
-    tail -n 40 "$RUN/logs/gateway.log" >&2 || true
-    die "the gateway did not become ready (log: $RUN/logs/gateway.log)"
+# TLS for merchant traffic (docs/OPERATIONS.md, "TLS"): a local certificate, made once.
+tls_url=""
+if [ "$tls" = 1 ]; then
+    ensure_local_tls "$RUN/tls"
+    tls_port="$(pick_port "${PORTICO_TLS_PORT:-8443}")"
+    gw_args+=(--tls-listen "127.0.0.1:$tls_port" --tls-cert "$RUN/tls/cert.pem" --tls-key "$RUN/tls/key.pem")
+    tls_url="https://127.0.0.1:$tls_port"
+fi
+gw_name=gateway
+if [ "$cluster" = 1 ]; then
+    gw_name=gateway-1
+    gw_args+=(--redis "$redis_url")
+fi
+log "$gw_name on 127.0.0.1:$gw_port (${tls_url:+TLS $tls_url, }sandbox 127.0.0.1:$sandbox_port, admin 127.0.0.1:$admin_port)"
+start_bg "$gw_name" "$RUN/logs/$gw_name.log" "$bindir/portico-gateway" "${gw_args[@]}"
+if ! wait_http "http://127.0.0.1:$admin_port/readyz" 60 "$RUN/pids/$gw_name.pid"; then
+    tail -n 40 "$RUN/logs/$gw_name.log" >&2 || true
+    die "the gateway did not become ready (log: $RUN/logs/$gw_name.log)"
+fi
+# --cluster: two more gateways on the same tree, each with its own ports and node id.
+cluster_gateways=("http://127.0.0.1:$gw_port")
+cluster_admins=("http://127.0.0.1:$admin_port")
+if [ "$cluster" = 1 ]; then
+    for n in 2 3; do
+        p="$(free_port)"
+        a="$(free_port)"
+        log "gateway-$n on 127.0.0.1:$p (admin 127.0.0.1:$a)"
+        start_bg "gateway-$n" "$RUN/logs/gateway-$n.log" "$bindir/portico-gateway" \
+            --listen "127.0.0.1:$p" --admin-listen "127.0.0.1:$a" \
+            --access-log "$RUN/logs/access-$n.log" --zk "$zk_hosts" \
+            --zk-auth-file "$zk_auth/gateway" --snapshot-dir "$RUN/snapshot-$n" \
+            --node-id "local-$n" --redis "$redis_url"
+        wait_http "http://127.0.0.1:$a/readyz" 60 "$RUN/pids/gateway-$n.pid" || {
+            tail -n 40 "$RUN/logs/gateway-$n.log" >&2 || true
+            die "gateway-$n did not become ready (log: $RUN/logs/gateway-$n.log)"
+        }
+        cluster_gateways+=("http://127.0.0.1:$p")
+        cluster_admins+=("http://127.0.0.1:$a")
+    done
 fi
 
 up_ok=1
@@ -150,33 +236,55 @@ admin_url="http://127.0.0.1:$admin_port"
 cat >"$RUN/env" <<EOF
 # Written by ops/up.sh: the addresses of this run. Source it: . .run/env
 PORTICO_GATEWAY=$gateway_url
+PORTICO_GATEWAY_TLS=$tls_url
 PORTICO_SANDBOX=http://127.0.0.1:$sandbox_port
 PORTICO_ADMIN=$admin_url
 PORTICO_REGISTRY=$registry_url
 PORTICO_ADMIN_TOKEN_FILE=${registry_url:+$RUN/admin-token}
 PORTICO_ZK=$zk_hosts
+PORTICO_ZK_REGISTRY_AUTH_FILE=${registry_url:+$zk_auth/registry}
+PORTICO_ZK_GATEWAY_AUTH_FILE=${registry_url:+$zk_auth/gateway}
+PORTICO_ZK_OPERATOR_AUTH_FILE=${registry_url:+$zk_auth/operator}
+PORTICO_SNAPSHOT_DIR=$( [ "$mode" = zk ] && echo "$RUN/snapshot")
 PORTICO_CONFIG_DIR=$RUN/config
 DEMO_HTTP=http://$demo_http
 DEMO_GRPC=$demo_grpc
 EOF
+if [ "$cluster" = 1 ]; then
+    cat >>"$RUN/env" <<EOF
+PORTICO_GATEWAY_1=${cluster_gateways[0]}
+PORTICO_GATEWAY_2=${cluster_gateways[1]}
+PORTICO_GATEWAY_3=${cluster_gateways[2]}
+PORTICO_ADMIN_1=${cluster_admins[0]}
+PORTICO_ADMIN_2=${cluster_admins[1]}
+PORTICO_ADMIN_3=${cluster_admins[2]}
+PORTICO_REGISTRY_1=$registry_url
+PORTICO_REGISTRY_2=$registry2_url
+PORTICO_REDIS=$redis_url
+EOF
+fi
 
 cat <<EOF
 
-Portico is up ($profile build, $mode mode).
+Portico is up ($profile build, $mode mode$( [ "$cluster" = 1 ] && echo ", cluster")).
   gateway        $gateway_url
+  gateway TLS    ${tls_url:-off (--no-tls)}${tls_url:+   (HTTP/2 and HTTP/1.1; certificate $RUN/tls/cert.pem)}
   sandbox        http://127.0.0.1:$sandbox_port   (drafts, sandbox apps)
   admin          $admin_url   (/metrics /healthz /readyz /status)
   registry       ${registry_url:-not running (standalone mode)}
   console        ${registry_url:+$registry_url/   (sign in with the token in $RUN/admin-token)}
-  ZooKeeper      $zk_hosts
+  ZooKeeper      $zk_hosts   $( [ "$mode" = zk ] && echo "(locked; credentials in $zk_auth/, zkCli as the operator: ./ops/zkcli.sh)")
   demo backend   http://$demo_http   (gRPC $demo_grpc)
   config         $( [ "$mode" = zk ] && echo "ZooKeeper $zk_hosts/portico (change it with the console or ./target/$profile/portico; snapshot in $RUN/snapshot)" || echo "$RUN/config (edit a file there; the gateway reloads it)")
+$( [ "$cluster" = 1 ] && printf '  cluster        gateways %s, %s, %s (admin %s, %s, %s)\n                 registries %s, %s; Redis %s\n                 rolling restart: ./ops/restart-gateway.sh --all\n' \
+    "${cluster_gateways[@]}" "${cluster_admins[@]}" "$registry_url" "$registry2_url" "$redis_url")
   logs           $RUN/logs/
   addresses      $RUN/env
 
 Try:
   curl -s $gateway_url/v1/health
-  python3 ops/sign.py --key merchant-1 --secret s3cr3t-value GET $gateway_url/v1/orders/42
+${tls_url:+  curl -s --cacert $RUN/tls/cert.pem $tls_url/v1/health
+}  python3 ops/sign.py --key merchant-1 --secret s3cr3t-value GET $gateway_url/v1/orders/42
   python3 ops/sign.py --key merchant-1 --secret s3cr3t-value --body '{"item":"book","qty":2}' POST $gateway_url/v1/orders
   python3 ops/sign.py --key merchant-1 --secret s3cr3t-value --curl GET $gateway_url/v1/orders/42
   curl -s $admin_url/status

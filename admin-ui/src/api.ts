@@ -112,7 +112,7 @@ export async function request<T = any>(method: string, path: string, opts: Optio
 
 export const get = <T = any>(path: string, opts?: Options) => request<T>("GET", path, opts);
 
-// ---- document shapes (DESIGN.md §3.3; see /api/v1/openapi.json) ----
+// ---- document shapes (docs/OPERATIONS.md "The configuration tree"; see /api/v1/openapi.json) ----
 
 export type HttpRule = {
   method: string;

@@ -8,12 +8,14 @@ import { ApiDetailPage } from "./pages/ApiDetail";
 import { SwitchesPage } from "./pages/Switches";
 import { AppsPage } from "./pages/Apps";
 import { HealthPage } from "./pages/Health";
+import { ClusterPage, ClustersPage } from "./pages/Clusters";
 import "./styles.css";
 
 const NAV = [
   { to: "/apis", label: "Services & APIs", icon: "M4 5h16v4H4zM4 11h16v4H4zM4 17h10v3H4z" },
   { to: "/switches", label: "Switches", icon: "M7 7h10a5 5 0 010 10H7A5 5 0 017 7zm10 2.5a2.5 2.5 0 100 5 2.5 2.5 0 000-5z" },
   { to: "/apps", label: "Apps", icon: "M12 3l8 4v6c0 4-3.5 7-8 8-4.5-1-8-4-8-8V7z" },
+  { to: "/clusters", label: "Clusters", icon: "M5 5h5v5H5zM14 5h5v5h-5zM5 14h5v5H5zM14 14h5v5h-5z" },
   { to: "/health", label: "Nodes & health", icon: "M3 12h4l3-7 4 14 3-7h4" },
 ];
 
@@ -113,6 +115,8 @@ function Shell() {
   else if (path.startsWith("/switches")) page = <SwitchesPage />;
   else if (path.startsWith("/apps")) page = <AppsPage />;
   else if (path.startsWith("/health")) page = <HealthPage />;
+  else if (path.match(/^\/clusters\/[^/]+$/)) page = <ClusterPage name={decodeURIComponent(path.slice("/clusters/".length))} />;
+  else if (path.startsWith("/clusters")) page = <ClustersPage />;
   else
     page = (
       <div class="page">

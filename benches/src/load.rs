@@ -1,8 +1,8 @@
 //! `portico-load`: the benchmark load generator.
 //!
 //! N keep-alive HTTP/1.1 connections (hyper 1), each sending one request at a time for a
-//! fixed duration (at most 30 s) or a fixed request count. Every request is signed per
-//! DESIGN.md §3.1 with a fresh nonce and the current timestamp when `--app-key` and
+//! fixed duration (at most 900 s) or a fixed request count. Every request is signed per
+//! docs/PROTOCOL.md ("Signing a request") with a fresh nonce and the current timestamp when `--app-key` and
 //! `--secret` are given, whatever the target: nginx, the bare Pingora proxy and the direct
 //! backend simply carry the headers along, so the client's cost is the same for every
 //! target.
@@ -14,9 +14,26 @@
 //! ```
 //!
 //! Prints one JSON object on stdout: requests, ok (2xx), errors by status (and `transport`
-//! / `timeout`), rps, and latency percentiles in µs over every completed request (closed
-//! loop: no coordinated-omission correction; `--rate` paces each connection but a late
-//! request is sent at once, not back-dated).
+//! / `timeout`), rps, and latency percentiles in µs over every completed request.
+//!
+//! Modes:
+//! - closed loop (default): no coordinated-omission correction;
+//! - `--rate R`: paces each connection, but a late request is sent at once and timed from
+//!   when it was sent (not back-dated);
+//! - `--rate R --open-loop`: every request has a scheduled send time (connection k sends
+//!   requests k, k + N, k + 2N, ... of a fixed-rate schedule); a request whose connection
+//!   is still busy is sent as soon as it is free, and its latency is measured **from its
+//!   scheduled send time**, so a stalled server is charged for the requests it delayed (no
+//!   coordinated omission, as in wrk2);
+//! - `--sync`: for instruction counting: `--warmup-requests W` requests, then prints
+//!   `warm` and waits for a line on stdin, then sends exactly `--requests N`, prints `done`
+//!   and waits for another line before closing its connections and printing the report;
+//! - `--idle`: opens `--connections` connections, sends one request on each, prints
+//!   `held <open connections>` and keeps them open and idle until a line arrives on stdin;
+//! - `--replay-every K`: every K-th request of a connection re-sends the previous request's
+//!   exact signature (same nonce and timestamp): a replay the gateway must refuse; its
+//!   answers are counted apart (`replays`), not in the figures;
+//! - `--series`: per-second counts of 2xx, 429 and other answers (`series`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -39,8 +56,8 @@ use tokio::net::TcpStream;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// The longest run allowed (benchmarks are bounded).
-const MAX_DURATION_S: f64 = 30.0;
+/// The longest run allowed (benchmarks are bounded; the replay-cache soak runs minutes).
+const MAX_DURATION_S: f64 = 900.0;
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Portico's load generator: signed keep-alive HTTP/1.1 load, JSON report")]
@@ -60,10 +77,10 @@ struct Args {
     /// Concurrent keep-alive connections (one request in flight on each).
     #[arg(long, default_value_t = 32)]
     connections: usize,
-    /// Measured duration in seconds (at most 30).
+    /// Measured duration in seconds (at most 900).
     #[arg(long, conflicts_with = "requests")]
     duration: Option<f64>,
-    /// Stop after this many requests instead (still cut at 30 s).
+    /// Stop after this many requests instead (still cut at 900 s).
     #[arg(long)]
     requests: Option<u64>,
     /// Seconds of load before the measurement starts (not counted).
@@ -94,6 +111,25 @@ struct Args {
     /// A label copied into the report.
     #[arg(long, default_value = "")]
     label: String,
+    /// With `--rate`: open loop, latency from each request's scheduled send time.
+    #[arg(long, requires = "rate")]
+    open_loop: bool,
+    /// Instruction-count mode: warm up, wait for stdin, exactly `--requests`, wait again.
+    #[arg(long, requires = "requests", conflicts_with_all = ["duration", "rate", "idle"])]
+    sync: bool,
+    /// Requests before the measured ones in `--sync` mode.
+    #[arg(long, default_value_t = 0)]
+    warmup_requests: u64,
+    /// Open `--connections` connections, one request each, and hold them idle until stdin
+    /// gets a line.
+    #[arg(long, conflicts_with_all = ["duration", "requests", "rate"])]
+    idle: bool,
+    /// Every K-th request of a connection re-sends the previous signature (a replay).
+    #[arg(long)]
+    replay_every: Option<u64>,
+    /// Report per-second answer counts.
+    #[arg(long)]
+    series: bool,
 }
 
 /// What one run measured.
@@ -121,6 +157,14 @@ struct Report {
     latency_us: Latency,
     /// This load generator's own CPU time (user + system) during the window, in seconds.
     client_cpu_s: f64,
+    /// `--open-loop`: requests sent more than 1 ms after their scheduled time.
+    late_sends: u64,
+    /// `--replay-every`: answers to the deliberate replays, by status.
+    replays: BTreeMap<u16, u64>,
+    /// `--series`: `[second, 2xx, 429, other]` per second of the measured window.
+    series: Vec<[u64; 4]>,
+    /// `--sync` / `--idle`: connections still open when released.
+    held: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Default)]
@@ -141,6 +185,46 @@ struct Tally {
     transport: u64,
     timeouts: u64,
     connects: u64,
+    late_sends: u64,
+    replays: BTreeMap<u16, u64>,
+    /// Per second of the measured window: [2xx, 429, other].
+    series: Vec<[u64; 3]>,
+}
+
+impl Tally {
+    fn merge(&mut self, t: Tally) {
+        self.latencies_us.extend_from_slice(&t.latencies_us);
+        for (s, n) in t.statuses {
+            *self.statuses.entry(s).or_default() += n;
+        }
+        for (s, n) in t.replays {
+            *self.replays.entry(s).or_default() += n;
+        }
+        if self.series.len() < t.series.len() {
+            self.series.resize(t.series.len(), [0; 3]);
+        }
+        for (a, b) in self.series.iter_mut().zip(&t.series) {
+            for i in 0..3 {
+                a[i] += b[i];
+            }
+        }
+        self.transport += t.transport;
+        self.timeouts += t.timeouts;
+        self.connects += t.connects;
+        self.late_sends += t.late_sends;
+    }
+
+    fn record_series(&mut self, second: usize, status: u16) {
+        if self.series.len() <= second {
+            self.series.resize(second + 1, [0; 3]);
+        }
+        let i = match status {
+            200..=299 => 0,
+            429 => 1,
+            _ => 2,
+        };
+        self.series[second][i] += 1;
+    }
 }
 
 /// The fixed part of every request.
@@ -224,8 +308,24 @@ impl Plan {
         })
     }
 
-    /// Builds request number `seq` of connection `conn`, signed with a fresh nonce.
+    /// Builds request number `seq` of connection `conn`, signed with a fresh nonce and the
+    /// current time.
     fn request(&self, conn: usize, seq: u64) -> anyhow::Result<Request<Full<Bytes>>> {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or_default();
+        self.request_at(conn, seq, now_ms)
+    }
+
+    /// Builds request number `seq` of connection `conn` signed at `now_ms`: the same
+    /// arguments give the same nonce and signature (a replay).
+    fn request_at(
+        &self,
+        conn: usize,
+        seq: u64,
+        now_ms: u64,
+    ) -> anyhow::Result<Request<Full<Bytes>>> {
         let mut b = Request::builder()
             .method(self.method.clone())
             .uri(self.path_and_query.as_str())
@@ -239,10 +339,6 @@ impl Plan {
         if !self.signers.is_empty() {
             let (key, secret) = &self.signers[conn % self.signers.len()];
             let nonce = format!("n{:016x}-{conn}-{seq}", self.run_id);
-            let now_ms = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or_default();
             let signed = portico_control::sign::sign_request(
                 secret,
                 self.method.as_str(),
@@ -279,90 +375,279 @@ async fn connect(addr: SocketAddr) -> anyhow::Result<http1::SendRequest<Full<Byt
     Ok(sender)
 }
 
-/// One connection's closed loop.
-async fn worker(plan: Arc<Plan>, clock: Arc<Clock>, conn: usize, pace: Option<Duration>) -> Tally {
+type Sender = http1::SendRequest<Full<Bytes>>;
+
+/// How a connection paces its requests.
+#[derive(Debug, Clone, Copy)]
+enum Pace {
+    /// The next request as soon as the previous answer is in.
+    Closed,
+    /// One request per interval; a late one is sent at once and timed from its sending.
+    Paced(Duration),
+    /// One request per interval, timed from its scheduled send time (no coordinated
+    /// omission).
+    OpenLoop(Duration),
+}
+
+/// What became of one request.
+enum Outcome {
+    Status(u16),
+    /// No connection could be opened.
+    Connect,
+    Transport,
+    Timeout,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+/// Sends `req` on the connection (opening one when there is none or it closed) and reads
+/// the whole answer.
+async fn exchange(
+    plan: &Plan,
+    sender: &mut Option<Sender>,
+    connects: &mut u64,
+    req: Request<Full<Bytes>>,
+) -> Outcome {
+    if sender.as_ref().is_none_or(|s| s.is_closed()) {
+        match connect(plan.addr).await {
+            Ok(s) => {
+                *connects += 1;
+                *sender = Some(s);
+            }
+            Err(_) => {
+                *sender = None;
+                return Outcome::Connect;
+            }
+        }
+    }
+    let Some(s) = sender.as_mut() else {
+        return Outcome::Connect;
+    };
+    let outcome = tokio::time::timeout(plan.timeout, async {
+        s.ready().await?;
+        let resp = s.send_request(req).await?;
+        let status = resp.status().as_u16();
+        resp.into_body().collect().await?;
+        Ok::<u16, hyper::Error>(status)
+    })
+    .await;
+    match outcome {
+        Ok(Ok(status)) => Outcome::Status(status),
+        Ok(Err(_)) => {
+            *sender = None;
+            Outcome::Transport
+        }
+        Err(_) => {
+            *sender = None;
+            Outcome::Timeout
+        }
+    }
+}
+
+/// Per-connection options of a duration run.
+#[derive(Debug, Clone, Copy)]
+struct Mode {
+    pace: Pace,
+    replay_every: Option<u64>,
+    series: bool,
+    connections: usize,
+}
+
+/// One connection's loop (closed, paced or open-loop).
+async fn worker(plan: Arc<Plan>, clock: Arc<Clock>, conn: usize, mode: Mode) -> Tally {
     let mut tally = Tally::default();
-    let mut sender: Option<http1::SendRequest<Full<Bytes>>> = None;
+    let mut sender: Option<Sender> = None;
     let mut seq: u64 = 0;
-    // Spread paced connections over one interval so they do not fire together.
-    let mut next_send = pace.map(|p| Instant::now() + p.mul_f64(fastrand::f64()));
+    let mut sent: u64 = 0;
+    let mut last_signed: Option<(u64, u64)> = None;
+    // Spread the connections' schedules over one interval so they do not fire together.
+    let first = match mode.pace {
+        Pace::Closed => Instant::now(),
+        Pace::Paced(p) => Instant::now() + p.mul_f64(fastrand::f64()),
+        Pace::OpenLoop(p) => {
+            Instant::now() + p.mul_f64(conn as f64 / mode.connections.max(1) as f64)
+        }
+    };
+    let mut slot: u32 = 0;
     loop {
-        if let (Some(p), Some(at)) = (pace, next_send) {
+        let scheduled = match mode.pace {
+            Pace::Closed => None,
+            Pace::Paced(p) | Pace::OpenLoop(p) => Some(first + p * slot),
+        };
+        if let Some(at) = scheduled {
             if at > clock.stop_at {
                 break;
             }
             tokio::time::sleep_until(at.into()).await;
-            next_send = Some(at + p);
         }
+        slot = slot.saturating_add(1);
         let now = Instant::now();
         if now >= clock.stop_at {
             break;
         }
         let counted = now >= clock.measure_from;
-        if counted && clock.remaining.fetch_sub(1, Ordering::Relaxed) <= 0 {
+        sent += 1;
+        let replay = match (mode.replay_every, last_signed) {
+            (Some(k), Some(prev)) if k > 0 && sent.is_multiple_of(k) => Some(prev),
+            _ => None,
+        };
+        if replay.is_none() && counted && clock.remaining.fetch_sub(1, Ordering::Relaxed) <= 0 {
             break;
         }
-        seq += 1;
-        if sender.as_ref().is_none_or(|s| s.is_closed()) {
-            match connect(plan.addr).await {
-                Ok(s) => {
-                    tally.connects += 1;
-                    sender = Some(s);
-                }
-                Err(_) => {
-                    if counted {
-                        tally.transport += 1;
-                    }
-                    sender = None;
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            }
-        }
-        let Some(s) = sender.as_mut() else {
-            continue;
-        };
-        let req = match plan.request(conn, seq) {
-            Ok(r) => r,
-            Err(_) => {
-                tally.transport += 1;
-                break;
+        let req = match replay {
+            Some((s, ms)) => plan.request_at(conn, s, ms),
+            None => {
+                seq += 1;
+                let ms = now_ms();
+                last_signed = Some((seq, ms));
+                plan.request_at(conn, seq, ms)
             }
         };
-        let start = Instant::now();
-        let outcome = tokio::time::timeout(plan.timeout, async {
-            s.ready().await?;
-            let resp = s.send_request(req).await?;
-            let status = resp.status().as_u16();
-            resp.into_body().collect().await?;
-            Ok::<u16, hyper::Error>(status)
-        })
-        .await;
+        let Ok(req) = req else {
+            tally.transport += 1;
+            break;
+        };
+        let start = match (mode.pace, scheduled) {
+            (Pace::OpenLoop(_), Some(at)) => {
+                if counted && now > at + Duration::from_millis(1) {
+                    tally.late_sends += 1;
+                }
+                at
+            }
+            _ => Instant::now(),
+        };
+        let outcome = exchange(&plan, &mut sender, &mut tally.connects, req).await;
         let elapsed = start.elapsed();
+        if !counted {
+            if matches!(outcome, Outcome::Connect) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            continue;
+        }
         match outcome {
-            Ok(Ok(status)) => {
-                if counted {
-                    tally
-                        .latencies_us
-                        .push(u32::try_from(elapsed.as_micros()).unwrap_or(u32::MAX));
-                    *tally.statuses.entry(status).or_default() += 1;
+            Outcome::Status(status) if replay.is_some() => {
+                *tally.replays.entry(status).or_default() += 1;
+            }
+            Outcome::Status(status) => {
+                tally
+                    .latencies_us
+                    .push(u32::try_from(elapsed.as_micros()).unwrap_or(u32::MAX));
+                *tally.statuses.entry(status).or_default() += 1;
+                if mode.series {
+                    let second = now.duration_since(clock.measure_from).as_secs() as usize;
+                    tally.record_series(second, status);
                 }
             }
-            Ok(Err(_)) => {
-                if counted {
-                    tally.transport += 1;
-                }
-                sender = None;
+            Outcome::Connect => {
+                tally.transport += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            Err(_) => {
-                if counted {
-                    tally.timeouts += 1;
-                }
-                sender = None;
-            }
+            Outcome::Transport => tally.transport += 1,
+            Outcome::Timeout => tally.timeouts += 1,
         }
     }
     tally
+}
+
+/// Records one measured answer of `--sync` / `--idle` mode.
+fn record(tally: &mut Tally, outcome: Outcome, elapsed: Duration) {
+    match outcome {
+        Outcome::Status(status) => {
+            tally
+                .latencies_us
+                .push(u32::try_from(elapsed.as_micros()).unwrap_or(u32::MAX));
+            *tally.statuses.entry(status).or_default() += 1;
+        }
+        Outcome::Connect | Outcome::Transport => tally.transport += 1,
+        Outcome::Timeout => tally.timeouts += 1,
+    }
+}
+
+/// `--sync`: warm-up requests (shared count), the barrier, then the measured requests
+/// (shared count); the connection is handed back open.
+async fn worker_sync(
+    plan: Arc<Plan>,
+    conn: usize,
+    warm_left: Arc<AtomicI64>,
+    remaining: Arc<AtomicI64>,
+    warmed: Arc<tokio::sync::Barrier>,
+    mut go: tokio::sync::watch::Receiver<bool>,
+) -> (Tally, Option<Sender>) {
+    let mut tally = Tally::default();
+    let mut sender: Option<Sender> = None;
+    let mut seq: u64 = 0;
+    let mut connects = 0;
+    while warm_left.fetch_sub(1, Ordering::Relaxed) > 0 {
+        seq += 1;
+        let Ok(req) = plan.request(conn, seq) else {
+            break;
+        };
+        let _ = exchange(&plan, &mut sender, &mut connects, req).await;
+    }
+    // Open the connection now if the warm-up did not, so the measured part has none to open.
+    if sender.is_none() {
+        if let Ok(s) = connect(plan.addr).await {
+            connects += 1;
+            sender = Some(s);
+        }
+    }
+    warmed.wait().await;
+    let _ = go.wait_for(|v| *v).await;
+    while remaining.fetch_sub(1, Ordering::Relaxed) > 0 {
+        seq += 1;
+        let Ok(req) = plan.request(conn, seq) else {
+            tally.transport += 1;
+            break;
+        };
+        let start = Instant::now();
+        let outcome = exchange(&plan, &mut sender, &mut tally.connects, req).await;
+        record(&mut tally, outcome, start.elapsed());
+    }
+    tally.connects += connects;
+    (tally, sender)
+}
+
+/// `--idle`: opens a connection (at most `opening` at a time), sends one request and hands
+/// the connection back open.
+async fn worker_idle(
+    plan: Arc<Plan>,
+    conn: usize,
+    opening: Arc<tokio::sync::Semaphore>,
+) -> (Tally, Option<Sender>) {
+    let mut tally = Tally::default();
+    let mut sender: Option<Sender> = None;
+    let Ok(_permit) = opening.acquire().await else {
+        return (tally, None);
+    };
+    let Ok(req) = plan.request(conn, 1) else {
+        tally.transport += 1;
+        return (tally, None);
+    };
+    let start = Instant::now();
+    let outcome = exchange(&plan, &mut sender, &mut tally.connects, req).await;
+    record(&mut tally, outcome, start.elapsed());
+    (tally, sender)
+}
+
+/// Prints `what` on stdout (flushed) and waits for a line on stdin.
+async fn handshake(what: &str) -> anyhow::Result<()> {
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{what}")?;
+        out.flush()?;
+    }
+    tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| ())
+    })
+    .await??;
+    Ok(())
 }
 
 /// utime + stime of this process from `/proc/self/stat`, in seconds (0 if unreadable;
@@ -396,20 +681,36 @@ async fn run(args: Args) -> anyhow::Result<Report> {
     if args.connections == 0 {
         bail!("--connections must be at least 1");
     }
+    if !(0.0..=10.0).contains(&args.warmup) {
+        bail!("--warmup must be in [0, 10]");
+    }
+    let plan = Arc::new(Plan::from_args(&args)?);
+    if args.sync || args.idle {
+        return run_held(args, plan).await;
+    }
     let duration = match (args.duration, args.requests) {
         (Some(d), _) if d > 0.0 && d <= MAX_DURATION_S => d,
         (Some(d), _) => bail!("--duration must be in (0, {MAX_DURATION_S}], got {d}"),
         (None, Some(_)) => MAX_DURATION_S,
         (None, None) => bail!("give --duration SECS or --requests N"),
     };
-    if !(0.0..=10.0).contains(&args.warmup) {
-        bail!("--warmup must be in [0, 10]");
-    }
-    let plan = Arc::new(Plan::from_args(&args)?);
     let pace = match args.rate {
-        Some(r) if r > 0.0 => Some(Duration::from_secs_f64(args.connections as f64 / r)),
+        Some(r) if r > 0.0 => {
+            let interval = Duration::from_secs_f64(args.connections as f64 / r);
+            if args.open_loop {
+                Pace::OpenLoop(interval)
+            } else {
+                Pace::Paced(interval)
+            }
+        }
         Some(r) => bail!("--rate must be positive, got {r}"),
-        None => None,
+        None => Pace::Closed,
+    };
+    let mode = Mode {
+        pace,
+        replay_every: args.replay_every,
+        series: args.series,
+        connections: args.connections,
     };
     let begin = Instant::now();
     let measure_from = begin + Duration::from_secs_f64(args.warmup);
@@ -432,24 +733,89 @@ async fn run(args: Args) -> anyhow::Result<Report> {
             plan.clone(),
             clock.clone(),
             conn,
-            pace,
+            mode,
         )));
     }
     let mut all = Tally::default();
     for t in tasks {
-        let t = t.await.context("a connection task panicked")?;
-        all.latencies_us.extend_from_slice(&t.latencies_us);
-        for (s, n) in t.statuses {
-            *all.statuses.entry(s).or_default() += n;
-        }
-        all.transport += t.transport;
-        all.timeouts += t.timeouts;
-        all.connects += t.connects;
+        all.merge(t.await.context("a connection task panicked")?);
     }
     let end = Instant::now().min(clock.stop_at).max(measure_from);
     let client_cpu_s = (self_cpu_seconds() - cpu_at_start.await.unwrap_or(0.0)).max(0.0);
     let window = end.duration_since(measure_from).as_secs_f64().max(1e-9);
+    Ok(report(&args, all, window, client_cpu_s, None))
+}
 
+/// `--sync` and `--idle`: connections kept open across stdin handshakes.
+async fn run_held(args: Args, plan: Arc<Plan>) -> anyhow::Result<Report> {
+    let mut held: Vec<Sender> = Vec::new();
+    let mut all = Tally::default();
+    let (window, cpu) = if args.sync {
+        let n = args.requests.context("--sync needs --requests")?;
+        let warm_left = Arc::new(AtomicI64::new(
+            i64::try_from(args.warmup_requests).unwrap_or(i64::MAX),
+        ));
+        let remaining = Arc::new(AtomicI64::new(i64::try_from(n).unwrap_or(i64::MAX)));
+        let warmed = Arc::new(tokio::sync::Barrier::new(args.connections + 1));
+        let (go_tx, go_rx) = tokio::sync::watch::channel(false);
+        let mut tasks = Vec::with_capacity(args.connections);
+        for conn in 0..args.connections {
+            tasks.push(tokio::spawn(worker_sync(
+                plan.clone(),
+                conn,
+                warm_left.clone(),
+                remaining.clone(),
+                warmed.clone(),
+                go_rx.clone(),
+            )));
+        }
+        warmed.wait().await;
+        handshake("warm").await?;
+        let cpu0 = self_cpu_seconds();
+        let started = Instant::now();
+        go_tx.send_replace(true);
+        for t in tasks {
+            let (tally, sender) = t.await.context("a connection task panicked")?;
+            all.merge(tally);
+            held.extend(sender);
+        }
+        let window = started.elapsed().as_secs_f64();
+        let cpu = (self_cpu_seconds() - cpu0).max(0.0);
+        handshake("done").await?;
+        (window, cpu)
+    } else {
+        let opening = Arc::new(tokio::sync::Semaphore::new(128));
+        let started = Instant::now();
+        let mut tasks = Vec::with_capacity(args.connections);
+        for conn in 0..args.connections {
+            tasks.push(tokio::spawn(worker_idle(
+                plan.clone(),
+                conn,
+                opening.clone(),
+            )));
+        }
+        for t in tasks {
+            let (tally, sender) = t.await.context("a connection task panicked")?;
+            all.merge(tally);
+            held.extend(sender);
+        }
+        let window = started.elapsed().as_secs_f64();
+        let open = held.iter().filter(|s| !s.is_closed()).count();
+        handshake(&format!("held {open}")).await?;
+        (window, 0.0)
+    };
+    let still_open = held.iter().filter(|s| !s.is_closed()).count() as u64;
+    drop(held);
+    Ok(report(&args, all, window.max(1e-9), cpu, Some(still_open)))
+}
+
+fn report(
+    args: &Args,
+    mut all: Tally,
+    window: f64,
+    client_cpu_s: f64,
+    held: Option<u64>,
+) -> Report {
     all.latencies_us.sort_unstable();
     let lat = &all.latencies_us;
     let latency = Latency {
@@ -483,7 +849,7 @@ async fn run(args: Args) -> anyhow::Result<Report> {
     if all.timeouts > 0 {
         errors.insert("timeout".into(), all.timeouts);
     }
-    Ok(Report {
+    Report {
         label: args.label.clone(),
         url: args.url.clone(),
         method: args.method.to_ascii_uppercase(),
@@ -498,7 +864,16 @@ async fn run(args: Args) -> anyhow::Result<Report> {
         connects: all.connects,
         latency_us: latency,
         client_cpu_s,
-    })
+        late_sends: all.late_sends,
+        replays: all.replays,
+        series: all
+            .series
+            .iter()
+            .enumerate()
+            .map(|(i, c)| [i as u64, c[0], c[1], c[2]])
+            .collect(),
+        held,
+    }
 }
 
 fn main() -> anyhow::Result<()> {

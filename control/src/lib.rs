@@ -1,8 +1,10 @@
 //! Portico's control-plane model, shared by the gateway and the registry.
 //!
-//! - [`v1`]: the external documents of the configuration tree (DESIGN.md §3.3).
+//! - [`v1`]: the external documents of the configuration tree (docs/OPERATIONS.md, "The configuration tree").
 //! - [`tree`]: a raw tree of documents as read from a source (paths → bytes).
 //! - [`template`]: `google.api.http` path templates (parse, match).
+//! - [`selector`]: key selectors (`path:sku`, `header:X-Region`, ...) of caches, hot keys and
+//!   key-level switches.
 //! - [`fieldpath`]: field paths (`shop.id`) resolved through a protobuf message type.
 //! - [`validate`]: a [`Tree`] → one immutable [`Snapshot`], rejecting bad documents one by one.
 //! - [`source`]: the [`ConfigSource`] trait and the directory source (`--config-dir`).
@@ -10,6 +12,7 @@
 
 pub mod clock;
 pub mod fieldpath;
+pub mod selector;
 pub mod sign;
 pub mod snapshot;
 pub mod source;
@@ -20,7 +23,10 @@ pub mod v1;
 pub mod validate;
 pub mod zk;
 
-pub use snapshot::{Api, BackendKind, Binding, ConfigVersion, IpAclRules, Rejection, Snapshot};
+pub use snapshot::{
+    Api, BackendKind, Binding, CacheSpec, ConfigVersion, HotKeysSpec, HotPolicy, IpAclRules,
+    KeySwitch, Rejection, Snapshot,
+};
 pub use source::{ConfigSource, DirSource, SourceStatus};
 pub use tree::{DocKind, Tree};
 pub use validate::build_snapshot;

@@ -1,4 +1,4 @@
-//! Request signing, DESIGN.md §3.1: the one implementation shared by the gateway (which
+//! Request signing (docs/PROTOCOL.md, "Signing a request"): the one implementation shared by the gateway (which
 //! verifies), the `portico` CLI (which signs) and the tests.
 //!
 //! A signed call carries four headers ([`HEADER_APP_KEY`], [`HEADER_TIMESTAMP`],
@@ -53,7 +53,7 @@ fn reencode(s: &str, out: &mut String) {
     }
 }
 
-/// The canonical query of §3.1 (line 3 of the string-to-sign) from a raw query string
+/// The canonical query of docs/PROTOCOL.md (line 3 of the string-to-sign) from a raw query string
 /// (without the leading `?`).
 ///
 /// Split on `&` (empty parts skipped), split each part at the first `=` (a part without `=`
@@ -92,7 +92,7 @@ pub fn body_digest(body: &[u8]) -> String {
     hex::encode(Sha256::digest(body))
 }
 
-/// The seven-line string-to-sign of §3.1, joined by `\n` (no trailing newline).
+/// The seven-line string-to-sign of docs/PROTOCOL.md, joined by `\n` (no trailing newline).
 ///
 /// `method` is upper-cased; `path` must be the path exactly as sent, without the query;
 /// `raw_query` is the raw query after `?` (`None` or empty: no query); `timestamp` is the
@@ -108,16 +108,10 @@ pub fn string_to_sign(
 ) -> String {
     let query = raw_query.map(canonical_query).unwrap_or_default();
     let digest = body_digest(body);
-    let mut s = String::with_capacity(
-        method.len()
-            + path.len()
-            + query.len()
-            + app_key.len()
-            + timestamp.len()
-            + nonce.len()
-            + digest.len()
-            + 6,
-    );
+    let capacity = [method, path, &query, app_key, timestamp, nonce, &digest]
+        .iter()
+        .fold(6usize, |n, part| n.saturating_add(part.len()));
+    let mut s = String::with_capacity(capacity);
     s.push_str(&method.to_ascii_uppercase());
     s.push('\n');
     s.push_str(path);
@@ -147,7 +141,7 @@ fn mac_bytes(secret: &[u8], sts: &str) -> [u8; 32] {
     }
 }
 
-/// The signature of §3.1: lowercase hex HMAC-SHA256(`secret`, `sts`).
+/// The signature of docs/PROTOCOL.md: lowercase hex HMAC-SHA256(`secret`, `sts`).
 pub fn sign(secret: &[u8], sts: &str) -> String {
     hex::encode(mac_bytes(secret, sts))
 }
@@ -184,7 +178,7 @@ pub struct SignedHeaders {
 }
 
 impl SignedHeaders {
-    /// The four `(header name, value)` pairs, in the order of §3.1.
+    /// The four `(header name, value)` pairs, in the order of docs/PROTOCOL.md.
     pub fn pairs(&self) -> [(&'static str, &str); 4] {
         [
             (HEADER_APP_KEY, self.app_key.as_str()),

@@ -1,6 +1,7 @@
 //! The validated, immutable configuration a gateway serves from. Built by
 //! [`crate::validate::build_snapshot`]; never mutated after it is built.
 
+use crate::selector::Selector;
 use crate::template::PathTemplate;
 use crate::v1;
 use ipnet::IpNet;
@@ -94,4 +95,50 @@ pub struct Snapshot {
     pub accepted: BTreeMap<String, Arc<Vec<u8>>>,
     /// Documents refused in this build.
     pub rejected: Vec<Rejection>,
+    // Hot APIs (docs/OPERATIONS.md, "Caching and hot keys", "Key-level switches").
+    /// API id → its key-level switches (`switches/<api_id>@<label>`), by label; also listed
+    /// in `switches` under their full name.
+    pub key_switches: BTreeMap<String, Vec<Arc<KeySwitch>>>,
+    /// API id → its parsed cache and hot-key policy, for APIs that have either.
+    pub hot: BTreeMap<String, Arc<HotPolicy>>,
+}
+
+/// A validated key-level switch `switches/<api_id>@<label>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeySwitch {
+    pub api_id: String,
+    pub label: String,
+    /// Each selector with the values it matches; all must match.
+    pub matches: Vec<(Selector, Vec<String>)>,
+    pub switch: Arc<v1::Switch>,
+}
+
+/// An API's parsed `policy.cache`, `policy.hot_keys` and `policy.read_only`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HotPolicy {
+    pub cache: Option<CacheSpec>,
+    pub hot_keys: Option<HotKeysSpec>,
+    pub read_only: bool,
+}
+
+/// `policy.cache`, with defaults filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheSpec {
+    pub ttl_ms: u64,
+    /// Empty: one entry for the whole API.
+    pub key: Vec<Selector>,
+    pub max_entries: usize,
+    pub max_body_bytes: usize,
+}
+
+/// `policy.hot_keys`, with defaults filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HotKeysSpec {
+    pub key: Vec<Selector>,
+    pub rate_above: f64,
+    pub bandwidth_share_above: f64,
+    /// `None`: no bandwidth rule.
+    pub link_bytes_per_s: Option<u64>,
+    pub auto_cache_ms: u64,
+    pub top: usize,
 }

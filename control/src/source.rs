@@ -31,6 +31,14 @@ pub trait ConfigSource: Send + Sync + 'static {
         }
     }
 
+    /// Control phase (`/readyz`): why the source refuses this process access to the
+    /// configuration (ZooKeeper: credentials missing or not those the tree's ACLs name), or
+    /// `None` when it does not. A refused source keeps the node out of rotation while it
+    /// serves what it has (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
+    fn refused(&self) -> Option<String> {
+        None
+    }
+
     /// Runs until `updates` is closed: sends the whole tree once it has first been read, then
     /// again after every change. Transient failures (an unreadable file, a lost ZooKeeper
     /// session) are logged and retried inside; they never end the loop.

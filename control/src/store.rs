@@ -1,5 +1,5 @@
 //! The last-known-good snapshot on disk (`--snapshot-dir DIR`): the accepted documents of
-//! the applied [`Snapshot`] in the §3.3 directory layout, plus a `VERSION` file
+//! the applied [`Snapshot`] in the directory layout of docs/OPERATIONS.md ("The configuration tree"), plus a `VERSION` file
 //! (`{"generation", "digest", "written_at_ms"}`). A gateway that starts without ZooKeeper
 //! boots from it.
 //!
@@ -20,6 +20,12 @@
 //! renamed aside to `DIR.old-<pid>-<n>` just before the link takes its place. If the process
 //! dies inside that window `DIR` is missing, and [`read_snapshot`] falls back to the newest
 //! complete `DIR.d-*` sibling (written in step 2, before the window opened).
+//!
+//! # Modes
+//! A snapshot holds the apps' secrets: folders are written `0700` and files `0600` (whatever
+//! the umask), a parent folder the write creates is `0700`, and the modes of a snapshot that
+//! an older version wrote more openly are tightened when it is read or replaced
+//! (docs/SECURITY.md, "Control plane (ZooKeeper)").
 //!
 //! One gateway process owns a snapshot folder; two writing the same one may remove each
 //! other's in-flight temporary folders (each write then fails and is retried by the next).
@@ -72,10 +78,64 @@ fn split(dir: &Path) -> io::Result<(PathBuf, String)> {
     Ok((parent, name.to_owned()))
 }
 
+/// The mode of snapshot folders.
+pub const DIR_MODE: u32 = 0o700;
+/// The mode of snapshot files.
+pub const FILE_MODE: u32 = 0o600;
+
 fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut f = fs::File::create(path)?;
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, FILE_MODE);
+    let mut f = options.open(path)?;
+    set_mode(path, FILE_MODE)?;
     f.write_all(bytes)?;
     f.sync_all()
+}
+
+/// Sets the permission bits of `path` (no-op off unix).
+fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(mode))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (path, mode);
+        Ok(())
+    }
+}
+
+/// Creates `path` as a `0700` folder (its missing parents too, also `0700`).
+fn create_private_dir_all(path: &Path) -> io::Result<()> {
+    if path.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_private_dir_all(parent)?;
+    }
+    match fs::create_dir(path) {
+        Ok(()) => set_mode(path, DIR_MODE),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Tightens every folder under `dir` (itself included) to `0700` and every file to `0600`;
+/// symbolic links are not followed.
+pub fn tighten_modes(dir: &Path) -> io::Result<()> {
+    let meta = fs::symlink_metadata(dir)?;
+    if meta.is_dir() {
+        set_mode(dir, DIR_MODE)?;
+        for entry in fs::read_dir(dir)? {
+            tighten_modes(&entry?.path())?;
+        }
+    } else if meta.is_file() {
+        set_mode(dir, FILE_MODE)?;
+    }
+    Ok(())
 }
 
 fn sync_dir(path: &Path) -> io::Result<()> {
@@ -93,6 +153,7 @@ fn sync_dir(path: &Path) -> io::Result<()> {
 /// Fills `tmp` with the snapshot's accepted documents and the VERSION file, all fsynced.
 fn fill(tmp: &Path, snapshot: &Snapshot) -> io::Result<()> {
     fs::create_dir(tmp)?;
+    set_mode(tmp, DIR_MODE)?;
     let mut dirs = vec![tmp.to_path_buf()];
     for (path, bytes) in &snapshot.accepted {
         let Some(rel) = file_path_for(path) else {
@@ -102,7 +163,7 @@ fn fill(tmp: &Path, snapshot: &Snapshot) -> io::Result<()> {
         let file = tmp.join(rel);
         if let Some(parent) = file.parent() {
             if !parent.exists() {
-                fs::create_dir_all(parent)?;
+                create_private_dir_all(parent)?;
                 dirs.push(parent.to_path_buf());
             }
         }
@@ -124,7 +185,7 @@ fn fill(tmp: &Path, snapshot: &Snapshot) -> io::Result<()> {
 /// Writes `snapshot.accepted` to `dir` atomically (see the module documentation).
 pub fn write_snapshot(dir: &Path, snapshot: &Snapshot) -> io::Result<()> {
     let (parent, name) = split(dir)?;
-    fs::create_dir_all(&parent)?;
+    create_private_dir_all(&parent)?;
     let id = unique();
     let tmp = parent.join(format!("{name}.tmp-{id}"));
     if let Err(e) = fill(&tmp, snapshot) {
@@ -230,6 +291,10 @@ pub fn read_snapshot(dir: &Path) -> io::Result<(Tree, Option<ConfigVersion>)> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => newest_complete(dir).ok_or(e)?,
         Err(e) => return Err(e),
     };
+    // A snapshot written by an older version may be world-readable (module docs, "Modes").
+    if let Err(e) = tighten_modes(&resolved) {
+        tracing::warn!(dir = %resolved.display(), error = %e, "cannot tighten the modes of the snapshot");
+    }
     let mut tree = read_tree(&resolved)?;
     let version = read_version(&resolved);
     if let Some(v) = &version {
@@ -340,6 +405,41 @@ mod tests {
     }
 
     #[test]
+    #[cfg(unix)]
+    fn snapshots_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let d = tempfile::tempdir().unwrap();
+        // An older, open snapshot made by hand: tightened when read.
+        let dir = d.path().join("state/snap");
+        fs::create_dir_all(dir.join("apps")).unwrap();
+        fs::write(dir.join("apps/a.json"), br#"{"secret":"s"}"#).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(dir.join("apps/a.json"), fs::Permissions::from_mode(0o644)).unwrap();
+        read_snapshot(&dir).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join("apps")), 0o700);
+        assert_eq!(mode(&dir.join("apps/a.json")), 0o600);
+        // Written: every folder 0700 and file 0600, whatever the umask; a new parent 0700.
+        let fresh = d.path().join("new-parent/snap");
+        for target in [&dir, &fresh] {
+            write_snapshot(
+                target,
+                &snapshot(&[("apps/a", b"{}"), ("apis/x", b"{}")], 3),
+            )
+            .unwrap();
+            let real = fs::canonicalize(target).unwrap();
+            assert_eq!(mode(&real), 0o700);
+            for sub in ["apps", "apis"] {
+                assert_eq!(mode(&real.join(sub)), 0o700, "{sub}");
+            }
+            assert_eq!(mode(&real.join("apps/a.json")), 0o600);
+            assert_eq!(mode(&real.join(VERSION_FILE)), 0o600);
+        }
+        assert_eq!(mode(&d.path().join("new-parent")), 0o700);
+    }
+
+    #[test]
     fn crash_leftovers_are_ignored_then_cleaned() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("snap");
@@ -383,6 +483,26 @@ mod tests {
         let (tree, version) = read_snapshot(&dir).unwrap();
         assert_eq!(tree.docs.keys().collect::<Vec<_>>(), vec!["apis/new"]);
         assert_eq!(version.unwrap().generation, 5);
+    }
+
+    #[test]
+    fn garbage_in_a_snapshot_is_skipped_not_fatal() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("snap");
+        write_snapshot(&dir, &snapshot(&[("apps/a", b"{}"), ("apps/b", b"{}")], 9)).unwrap();
+        // Someone edits the snapshot by hand: garbage VERSION, a folder and a dangling link
+        // where documents were.
+        fs::write(dir.join(VERSION_FILE), b"\xff{not json").unwrap();
+        fs::remove_file(dir.join("apps/b.json")).unwrap();
+        fs::create_dir(dir.join("apps/b.json")).unwrap();
+        std::os::unix::fs::symlink("nowhere", dir.join("apps/c.json")).unwrap();
+        let (tree, version) = read_snapshot(&dir).unwrap();
+        assert_eq!(version, None);
+        assert_eq!(tree.docs.keys().collect::<Vec<_>>(), vec!["apps/a"]);
+        assert_eq!(
+            tree.unreadable.keys().collect::<Vec<_>>(),
+            vec!["apps/b", "apps/c"]
+        );
     }
 
     #[test]

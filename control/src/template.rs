@@ -21,8 +21,21 @@
 //!
 //! Matching works on the RAW (still percent-encoded) path segments; a router splits the verb
 //! off the last segment (see [`PathTemplate::match_path`] for the one-template version).
+//!
+//! Templates and rewrite paths come from configuration documents anyone with write access to
+//! the tree can edit (docs/OPERATIONS.md, "The configuration tree"), so everything here works on
+//! bytes, never slices a `str` inside a character, and returns an error for any input; their
+//! size is bounded ([`MAX_TEMPLATE_BYTES`], [`MAX_TEMPLATE_SEGMENTS`], [`MAX_REWRITE_BYTES`]) so
+//! that a document cannot make validation or routing slow.
 
 use std::fmt;
+
+/// The longest path template, in bytes.
+pub const MAX_TEMPLATE_BYTES: usize = 4096;
+/// The most segments a path template may have (variables' segments included).
+pub const MAX_TEMPLATE_SEGMENTS: usize = 128;
+/// The longest rewrite path of an HTTP backend, in bytes.
+pub const MAX_REWRITE_BYTES: usize = 4096;
 
 /// One segment of a template, as a router indexes it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -81,6 +94,14 @@ fn err<T>(pos: usize, problem: impl Into<String>) -> Result<T, TemplateError> {
         pos,
         problem: problem.into(),
     })
+}
+
+/// The character starting at byte `pos` of `raw`, for error messages (`'\u{fffd}'` when `pos`
+/// is not at a character boundary or past the end: never a panic).
+fn char_at(raw: &str, pos: usize) -> char {
+    raw.get(pos..)
+        .and_then(|rest| rest.chars().next())
+        .unwrap_or(char::REPLACEMENT_CHARACTER)
 }
 
 /// RFC 3986 `pchar` minus `%` (checked separately) and minus the template's own
@@ -239,6 +260,7 @@ pub fn is_field_path(s: &str) -> bool {
 }
 
 struct Parser<'a> {
+    raw: &'a str,
     s: &'a [u8],
     pos: usize,
     /// Where the segments end (the verb's `:`, or the end of the template).
@@ -250,10 +272,35 @@ struct Parser<'a> {
 impl Parser<'_> {
     fn peek(&self) -> Option<u8> {
         if self.pos < self.end {
-            Some(self.s[self.pos])
+            self.s.get(self.pos).copied()
         } else {
             None
         }
+    }
+
+    /// The byte at `at` if it is before the end of the segments.
+    fn byte(&self, at: usize) -> Option<u8> {
+        if at < self.end {
+            self.s.get(at).copied()
+        } else {
+            None
+        }
+    }
+
+    fn char_here(&self) -> char {
+        char_at(self.raw, self.pos)
+    }
+
+    /// Adds a segment, refusing more than [`MAX_TEMPLATE_SEGMENTS`].
+    fn push(&mut self, seg: Segment) -> Result<(), TemplateError> {
+        if self.segments.len() >= MAX_TEMPLATE_SEGMENTS {
+            return err(
+                self.pos,
+                format!("more than {MAX_TEMPLATE_SEGMENTS} segments"),
+            );
+        }
+        self.segments.push(seg);
+        Ok(())
     }
 
     /// Segments = Segment { "/" Segment }
@@ -282,10 +329,7 @@ impl Parser<'_> {
                     Segment::Single
                 };
                 match self.peek() {
-                    None | Some(b'/') | Some(b'}') => {
-                        self.segments.push(seg);
-                        Ok(())
-                    }
+                    None | Some(b'/') | Some(b'}') => self.push(seg),
                     Some(_) => err(self.pos, "'*' and '**' must be a whole segment"),
                 }
             }
@@ -301,10 +345,8 @@ impl Parser<'_> {
                         break;
                     }
                     if c == b'%' {
-                        let ok = self.pos + 2 < self.end
-                            && hex_val(self.s[self.pos + 1]).is_some()
-                            && hex_val(self.s[self.pos + 2]).is_some();
-                        if !ok {
+                        let hex = |at: usize| self.byte(at).and_then(hex_val).is_some();
+                        if !(hex(self.pos + 1) && hex(self.pos + 2)) {
                             return err(self.pos, "invalid percent-encoding");
                         }
                         self.pos += 3;
@@ -313,7 +355,10 @@ impl Parser<'_> {
                     if !is_literal_char(c) {
                         return err(
                             self.pos,
-                            format!("character {:?} is not allowed in a literal", char::from(c)),
+                            format!(
+                                "character {:?} is not allowed in a literal (percent-encode it)",
+                                self.char_here()
+                            ),
                         );
                     }
                     self.pos += 1;
@@ -326,15 +371,15 @@ impl Parser<'_> {
                         );
                     }
                 }
-                let raw = std::str::from_utf8(&self.s[start..self.pos]).unwrap_or_default();
+                // Only ASCII bytes were accepted above, so this is a whole `str`.
+                let raw = self.raw.get(start..self.pos).unwrap_or_default();
                 let Some(lit) = decode_segment(raw) else {
                     return err(start, "literal is not UTF-8 after percent-decoding");
                 };
                 if lit == "." || lit == ".." {
                     return err(start, "'.' and '..' segments are not allowed");
                 }
-                self.segments.push(Segment::Literal(lit));
-                Ok(())
+                self.push(Segment::Literal(lit))
             }
         }
     }
@@ -350,7 +395,8 @@ impl Parser<'_> {
             }
             self.pos += 1;
         }
-        let field_path = std::str::from_utf8(&self.s[fp_start..self.pos]).unwrap_or_default();
+        // Cut at ASCII bytes (`{`, `=`, `}`, the end), so always at character boundaries.
+        let field_path = self.raw.get(fp_start..self.pos).unwrap_or_default();
         if !is_field_path(field_path) {
             return err(
                 fp_start,
@@ -366,7 +412,7 @@ impl Parser<'_> {
                 self.pos += 1;
                 self.segments(true)?;
             }
-            Some(b'}') => self.segments.push(Segment::Single),
+            Some(b'}') => self.push(Segment::Single)?,
             _ => return err(open, "unclosed '{'"),
         }
         if self.peek() != Some(b'}') {
@@ -378,7 +424,8 @@ impl Parser<'_> {
             Some(_) => return err(self.pos, "a variable must be a whole segment"),
         }
         let end = self.segments.len();
-        let multi = end - start != 1 || self.segments[start] == Segment::Multi;
+        let multi =
+            end.saturating_sub(start) != 1 || self.segments.get(start) == Some(&Segment::Multi);
         self.variables.push(Variable {
             field_path: field_path.to_owned(),
             start,
@@ -389,10 +436,71 @@ impl Parser<'_> {
     }
 }
 
+/// Splits the verb off a template as grpc-gateway's tokenizer does: the last top-level token,
+/// after a variable (`}`) at its first `:`, otherwise at its last `:`. Returns where the
+/// segments end and the verb, percent-decoded.
+fn split_verb(raw: &str) -> Result<(usize, Option<String>), TemplateError> {
+    let s = raw.as_bytes();
+    let mut depth = 0usize;
+    let mut tail = 0;
+    let mut after_var = false;
+    for (i, &c) in s.iter().enumerate() {
+        match c {
+            b'{' => depth = depth.saturating_add(1),
+            b'}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    tail = i + 1;
+                    after_var = true;
+                }
+            }
+            b'/' if depth == 0 => {
+                tail = i + 1;
+                after_var = false;
+            }
+            _ => {}
+        }
+    }
+    // `tail` follows an ASCII `/` or `}` and the verb an ASCII `:`: whole `str`s.
+    let t = raw.get(tail..).unwrap_or_default();
+    let colon = if after_var { t.find(':') } else { t.rfind(':') };
+    match colon {
+        Some(c) => {
+            let at = tail + c;
+            let verb = raw.get(at + 1..).unwrap_or_default();
+            if verb.is_empty() {
+                return err(at, "empty verb after ':'");
+            }
+            for (j, b) in verb.bytes().enumerate() {
+                if !(is_literal_char(b) || b == b'%') || b == b':' {
+                    return err(
+                        at + 1 + j,
+                        format!(
+                            "character {:?} is not allowed in a verb",
+                            char_at(raw, at + 1 + j)
+                        ),
+                    );
+                }
+            }
+            let Some(v) = decode_segment(verb).filter(|_| is_valid_percent_encoding(verb)) else {
+                return err(at + 1, "invalid percent-encoding in the verb");
+            };
+            Ok((at, Some(v)))
+        }
+        None => Ok((s.len(), None)),
+    }
+}
+
 impl PathTemplate {
     /// Parses a template, e.g. `/v1/{name=shelves/*/books/*}:get`.
     pub fn parse(raw: &str) -> Result<PathTemplate, TemplateError> {
         let s = raw.as_bytes();
+        if s.len() > MAX_TEMPLATE_BYTES {
+            return err(
+                MAX_TEMPLATE_BYTES,
+                format!("longer than {MAX_TEMPLATE_BYTES} bytes"),
+            );
+        }
         if s.first() != Some(&b'/') {
             return err(0, "a template must start with '/'");
         }
@@ -404,53 +512,9 @@ impl PathTemplate {
                 verb: None,
             });
         }
-        // The verb: split the last top-level token as grpc-gateway's tokenizer does.
-        let mut depth = 0i32;
-        let mut tail = 0;
-        let mut after_var = false;
-        for (i, &c) in s.iter().enumerate() {
-            match c {
-                b'{' => depth += 1,
-                b'}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        tail = i + 1;
-                        after_var = true;
-                    }
-                }
-                b'/' if depth == 0 => {
-                    tail = i + 1;
-                    after_var = false;
-                }
-                _ => {}
-            }
-        }
-        let t = &raw[tail..];
-        let colon = if after_var { t.find(':') } else { t.rfind(':') };
-        let (end, verb) = match colon {
-            Some(c) => {
-                let at = tail + c;
-                let verb = &raw[at + 1..];
-                if verb.is_empty() {
-                    return err(at, "empty verb after ':'");
-                }
-                for (j, b) in verb.bytes().enumerate() {
-                    if !(is_literal_char(b) || b == b'%') || b == b':' {
-                        return err(
-                            at + 1 + j,
-                            format!("character {:?} is not allowed in a verb", char::from(b)),
-                        );
-                    }
-                }
-                let Some(v) = decode_segment(verb).filter(|_| is_valid_percent_encoding(verb))
-                else {
-                    return err(at + 1, "invalid percent-encoding in the verb");
-                };
-                (at, Some(v))
-            }
-            None => (s.len(), None),
-        };
+        let (end, verb) = split_verb(raw)?;
         let mut p = Parser {
+            raw,
             s,
             pos: 1,
             end,
@@ -459,8 +523,7 @@ impl PathTemplate {
         };
         p.segments(false)?;
         if p.pos != end {
-            let c = p.s.get(p.pos).copied().map(char::from).unwrap_or(' ');
-            return err(p.pos, format!("unexpected {c:?}"));
+            return err(p.pos, format!("unexpected {:?}", p.char_here()));
         }
         if let Some(i) = p.segments.iter().position(|g| *g == Segment::Multi) {
             if i + 1 != p.segments.len() {
@@ -610,48 +673,70 @@ enum RewritePart {
 
 impl Rewrite {
     /// Parses a rewrite path: it starts with `/`, its `{...}` hold field paths, and its text
-    /// has no `?`, `#`, `{` or `}` (the query is passed on separately).
+    /// is RFC 3986 path characters (`pchar` and `/`, with valid `%XX` escapes; no `?`, `#`,
+    /// `{`, `}`, spaces, controls or raw non-ASCII: percent-encode them). The query is passed
+    /// on separately. At most [`MAX_REWRITE_BYTES`] bytes.
     pub fn parse(raw: &str) -> Result<Rewrite, TemplateError> {
-        if !raw.starts_with('/') {
+        let b = raw.as_bytes();
+        if b.len() > MAX_REWRITE_BYTES {
+            return err(
+                MAX_REWRITE_BYTES,
+                format!("longer than {MAX_REWRITE_BYTES} bytes"),
+            );
+        }
+        if b.first() != Some(&b'/') {
             return err(0, "a rewrite path must start with '/'");
         }
         let mut parts = Vec::new();
-        let mut text_start = 0;
+        let mut text = String::new();
         let mut i = 0;
-        let b = raw.as_bytes();
-        while i < b.len() {
-            match b[i] {
+        while let Some(&c) = b.get(i) {
+            match c {
                 b'{' => {
-                    if text_start < i {
-                        parts.push(RewritePart::Text(raw[text_start..i].to_owned()));
-                    }
-                    let Some(close) = raw[i..].find('}') else {
+                    let Some(close) = b[i + 1..].iter().position(|&c| c == b'}') else {
                         return err(i, "unclosed '{'");
                     };
-                    let name = &raw[i + 1..i + close];
+                    // Between two ASCII bytes: a whole `str`.
+                    let name = raw.get(i + 1..i + 1 + close).unwrap_or_default();
                     if !is_field_path(name) {
                         return err(i + 1, format!("{name:?} is not a field path"));
                     }
+                    if !text.is_empty() {
+                        parts.push(RewritePart::Text(std::mem::take(&mut text)));
+                    }
                     parts.push(RewritePart::Var(name.to_owned()));
-                    i += close + 1;
-                    text_start = i;
+                    i += close + 2;
                 }
                 b'}' => return err(i, "unmatched '}'"),
                 b'?' | b'#' => return err(i, "a rewrite path has no query or fragment"),
+                b'%' => {
+                    let hex = |at: usize| b.get(at).copied().and_then(hex_val).is_some();
+                    if !(hex(i + 1) && hex(i + 2)) {
+                        return err(i, "invalid percent-encoding");
+                    }
+                    text.push_str(raw.get(i..i + 3).unwrap_or_default());
+                    i += 3;
+                }
+                c if c == b'/' || is_literal_char(c) => {
+                    text.push(char::from(c));
+                    i += 1;
+                }
                 c if c.is_ascii_control() || c == b' ' => {
                     return err(i, "control characters and spaces are not allowed")
                 }
-                b'%' => {
-                    if !is_valid_percent_encoding(&raw[i..raw.len().min(i + 3)]) {
-                        return err(i, "invalid percent-encoding");
-                    }
-                    i += 3;
+                _ => {
+                    return err(
+                        i,
+                        format!(
+                            "character {:?} is not allowed in a rewrite path (percent-encode it)",
+                            char_at(raw, i)
+                        ),
+                    )
                 }
-                _ => i += 1,
             }
         }
-        if text_start < b.len() {
-            parts.push(RewritePart::Text(raw[text_start..].to_owned()));
+        if !text.is_empty() {
+            parts.push(RewritePart::Text(text));
         }
         Ok(Rewrite { parts })
     }
@@ -995,5 +1080,84 @@ mod tests {
         assert!(Rewrite::parse("/x?y=1").is_err());
         let r = Rewrite::parse("/a/{x.y}/b/{z}").unwrap();
         assert_eq!(r.fields().collect::<Vec<_>>(), vec!["x.y", "z"]);
+    }
+
+    /// Issue #8: `"/x/%€{id}"` sliced the `str` inside `€` and panicked the control thread.
+    #[test]
+    fn rewrite_with_non_ascii_is_an_error_not_a_panic() {
+        for bad in [
+            "/x/%€{id}",
+            "/x/%€",
+            "/x/%2€",
+            "/x/€",
+            "/x/{id}€",
+            "/x/%",
+            "/x/%4",
+            "/€{",
+            "/x/{€}",
+            "/x/{id€}",
+            "/x/a b",
+            "/x/\u{7f}",
+            "/x/\"",
+            "/x/<a>",
+        ] {
+            assert!(Rewrite::parse(bad).is_err(), "{bad:?} should not parse");
+            assert!(render_path(bad, &[]).is_err());
+        }
+        let e = Rewrite::parse("/x/%€{id}").unwrap_err();
+        assert_eq!(e.pos, 3, "{e}");
+        let e = Rewrite::parse("/x/€").unwrap_err();
+        assert!(e.problem.contains('€'), "{e}");
+        // Encoded, it is fine.
+        let r = Rewrite::parse("/x/%E2%82%AC/{id}:do;a=b@c").unwrap();
+        assert_eq!(r.fields().collect::<Vec<_>>(), vec!["id"]);
+        assert_eq!(
+            render_path("/x/%E2%82%AC/{id}", &[("id".into(), "€".into())]),
+            Ok("/x/%E2%82%AC/%E2%82%AC".to_owned())
+        );
+        assert!(Rewrite::parse(&format!("/{}", "a".repeat(MAX_REWRITE_BYTES))).is_err());
+    }
+
+    #[test]
+    fn template_errors_name_whole_characters() {
+        for bad in [
+            "/v1/€",
+            "/v1/x%€",
+            "/€",
+            "/v1/{€}",
+            "/v1/{a=€}",
+            "/v1/x:€",
+            "/v1/{a}:v€",
+        ] {
+            let e = PathTemplate::parse(bad).unwrap_err();
+            assert!(e.pos <= bad.len(), "{bad:?}: {e}");
+        }
+        let e = PathTemplate::parse("/v1/a€").unwrap_err();
+        assert!(e.problem.contains('€'), "{e}");
+        let e = PathTemplate::parse("/v1/{a}:v€").unwrap_err();
+        assert!(e.problem.contains('€'), "{e}");
+        assert!(PathTemplate::parse("/v1/%E2%82%AC").is_ok());
+    }
+
+    #[test]
+    fn template_size_is_bounded() {
+        let many = "/a".repeat(MAX_TEMPLATE_SEGMENTS);
+        assert_eq!(t(&many).segments().len(), MAX_TEMPLATE_SEGMENTS);
+        let e = PathTemplate::parse(&format!("{many}/a")).unwrap_err();
+        assert!(e.problem.contains("segments"), "{e}");
+        // 10,000 segments: refused quickly, by length.
+        let huge = "/a".repeat(10_000);
+        let e = PathTemplate::parse(&huge).unwrap_err();
+        assert!(e.problem.contains("longer"), "{e}");
+        // Variables count their segments.
+        let vars: String = (0..MAX_TEMPLATE_SEGMENTS)
+            .map(|i| format!("/{{v{i}}}"))
+            .collect();
+        assert!(PathTemplate::parse(&vars).is_ok());
+        let nested = format!("/{{a={}}}", vec!["*"; MAX_TEMPLATE_SEGMENTS + 1].join("/"));
+        assert!(PathTemplate::parse(&nested).is_err());
+        // Unbalanced braces never underflow the depth count.
+        assert!(PathTemplate::parse("/}}}:x").is_err());
+        assert!(PathTemplate::parse("/{{{").is_err());
     }
 }

@@ -107,6 +107,54 @@ pub struct Policy {
     /// Request body limit for this API in bytes (default: the gateway's, 1 MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_body_bytes: Option<u64>,
+    // Hot APIs (docs/OPERATIONS.md, "Caching and hot keys"): all optional.
+    /// The response cache of GET (and read-only router-style) answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CachePolicy>,
+    /// Hot-key detection, with automatic caching of hot keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hot_keys: Option<HotKeysPolicy>,
+    /// Whether the API only reads: its router-style calls (any method) may be cached.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
+}
+
+/// `policy.cache`: cache 200 answers per key for `ttl_ms` (0: never cache, not even hot keys).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachePolicy {
+    pub ttl_ms: u64,
+    /// Key selectors (`path:<var>`, `query:<name>`, `header:<Name>`, `app`, `ip`); default:
+    /// the API alone (one entry).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key: Vec<String>,
+    /// Most entries kept (default 10,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_entries: Option<u64>,
+    /// Largest body cached, in bytes (default 65,536); larger answers are streamed, not cached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_body_bytes: Option<u64>,
+}
+
+/// `policy.hot_keys`: a bounded heavy-hitter count per key; hot keys are cached for
+/// `auto_cache_ms`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HotKeysPolicy {
+    pub key: Vec<String>,
+    /// Hot above this many requests per second (default 200).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_above: Option<f64>,
+    /// Hot above this share (0–1] of `link_bytes_per_s` (default 0.7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_share_above: Option<f64>,
+    /// The link's bytes per second for the bandwidth rule (default: no bandwidth rule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_bytes_per_s: Option<u64>,
+    /// How long a hot key's answer is cached (default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_cache_ms: Option<u64>,
+    /// How many keys the detector tracks and reports (default 20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -148,6 +196,28 @@ pub struct RateLimitRule {
     /// Extra burst allowance above the steady rate (default: `limit`, i.e. a full period's worth).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u32>,
+    /// Where the limit is counted: `node` (default, per gateway) or `cluster` (shared by the
+    /// fleet; docs/OPERATIONS.md, "Running a cluster").
+    #[serde(default, skip_serializing_if = "Scope::is_node")]
+    pub scope: Scope,
+}
+
+/// Where a rate limit is counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Each gateway node counts on its own (v1's behaviour).
+    #[default]
+    Node,
+    /// One budget for all gateways: shared counters in Redis (`--redis`), else the limit
+    /// split by the number of live gateways in `nodes/`.
+    Cluster,
+}
+
+impl Scope {
+    pub fn is_node(&self) -> bool {
+        *self == Scope::Node
+    }
 }
 
 fn default_rate_key() -> RateKey {
@@ -179,14 +249,261 @@ pub enum Per {
     Minute,
 }
 
-/// `clusters/<name>`: a set of backend endpoints.
+/// `clusters/<name>`: a set of backend endpoints, and how calls are spread over them
+/// (docs/OPERATIONS.md, "Clusters: balancing, health, failover, sleep").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Cluster {
     pub protocol: Protocol,
     pub endpoints: Vec<Endpoint>,
-    /// `round_robin` (weighted, the default).
+    /// How an endpoint is chosen (default `round_robin`, weighted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub balancing: Option<String>,
+    pub balancing: Option<Balancing>,
+    /// With `consistent_hash`: what is hashed, `app` | `ip` | `header:<Name>` |
+    /// `query:<name>` | `path:<var>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_key: Option<String>,
+    /// Session affinity by cookie.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sticky: Option<Sticky>,
+    /// Active probes of every endpoint (both sets) from every gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
+    /// Passive ejection on failures of real traffic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outlier: Option<Outlier>,
+    /// A second set of endpoints that serves when the operator or the health of the
+    /// primary set says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standby: Option<Standby>,
+    /// The set the operator chose to serve (default `primary`); written by the registry's
+    /// failover action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<ActiveSet>,
+    /// Auto-load: wake the backend on the first request when all endpoints are down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep: Option<Sleep>,
+    /// Request-rate rules evaluated by the registry, calling a webhook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<Autoscale>,
+}
+
+impl Cluster {
+    /// The balancing mode, defaulted.
+    pub fn balancing(&self) -> Balancing {
+        self.balancing.unwrap_or_default()
+    }
+
+    /// The set the operator chose, defaulted.
+    pub fn active(&self) -> ActiveSet {
+        self.active.unwrap_or_default()
+    }
+}
+
+/// A cluster's balancing mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balancing {
+    /// Smooth weighted round-robin.
+    #[default]
+    RoundRobin,
+    /// Power of two choices over the load reported in `X-Portico-Load`.
+    LeastLoad,
+    /// Power of two choices over the peak EWMA of latency × (in flight + 1).
+    PeakEwma,
+    /// A hash of `hash_key` picks the endpoint (rendezvous hashing).
+    ConsistentHash,
+}
+
+impl Balancing {
+    /// The name used in documents.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Balancing::RoundRobin => "round_robin",
+            Balancing::LeastLoad => "least_load",
+            Balancing::PeakEwma => "peak_ewma",
+            Balancing::ConsistentHash => "consistent_hash",
+        }
+    }
+}
+
+/// Default name of the sticky cookie.
+pub const DEFAULT_STICKY_COOKIE: &str = "PORTICO_STICKY";
+
+/// Cookie affinity: `cookie` names the endpoint for `ttl_s` seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sticky {
+    #[serde(default = "default_sticky_cookie")]
+    pub cookie: String,
+    #[serde(default = "default_sticky_ttl_s")]
+    pub ttl_s: u64,
+}
+
+fn default_sticky_cookie() -> String {
+    DEFAULT_STICKY_COOKIE.to_owned()
+}
+
+fn default_sticky_ttl_s() -> u64 {
+    3600
+}
+
+/// Active health checks: HTTP `GET path` expecting 2xx, or for gRPC clusters
+/// `grpc.health.v1.Health/Check` of `service` (default `""`, the whole server).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HealthCheck {
+    #[serde(default = "default_health_path")]
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    #[serde(default = "default_health_interval_ms")]
+    pub interval_ms: u64,
+    #[serde(default = "default_health_timeout_ms")]
+    pub timeout_ms: u64,
+    #[serde(default = "default_two")]
+    pub unhealthy_after: u32,
+    #[serde(default = "default_two")]
+    pub healthy_after: u32,
+}
+
+fn default_health_path() -> String {
+    "/healthz".to_owned()
+}
+
+fn default_health_interval_ms() -> u64 {
+    1000
+}
+
+fn default_health_timeout_ms() -> u64 {
+    500
+}
+
+fn default_two() -> u32 {
+    2
+}
+
+/// Passive ejection: `consecutive_failures` 5xx / connect failures / timeouts eject an
+/// endpoint for `eject_ms`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outlier {
+    #[serde(default = "default_outlier_failures")]
+    pub consecutive_failures: u32,
+    #[serde(default = "default_eject_ms")]
+    pub eject_ms: u64,
+}
+
+fn default_outlier_failures() -> u32 {
+    5
+}
+
+fn default_eject_ms() -> u64 {
+    10_000
+}
+
+/// The standby set and when traffic moves to it on its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Standby {
+    pub endpoints: Vec<Endpoint>,
+    /// Fail over when the healthy fraction of the primary set is below this, in (0, 1].
+    #[serde(default = "default_failover_below")]
+    pub failover_below: f64,
+    #[serde(default)]
+    pub failback: Failback,
+}
+
+fn default_failover_below() -> f64 {
+    0.5
+}
+
+/// After an automatic failover: come back on its own (`auto`) or stay (`manual`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Failback {
+    #[default]
+    Auto,
+    Manual,
+}
+
+/// Which endpoint set serves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActiveSet {
+    #[default]
+    Primary,
+    Standby,
+}
+
+impl ActiveSet {
+    /// The name used in documents, `/status` and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActiveSet::Primary => "primary",
+            ActiveSet::Standby => "standby",
+        }
+    }
+}
+
+/// Auto-load: a cluster whose endpoints are all down is asleep; the first request POSTs
+/// `wake_url` and is held up to `hold_ms`, else 503 `BACKEND_LOADING` with
+/// `Retry-After: retry_after_s`. `sleep_url` and `idle_s` are for the registry, which puts
+/// an idle cluster to sleep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sleep {
+    pub wake_url: String,
+    #[serde(default = "default_hold_ms")]
+    pub hold_ms: u64,
+    #[serde(default = "default_retry_after_s")]
+    pub retry_after_s: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_s: Option<u64>,
+}
+
+fn default_hold_ms() -> u64 {
+    3000
+}
+
+fn default_retry_after_s() -> u64 {
+    2
+}
+
+/// Autoscale rules, evaluated by the registry on the cluster-wide request rate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Autoscale {
+    pub webhook: String,
+    pub rules: Vec<AutoscaleRule>,
+    #[serde(default = "default_cooldown_s")]
+    pub cooldown_s: u64,
+}
+
+fn default_cooldown_s() -> u64 {
+    60
+}
+
+/// One rule: the rate above (or below) a threshold for `for_s` seconds fires `action`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AutoscaleRule {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rps_above: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rps_below: Option<f64>,
+    pub for_s: u64,
+    pub action: ScaleAction,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScaleAction {
+    Up,
+    Down,
+}
+
+impl ScaleAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScaleAction::Up => "up",
+            ScaleAction::Down => "down",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -236,6 +553,9 @@ pub struct AppRateLimit {
     pub per: Per,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u32>,
+    /// `node` (default) or `cluster`, as for [`RateLimitRule::scope`].
+    #[serde(default, skip_serializing_if = "Scope::is_node")]
+    pub scope: Scope,
 }
 
 /// `switches/<api_id>`: a degradation switch.
@@ -251,6 +571,10 @@ pub struct Switch {
     pub updated_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<Fallback>,
+    /// Only on a key-level switch `switches/<api_id>@<label>`: selector → the values it
+    /// matches; a request matches when every selector's value is one of its list.
+    #[serde(default, rename = "match", skip_serializing_if = "BTreeMap::is_empty")]
+    pub matches: BTreeMap<String, Vec<String>>,
 }
 
 /// The canned answer of a degraded API.

@@ -12,15 +12,20 @@
 //! method to the same path shape: the one later by id is refused, naming the other.
 
 use crate::fieldpath::{self, Syntax};
-use crate::snapshot::{Api, BackendKind, Binding, ConfigVersion, IpAclRules, Rejection, Snapshot};
+use crate::selector::{split_switch_name, Selector};
+use crate::snapshot::{
+    Api, BackendKind, Binding, CacheSpec, ConfigVersion, HotKeysSpec, HotPolicy, IpAclRules,
+    KeySwitch, Rejection, Snapshot,
+};
 use crate::template::{is_field_path, PathTemplate, Rewrite, Segment};
-use crate::tree::{DocKind, Tree};
+use crate::tree::{DocKind, Tree, MAX_DOCUMENT_BYTES};
 use crate::v1;
 use ipnet::IpNet;
 use prost_reflect::DescriptorPool;
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 /// The largest backend deadline, in milliseconds.
@@ -29,24 +34,28 @@ pub const MAX_TIMEOUT_MS: u64 = 600_000;
 pub const METHODS: [&str; 7] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"];
 /// The shortest app secret.
 pub const MIN_SECRET_CHARS: usize = 8;
+/// The most `http.additional_bindings` an API may have.
+pub const MAX_ADDITIONAL_BINDINGS: usize = 64;
+
+/// The start of a [`Rejection::reason`] for a document whose check panicked: a bug in the
+/// gateway, not in the document, but the document is rejected alone all the same.
+pub const INTERNAL_ERROR_REASON: &str = "internal error while validating this document";
 
 /// Builds a snapshot from `tree`, keeping `previous`'s good documents in place of bad ones.
+///
+/// Never panics and never gives up on the tree: each document's check runs on its own under
+/// `catch_unwind`, so even a bug in a parser rejects only the document that hit it (with a
+/// reason starting with [`INTERNAL_ERROR_REASON`]); documents larger than
+/// [`MAX_DOCUMENT_BYTES`] and entries the source could not read ([`Tree::unreadable`]) are
+/// rejected without being parsed.
 pub fn build_snapshot(tree: &Tree, previous: Option<&Snapshot>) -> Snapshot {
-    let mut by_kind: BTreeMap<DocKind, Vec<Doc<'_>>> = BTreeMap::new();
-    for (path, bytes) in &tree.docs {
-        if let Some((kind, name)) = DocKind::classify(path) {
-            by_kind
-                .entry(kind)
-                .or_default()
-                .push((path.as_str(), name, bytes.as_slice()));
-        }
-    }
     let mut b = Builder {
         snap: Snapshot::default(),
         previous,
         pools: HashMap::new(),
         routes: HashMap::new(),
     };
+    let by_kind = b.group(tree);
     let docs = |k: DocKind| by_kind.get(&k).cloned().unwrap_or_default();
 
     for (path, name, bytes) in docs(DocKind::Descriptor) {
@@ -71,8 +80,19 @@ pub fn build_snapshot(tree: &Tree, previous: Option<&Snapshot>) -> Snapshot {
         }
     }
     for (path, name, bytes) in docs(DocKind::Switch) {
-        if let Some((sw, _)) = b.consider(path, bytes, |_, raw| check_switch(name, raw)) {
-            b.snap.switches.insert(name.to_owned(), Arc::new(sw));
+        if let Some(((sw, key), _)) = b.consider(path, bytes, |_, raw| check_switch(name, raw)) {
+            let sw = Arc::new(sw);
+            if let Some((api_id, label, matches)) = key {
+                let key_switch = KeySwitch {
+                    api_id: api_id.clone(),
+                    label,
+                    matches,
+                    switch: sw.clone(),
+                };
+                let list = b.snap.key_switches.entry(api_id).or_default();
+                list.push(Arc::new(key_switch));
+            }
+            b.snap.switches.insert(name.to_owned(), sw);
         }
     }
     for (path, name, bytes) in docs(DocKind::Alert) {
@@ -87,6 +107,9 @@ pub fn build_snapshot(tree: &Tree, previous: Option<&Snapshot>) -> Snapshot {
                     route_key(binding),
                     (api.id.clone(), binding.template.raw.clone()),
                 );
+            }
+            if let Ok(Some(hot)) = hot_policy(&api.policy) {
+                b.snap.hot.insert(name.to_owned(), Arc::new(hot));
             }
             b.snap.apis.insert(name.to_owned(), Arc::new(api));
         }
@@ -105,6 +128,25 @@ pub fn build_snapshot(tree: &Tree, previous: Option<&Snapshot>) -> Snapshot {
     b.snap
 }
 
+/// Runs one document's check; a panic inside it becomes an error naming it an internal
+/// error (and is logged), so that it rejects that document alone.
+fn isolated<T>(path: &str, check: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    match std::panic::catch_unwind(AssertUnwindSafe(check)) {
+        Ok(result) => result,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_owned());
+            tracing::error!(path, panic = %what, "{INTERNAL_ERROR_REASON}");
+            Err(format!(
+                "{INTERNAL_ERROR_REASON} ({what}); please report it"
+            ))
+        }
+    }
+}
+
 /// The digest of a configuration: the first 16 hex digits of the SHA-256 over its documents
 /// (path length, path, byte length, bytes; lengths as big-endian u64), in path order.
 pub fn config_digest<'a>(docs: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> String {
@@ -120,8 +162,8 @@ pub fn config_digest<'a>(docs: impl IntoIterator<Item = (&'a str, &'a [u8])>) ->
     hex
 }
 
-/// (tree path, document name, bytes).
-type Doc<'a> = (&'a str, &'a str, &'a [u8]);
+/// (tree path, document name, its bytes or why it could not be read).
+type Doc<'a> = (&'a str, &'a str, Result<&'a [u8], &'a str>);
 
 type RouteKey = (String, Vec<Segment>, Option<String>);
 
@@ -142,30 +184,111 @@ struct Builder<'p> {
     routes: HashMap<RouteKey, (String, String)>,
 }
 
-impl Builder<'_> {
-    /// Checks a document; on failure records the rejection and falls back to the previous
-    /// snapshot's accepted version of the same path if that still checks out. Returns the
-    /// parsed document and the bytes now accepted for `path`.
+impl<'p> Builder<'p> {
+    /// Sorts the tree's documents by kind, with the entries the source could not read: an
+    /// unreadable document is considered (and rejected) like a bad one; for a kind folder that
+    /// could not be listed, the documents it held in `previous` are considered again as they
+    /// were (so they stay unless they no longer fit), and the folder itself is rejected.
+    fn group<'t>(&mut self, tree: &'t Tree) -> BTreeMap<DocKind, Vec<Doc<'t>>>
+    where
+        'p: 't,
+    {
+        let mut by_kind: BTreeMap<DocKind, Vec<Doc<'t>>> = BTreeMap::new();
+        for (path, bytes) in &tree.docs {
+            if let Some((kind, name)) = DocKind::classify(path) {
+                by_kind
+                    .entry(kind)
+                    .or_default()
+                    .push((path.as_str(), name, Ok(bytes.as_slice())));
+            }
+        }
+        for (path, why) in &tree.unreadable {
+            if tree.docs.contains_key(path) {
+                continue;
+            }
+            if let Some((kind, name)) = DocKind::classify(path) {
+                by_kind
+                    .entry(kind)
+                    .or_default()
+                    .push((path.as_str(), name, Err(why.as_str())));
+                continue;
+            }
+            let mut kept_previous = false;
+            if let (Some(kind), Some(prev)) = (DocKind::from_dir(path), self.previous) {
+                for (old_path, old) in &prev.accepted {
+                    let Some((k, name)) = DocKind::classify(old_path) else {
+                        continue;
+                    };
+                    if k == kind
+                        && !tree.docs.contains_key(old_path)
+                        && !tree.unreadable.contains_key(old_path)
+                    {
+                        by_kind.entry(kind).or_default().push((
+                            old_path.as_str(),
+                            name,
+                            Ok(old.as_slice()),
+                        ));
+                        kept_previous = true;
+                    }
+                }
+            }
+            tracing::warn!(path = %path, reason = %why, kept_previous, "configuration entry unreadable");
+            self.snap.rejected.push(Rejection {
+                path: path.clone(),
+                reason: bounded(format!("cannot be read: {why}")),
+                kept_previous,
+            });
+        }
+        for docs in by_kind.values_mut() {
+            docs.sort_by(|a, b| a.0.cmp(b.0));
+        }
+        by_kind
+    }
+
+    /// Checks `bytes` as the document at `path`: refused unparsed above
+    /// [`MAX_DOCUMENT_BYTES`], otherwise checked in isolation (see [`isolated`]).
+    fn checked<T>(
+        &self,
+        path: &str,
+        bytes: &[u8],
+        check: &impl Fn(&Self, &[u8]) -> Result<T, String>,
+    ) -> Result<T, String> {
+        if bytes.len() > MAX_DOCUMENT_BYTES {
+            return Err(format!(
+                "document: {} bytes, more than the limit of {MAX_DOCUMENT_BYTES}",
+                bytes.len()
+            ));
+        }
+        isolated(path, || check(self, bytes))
+    }
+
+    /// Checks a document; on failure (or when it could not be read) records the rejection
+    /// and falls back to the previous snapshot's accepted version of the same path if that
+    /// still checks out. Returns the parsed document and the bytes now accepted for `path`.
     fn consider<T>(
         &mut self,
         path: &str,
-        bytes: &[u8],
+        read: Result<&[u8], &str>,
         check: impl Fn(&Self, &[u8]) -> Result<T, String>,
     ) -> Option<(T, Arc<Vec<u8>>)> {
-        let reason = match check(self, bytes) {
-            Ok(v) => {
-                let kept = Arc::new(bytes.to_vec());
-                self.snap.accepted.insert(path.to_owned(), kept.clone());
-                return Some((v, kept));
-            }
-            Err(reason) => reason,
+        let reason = match read {
+            Err(why) => format!("cannot be read: {why}"),
+            Ok(bytes) => match self.checked(path, bytes, &check) {
+                Ok(v) => {
+                    let kept = Arc::new(bytes.to_vec());
+                    self.snap.accepted.insert(path.to_owned(), kept.clone());
+                    return Some((v, kept));
+                }
+                Err(reason) => reason,
+            },
         };
+        let reason = bounded(reason);
         let mut previous_problem = None;
         let fallback = self
             .previous
             .and_then(|p| p.accepted.get(path))
-            .filter(|old| old.as_slice() != bytes)
-            .and_then(|old| match check(self, old) {
+            .filter(|old| read.ok() != Some(old.as_slice()))
+            .and_then(|old| match self.checked(path, old, &check) {
                 Ok(v) => Some((v, old.clone())),
                 Err(e) => {
                     previous_problem = Some(e);
@@ -199,21 +322,51 @@ impl Builder<'_> {
         check_name(&def.id).map_err(|e| format!("id: {e}"))?;
         if def.id != name {
             return Err(format!(
-                "id: {:?} must equal the document name {name:?}",
-                def.id
+                "id: {:?} must equal the document name {:?}",
+                excerpt(&def.id),
+                excerpt(name)
             ));
         }
 
-        // Bindings.
-        let mut bindings = Vec::with_capacity(1 + def.http.additional_bindings.len());
+        let bindings = self.check_bindings(&def.http)?;
+        let be = &def.backend;
+        let backend = self.check_backend(be, &bindings)?;
+
+        check_policy(&def.policy)?;
+        if let Some(owner) = &def.owner {
+            check_email(owner).map_err(|e| format!("owner: {e}"))?;
+        }
+
+        Ok(Api {
+            id: def.id.clone(),
+            version: def.version,
+            bindings,
+            backend,
+            cluster: be.cluster.clone(),
+            timeout_ms: be.timeout_ms,
+            auth: def.auth,
+            policy: def.policy.clone(),
+            definition: def,
+        })
+    }
+
+    /// The bindings of an API (`http` and its `additional_bindings`), none of which repeats
+    /// another of the API or of an API already accepted.
+    fn check_bindings(&self, http: &v1::HttpRule) -> Result<Vec<Binding>, String> {
+        if http.additional_bindings.len() > MAX_ADDITIONAL_BINDINGS {
+            return Err(format!(
+                "http.additional_bindings: at most {MAX_ADDITIONAL_BINDINGS}"
+            ));
+        }
+        let mut bindings = Vec::with_capacity(1 + http.additional_bindings.len());
         bindings.push(check_binding(
             "http",
-            &def.http.method,
-            &def.http.path,
-            def.http.body.as_deref(),
-            def.http.response_body.as_deref(),
+            &http.method,
+            &http.path,
+            http.body.as_deref(),
+            http.response_body.as_deref(),
         )?);
-        for (i, ab) in def.http.additional_bindings.iter().enumerate() {
+        for (i, ab) in http.additional_bindings.iter().enumerate() {
             let field = format!("http.additional_bindings[{i}]");
             bindings.push(check_binding(
                 &field,
@@ -223,15 +376,16 @@ impl Builder<'_> {
                 ab.response_body.as_deref(),
             )?);
         }
+        let mut own_routes: HashMap<RouteKey, usize> = HashMap::with_capacity(bindings.len());
         for (i, b) in bindings.iter().enumerate() {
             let field = binding_field(i);
             let key = route_key(b);
-            if let Some(j) = bindings[..i].iter().position(|o| route_key(o) == key) {
+            if let Some(j) = own_routes.get(&key) {
                 return Err(format!(
                     "{field}.path: {} {} duplicates {}",
                     b.method,
                     b.template,
-                    binding_field(j)
+                    binding_field(*j)
                 ));
             }
             if let Some((other, tpl)) = self.routes.get(&key) {
@@ -240,19 +394,26 @@ impl Builder<'_> {
                     b.method, b.template, b.method
                 ));
             }
+            own_routes.insert(key, i);
         }
+        Ok(bindings)
+    }
 
-        // Backend.
-        let be = &def.backend;
+    /// An API's backend: its deadline, its cluster (of the backend's protocol), and the gRPC
+    /// method or the HTTP rewrite (whose variables every binding must have).
+    fn check_backend(&self, be: &v1::Backend, bindings: &[Binding]) -> Result<BackendKind, String> {
         if !(1..=MAX_TIMEOUT_MS).contains(&be.timeout_ms) {
             return Err(format!(
                 "backend.timeout_ms: must be between 1 and {MAX_TIMEOUT_MS}"
             ));
         }
         let Some(cluster) = self.snap.clusters.get(&be.cluster) else {
-            return Err(format!("backend.cluster: no cluster {:?}", be.cluster));
+            return Err(format!(
+                "backend.cluster: no cluster {:?}",
+                excerpt(&be.cluster)
+            ));
         };
-        let backend = match (&be.grpc, &be.http) {
+        match (&be.grpc, &be.http) {
             (Some(g), None) => {
                 if cluster.protocol != v1::Protocol::Grpc {
                     return Err(format!(
@@ -260,12 +421,12 @@ impl Builder<'_> {
                         be.cluster
                     ));
                 }
-                self.check_grpc(g, &bindings)?;
-                BackendKind::Grpc {
+                self.check_grpc(g, bindings)?;
+                Ok(BackendKind::Grpc {
                     service: g.service.clone(),
                     method: g.method.clone(),
                     descriptor: g.descriptor.clone(),
-                }
+                })
             }
             (None, Some(h)) => {
                 if cluster.protocol != v1::Protocol::Http {
@@ -287,29 +448,12 @@ impl Builder<'_> {
                         }
                     }
                 }
-                BackendKind::Http {
+                Ok(BackendKind::Http {
                     path: h.path.clone(),
-                }
+                })
             }
-            _ => return Err("backend: set exactly one of grpc and http".to_owned()),
-        };
-
-        check_policy(&def.policy)?;
-        if let Some(owner) = &def.owner {
-            check_email(owner).map_err(|e| format!("owner: {e}"))?;
+            _ => Err("backend: set exactly one of grpc and http".to_owned()),
         }
-
-        Ok(Api {
-            id: def.id.clone(),
-            version: def.version,
-            bindings,
-            backend,
-            cluster: be.cluster.clone(),
-            timeout_ms: be.timeout_ms,
-            auth: def.auth,
-            policy: def.policy.clone(),
-            definition: def,
-        })
     }
 
     fn check_grpc(&self, g: &v1::GrpcBackend, bindings: &[Binding]) -> Result<(), String> {
@@ -359,6 +503,28 @@ impl Builder<'_> {
     }
 }
 
+/// The longest rejection reason kept, in characters (a reason may quote the document, and
+/// serde's messages quote whole values).
+const MAX_REASON_CHARS: usize = 512;
+
+/// `reason`, cut to [`MAX_REASON_CHARS`].
+fn bounded(reason: String) -> String {
+    match reason.char_indices().nth(MAX_REASON_CHARS) {
+        Some((at, _)) => format!("{}...", &reason[..at]),
+        None => reason,
+    }
+}
+
+/// At most the first 64 characters of `s` (and `...` when cut), for a reason that quotes a
+/// value: a document's value can be long, its rejection reason stays short.
+fn excerpt(s: &str) -> String {
+    const MAX_CHARS: usize = 64;
+    match s.char_indices().nth(MAX_CHARS) {
+        Some((at, _)) => format!("{}...", &s[..at]),
+        None => s.to_owned(),
+    }
+}
+
 fn binding_field(i: usize) -> String {
     if i == 0 {
         "http".to_owned()
@@ -381,11 +547,13 @@ fn check_binding(
     let m = method.to_ascii_uppercase();
     if !METHODS.contains(&m.as_str()) {
         return Err(format!(
-            "{field}.method: {method:?} is not one of {}",
+            "{field}.method: {:?} is not one of {}",
+            excerpt(method),
             METHODS.join("/")
         ));
     }
-    let template = PathTemplate::parse(path).map_err(|e| format!("{field}.path: {path:?}: {e}"))?;
+    let template =
+        PathTemplate::parse(path).map_err(|e| format!("{field}.path: {:?}: {e}", excerpt(path)))?;
     if m == "POST"
         && template.verb().is_none()
         && template.segments() == [Segment::Literal("router".to_owned())]
@@ -396,12 +564,18 @@ fn check_binding(
     }
     if let Some(b) = body {
         if b != "*" && !is_field_path(b) {
-            return Err(format!("{field}.body: {b:?} must be \"*\" or a field path"));
+            return Err(format!(
+                "{field}.body: {:?} must be \"*\" or a field path",
+                excerpt(b)
+            ));
         }
     }
     if let Some(rb) = response_body {
         if !is_field_path(rb) {
-            return Err(format!("{field}.response_body: {rb:?} must be a field path (omit it for the whole message)"));
+            return Err(format!(
+                "{field}.response_body: {:?} must be a field path (omit it for the whole message)",
+                excerpt(rb)
+            ));
         }
     }
     Ok(Binding {
@@ -475,7 +649,113 @@ fn check_policy(p: &v1::Policy) -> Result<(), String> {
     if p.max_body_bytes == Some(0) {
         return Err("policy.max_body_bytes: must be at least 1".to_owned());
     }
+    hot_policy(p)?;
     Ok(())
+}
+
+// Hot APIs: `policy.cache`, `policy.hot_keys` (docs/OPERATIONS.md, "Caching and hot keys").
+
+/// Default and bounds of `policy.cache.max_entries`.
+pub const DEFAULT_CACHE_ENTRIES: u64 = 10_000;
+pub const MAX_CACHE_ENTRIES: u64 = 1_000_000;
+/// Default and bounds of `policy.cache.max_body_bytes`.
+pub const DEFAULT_CACHE_BODY_BYTES: u64 = 65_536;
+pub const MAX_CACHE_BODY_BYTES: u64 = 8 << 20;
+/// The longest cache ttl and hot-key `auto_cache_ms`: one day.
+pub const MAX_CACHE_TTL_MS: u64 = 86_400_000;
+/// The most keys a hot-key detector tracks (`policy.hot_keys.top`).
+pub const MAX_HOT_TOP: u32 = 1000;
+
+/// `field[i]: ...` for an error of one selector, `field: ...` for one of the whole key.
+fn key_error(field: &str, e: &str) -> String {
+    if e.starts_with('[') {
+        format!("{field}{e}")
+    } else {
+        format!("{field}: {e}")
+    }
+}
+
+/// The parsed cache and hot-key policy of `p`; `None` when it has neither.
+pub fn hot_policy(p: &v1::Policy) -> Result<Option<HotPolicy>, String> {
+    let cache = match &p.cache {
+        None => None,
+        Some(c) => {
+            if c.ttl_ms > MAX_CACHE_TTL_MS {
+                return Err(format!(
+                    "policy.cache.ttl_ms: must be at most {MAX_CACHE_TTL_MS}"
+                ));
+            }
+            let key = if c.key.is_empty() {
+                Vec::new()
+            } else {
+                Selector::parse_key(&c.key).map_err(|e| key_error("policy.cache.key", &e))?
+            };
+            let max_entries = c.max_entries.unwrap_or(DEFAULT_CACHE_ENTRIES);
+            if !(1..=MAX_CACHE_ENTRIES).contains(&max_entries) {
+                return Err(format!(
+                    "policy.cache.max_entries: must be between 1 and {MAX_CACHE_ENTRIES}"
+                ));
+            }
+            let max_body = c.max_body_bytes.unwrap_or(DEFAULT_CACHE_BODY_BYTES);
+            if !(1..=MAX_CACHE_BODY_BYTES).contains(&max_body) {
+                return Err(format!(
+                    "policy.cache.max_body_bytes: must be between 1 and {MAX_CACHE_BODY_BYTES}"
+                ));
+            }
+            Some(CacheSpec {
+                ttl_ms: c.ttl_ms,
+                key,
+                max_entries: max_entries as usize,
+                max_body_bytes: max_body as usize,
+            })
+        }
+    };
+    let hot_keys = match &p.hot_keys {
+        None => None,
+        Some(h) => {
+            let key =
+                Selector::parse_key(&h.key).map_err(|e| key_error("policy.hot_keys.key", &e))?;
+            let rate_above = h.rate_above.unwrap_or(200.0);
+            if !(rate_above.is_finite() && rate_above > 0.0) {
+                return Err("policy.hot_keys.rate_above: must be above 0".to_owned());
+            }
+            let share = h.bandwidth_share_above.unwrap_or(0.7);
+            if !(share > 0.0 && share <= 1.0) {
+                return Err("policy.hot_keys.bandwidth_share_above: must be in (0, 1]".to_owned());
+            }
+            if h.link_bytes_per_s == Some(0) {
+                return Err("policy.hot_keys.link_bytes_per_s: must be at least 1".to_owned());
+            }
+            let auto_cache_ms = h.auto_cache_ms.unwrap_or(1000);
+            if auto_cache_ms > MAX_CACHE_TTL_MS {
+                return Err(format!(
+                    "policy.hot_keys.auto_cache_ms: must be at most {MAX_CACHE_TTL_MS}"
+                ));
+            }
+            let top = h.top.unwrap_or(20);
+            if !(1..=MAX_HOT_TOP).contains(&top) {
+                return Err(format!(
+                    "policy.hot_keys.top: must be between 1 and {MAX_HOT_TOP}"
+                ));
+            }
+            Some(HotKeysSpec {
+                key,
+                rate_above,
+                bandwidth_share_above: share,
+                link_bytes_per_s: h.link_bytes_per_s,
+                auto_cache_ms,
+                top: top as usize,
+            })
+        }
+    };
+    if cache.is_none() && hot_keys.is_none() && !p.read_only {
+        return Ok(None);
+    }
+    Ok(Some(HotPolicy {
+        cache,
+        hot_keys,
+        read_only: p.read_only,
+    }))
 }
 
 fn check_rate_key(k: &v1::RateKey) -> Result<(), String> {
@@ -483,16 +763,20 @@ fn check_rate_key(k: &v1::RateKey) -> Result<(), String> {
     if parts.is_empty() {
         return Err("must not be an empty list".to_owned());
     }
-    for (i, p) in parts.iter().enumerate() {
+    let mut seen = HashSet::with_capacity(parts.len());
+    for p in &parts {
         let ok = match *p {
             "api" | "app" | "ip" => true,
             other => other.strip_prefix("header:").is_some_and(is_header_name),
         };
         if !ok {
-            return Err(format!("{p:?} is not one of api, app, ip, header:<Name>"));
+            return Err(format!(
+                "{:?} is not one of api, app, ip, header:<Name>",
+                excerpt(p)
+            ));
         }
-        if parts[..i].iter().any(|q| q.eq_ignore_ascii_case(p)) {
-            return Err(format!("{p:?} appears twice"));
+        if !seen.insert(p.to_ascii_lowercase()) {
+            return Err(format!("{:?} appears twice", excerpt(p)));
         }
     }
     Ok(())
@@ -509,16 +793,16 @@ fn is_header_name(s: &str) -> bool {
 /// not starting with `.` (a dot-file is invisible in the directory layout).
 fn check_name(s: &str) -> Result<(), String> {
     if s.is_empty() || s.len() > 128 {
-        return Err(format!("{s:?} must be 1 to 128 characters"));
+        return Err(format!("{:?} must be 1 to 128 characters", excerpt(s)));
     }
     if !s
         .bytes()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
     {
-        return Err(format!("{s:?} may only hold A-Z a-z 0-9 . _ -"));
+        return Err(format!("{:?} may only hold A-Z a-z 0-9 . _ -", excerpt(s)));
     }
     if s.starts_with('.') {
-        return Err(format!("{s:?} must not start with '.'"));
+        return Err(format!("{:?} must not start with '.'", excerpt(s)));
     }
     Ok(())
 }
@@ -557,22 +841,208 @@ fn check_cluster(name: &str, raw: &[u8]) -> Result<v1::Cluster, String> {
     if c.endpoints.is_empty() {
         return Err("endpoints: must list at least one endpoint".to_owned());
     }
-    for (i, ep) in c.endpoints.iter().enumerate() {
-        check_addr(&ep.addr).map_err(|e| format!("endpoints[{i}].addr: {e}"))?;
+    let mut seen: HashMap<&str, String> = HashMap::with_capacity(c.endpoints.len());
+    check_endpoints("endpoints", &c.endpoints, &mut seen)?;
+    check_routing(&c, &mut seen)?;
+    Ok(c)
+}
+
+/// A list of endpoints: addresses, weights, no address twice (across both sets).
+fn check_endpoints<'c>(
+    field: &str,
+    eps: &'c [v1::Endpoint],
+    seen: &mut HashMap<&'c str, String>,
+) -> Result<(), String> {
+    for (i, ep) in eps.iter().enumerate() {
+        check_addr(&ep.addr).map_err(|e| format!("{field}[{i}].addr: {e}"))?;
         if ep.weight == 0 {
-            return Err(format!("endpoints[{i}].weight: must be at least 1"));
+            return Err(format!("{field}[{i}].weight: must be at least 1"));
         }
-        if let Some(j) = c.endpoints[..i].iter().position(|o| o.addr == ep.addr) {
+        if let Some(j) = seen.insert(&ep.addr, format!("{field}[{i}]")) {
             return Err(format!(
-                "endpoints[{i}].addr: {:?} repeats endpoints[{j}]",
-                ep.addr
+                "{field}[{i}].addr: {:?} repeats {j}",
+                excerpt(&ep.addr)
             ));
         }
     }
-    if c.balancing.as_deref().is_some_and(str::is_empty) {
-        return Err("balancing: must not be empty".to_owned());
+    Ok(())
+}
+
+/// Upper bound of the routing durations (intervals, holds, ejections): one day.
+const MAX_ROUTING_MS: u64 = 86_400_000;
+
+/// The routing parts of a cluster (docs/OPERATIONS.md, "Clusters: balancing, health,
+/// failover, sleep").
+fn check_routing<'c>(
+    c: &'c v1::Cluster,
+    seen: &mut HashMap<&'c str, String>,
+) -> Result<(), String> {
+    let ms = |field: &str, v: u64| -> Result<(), String> {
+        if v == 0 || v > MAX_ROUTING_MS {
+            return Err(format!("{field}: must be 1..{MAX_ROUTING_MS} ms, not {v}"));
+        }
+        Ok(())
+    };
+    match (c.balancing(), &c.hash_key) {
+        (v1::Balancing::ConsistentHash, None) => {
+            return Err("hash_key: balancing consistent_hash needs a hash_key \
+                        (app, ip, header:<Name>, query:<name> or path:<var>)"
+                .to_owned())
+        }
+        (v1::Balancing::ConsistentHash, Some(k)) => {
+            check_hash_key(k).map_err(|e| format!("hash_key: {e}"))?
+        }
+        (b, Some(_)) => {
+            return Err(format!(
+                "hash_key: only used by balancing consistent_hash, not {}",
+                b.as_str()
+            ))
+        }
+        (_, None) => {}
     }
-    Ok(c)
+    if let Some(s) = &c.sticky {
+        if !is_cookie_name(&s.cookie) {
+            return Err(format!(
+                "sticky.cookie: {:?} is not a cookie name (an RFC 6265 token)",
+                excerpt(&s.cookie)
+            ));
+        }
+        if s.ttl_s == 0 || s.ttl_s > 400 * 86_400 {
+            return Err(format!("sticky.ttl_s: must be 1..{} s", 400 * 86_400));
+        }
+    }
+    if let Some(h) = &c.health_check {
+        if !h.path.starts_with('/') || h.path.bytes().any(|b| !(0x21..0x7f).contains(&b)) {
+            return Err(format!(
+                "health_check.path: {:?} must start with '/' and hold no spaces or controls",
+                excerpt(&h.path)
+            ));
+        }
+        ms("health_check.interval_ms", h.interval_ms)?;
+        ms("health_check.timeout_ms", h.timeout_ms)?;
+        if h.unhealthy_after == 0 || h.unhealthy_after > 100 {
+            return Err("health_check.unhealthy_after: must be 1..100".to_owned());
+        }
+        if h.healthy_after == 0 || h.healthy_after > 100 {
+            return Err("health_check.healthy_after: must be 1..100".to_owned());
+        }
+    }
+    if let Some(o) = &c.outlier {
+        if o.consecutive_failures == 0 || o.consecutive_failures > 10_000 {
+            return Err("outlier.consecutive_failures: must be 1..10000".to_owned());
+        }
+        ms("outlier.eject_ms", o.eject_ms)?;
+    }
+    if let Some(sb) = &c.standby {
+        if sb.endpoints.is_empty() {
+            return Err("standby.endpoints: must list at least one endpoint".to_owned());
+        }
+        check_endpoints("standby.endpoints", &sb.endpoints, seen)?;
+        if !(sb.failover_below > 0.0 && sb.failover_below <= 1.0) {
+            return Err(format!(
+                "standby.failover_below: must be in (0, 1], not {}",
+                sb.failover_below
+            ));
+        }
+    }
+    if c.active() == v1::ActiveSet::Standby && c.standby.is_none() {
+        return Err("active: \"standby\" but the cluster has no standby set".to_owned());
+    }
+    if let Some(s) = &c.sleep {
+        check_url(&s.wake_url).map_err(|e| format!("sleep.wake_url: {e}"))?;
+        if c.health_check.is_none() {
+            return Err(
+                "sleep: needs a health_check (it tells when the backend is awake)".to_owned(),
+            );
+        }
+        if s.hold_ms > MAX_ROUTING_MS {
+            return Err(format!(
+                "sleep.hold_ms: must be at most {MAX_ROUTING_MS} ms"
+            ));
+        }
+        if s.retry_after_s == 0 || s.retry_after_s > 86_400 {
+            return Err("sleep.retry_after_s: must be 1..86400 s".to_owned());
+        }
+        if let Some(u) = &s.sleep_url {
+            check_url(u).map_err(|e| format!("sleep.sleep_url: {e}"))?;
+        }
+        if s.idle_s == Some(0) {
+            return Err("sleep.idle_s: must be at least 1 s".to_owned());
+        }
+    }
+    if let Some(a) = &c.autoscale {
+        check_url(&a.webhook).map_err(|e| format!("autoscale.webhook: {e}"))?;
+        if a.rules.is_empty() {
+            return Err("autoscale.rules: must list at least one rule".to_owned());
+        }
+        for (i, r) in a.rules.iter().enumerate() {
+            let f = format!("autoscale.rules[{i}]");
+            match (r.rps_above, r.rps_below) {
+                (None, None) => {
+                    return Err(format!("{f}: needs rps_above or rps_below"));
+                }
+                (Some(_), Some(_)) => {
+                    return Err(format!("{f}: set rps_above or rps_below, not both"));
+                }
+                (Some(v), None) | (None, Some(v)) if !(v.is_finite() && v >= 0.0) => {
+                    return Err(format!("{f}: the rate must be a number >= 0, not {v}"));
+                }
+                _ => {}
+            }
+            if r.for_s == 0 || r.for_s > 86_400 {
+                return Err(format!("{f}.for_s: must be 1..86400 s"));
+            }
+        }
+        if a.cooldown_s > 86_400 {
+            return Err("autoscale.cooldown_s: must be at most 86400 s".to_owned());
+        }
+    }
+    Ok(())
+}
+
+/// `app` | `ip` | `header:<Name>` | `query:<name>` | `path:<var>`.
+fn check_hash_key(k: &str) -> Result<(), String> {
+    let ok = match k.split_once(':') {
+        None => matches!(k, "app" | "ip"),
+        Some(("header", n)) => is_header_name(n),
+        Some(("query", n)) => {
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| (0x21..0x7f).contains(&b) && b != b'&' && b != b'=')
+        }
+        Some(("path", n)) => {
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+        }
+        Some(_) => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} is not one of app, ip, header:<Name>, query:<name>, path:<var>",
+            excerpt(k)
+        ))
+    }
+}
+
+/// A cookie name: an RFC 6265 token (RFC 9110 token characters).
+fn is_cookie_name(s: &str) -> bool {
+    s.len() <= 64 && is_header_name(s)
+}
+
+/// An absolute `http://` or `https://` URL with a host.
+fn check_url(u: &str) -> Result<(), String> {
+    let rest = u
+        .strip_prefix("http://")
+        .or_else(|| u.strip_prefix("https://"))
+        .ok_or_else(|| format!("{:?} must start with http:// or https://", excerpt(u)))?;
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if host.is_empty() || u.len() > 2048 || u.bytes().any(|b| !(0x21..0x7f).contains(&b)) {
+        return Err(format!("{:?} is not an absolute URL", excerpt(u)));
+    }
+    Ok(())
 }
 
 /// `ip:port` (`[v6]:port`) or `hostname:port`.
@@ -580,11 +1050,11 @@ fn check_addr(addr: &str) -> Result<(), String> {
     if addr.parse::<SocketAddr>().is_ok() {
         return Ok(());
     }
-    let bad = || format!("{addr:?} is not host:port");
+    let bad = || format!("{:?} is not host:port", excerpt(addr));
     let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
     match port.parse::<u16>() {
         Ok(p) if p > 0 => {}
-        _ => return Err(format!("{addr:?}: port must be 1..65535")),
+        _ => return Err(format!("{:?}: port must be 1..65535", excerpt(addr))),
     }
     if host.parse::<IpAddr>().is_ok() || host.starts_with('[') {
         return Err(bad());
@@ -599,7 +1069,9 @@ fn check_addr(addr: &str) -> Result<(), String> {
     };
     if host.is_empty() || host.len() > 253 || !host.split('.').all(label_ok) {
         return Err(format!(
-            "{addr:?}: {host:?} is not a hostname or IP address"
+            "{:?}: {:?} is not a hostname or IP address",
+            excerpt(addr),
+            excerpt(host)
         ));
     }
     Ok(())
@@ -629,16 +1101,48 @@ fn check_app(name: &str, raw: &[u8]) -> Result<v1::App, String> {
     Ok(app)
 }
 
-fn check_switch(name: &str, raw: &[u8]) -> Result<v1::Switch, String> {
-    check_name(name).map_err(|e| format!("name: {e}"))?;
+/// A key-level switch's API id, label and parsed `match`.
+type KeyMatch = (String, String, Vec<(Selector, Vec<String>)>);
+
+/// The most values one selector of a switch's `match` may list.
+pub const MAX_MATCH_VALUES: usize = 1000;
+/// The longest value in a switch's `match`.
+pub const MAX_MATCH_VALUE_CHARS: usize = 256;
+
+/// `switches/<api_id>` (API-wide, no `match`) or `switches/<api_id>@<label>` (key-level,
+/// with a `match`).
+fn check_switch(name: &str, raw: &[u8]) -> Result<(v1::Switch, Option<KeyMatch>), String> {
+    let (api_id, label) = split_switch_name(name);
+    check_name(api_id).map_err(|e| format!("name: {e}"))?;
+    if let Some(label) = label {
+        check_name(label).map_err(|e| format!("name: label {e}"))?;
+    }
     let sw: v1::Switch = parse_json(raw)?;
+    let key = match label {
+        None if !sw.matches.is_empty() => {
+            return Err(format!(
+                "match: only a key-level switch switches/{api_id}@<label> has a match"
+            ))
+        }
+        None => None,
+        // A key-level switch that is off may leave its match out.
+        Some(_) if !sw.degraded && sw.matches.is_empty() => None,
+        Some(label) => Some((
+            api_id.to_owned(),
+            label.to_owned(),
+            check_match(&sw.matches)?,
+        )),
+    };
     if let Some(fb) = &sw.fallback {
         if !(100..=599).contains(&fb.status) {
             return Err("fallback.status: must be between 100 and 599".to_owned());
         }
         for (k, v) in &fb.headers {
             if !is_header_name(k) {
-                return Err(format!("fallback.headers: {k:?} is not a header name"));
+                return Err(format!(
+                    "fallback.headers: {:?} is not a header name",
+                    excerpt(k)
+                ));
             }
             let reserved = ["content-length", "transfer-encoding", "connection"];
             if reserved.iter().any(|r| r.eq_ignore_ascii_case(k)) {
@@ -653,7 +1157,41 @@ fn check_switch(name: &str, raw: &[u8]) -> Result<v1::Switch, String> {
             }
         }
     }
-    Ok(sw)
+    Ok((sw, key))
+}
+
+/// A key-level switch's `match`: 1 to `MAX_SELECTORS` selectors, each with 1 to
+/// [`MAX_MATCH_VALUES`] values.
+fn check_match(m: &BTreeMap<String, Vec<String>>) -> Result<Vec<(Selector, Vec<String>)>, String> {
+    if m.is_empty() || m.len() > crate::selector::MAX_SELECTORS {
+        return Err(format!(
+            "match: must list 1 to {} selectors",
+            crate::selector::MAX_SELECTORS
+        ));
+    }
+    let mut out: Vec<(Selector, Vec<String>)> = Vec::with_capacity(m.len());
+    for (name, values) in m {
+        let sel = Selector::parse(name).map_err(|e| format!("match: {e}"))?;
+        if out.iter().any(|(s, _)| *s == sel) {
+            return Err(format!("match: {sel} appears twice"));
+        }
+        if values.is_empty() || values.len() > MAX_MATCH_VALUES {
+            return Err(format!(
+                "match.{name}: must list 1 to {MAX_MATCH_VALUES} values"
+            ));
+        }
+        if let Some(v) = values
+            .iter()
+            .find(|v| v.chars().count() > MAX_MATCH_VALUE_CHARS)
+        {
+            return Err(format!(
+                "match.{name}: {:?} is longer than {MAX_MATCH_VALUE_CHARS} characters",
+                excerpt(v)
+            ));
+        }
+        out.push((sel, values.clone()));
+    }
+    Ok(out)
 }
 
 /// The longest alert `for_s`: a day.
@@ -777,8 +1315,9 @@ fn check_ipacl(raw: &[u8]) -> Result<IpAclRules, String> {
         list.iter()
             .enumerate()
             .map(|(i, s)| {
-                parse_net(s)
-                    .ok_or_else(|| format!("{field}[{i}]: {s:?} is not a CIDR or IP address"))
+                parse_net(s).ok_or_else(|| {
+                    format!("{field}[{i}]: {:?} is not a CIDR or IP address", excerpt(s))
+                })
             })
             .collect()
     };
@@ -886,8 +1425,8 @@ mod tests {
         fn new() -> T {
             let d = descriptor();
             let mut t = T(Tree {
-                docs: BTreeMap::new(),
                 generation: 7,
+                ..Tree::default()
             });
             t.bytes(&format!("descriptors/{}", sha(&d)), d);
             t.put(
@@ -1066,6 +1605,10 @@ mod tests {
         });
         assert_eq!(r, "policy.rate_limits[0].limit: must be at least 1");
         let r = api_reason(|v| {
+            v["policy"] = json!({"rate_limits": [{"limit": 1, "per": "second", "scope": "galaxy"}]})
+        });
+        assert!(r.contains("policy.rate_limits[0].scope"), "{r}");
+        let r = api_reason(|v| {
             v["http"]["method"] = json!("POST");
             v["http"]["path"] = json!("/router");
         });
@@ -1192,6 +1735,279 @@ mod tests {
         );
         assert!(s.clusters.contains_key("v6"));
         assert_eq!(s.rejected.len(), 6);
+    }
+
+    /// A cluster document with every routing field of issue 11.
+    fn full_cluster() -> serde_json::Value {
+        json!({
+            "protocol": "http",
+            "endpoints": [{"addr": "127.0.0.1:18081", "weight": 1}, {"addr": "127.0.0.1:18082", "weight": 1}],
+            "balancing": "least_load",
+            "sticky": {"cookie": "PORTICO_STICKY", "ttl_s": 3600},
+            "health_check": {"path": "/healthz", "interval_ms": 1000, "timeout_ms": 500, "unhealthy_after": 2, "healthy_after": 2},
+            "outlier": {"consecutive_failures": 5, "eject_ms": 10000},
+            "standby": {"endpoints": [{"addr": "127.0.0.1:28081", "weight": 1}], "failover_below": 0.5, "failback": "auto"},
+            "active": "primary",
+            "sleep": {"wake_url": "http://127.0.0.1:7000/wake/order-svc", "hold_ms": 3000, "retry_after_s": 2},
+            "autoscale": {"webhook": "http://127.0.0.1:7000/scale", "rules": [
+                {"rps_above": 500.0, "for_s": 10, "action": "up"},
+                {"rps_below": 10.0, "for_s": 60, "action": "down"}], "cooldown_s": 60}
+        })
+    }
+
+    #[test]
+    fn routing_fields_round_trip_and_old_documents_stay_unchanged() {
+        for doc in [
+            json!({"protocol": "http", "endpoints": [{"addr": "h:80", "weight": 2}]}),
+            json!({"protocol": "grpc", "endpoints": [{"addr": "h:80", "weight": 1}], "balancing": "round_robin"}),
+            full_cluster(),
+        ] {
+            let c: v1::Cluster = serde_json::from_value(doc.clone()).unwrap();
+            assert_eq!(serde_json::to_value(&c).unwrap(), doc);
+        }
+        let mut t = T::new();
+        t.put("clusters/full", full_cluster());
+        let s = t.build(None);
+        let c = &s.clusters["full"];
+        assert_eq!(c.balancing(), v1::Balancing::LeastLoad);
+        assert_eq!(c.active(), v1::ActiveSet::Primary);
+        // Defaults of the optional parts.
+        let c: v1::Cluster = serde_json::from_value(json!({
+            "protocol": "http", "endpoints": [{"addr": "h:80"}],
+            "sticky": {}, "health_check": {}, "outlier": {},
+            "standby": {"endpoints": [{"addr": "h:81"}]},
+            "sleep": {"wake_url": "http://w/"}
+        }))
+        .unwrap();
+        assert_eq!(c.balancing(), v1::Balancing::RoundRobin);
+        let st = c.sticky.unwrap();
+        assert_eq!((st.cookie.as_str(), st.ttl_s), ("PORTICO_STICKY", 3600));
+        let h = c.health_check.unwrap();
+        assert_eq!(
+            (
+                h.path.as_str(),
+                h.interval_ms,
+                h.timeout_ms,
+                h.unhealthy_after,
+                h.healthy_after
+            ),
+            ("/healthz", 1000, 500, 2, 2)
+        );
+        let o = c.outlier.unwrap();
+        assert_eq!((o.consecutive_failures, o.eject_ms), (5, 10_000));
+        let sb = c.standby.unwrap();
+        assert_eq!((sb.failover_below, sb.failback), (0.5, v1::Failback::Auto));
+        let sl = c.sleep.unwrap();
+        assert_eq!((sl.hold_ms, sl.retry_after_s), (3000, 2));
+    }
+
+    #[test]
+    fn routing_rules() {
+        type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+        let bad: Vec<(&str, Edit, &str)> = vec![
+            (
+                "balancing",
+                Box::new(|v| v["balancing"] = json!("random")),
+                "balancing: unknown variant `random`",
+            ),
+            (
+                "hash needs key",
+                Box::new(|v| v["balancing"] = json!("consistent_hash")),
+                "hash_key: balancing consistent_hash needs a hash_key",
+            ),
+            (
+                "hash key syntax",
+                Box::new(|v| {
+                    v["balancing"] = json!("consistent_hash");
+                    v["hash_key"] = json!("cookie:x");
+                }),
+                "hash_key: \"cookie:x\" is not one of",
+            ),
+            (
+                "header name",
+                Box::new(|v| {
+                    v["balancing"] = json!("consistent_hash");
+                    v["hash_key"] = json!("header:a b");
+                }),
+                "hash_key:",
+            ),
+            (
+                "key without hash",
+                Box::new(|v| v["hash_key"] = json!("ip")),
+                "hash_key: only used by balancing consistent_hash, not least_load",
+            ),
+            (
+                "cookie",
+                Box::new(|v| v["sticky"]["cookie"] = json!("a;b")),
+                "sticky.cookie:",
+            ),
+            (
+                "ttl",
+                Box::new(|v| v["sticky"]["ttl_s"] = json!(0)),
+                "sticky.ttl_s:",
+            ),
+            (
+                "path",
+                Box::new(|v| v["health_check"]["path"] = json!("healthz")),
+                "health_check.path:",
+            ),
+            (
+                "interval",
+                Box::new(|v| v["health_check"]["interval_ms"] = json!(0)),
+                "health_check.interval_ms: must be 1..",
+            ),
+            (
+                "timeout",
+                Box::new(|v| v["health_check"]["timeout_ms"] = json!(0)),
+                "health_check.timeout_ms:",
+            ),
+            (
+                "unhealthy",
+                Box::new(|v| v["health_check"]["unhealthy_after"] = json!(0)),
+                "health_check.unhealthy_after:",
+            ),
+            (
+                "healthy",
+                Box::new(|v| v["health_check"]["healthy_after"] = json!(0)),
+                "health_check.healthy_after:",
+            ),
+            (
+                "failures",
+                Box::new(|v| v["outlier"]["consecutive_failures"] = json!(0)),
+                "outlier.consecutive_failures:",
+            ),
+            (
+                "eject",
+                Box::new(|v| v["outlier"]["eject_ms"] = json!(0)),
+                "outlier.eject_ms:",
+            ),
+            (
+                "below 0",
+                Box::new(|v| v["standby"]["failover_below"] = json!(0.0)),
+                "standby.failover_below: must be in (0, 1]",
+            ),
+            (
+                "below >1",
+                Box::new(|v| v["standby"]["failover_below"] = json!(1.5)),
+                "standby.failover_below:",
+            ),
+            (
+                "failback",
+                Box::new(|v| v["standby"]["failback"] = json!("never")),
+                "standby.failback: unknown variant",
+            ),
+            (
+                "standby empty",
+                Box::new(|v| v["standby"]["endpoints"] = json!([])),
+                "standby.endpoints: must list",
+            ),
+            (
+                "standby dup",
+                Box::new(|v| v["standby"]["endpoints"] = json!([{"addr": "127.0.0.1:18082"}])),
+                "standby.endpoints[0].addr: \"127.0.0.1:18082\" repeats endpoints[1]",
+            ),
+            (
+                "standby addr",
+                Box::new(|v| v["standby"]["endpoints"] = json!([{"addr": "nohost"}])),
+                "standby.endpoints[0].addr:",
+            ),
+            (
+                "active",
+                Box::new(|v| v["active"] = json!("secondary")),
+                "active: unknown variant",
+            ),
+            (
+                "active no standby",
+                Box::new(|v| {
+                    v["active"] = json!("standby");
+                    v.as_object_mut().unwrap().remove("standby");
+                }),
+                "active: \"standby\" but the cluster has no standby set",
+            ),
+            (
+                "wake",
+                Box::new(|v| v["sleep"]["wake_url"] = json!("ftp://x")),
+                "sleep.wake_url:",
+            ),
+            (
+                "wake host",
+                Box::new(|v| v["sleep"]["wake_url"] = json!("http:///x")),
+                "sleep.wake_url:",
+            ),
+            (
+                "retry",
+                Box::new(|v| v["sleep"]["retry_after_s"] = json!(0)),
+                "sleep.retry_after_s:",
+            ),
+            (
+                "sleep url",
+                Box::new(|v| v["sleep"]["sleep_url"] = json!("x")),
+                "sleep.sleep_url:",
+            ),
+            (
+                "idle",
+                Box::new(|v| v["sleep"]["idle_s"] = json!(0)),
+                "sleep.idle_s:",
+            ),
+            (
+                "webhook",
+                Box::new(|v| v["autoscale"]["webhook"] = json!("")),
+                "autoscale.webhook:",
+            ),
+            (
+                "no rules",
+                Box::new(|v| v["autoscale"]["rules"] = json!([])),
+                "autoscale.rules: must list",
+            ),
+            (
+                "rule neither",
+                Box::new(|v| v["autoscale"]["rules"][1] = json!({"for_s": 5, "action": "down"})),
+                "autoscale.rules[1]: needs rps_above or rps_below",
+            ),
+            (
+                "rule both",
+                Box::new(|v| v["autoscale"]["rules"][0]["rps_below"] = json!(1.0)),
+                "autoscale.rules[0]: set rps_above or rps_below, not both",
+            ),
+            (
+                "rule negative",
+                Box::new(|v| v["autoscale"]["rules"][0]["rps_above"] = json!(-1.0)),
+                "autoscale.rules[0]: the rate must be",
+            ),
+            (
+                "rule for",
+                Box::new(|v| v["autoscale"]["rules"][0]["for_s"] = json!(0)),
+                "autoscale.rules[0].for_s:",
+            ),
+            (
+                "rule action",
+                Box::new(|v| v["autoscale"]["rules"][0]["action"] = json!("sideways")),
+                "autoscale.rules[0].action: unknown variant",
+            ),
+        ];
+        for (what, edit, want) in bad {
+            let mut doc = full_cluster();
+            edit(&mut doc);
+            let mut t = T::new();
+            t.put("clusters/c", doc);
+            let s = t.build(None);
+            let r = reason(&s, "clusters/c");
+            assert!(r.starts_with(want), "{what}: {r}");
+        }
+        for key in [
+            "app",
+            "ip",
+            "header:X-User",
+            "query:user_id",
+            "path:order_id",
+        ] {
+            let mut doc = full_cluster();
+            doc["balancing"] = json!("consistent_hash");
+            doc["hash_key"] = json!(key);
+            let mut t = T::new();
+            t.put("clusters/c", doc);
+            assert!(t.build(None).clusters.contains_key("c"), "{key}");
+        }
     }
 
     #[test]
@@ -1408,11 +2224,300 @@ mod tests {
         assert_eq!(config_digest([]), "e3b0c44298fc1c14");
     }
 
+    /// Issue #8: the rewrite that panicked the control thread is now an ordinary rejection,
+    /// and the switch beside it applies.
+    #[test]
+    fn non_ascii_rewrite_is_rejected_alone() {
+        let mut t = T::new();
+        let mut v = http_api("web.get", "GET", "/v1/items/{id}");
+        v["backend"]["http"]["path"] = json!("/x/%€{id}");
+        t.api(v)
+            .api(http_api("web.list", "GET", "/v1/items"))
+            .put("switches/web.list", json!({"degraded": false}));
+        let s = t.build(None);
+        assert_eq!(s.rejected.len(), 1, "{:?}", s.rejected);
+        let r = reason(&s, "apis/web.get");
+        assert!(
+            r.starts_with("backend.http.path: at byte 3: invalid percent-encoding"),
+            "{r}"
+        );
+        assert!(s.apis.contains_key("web.list") && s.switches.contains_key("web.list"));
+    }
+
+    #[test]
+    fn a_panicking_check_rejects_its_document_alone() {
+        let mut t = T::new();
+        t.put("switches/a", json!({"degraded": true}));
+        let s1 = t.build(None);
+        let mut b = Builder {
+            snap: Snapshot::default(),
+            previous: Some(&s1),
+            pools: HashMap::new(),
+            routes: HashMap::new(),
+        };
+        // A check that panics on the new bytes only: the previous version is kept.
+        let panics_on_new = |_: &Builder<'_>, raw: &[u8]| -> Result<(), String> {
+            assert!(raw != b"new", "a bug in a parser");
+            Ok(())
+        };
+        assert!(b
+            .consider("switches/a", Ok(b"new"), panics_on_new)
+            .is_some());
+        let r = &b.snap.rejected[0];
+        assert!(r.reason.starts_with(INTERNAL_ERROR_REASON), "{r:?}");
+        assert!(r.reason.contains("a bug in a parser"), "{r:?}");
+        assert!(r.kept_previous);
+        assert_eq!(b.snap.accepted["switches/a"], s1.accepted["switches/a"]);
+        // One that always panics: no fallback, nothing accepted, the builder goes on.
+        let always = |_: &Builder<'_>, _: &[u8]| -> Result<(), String> { panic!("boom") };
+        assert!(b.consider("switches/b", Ok(b"x"), always).is_none());
+        assert_eq!(b.snap.rejected.len(), 2);
+        assert!(b
+            .consider("switches/c", Ok(b"{}"), |_, raw| check_switch("c", raw))
+            .is_some());
+        assert_eq!(b.snap.rejected.len(), 2);
+    }
+
+    #[test]
+    fn unreadable_documents_are_rejected_alone_keeping_the_previous() {
+        let mut t = T::new();
+        t.api(http_api("web.get", "GET", "/v1/a"))
+            .put("switches/web.get", json!({"degraded": true}));
+        let s1 = t.build(None);
+        t.0.docs.remove("switches/web.get");
+        t.0.insert_unreadable("switches/web.get", "permission denied");
+        t.0.insert_unreadable("apps/m1", "not a regular file");
+        t.put("switches/other", json!({"degraded": true}));
+        let s2 = t.build(Some(&s1));
+        assert_eq!(s2.rejected.len(), 2, "{:?}", s2.rejected);
+        let r = s2
+            .rejected
+            .iter()
+            .find(|r| r.path == "switches/web.get")
+            .unwrap();
+        assert_eq!(r.reason, "cannot be read: permission denied");
+        assert!(r.kept_previous);
+        assert!(s2.switches["web.get"].degraded);
+        assert!(s2.switches.contains_key("other"));
+        assert_eq!(reason(&s2, "apps/m1"), "cannot be read: not a regular file");
+        // Without a previous snapshot the document is simply absent.
+        let s3 = t.build(None);
+        assert!(!s3.switches.contains_key("web.get"));
+        assert_eq!(s3.rejected.len(), 2);
+    }
+
+    #[test]
+    fn an_unlistable_folder_keeps_what_it_held() {
+        let mut t = T::new();
+        t.api(http_api("web.get", "GET", "/v1/a"))
+            .api(http_api("web.put", "PUT", "/v1/a"));
+        let s1 = t.build(None);
+        // The apis folder cannot be listed any more; one API was still read.
+        t.0.docs.remove("apis/web.get");
+        t.0.insert_unreadable("apis", "cannot list the folder: too many symbolic links");
+        let s2 = t.build(Some(&s1));
+        assert!(s2.apis.contains_key("web.get") && s2.apis.contains_key("web.put"));
+        assert_eq!(s2.rejected.len(), 1, "{:?}", s2.rejected);
+        assert_eq!(s2.rejected[0].path, "apis");
+        assert!(s2.rejected[0].kept_previous);
+        assert_eq!(
+            s2.accepted.keys().collect::<Vec<_>>(),
+            s1.accepted.keys().collect::<Vec<_>>()
+        );
+        // Still consistent only: without its cluster the kept API goes.
+        t.0.docs.remove("clusters/web");
+        let s3 = t.build(Some(&s2));
+        assert!(s3.apis.is_empty());
+        let s4 = t.build(None);
+        assert!(!s4.apis.contains_key("web.get"));
+        assert!(
+            !s4.rejected
+                .iter()
+                .find(|r| r.path == "apis")
+                .unwrap()
+                .kept_previous
+        );
+    }
+
+    #[test]
+    fn oversized_documents_are_not_parsed() {
+        let mut t = T::new();
+        let mut big = b"{\"degraded\": true, \"reason\": \"".to_vec();
+        big.resize(MAX_DOCUMENT_BYTES + 1, b'x');
+        big.extend_from_slice(b"\"}");
+        t.bytes("switches/big", big);
+        let s = t.build(None);
+        assert!(
+            reason(&s, "switches/big").starts_with("document: "),
+            "{:?}",
+            s.rejected
+        );
+    }
+
+    #[test]
+    fn limits_and_duplicates_stay_linear() {
+        // Duplicate endpoints far apart are still found (by a map, not a scan).
+        let mut endpoints: Vec<serde_json::Value> = (1..=20_000)
+            .map(|p| json!({"addr": format!("h:{p}")}))
+            .collect();
+        endpoints.push(json!({"addr": "h:7"}));
+        let s = T::new()
+            .put(
+                "clusters/many",
+                json!({"protocol": "http", "endpoints": endpoints}),
+            )
+            .build(None);
+        assert_eq!(
+            reason(&s, "clusters/many"),
+            "endpoints[20000].addr: \"h:7\" repeats endpoints[6]"
+        );
+        let r = api_reason(|v| {
+            v["http"]["additional_bindings"] = json!(vec![
+                json!({"method": "GET", "path": "/v9"});
+                MAX_ADDITIONAL_BINDINGS + 1
+            ])
+        });
+        assert!(r.starts_with("http.additional_bindings: at most"), "{r}");
+        let r = api_reason(
+            |v| v["policy"] = json!({"rate_limits": [{"key": ["header:A", "ip", "header:a"], "limit": 1, "per": "second"}]}),
+        );
+        assert!(r.contains("appears twice"), "{r}");
+    }
+
+    #[test]
+    fn reasons_stay_short() {
+        let long = "x".repeat(100_000);
+        let r = api_reason(|v| v["http"]["path"] = json!(format!("/{long}")));
+        assert!(r.len() < 200, "{r}");
+        let r = api_reason(|v| v["backend"]["cluster"] = json!(long));
+        assert!(r.len() < 200, "{r}");
+        // serde quotes a whole bad value: the reason is cut.
+        let s = T::new()
+            .put("clusters/c", json!({"protocol": long, "endpoints": []}))
+            .build(None);
+        let r = reason(&s, "clusters/c");
+        assert!(
+            r.starts_with("protocol:") && r.chars().count() <= MAX_REASON_CHARS + 3,
+            "{r}"
+        );
+        assert!(bounded("é".repeat(1000)).ends_with("..."));
+        assert_eq!(excerpt("ab"), "ab");
+    }
+
     #[test]
     fn parse_net_forms() {
         assert_eq!(parse_net("10.1.2.3/8").unwrap().to_string(), "10.0.0.0/8");
         assert_eq!(parse_net("::1").unwrap().to_string(), "::1/128");
         assert!(parse_net("10.0.0.0/33").is_none());
         assert!(parse_net("").is_none());
+    }
+
+    // Hot APIs: key-level switches and cache/hot-key policies.
+
+    #[test]
+    fn key_level_switches() {
+        let mut t = T::new();
+        t.put(
+            "switches/order.get@sku-BK-1",
+            json!({"degraded": true, "match": {"path:sku": ["BK-1"]}, "fallback": {"status": 200, "body": {"stock": 0}}}),
+        )
+        .put(
+            "switches/order.get@north-cm",
+            json!({"degraded": true, "match": {"header:X-Region": ["north"], "header:X-Carrier": ["cm"]}}),
+        )
+        .put("switches/order.get", json!({"degraded": false}))
+        .put("switches/a@nomatch", json!({"degraded": true}))
+        .put("switches/a@off", json!({"degraded": false}))
+        .put("switches/a@bad", json!({"degraded": true, "match": {"cookie:x": ["1"]}}))
+        .put("switches/a@empty", json!({"degraded": true, "match": {"app": []}}))
+        .put("switches/a@b@c", json!({"degraded": true, "match": {"app": ["m1"]}}))
+        .put("switches/a@", json!({"degraded": true, "match": {"app": ["m1"]}}))
+        .put("switches/wide", json!({"degraded": true, "match": {"app": ["m1"]}}));
+        let s = t.build(None);
+        let keyed = &s.key_switches["order.get"];
+        assert_eq!(keyed.len(), 2);
+        let bk = keyed.iter().find(|k| k.label == "sku-BK-1").unwrap();
+        assert_eq!(
+            bk.matches,
+            vec![(Selector::Path("sku".into()), vec!["BK-1".to_owned()])]
+        );
+        let rc = keyed.iter().find(|k| k.label == "north-cm").unwrap();
+        assert_eq!(rc.matches.len(), 2);
+        assert!(rc.matches.contains(&(
+            Selector::Header("x-region".into()),
+            vec!["north".to_owned()]
+        )));
+        assert!(s.switches.contains_key("order.get@sku-BK-1"));
+        assert!(!s.switches["order.get"].degraded);
+        assert!(reason(&s, "switches/a@nomatch").starts_with("match: must list 1"));
+        assert!(reason(&s, "switches/a@bad").starts_with("match: "));
+        assert!(reason(&s, "switches/a@empty").starts_with("match.app: "));
+        assert!(reason(&s, "switches/a@b@c").starts_with("name: label"));
+        assert!(reason(&s, "switches/a@").starts_with("name: label"));
+        assert!(reason(&s, "switches/wide").starts_with("match: only a key-level switch"));
+        assert!(!s.key_switches.contains_key("a"));
+        assert!(s.switches.contains_key("a@off"));
+    }
+
+    #[test]
+    fn cache_and_hot_key_policies() {
+        let mut v = http_api("sku.get", "GET", "/v1/skus/{sku}");
+        v["policy"] = json!({
+            "cache": {"ttl_ms": 2000, "key": ["path:sku", "query:region"], "max_entries": 100},
+            "hot_keys": {"key": ["path:sku"], "rate_above": 50, "link_bytes_per_s": 1000000}
+        });
+        let mut plain = http_api("plain.get", "GET", "/v1/plain");
+        plain["policy"] = json!({});
+        let s = T::new().api(v).api(plain).build(None);
+        assert!(s.rejected.is_empty(), "{:?}", s.rejected);
+        let hot = &s.hot["sku.get"];
+        let cache = hot.cache.as_ref().unwrap();
+        assert_eq!(cache.ttl_ms, 2000);
+        assert_eq!(cache.max_entries, 100);
+        assert_eq!(cache.max_body_bytes, DEFAULT_CACHE_BODY_BYTES as usize);
+        assert_eq!(cache.key.len(), 2);
+        let hk = hot.hot_keys.as_ref().unwrap();
+        assert_eq!((hk.rate_above, hk.bandwidth_share_above), (50.0, 0.7));
+        assert_eq!((hk.auto_cache_ms, hk.top), (1000, 20));
+        assert!(!s.hot.contains_key("plain.get"));
+
+        for (policy, field) in [
+            (
+                json!({"cache": {"ttl_ms": 1, "key": ["bogus"]}}),
+                "policy.cache.key[0]:",
+            ),
+            (
+                json!({"cache": {"ttl_ms": 1, "max_entries": 0}}),
+                "policy.cache.max_entries:",
+            ),
+            (
+                json!({"cache": {"ttl_ms": 1, "max_body_bytes": 0}}),
+                "policy.cache.max_body_bytes:",
+            ),
+            (
+                json!({"cache": {"ttl_ms": 90000000}}),
+                "policy.cache.ttl_ms:",
+            ),
+            (json!({"hot_keys": {"key": []}}), "policy.hot_keys.key:"),
+            (
+                json!({"hot_keys": {"key": ["app"], "rate_above": 0}}),
+                "policy.hot_keys.rate_above:",
+            ),
+            (
+                json!({"hot_keys": {"key": ["app"], "bandwidth_share_above": 1.5}}),
+                "policy.hot_keys.bandwidth_share_above:",
+            ),
+            (
+                json!({"hot_keys": {"key": ["app"], "top": 0}}),
+                "policy.hot_keys.top:",
+            ),
+            (
+                json!({"hot_keys": {"key": ["app"], "link_bytes_per_s": 0}}),
+                "policy.hot_keys.link_bytes_per_s:",
+            ),
+        ] {
+            let r = api_reason(|v| v["policy"] = policy.clone());
+            assert!(r.starts_with(field), "{policy}: {r}");
+        }
     }
 }

@@ -36,6 +36,13 @@
 //!
 //! Every call is counted in [`GrpcStats`] when it arrives (before any fault), and every
 //! answer carries the metadata `x-demo-instance: <bound address>`.
+//!
+//! # What the backend received
+//!
+//! A call with the metadata `x-demo-echo-metadata: 1` is answered (replies and statuses
+//! alike) with the metadata `x-demo-metadata`: the request's ASCII metadata as a JSON object,
+//! key → value (repeated keys joined with `", "`, non-ASCII characters `\u`-escaped), so a
+//! test can see exactly what a gateway passed on; [`received_metadata`] reads it back.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -53,6 +60,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Code, Status};
+
+use crate::control::Control;
 
 /// The `.proto` sources of the demo descriptor set, by import name.
 pub const PROTO_FILES: &[(&str, &str)] = &[
@@ -149,8 +158,37 @@ pub async fn serve_grpc(listener: TcpListener) -> anyhow::Result<()> {
 
 /// Serves the gRPC demo services on `listener`, counting calls in `stats`.
 pub async fn serve_grpc_with(listener: TcpListener, stats: Arc<GrpcStats>) -> anyhow::Result<()> {
+    serve_grpc_controlled(listener, stats, Arc::new(Control::default())).await
+}
+
+/// Serves the gRPC demo services and the standard `grpc.health.v1.Health` service on
+/// `listener`, following `control` (load metadata, faults, sleep: see [`crate::control`]).
+pub async fn serve_grpc_controlled(
+    listener: TcpListener,
+    stats: Arc<GrpcStats>,
+    control: Arc<Control>,
+) -> anyhow::Result<()> {
     let instance = listener.local_addr()?;
-    let demo = Arc::new(Demo::new(instance, stats)?);
+    let demo = Arc::new(Demo::new(instance, stats, control.clone())?);
+    let (reporter, health) = tonic_health::server::health_reporter();
+    // The health status follows the sleep switch.
+    let watcher = tokio::spawn(async move {
+        let mut last = None;
+        loop {
+            let serving = !control.asleep();
+            if last != Some(serving) {
+                let status = if serving {
+                    tonic_health::ServingStatus::Serving
+                } else {
+                    tonic_health::ServingStatus::NotServing
+                };
+                reporter.set_service_status("", status).await;
+                last = Some(serving);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let _watcher = AbortOnDrop(watcher);
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(descriptor_set_bytes())
         .build_v1()?;
@@ -162,6 +200,7 @@ pub async fn serve_grpc_with(listener: TcpListener, stats: Arc<GrpcStats>) -> an
         .add_service(DemoServer::<ProductKind>::new(demo))
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
+        .add_service(health)
         .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
         .await?;
     Ok(())
@@ -201,9 +240,19 @@ impl ServiceKind for ProductKind {
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
+/// Aborts a task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The shared state of the demo services.
 struct Demo {
     instance: SocketAddr,
+    control: Arc<Control>,
     stats: Arc<GrpcStats>,
     next_order: AtomicU64,
     /// Full method path → (input, output) message types.
@@ -211,7 +260,11 @@ struct Demo {
 }
 
 impl Demo {
-    fn new(instance: SocketAddr, stats: Arc<GrpcStats>) -> anyhow::Result<Self> {
+    fn new(
+        instance: SocketAddr,
+        stats: Arc<GrpcStats>,
+        control: Arc<Control>,
+    ) -> anyhow::Result<Self> {
         let pool = descriptor_pool();
         let mut methods = HashMap::new();
         for name in [ORDER_SERVICE, PRODUCT_SERVICE] {
@@ -224,6 +277,7 @@ impl Demo {
         }
         Ok(Demo {
             instance,
+            control,
             stats,
             next_order: AtomicU64::new(1),
             methods,
@@ -309,16 +363,57 @@ impl tonic::server::UnaryService<DynamicMessage> for Method {
             stats.in_flight.fetch_add(1, Ordering::Relaxed);
             let _in_flight = InFlight(stats);
             let instance = demo.instance;
-            let result = answer(&demo, &path, request).await;
-            result.map(|reply| {
-                let mut response = tonic::Response::new(reply);
-                if let Ok(v) = MetadataValue::try_from(instance.to_string()) {
-                    response.metadata_mut().insert("x-demo-instance", v);
+            let echo = metadata_str(request.metadata(), "x-demo-echo-metadata")
+                .is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+                .then(|| metadata_json(request.metadata()))
+                .and_then(|json| MetadataValue::try_from(json).ok());
+            let result = match controlled(&demo.control).await {
+                Ok(()) => answer(&demo, &path, request).await,
+                Err(status) => Err(status),
+            };
+            match result {
+                Ok(reply) => {
+                    let mut response = tonic::Response::new(reply);
+                    if let Ok(v) = MetadataValue::try_from(instance.to_string()) {
+                        response.metadata_mut().insert("x-demo-instance", v);
+                    }
+                    if let Some(v) = demo
+                        .control
+                        .load()
+                        .and_then(|l| MetadataValue::try_from(l).ok())
+                    {
+                        response.metadata_mut().insert("x-portico-load", v);
+                    }
+                    if let Some(v) = echo {
+                        response.metadata_mut().insert(ECHO_METADATA, v);
+                    }
+                    Ok(response)
                 }
-                response
-            })
+                Err(mut status) => {
+                    if let Some(v) = echo {
+                        status.metadata_mut().insert(ECHO_METADATA, v);
+                    }
+                    Err(status)
+                }
+            }
         })
     }
+}
+
+/// The process-wide switches: asleep → `UNAVAILABLE`; the delay; a status ≥ 500 →
+/// `UNAVAILABLE`.
+async fn controlled(control: &Control) -> Result<(), Status> {
+    if control.asleep() {
+        return Err(Status::unavailable("the demo backend is asleep"));
+    }
+    let (delay, status) = control.faults();
+    if let Some(ms) = delay {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if status.is_some_and(|s| s >= 500) {
+        return Err(Status::unavailable("injected failure"));
+    }
+    Ok(())
 }
 
 /// Decrements `in_flight` when the call ends, however it ends (a client going away drops
@@ -338,6 +433,44 @@ pub fn parse_code(s: &str) -> Option<Code> {
         return (0..=16).contains(&n).then(|| Code::from_i32(n));
     }
     code_by_name(&s.to_ascii_uppercase().replace('-', "_"))
+}
+
+/// The reply metadata carrying what the backend received (see the module docs).
+pub const ECHO_METADATA: &str = "x-demo-metadata";
+
+/// The request's ASCII metadata as a JSON object (see the module docs), in ASCII.
+fn metadata_json(md: &MetadataMap) -> String {
+    let mut map: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    for entry in md.iter() {
+        if let tonic::metadata::KeyAndValueRef::Ascii(key, value) = entry {
+            let value = String::from_utf8_lossy(value.as_encoded_bytes()).into_owned();
+            map.entry(key.as_str().to_owned())
+                .and_modify(|v| {
+                    v.push_str(", ");
+                    v.push_str(&value);
+                })
+                .or_insert(value);
+        }
+    }
+    let json = serde_json::to_string(&map).unwrap_or_default();
+    let mut ascii = String::with_capacity(json.len());
+    for c in json.chars() {
+        if c.is_ascii() {
+            ascii.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                ascii.push_str(&format!("\\u{u:04x}"));
+            }
+        }
+    }
+    ascii
+}
+
+/// Reads the `x-demo-metadata` answer (a response header `grpc-metadata-x-demo-metadata`
+/// through a gateway) back into key → value.
+pub fn received_metadata(value: &str) -> Option<std::collections::BTreeMap<String, String>> {
+    serde_json::from_str(value).ok()
 }
 
 fn metadata_str<'a>(md: &'a MetadataMap, key: &str) -> Option<&'a str> {
@@ -627,6 +760,22 @@ mod tests {
     #[test]
     fn descriptor_set_is_deterministic() {
         assert_eq!(compile_descriptor_set().unwrap(), descriptor_set_bytes());
+    }
+
+    #[test]
+    fn received_metadata_is_ascii_json() {
+        let mut md = MetadataMap::new();
+        md.insert("x-a", MetadataValue::from_static("1"));
+        md.append("x-a", MetadataValue::from_static("2"));
+        md.insert(
+            "x-b",
+            MetadataValue::try_from("caf\u{e9}".as_bytes()).unwrap(),
+        );
+        let json = metadata_json(&md);
+        assert!(json.is_ascii(), "{json}");
+        let got = received_metadata(&json).unwrap();
+        assert_eq!(got["x-a"], "1, 2");
+        assert_eq!(got["x-b"], "caf\u{e9}");
     }
 
     #[test]

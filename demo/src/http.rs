@@ -4,8 +4,11 @@
 //! |---|---|
 //! | `GET /orders/{id}` | `{"order_id": id, "item": "book", "qty": 1, "status": "PAID"}` |
 //! | `POST /orders` | `{"created": <the JSON body>, "order_id": "ord-000001"}`; 400 if the body is not JSON |
-//! | any method on `/echo` and `/echo/**` | the request as seen here, see [`Echo`] |
+//! | any method on `/echo` and `/echo/**` | the request as seen here, see [`Echo`] (with `Server: portico-demo` and `X-Powered-By: axum`, as many backends tell) |
+//! | `GET /bytes/{n}` | `n` bytes of `x` (`application/octet-stream`, at most [`MAX_BYTES_ANSWER`]): a large answer for slow-reader tests |
 //! | any method on `/health` | `{"status": "ok"}` |
+//! | `GET /healthz` | `{"status": "ok"}` (the health check path; not counted) |
+//! | `/__admin*` | the backend's switches: load report, faults, sleep (see [`crate::control`]) |
 //! | `GET /__stats` | `{"requests": N, "in_flight": N, "by_path": {"/orders/42": 1}}` |
 //! | `POST /__stats/reset` | zeroes the counters, answers the stats before the reset |
 //! | anything else | 404 `{"error": "NOT_FOUND", "path": ...}` |
@@ -17,7 +20,9 @@
 //! - `status=S` / `X-Demo-Status: S` (200–599): answer S with
 //!   `{"injected_status": S, "method": ..., "path": ...}` instead of the route's answer
 //!   (after the delay, if any);
-//! - `hang=1` / `X-Demo-Hang: 1`: never answer, until the client goes away.
+//! - `hang=1` / `X-Demo-Hang: 1`: never answer, until the client goes away;
+//! - `cache_control=V` / `X-Demo-Cache-Control: V`: add `Cache-Control: V` to the answer
+//!   (for the gateway's response cache tests).
 //!
 //! Every request but `/__stats*` is counted when it arrives (before any fault), so a test can
 //! tell whether the gateway touched the backend; `in_flight` counts requests being answered
@@ -43,6 +48,8 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use crate::control::Control;
+
 /// The largest request body the demo backend reads (well above the gateway's 1 MiB default).
 pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
@@ -54,6 +61,8 @@ pub const INSTANCE_HEADER: &str = "x-demo-instance";
 pub struct Options {
     /// Log one line per request to stderr.
     pub verbose: bool,
+    /// The switches shared with the gRPC server (load, faults, sleep).
+    pub control: Arc<Control>,
 }
 
 /// Request counters, shared by every connection.
@@ -124,6 +133,7 @@ impl Drop for InFlight<'_> {
 
 struct AppState {
     stats: Arc<Stats>,
+    control: Arc<Control>,
     instance: HeaderValue,
     instance_str: String,
     next_order: AtomicU64,
@@ -137,6 +147,7 @@ pub fn router(instance: SocketAddr, stats: Arc<Stats>, options: &Options) -> Rou
     let instance_str = instance.to_string();
     let state: Shared = Arc::new(AppState {
         stats,
+        control: options.control.clone(),
         instance: HeaderValue::from_str(&instance_str)
             .unwrap_or_else(|_| HeaderValue::from_static("unknown")),
         instance_str,
@@ -149,7 +160,14 @@ pub fn router(instance: SocketAddr, stats: Arc<Stats>, options: &Options) -> Rou
         .route("/echo", any(echo))
         .route("/echo/", any(echo))
         .route("/echo/{*rest}", any(echo))
+        .route("/bytes/{n}", get(bytes))
         .route("/health", any(health))
+        .route("/healthz", get(health))
+        .route("/__admin", get(admin_get))
+        .route("/__admin/load", post(admin_load))
+        .route("/__admin/faults", post(admin_faults))
+        .route("/__admin/sleep", post(admin_sleep))
+        .route("/__admin/wake", post(admin_wake))
         .route("/__stats", get(stats_get))
         .route("/__stats/reset", post(stats_reset))
         .fallback(not_found)
@@ -199,6 +217,7 @@ struct Faults {
     delay_ms: Option<u64>,
     status: Option<StatusCode>,
     hang: bool,
+    cache_control: Option<String>,
 }
 
 impl Faults {
@@ -210,6 +229,7 @@ impl Faults {
                 "delay_ms" => f.delay_ms = value.parse().ok().or(f.delay_ms),
                 "status" => f.status = parse_status(value).or(f.status),
                 "hang" => f.hang = f.hang || is_true(value),
+                "cache_control" => f.cache_control = Some(value.replace("%20", " ")),
                 _ => {}
             }
         }
@@ -222,6 +242,9 @@ impl Faults {
         }
         if let Some(v) = header("x-demo-hang") {
             f.hang = f.hang || is_true(v.trim());
+        }
+        if let Some(v) = header("x-demo-cache-control") {
+            f.cache_control = Some(v.trim().to_owned());
         }
         f
     }
@@ -241,7 +264,7 @@ fn is_true(v: &str) -> bool {
 }
 
 fn is_stats_path(path: &str) -> bool {
-    path == "/__stats" || path.starts_with("/__stats/")
+    path == "/__stats" || path.starts_with("/__stats/") || path.starts_with("/__admin")
 }
 
 async fn faults(State(st): State<Shared>, req: Request, next: Next) -> Response {
@@ -249,12 +272,30 @@ async fn faults(State(st): State<Shared>, req: Request, next: Next) -> Response 
     if is_stats_path(path) {
         return next.run(req).await;
     }
-    st.stats.record(path);
-    let _in_flight = InFlight::enter(&st.stats.in_flight);
+    if st.control.asleep() {
+        let mut resp = (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"error": "ASLEEP"})),
+        )
+            .into_response();
+        resp.headers_mut()
+            .insert(INSTANCE_HEADER, st.instance.clone());
+        return resp;
+    }
+    let counted = path != "/healthz";
+    if counted {
+        st.stats.record(path);
+    }
+    let _in_flight = counted.then(|| InFlight::enter(&st.stats.in_flight));
     if st.verbose {
         eprintln!("{} {}", req.method(), req.uri());
     }
-    let f = Faults::from_parts(req.uri().query(), req.headers());
+    let mut f = Faults::from_parts(req.uri().query(), req.headers());
+    let (delay, status) = st.control.faults();
+    f.delay_ms = f.delay_ms.or(delay);
+    f.status = f
+        .status
+        .or(status.and_then(|s| parse_status(&s.to_string())));
     if f.hang {
         // Never answer; hyper drops this future when the client closes the connection.
         std::future::pending::<()>().await;
@@ -268,7 +309,69 @@ async fn faults(State(st): State<Shared>, req: Request, next: Next) -> Response 
     };
     resp.headers_mut()
         .insert(INSTANCE_HEADER, st.instance.clone());
+    if let Some(v) = f.cache_control.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        resp.headers_mut()
+            .insert(axum::http::header::CACHE_CONTROL, v);
+    }
+    if let Some(load) = st
+        .control
+        .load()
+        .and_then(|l| HeaderValue::from_str(&l).ok())
+    {
+        resp.headers_mut().insert(LOAD_HEADER, load);
+    }
     resp
+}
+
+/// The header a backend reports its load in (docs/PROTOCOL.md).
+pub const LOAD_HEADER: &str = "x-portico-load";
+
+fn query_map(uri: &Uri) -> HashMap<String, String> {
+    uri.query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (k.to_owned(), v.to_owned())
+        })
+        .collect()
+}
+
+async fn admin_get(State(st): State<Shared>) -> Json<Value> {
+    Json(st.control.view())
+}
+
+async fn admin_load(State(st): State<Shared>, uri: Uri) -> Json<Value> {
+    // The value holds '=' and ',': everything after "value=".
+    let v = uri
+        .query()
+        .and_then(|q| q.strip_prefix("value="))
+        .unwrap_or("");
+    st.control.set_load(v);
+    Json(st.control.view())
+}
+
+async fn admin_faults(State(st): State<Shared>, uri: Uri) -> Json<Value> {
+    let q = query_map(&uri);
+    let delay = q.get("delay_ms").and_then(|v| v.parse().ok());
+    let status = q.get("status").and_then(|v| v.parse().ok());
+    st.control.set_faults(delay, status);
+    Json(st.control.view())
+}
+
+async fn admin_sleep(State(st): State<Shared>) -> Json<Value> {
+    st.control.set_asleep(true);
+    Json(st.control.view())
+}
+
+async fn admin_wake(State(st): State<Shared>, uri: Uri) -> Response {
+    let after = query_map(&uri)
+        .get("after_ms")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    st.control.wake_after(Duration::from_millis(after));
+    (StatusCode::ACCEPTED, Json(st.control.view())).into_response()
 }
 
 fn injected(status: StatusCode, method: &Method, uri: &Uri) -> Response {
@@ -281,6 +384,24 @@ fn injected(status: StatusCode, method: &Method, uri: &Uri) -> Response {
         "path": uri.path(),
     });
     (status, Json(body)).into_response()
+}
+
+/// The largest answer of `GET /bytes/{n}`.
+pub const MAX_BYTES_ANSWER: usize = 256 * 1024 * 1024;
+
+async fn bytes(Path(n): Path<String>) -> Response {
+    match n.parse::<usize>() {
+        Ok(n) if n <= MAX_BYTES_ANSWER => (
+            [(axum::http::header::CONTENT_TYPE, "application/octet-stream")],
+            vec![b'x'; n],
+        )
+            .into_response(),
+        _ => (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "BAD_SIZE", "max": MAX_BYTES_ANSWER})),
+        )
+            .into_response(),
+    }
 }
 
 async fn get_order(Path(id): Path<String>) -> Json<Value> {
@@ -330,7 +451,7 @@ async fn echo(
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
-) -> Json<Echo> {
+) -> impl IntoResponse {
     let mut map: BTreeMap<String, String> = BTreeMap::new();
     let mut list = Vec::with_capacity(headers.len());
     for (name, value) in &headers {
@@ -343,7 +464,7 @@ async fn echo(
             .or_insert_with(|| value.clone());
         list.push((name.as_str().to_owned(), value));
     }
-    Json(Echo {
+    let answer = Json(Echo {
         method: method.as_str().to_owned(),
         path: uri.path().to_owned(),
         query: uri.query().map(str::to_owned),
@@ -353,7 +474,15 @@ async fn echo(
         body_len: body.len(),
         peer: peer.to_string(),
         instance: st.instance_str.clone(),
-    })
+    });
+    // What many backends tell about themselves, for tests that a gateway keeps it back.
+    (
+        [
+            (axum::http::header::SERVER, "portico-demo"),
+            (axum::http::HeaderName::from_static("x-powered-by"), "axum"),
+        ],
+        answer,
+    )
 }
 
 async fn health() -> Json<Value> {

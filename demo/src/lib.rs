@@ -16,6 +16,7 @@
 //! The HTTP demo API, its fault injection and its request counter are described in
 //! [`http`]. The gRPC demo services live in [`grpc`].
 
+pub mod control;
 pub mod grpc;
 pub mod http;
 pub mod process;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use portico_demo::{grpc, http, READY_PREFIX};
+use portico_demo::{control, grpc, http, READY_PREFIX};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
@@ -34,6 +34,13 @@ struct Args {
     /// Log one line per request to stderr (off by default: this is also the benchmark backend).
     #[arg(long)]
     verbose: bool,
+    /// Report this load on every answer (`X-Portico-Load` / `x-portico-load` metadata), e.g.
+    /// `vm_cpu=0.4,vm_mem=0.5,cpu=0.2,mem=0.3`; changeable with `POST /__admin/load`.
+    #[arg(long, default_value = "")]
+    load: String,
+    /// Start asleep (503 / UNAVAILABLE until `POST /__admin/wake`).
+    #[arg(long)]
+    asleep: bool,
 }
 
 #[tokio::main]
@@ -68,15 +75,18 @@ async fn main() -> anyhow::Result<()> {
         line.push_str(&format!(" grpc={}", l.local_addr()?));
     }
 
+    let control = control::Control::new(&args.load, args.asleep);
     let mut tasks = JoinSet::new();
     if let Some(l) = http_listener {
         let options = http::Options {
             verbose: args.verbose,
+            control: control.clone(),
         };
         tasks.spawn(http::serve(l, Arc::new(http::Stats::default()), options));
     }
     if let Some(l) = grpc_listener {
-        tasks.spawn(grpc::serve_grpc(l));
+        let stats = Arc::new(grpc::GrpcStats::default());
+        tasks.spawn(grpc::serve_grpc_controlled(l, stats, control));
     }
 
     {

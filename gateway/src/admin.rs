@@ -1,8 +1,10 @@
 //! The admin listener: `/metrics` (Prometheus text), `/healthz`, `/readyz` (200 once a
 //! snapshot is loaded), `/status` (JSON: node, config source and version, APIs, breakers,
-//! the reload loop's health). docs/OPERATIONS.md ("Admin endpoints") lists the fields.
+//! the reload loop's health, the TLS certificate in use). docs/OPERATIONS.md ("Admin
+//! endpoints") lists the fields.
 
 use crate::runtime::Plane;
+use crate::tls::CertStore;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -23,6 +25,27 @@ pub struct AdminState {
     pub listening: Arc<std::sync::atomic::AtomicBool>,
     /// The live plane's configuration source (its connection state goes into `/status`).
     pub source: Option<Arc<dyn portico_control::ConfigSource>>,
+    /// The TLS listeners and their certificate, when TLS is configured.
+    pub tls: Option<TlsStatus>,
+}
+
+/// What `/status` shows of TLS: the listeners and the certificate in use.
+#[derive(Clone)]
+pub struct TlsStatus {
+    pub listen: Option<String>,
+    pub sandbox_listen: Option<String>,
+    pub certs: Arc<CertStore>,
+}
+
+impl TlsStatus {
+    fn to_json(&self) -> serde_json::Value {
+        let mut v = self.certs.status();
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert("listen".into(), self.listen.clone().into());
+            obj.insert("sandbox_listen".into(), self.sandbox_listen.clone().into());
+        }
+        v
+    }
 }
 
 /// The admin router.
@@ -40,7 +63,8 @@ async fn metrics(State(s): State<AdminState>) -> Response {
     if let Some(sb) = &s.sandbox {
         sb.housekeeping();
     }
-    let text = s.live.shared.metrics.render();
+    let mut text = s.live.shared.metrics.render();
+    text.push_str(&hot_metrics(&s.live));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
@@ -49,6 +73,14 @@ async fn readyz(State(s): State<AdminState>) -> Response {
         (
             StatusCode::SERVICE_UNAVAILABLE,
             "traffic listener not accepting yet\n",
+        )
+            .into_response()
+    } else if let Some(why) = s.source.as_ref().and_then(|src| src.refused()) {
+        // Serving the configuration it has, but cut off from changes: out of rotation
+        // (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("configuration source refused access: {why}\n"),
         )
             .into_response()
     } else if s.live.ready.load(Ordering::Acquire) {
@@ -95,7 +127,127 @@ fn plane_status(plane: &Plane) -> serde_json::Value {
         "rejected_documents": plane.rejected_documents(),
         "config_loop": reload_status(plane),
         "invoke": breakers,
+        "hot_keys": hot_keys_status(&rt, now),
+        "clusters": clusters_status(&rt),
     })
+}
+
+// Hot APIs (docs/OPERATIONS.md, "Caching and hot keys").
+
+/// `hot_keys`: per API with a hot-key policy, its hot keys (key, rate, bytes/s, since).
+fn hot_keys_status(rt: &crate::runtime::Runtime, now_ms: u64) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for api in rt.edge.cache.apis() {
+        if let Some(d) = &api.detector {
+            let keys: Vec<serde_json::Value> = d
+                .hot_keys(now_ms)
+                .into_iter()
+                .map(|k| {
+                    serde_json::json!({
+                        "key": k.key,
+                        "rate": (k.rate * 10.0).round() / 10.0,
+                        "bytes_per_s": k.bytes_per_s.round(),
+                        "since_ms": k.since_ms,
+                    })
+                })
+                .collect();
+            out.insert(api.id.clone(), keys.into());
+        }
+    }
+    out.into()
+}
+
+/// The cache and hot-key series, in Prometheus text: `portico_hot_keys{api}`,
+/// `portico_hot_key_detections_total{api}`, `portico_cache_responses_total{api,result}`,
+/// `portico_cache_entries{api}`, `portico_cache_body_bytes{api}`.
+fn hot_metrics(plane: &Plane) -> String {
+    use std::fmt::Write as _;
+    let rt = plane.current.load();
+    let now = portico_control::clock::now_ms();
+    let mut apis: Vec<_> = rt.edge.cache.apis().collect();
+    if apis.is_empty() {
+        return String::new();
+    }
+    apis.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "# HELP portico_hot_keys Keys the hot-key detector finds hot now."
+    );
+    let _ = writeln!(t, "# TYPE portico_hot_keys gauge");
+    for a in apis.iter().filter(|a| a.detector.is_some()) {
+        let n = a.detector.as_ref().map_or(0, |d| d.hot_keys(now).len());
+        let _ = writeln!(t, "portico_hot_keys{{api=\"{}\"}} {n}", a.id);
+    }
+    let _ = writeln!(
+        t,
+        "# HELP portico_hot_key_detections_total Times a key became hot."
+    );
+    let _ = writeln!(t, "# TYPE portico_hot_key_detections_total counter");
+    for a in apis.iter() {
+        if let Some(d) = &a.detector {
+            let n = d.detections.load(Ordering::Relaxed);
+            let _ = writeln!(
+                t,
+                "portico_hot_key_detections_total{{api=\"{}\"}} {n}",
+                a.id
+            );
+        }
+    }
+    let _ = writeln!(t, "# HELP portico_cache_responses_total Answers of APIs with a cache or hot-key policy, by X-Portico-Cache.");
+    let _ = writeln!(t, "# TYPE portico_cache_responses_total counter");
+    for a in &apis {
+        for (result, n) in [
+            ("HIT", &a.hits),
+            ("MISS", &a.misses),
+            ("BYPASS", &a.bypasses),
+        ] {
+            let n = n.load(Ordering::Relaxed);
+            let _ = writeln!(
+                t,
+                "portico_cache_responses_total{{api=\"{}\",result=\"{result}\"}} {n}",
+                a.id
+            );
+        }
+    }
+    let _ = writeln!(
+        t,
+        "# HELP portico_cache_entries Entries held in the response cache."
+    );
+    let _ = writeln!(t, "# TYPE portico_cache_entries gauge");
+    for a in &apis {
+        let _ = writeln!(
+            t,
+            "portico_cache_entries{{api=\"{}\"}} {}",
+            a.id,
+            a.cache.len()
+        );
+    }
+    let _ = writeln!(
+        t,
+        "# HELP portico_cache_body_bytes Body bytes held in the response cache."
+    );
+    let _ = writeln!(t, "# TYPE portico_cache_body_bytes gauge");
+    for a in &apis {
+        let _ = writeln!(
+            t,
+            "portico_cache_body_bytes{{api=\"{}\"}} {}",
+            a.id,
+            a.cache.body_bytes()
+        );
+    }
+    t
+}
+
+/// `clusters.<name>`: the set serving, why, and each endpoint's health and load score
+/// (docs/OPERATIONS.md, "Clusters: balancing, health, failover, sleep").
+fn clusters_status(rt: &crate::runtime::Runtime) -> serde_json::Value {
+    rt.invoke
+        .clusters
+        .iter()
+        .map(|(name, c)| (name.clone(), c.routing.status()))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 /// The reload loop's health: running or not, restarts, and the last restart's reason.
@@ -129,6 +281,15 @@ async fn status(State(s): State<AdminState>) -> Json<serde_json::Value> {
         }
         if let Some(detail) = s.source.as_ref().and_then(|src| src.status().detail) {
             obj.insert("zookeeper".into(), detail);
+        }
+        if let Some(tls) = &s.tls {
+            obj.insert("tls".into(), tls.to_json());
+        }
+        // The fleet (docs/OPERATIONS.md, "Running a cluster").
+        let fleet = &s.live.shared.fleet;
+        obj.insert("cluster_members".into(), fleet.members().into());
+        if let Some(redis) = fleet.redis_status() {
+            obj.insert("redis".into(), redis);
         }
     }
     Json(body)

@@ -1,6 +1,13 @@
 //! The one error type of the data plane. Every refusal or failure on the request path is a
 //! [`GatewayError`]; the rescue point in `proxy.rs` turns it into the error envelope of
 //! docs/PROTOCOL.md ("The error envelope"): `{"code", "message", "request_id"}`.
+//!
+//! The envelope's `message` is for the merchant; what only operators may see (a backend's
+//! address, a cluster's name, a transport error's text) goes in [`GatewayError::detail`],
+//! which the access log shows under the request id (docs/SECURITY.md, "No internals in
+//! answers"). Failures of the backend ([`GatewayError::upstream`]) take a fixed message,
+//! and an [`Code::Internal`] error always answers `internal error`, whatever was written
+//! into its message.
 
 use std::fmt;
 
@@ -36,12 +43,21 @@ pub enum Code {
     ApiNotFound,
     MethodNotAllowed,
     BodyTooLarge,
+    /// The request target (path and query) is too long (docs/PROTOCOL.md, "Limits").
+    UriTooLong,
+    /// The merchant did not read the response in time (`--write-timeout-ms`); seen in the
+    /// access log and metrics only, as the merchant is not reading.
+    WriteTimeout,
     HeaderTooLarge,
     RateLimited,
     ApiDegraded,
     CircuitOpen,
     BulkheadFull,
+    /// The listener is at its connection limit (`--max-connections`).
+    ConnectionLimit,
     NoHealthyUpstream,
+    /// A sleeping cluster is being woken and did not come up within `sleep.hold_ms`.
+    BackendLoading,
     UpstreamError,
     UpstreamTimeout,
     Internal,
@@ -66,12 +82,16 @@ impl Code {
             Code::ApiNotFound => 404,
             Code::MethodNotAllowed => 405,
             Code::BodyTooLarge => 413,
+            Code::UriTooLong => 414,
+            Code::WriteTimeout => 408,
             Code::HeaderTooLarge => 431,
             Code::RateLimited => 429,
             Code::ApiDegraded
             | Code::CircuitOpen
             | Code::BulkheadFull
-            | Code::NoHealthyUpstream => 503,
+            | Code::ConnectionLimit
+            | Code::NoHealthyUpstream
+            | Code::BackendLoading => 503,
             Code::UpstreamError => 502,
             Code::UpstreamTimeout => 504,
             Code::Internal => 500,
@@ -94,12 +114,16 @@ impl Code {
             Code::ApiNotFound => "API_NOT_FOUND",
             Code::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Code::BodyTooLarge => "BODY_TOO_LARGE",
+            Code::UriTooLong => "URI_TOO_LONG",
+            Code::WriteTimeout => "WRITE_TIMEOUT",
             Code::HeaderTooLarge => "HEADER_TOO_LARGE",
             Code::RateLimited => "RATE_LIMITED",
             Code::ApiDegraded => "API_DEGRADED",
             Code::CircuitOpen => "CIRCUIT_OPEN",
             Code::BulkheadFull => "BULKHEAD_FULL",
+            Code::ConnectionLimit => "CONNECTION_LIMIT",
             Code::NoHealthyUpstream => "NO_HEALTHY_UPSTREAM",
+            Code::BackendLoading => "BACKEND_LOADING",
             Code::UpstreamError => "UPSTREAM_ERROR",
             Code::UpstreamTimeout => "UPSTREAM_TIMEOUT",
             Code::Internal => "INTERNAL",
@@ -125,10 +149,17 @@ impl Code {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatewayError {
     pub code: Code,
+    /// For the merchant: the envelope's `message` (but see [`GatewayError::public_message`]).
     pub message: String,
     /// Seconds for `Retry-After` (rate limits, open breakers).
     pub retry_after: Option<u64>,
+    /// For operators only: the access log's `detail` (addresses, cluster names, transport
+    /// errors). Never written into an answer.
+    pub detail: Option<String>,
 }
+
+/// The envelope message of an internal error.
+const INTERNAL_MESSAGE: &str = "internal error";
 
 impl GatewayError {
     pub fn new(code: Code, message: impl Into<String>) -> Self {
@@ -136,6 +167,44 @@ impl GatewayError {
             code,
             message: message.into(),
             retry_after: None,
+            detail: None,
+        }
+    }
+
+    /// A failure on the backend's side (or the gateway's own, for [`Code::Internal`]): the
+    /// merchant is told `public`, a fixed text that names no address, cluster or transport
+    /// error ("the backend did not answer in time"); `detail` is for the access log.
+    pub fn upstream(code: Code, public: &'static str, detail: impl Into<String>) -> Self {
+        GatewayError::new(code, public).with_detail(detail)
+    }
+
+    /// An internal error: the merchant is told `internal error`; `detail` is for the log.
+    pub fn internal(detail: impl Into<String>) -> Self {
+        GatewayError::upstream(Code::Internal, INTERNAL_MESSAGE, detail)
+    }
+
+    /// Sets the operators' detail (see [`GatewayError::detail`]).
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// The envelope's message: `message`, except that an internal error always says
+    /// `internal error` (its message is an operator's business).
+    pub fn public_message(&self) -> &str {
+        match self.code {
+            Code::Internal => INTERNAL_MESSAGE,
+            _ => &self.message,
+        }
+    }
+
+    /// What the access log's `detail` shows: the detail, or the message an internal error
+    /// keeps from the merchant.
+    pub fn log_detail(&self) -> Option<&str> {
+        match (&self.detail, &self.code) {
+            (Some(d), _) => Some(d),
+            (None, Code::Internal) if self.message != INTERNAL_MESSAGE => Some(&self.message),
+            _ => None,
         }
     }
 
@@ -156,7 +225,7 @@ impl GatewayError {
     pub fn envelope(&self, request_id: &str) -> Vec<u8> {
         let body = serde_json::json!({
             "code": self.code.as_str(),
-            "message": self.message,
+            "message": self.public_message(),
             "request_id": request_id,
         });
         serde_json::to_vec(&body).unwrap_or_default()
@@ -234,6 +303,43 @@ mod tests {
         ] {
             assert_eq!(gateway.side(), Side::Gateway, "{gateway:?}");
         }
+    }
+
+    #[test]
+    fn details_stay_out_of_the_envelope() {
+        let e = GatewayError::upstream(
+            Code::UpstreamTimeout,
+            "the backend did not answer in time",
+            "upstream 127.0.0.1:18081 did not answer within 800 ms",
+        );
+        let body = String::from_utf8(e.envelope("r")).unwrap();
+        assert!(
+            body.contains("the backend did not answer in time"),
+            "{body}"
+        );
+        assert!(
+            !body.contains("127.0.0.1") && !body.contains("18081"),
+            "{body}"
+        );
+        assert_eq!(
+            e.log_detail(),
+            Some("upstream 127.0.0.1:18081 did not answer within 800 ms")
+        );
+        // An internal error never tells its message, which goes to the log instead.
+        let e = GatewayError::new(Code::Internal, "binding 3 of api x out of range");
+        let v: serde_json::Value = serde_json::from_slice(&e.envelope("r")).unwrap();
+        assert_eq!(v["message"], "internal error");
+        assert_eq!(e.log_detail(), Some("binding 3 of api x out of range"));
+        assert_eq!(
+            GatewayError::internal("x").public_message(),
+            "internal error"
+        );
+        // Other errors tell their message and log nothing more.
+        let e = GatewayError::bad_request("bad path variable");
+        assert_eq!(
+            (e.public_message(), e.log_detail()),
+            ("bad path variable", None)
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The traffic listeners: Pingora's HTTP proxy service plus a total deadline for reading an
-//! HTTP/1 request head (slowloris).
+//! HTTP/1 request head (slowloris) and a cap on open connections ([`CappedApp`]).
 //!
 //! Pingora 0.9 only bounds each *read* of a request head (60 s, and no bound at all on a
 //! reused keepalive connection), so a client trickling one byte a minute holds a connection
@@ -24,7 +24,16 @@
 //! in one segment) is recognised in O(1) without a clock read or a timer; otherwise the bytes
 //! are scanned up to the end of the head. A timer (and a clock read) exists only while a head
 //! spans more than one read.
+//!
+//! The same stream bounds the work of reading a head (docs/SECURITY.md, "Bounded work before
+//! authentication"): Pingora parses the whole head again after every read that does not
+//! complete it, so a head trickled in small pieces would cost its length squared. While a
+//! head is incomplete the stream holds what it reads and hands it on only when the head ends
+//! or [`HEAD_RELEASE_BYTES`] are held, and a head over [`MAX_HEAD_BYTES`] is answered `431`
+//! and the connection closed: a head is parsed at most a handful of times.
 
+use crate::error::{Code, GatewayError};
+use crate::observe::metrics::Metrics;
 use crate::proxy::Gateway;
 use crate::request_id;
 use async_trait::async_trait;
@@ -44,9 +53,9 @@ use std::fmt;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
@@ -61,21 +70,154 @@ const FIRST_REQUEST_KEEPALIVE_SECS: u64 = 60;
 /// The HTTP/2 connection preface (RFC 9113 §3.4), for h2c detection.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// The longest request head read (request line and header fields): a head over it is
+/// answered `431` and the connection closed. Routing takes 8 KiB of target and the header
+/// limits 32 KiB of fields (docs/PROTOCOL.md, "Limits"), so nothing over this could be
+/// served anyway; Pingora's own limit is 1 MiB.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// While a head is incomplete, bytes are handed to Pingora once this many are held (or the
+/// head ends): Pingora re-parses the head from its start after every read.
+const HEAD_RELEASE_BYTES: usize = 16 * 1024;
+
+/// The default for `--max-connections`: open connections per traffic listener.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// The longest a connection refused at the limit is kept (to read its request head and
+/// answer it); then it is closed, answered or not.
+const REFUSAL_LIMIT: Duration = Duration::from_secs(5);
+
+/// The `ServerApp` of a traffic listener: the head deadline over Pingora's `HttpProxy`.
+pub type TrafficApp = HeadDeadlineApp<HttpProxy<Gateway>>;
+
 /// The proxy service of one traffic listener (`portico-live`, `portico-sandbox`): Pingora's
-/// `HttpProxy` over `gateway`, with the request head deadline. `head_deadline` of zero turns
-/// the deadline off (plain Pingora behaviour). Add listeners with `add_tcp` as usual.
+/// `HttpProxy` over `gateway`, with the request head deadline and at most `max_connections`
+/// open connections. `head_deadline` of zero turns the deadline off (plain Pingora
+/// behaviour). Add listeners with `add_tcp` as usual.
 pub fn service(
     conf: &Arc<ServerConf>,
     gateway: Gateway,
     name: &str,
     head_deadline: Duration,
-) -> Service<HeadDeadlineApp<HttpProxy<Gateway>>> {
+    max_connections: usize,
+) -> Service<CappedApp> {
+    let cap = ConnectionCap::new(&gateway.plane.shared.metrics, name, max_connections);
+    let refuser = gateway.clone();
     let mut proxy = HttpProxy::new(gateway, conf.clone());
     proxy.handle_init_modules();
-    Service::new(
-        name.to_owned(),
-        HeadDeadlineApp::new(Arc::new(proxy), head_deadline),
-    )
+    let app = Arc::new(HeadDeadlineApp::new(Arc::new(proxy), head_deadline));
+    Service::new(name.to_owned(), CappedApp { app, refuser, cap })
+}
+
+/// Counts a listener's open connections against its limit.
+pub struct ConnectionCap {
+    max: usize,
+    open: AtomicUsize,
+    open_gauge: prometheus::IntGauge,
+    refused: prometheus::IntCounter,
+}
+
+impl ConnectionCap {
+    /// The cap of listener `name` (its metric series) at `max` connections.
+    pub fn new(metrics: &Metrics, name: &str, max: usize) -> Arc<ConnectionCap> {
+        Arc::new(ConnectionCap {
+            max,
+            open: AtomicUsize::new(0),
+            open_gauge: metrics.connections_open.with_label_values(&[name]),
+            refused: metrics.connections_refused.with_label_values(&[name]),
+        })
+    }
+
+    /// Counts a new connection in, unless the listener is at its limit (then it is counted as
+    /// refused). The connection counts until the returned guard is dropped.
+    pub fn try_open(self: &Arc<Self>) -> Option<OpenConnection> {
+        if self.open.fetch_add(1, Ordering::AcqRel) >= self.max {
+            self.open.fetch_sub(1, Ordering::AcqRel);
+            self.refused.inc();
+            return None;
+        }
+        self.open_gauge.inc();
+        Some(OpenConnection(self.clone()))
+    }
+
+    /// Connections open right now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+}
+
+/// One open connection of a [`ConnectionCap`]; dropping it frees its place.
+pub struct OpenConnection(Arc<ConnectionCap>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        self.0.open_gauge.dec();
+    }
+}
+
+/// A traffic listener's `ServerApp` with a connection limit (docs/OPERATIONS.md,
+/// `--max-connections`): a connection within the limit is served by [`TrafficApp`]; one
+/// beyond it is refused at once, without using the limit's memory: an HTTP/1 connection gets
+/// `503 CONNECTION_LIMIT` (the envelope, `Retry-After: 1`, `Connection: close`) for its first
+/// request through the rescue point (`Gateway::refuse_connection`), an HTTP/2 one is closed.
+/// Refusals are counted in `portico_connections_refused_total`.
+pub struct CappedApp {
+    app: Arc<TrafficApp>,
+    refuser: Gateway,
+    cap: Arc<ConnectionCap>,
+}
+
+impl CappedApp {
+    /// The connection counter of this listener.
+    pub fn cap(&self) -> &Arc<ConnectionCap> {
+        &self.cap
+    }
+
+    async fn refuse(&self, mut stream: Stream) {
+        if self.app.is_http1(&mut stream).await != Some(true) {
+            return;
+        }
+        let deadline = if self.app.head_deadline.is_zero() {
+            DEFAULT_HEAD_DEADLINE
+        } else {
+            self.app.head_deadline
+        };
+        let stream: Stream = Box::new(HeadDeadlineStream::new(stream, deadline));
+        let error = GatewayError::new(
+            Code::ConnectionLimit,
+            "the gateway is at its connection limit; retry shortly",
+        )
+        .with_retry_after(1);
+        self.refuser.refuse_connection(stream, error).await;
+    }
+}
+
+#[async_trait]
+impl ServerApp for CappedApp {
+    /// Connection phase, once per accepted connection: serves it, every request of it
+    /// (keepalive reuse is looped here, so the connection keeps its place between requests
+    /// and counts until it closes), while it counts within the limit; refuses it (see the
+    /// type's docs) beyond. Always returns `None`: the connection is done.
+    async fn process_new(
+        self: &Arc<Self>,
+        stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let Some(_open) = self.cap.try_open() else {
+            // A refused connection costs one small task for a bounded time, whatever it sends.
+            let _ = tokio::time::timeout(REFUSAL_LIMIT, self.refuse(stream)).await;
+            return None;
+        };
+        let mut stream = stream;
+        loop {
+            stream = ServerApp::process_new(&self.app, stream, shutdown).await?;
+        }
+    }
+
+    async fn cleanup(&self) {
+        ServerApp::cleanup(&*self.app).await;
+    }
 }
 
 /// A `ServerApp` that serves HTTP/1 connections of an `HttpServerApp` with a total request
@@ -233,6 +375,12 @@ pub struct HeadDeadlineStream {
     deadline: Duration,
     head: Head,
     end: HeadEnd,
+    /// Bytes of an unfinished head read from the connection but not yet handed to Pingora
+    /// (see [`HEAD_RELEASE_BYTES`]), and how many of them were handed over already.
+    held: Vec<u8>,
+    held_from: usize,
+    /// Bytes of the current head read so far (see [`MAX_HEAD_BYTES`]).
+    head_bytes: usize,
     /// Set through a shared reference (the stream is inside Pingora's session by then): the
     /// current head is not timed. Checked only while armed.
     skip: AtomicBool,
@@ -246,6 +394,9 @@ impl HeadDeadlineStream {
             deadline,
             head: Head::AwaitingFirstByte,
             end: HeadEnd::default(),
+            held: Vec::new(),
+            held_from: 0,
+            head_bytes: 0,
             skip: AtomicBool::new(false),
         }
     }
@@ -254,6 +405,17 @@ impl HeadDeadlineStream {
     pub fn arm(&mut self) {
         self.head = Head::AwaitingFirstByte;
         self.end = HeadEnd::default();
+        self.head_bytes = 0;
+        // Bytes read with the previous request but not taken by Pingora yet begin this head.
+        let early = &self.held[self.held_from..];
+        if !early.is_empty() {
+            self.head_bytes = early.len();
+            self.head = if self.end.feed(early) {
+                Head::Done
+            } else {
+                Head::Reading(Box::pin(tokio::time::sleep(self.deadline)))
+            };
+        }
         *self.skip.get_mut() = false;
     }
 
@@ -270,6 +432,92 @@ impl HeadDeadlineStream {
     /// Whether a head is being timed or awaited.
     pub fn is_armed(&self) -> bool {
         matches!(self.head, Head::AwaitingFirstByte | Head::Reading(_))
+    }
+
+    /// A head over [`MAX_HEAD_BYTES`]: one non-blocking attempt at a `431`, then the read
+    /// error (as for [`HeadDeadlineStream::expire`]).
+    fn too_large(&mut self, cx: &mut Context<'_>) -> io::Error {
+        self.head = Head::Expired;
+        self.held.clear();
+        self.held_from = 0;
+        let reply = format!(
+            "HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n\
+             connection: close\r\n{}: {}\r\n\r\n",
+            request_id::HEADER,
+            request_id::make()
+        );
+        if let Poll::Ready(Ok(n)) = Pin::new(&mut self.inner).poll_write(cx, reply.as_bytes()) {
+            if n == reply.len() {
+                let _ = Pin::new(&mut self.inner).poll_flush(cx);
+            }
+        }
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("request head over {MAX_HEAD_BYTES} bytes"),
+        )
+    }
+
+    /// Hands held bytes to the reader, as many as fit.
+    fn release(&mut self, buf: &mut ReadBuf<'_>) {
+        let rest = &self.held[self.held_from..];
+        let n = rest.len().min(buf.remaining());
+        buf.put_slice(&rest[..n]);
+        self.held_from += n;
+        if self.held_from == self.held.len() {
+            self.held.clear();
+            self.held_from = 0;
+        }
+    }
+
+    /// The first read of a head, straight into `buf`: `Some` is the answer to the caller
+    /// (the head ended, the stream ended, an error, pending, or enough is held to release);
+    /// `None`: the bytes read are now held and the caller reads on.
+    fn read_direct(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Option<Poll<io::Result<()>>> {
+        match &mut self.head {
+            Head::Expired => return Some(Poll::Ready(Err(self.timed_out()))),
+            Head::Reading(timer) => {
+                if timer.as_mut().poll(cx).is_ready() {
+                    return Some(Poll::Ready(Err(self.expire(cx))));
+                }
+            }
+            Head::AwaitingFirstByte | Head::Done => {}
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Pending => return Some(Poll::Pending),
+            Poll::Ready(Err(e)) => return Some(Poll::Ready(Err(e))),
+            Poll::Ready(Ok(())) => {}
+        }
+        let got = &buf.filled()[before..];
+        if got.is_empty() {
+            return Some(Poll::Ready(Ok(())));
+        }
+        // One read may bring a whole oversized head (Pingora's buffer grows): the cap is on
+        // the head's own bytes, not on a body read with it.
+        let ended = self.end.feed_end(got);
+        let head_len = self.head_bytes + ended.unwrap_or(got.len());
+        self.head_bytes += got.len();
+        if head_len > MAX_HEAD_BYTES {
+            return Some(Poll::Ready(Err(self.too_large(cx))));
+        }
+        if ended.is_some() {
+            self.head = Head::Done;
+            return Some(Poll::Ready(Ok(())));
+        }
+        self.held.extend_from_slice(got);
+        buf.set_filled(before);
+        if matches!(self.head, Head::AwaitingFirstByte) {
+            self.head = Head::Reading(Box::pin(tokio::time::sleep(self.deadline)));
+        }
+        if self.held.len() >= HEAD_RELEASE_BYTES {
+            self.release(buf);
+            return Some(Poll::Ready(Ok(())));
+        }
+        None
     }
 
     fn timed_out(&self) -> io::Error {
@@ -315,35 +563,71 @@ impl AsyncRead for HeadDeadlineStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        match &mut this.head {
-            Head::Done => return Pin::new(&mut this.inner).poll_read(cx, buf),
-            Head::Expired => return Poll::Ready(Err(this.timed_out())),
-            Head::Reading(timer) => {
-                // Checked before reading so a steady trickle cannot outrun it.
-                if timer.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Err(this.expire(cx)));
-                }
-            }
-            Head::AwaitingFirstByte => {
-                if this.skip.load(Ordering::Relaxed) {
-                    this.head = Head::Done;
-                    return Pin::new(&mut this.inner).poll_read(cx, buf);
-                }
-            }
-        }
-        let before = buf.filled().len();
-        ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
-        let got = &buf.filled()[before..];
-        if got.is_empty() {
-            // End of stream: Pingora reports it.
+        if this.held_from < this.held.len() {
+            // Bytes already read and released (the end of a head and what followed it).
+            this.release(buf);
             return Poll::Ready(Ok(()));
         }
-        if this.end.feed(got) {
+        if this.skip.load(Ordering::Relaxed) && matches!(this.head, Head::AwaitingFirstByte) {
             this.head = Head::Done;
-        } else if matches!(this.head, Head::AwaitingFirstByte) {
-            this.head = Head::Reading(Box::pin(tokio::time::sleep(this.deadline)));
         }
-        Poll::Ready(Ok(()))
+        if matches!(this.head, Head::Done) {
+            return Pin::new(&mut this.inner).poll_read(cx, buf);
+        }
+        // A head is being read: read on until it ends or HEAD_RELEASE_BYTES are held, so
+        // that Pingora, which parses the whole head again after every read that does not
+        // complete it, parses a head at most a few times (docs/SECURITY.md, "Bounded work
+        // before authentication").
+        if this.held.is_empty() && buf.remaining() > 0 {
+            // The usual case, a head that arrives in one read: read straight into Pingora's
+            // buffer (no copy, no zeroed chunk); an unfinished head is taken back and held.
+            if let Some(ready) = this.read_direct(cx, buf) {
+                return ready;
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        loop {
+            match &mut this.head {
+                Head::Expired => return Poll::Ready(Err(this.timed_out())),
+                Head::Reading(timer) => {
+                    // Checked before reading so a steady trickle cannot outrun it.
+                    if timer.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Err(this.expire(cx)));
+                    }
+                }
+                Head::AwaitingFirstByte | Head::Done => {}
+            }
+            let mut read = ReadBuf::new(&mut chunk);
+            if Pin::new(&mut this.inner)
+                .poll_read(cx, &mut read)?
+                .is_pending()
+            {
+                return Poll::Pending;
+            }
+            let got = read.filled();
+            if got.is_empty() {
+                // End of stream: what is held first, then Pingora sees the end.
+                this.release(buf);
+                return Poll::Ready(Ok(()));
+            }
+            this.head_bytes += got.len();
+            this.held.extend_from_slice(got);
+            if this.end.feed(got) {
+                this.head = Head::Done;
+                this.release(buf);
+                return Poll::Ready(Ok(()));
+            }
+            if this.head_bytes > MAX_HEAD_BYTES {
+                return Poll::Ready(Err(this.too_large(cx)));
+            }
+            if matches!(this.head, Head::AwaitingFirstByte) {
+                this.head = Head::Reading(Box::pin(tokio::time::sleep(this.deadline)));
+            }
+            if this.held.len() >= HEAD_RELEASE_BYTES {
+                this.release(buf);
+                return Poll::Ready(Ok(()));
+            }
+        }
     }
 }
 
@@ -461,20 +745,28 @@ struct HeadEnd {
 impl HeadEnd {
     /// Feeds the next bytes read; true when the head ended within them.
     fn feed(&mut self, bytes: &[u8]) -> bool {
+        self.feed_end(bytes).is_some()
+    }
+
+    /// Feeds the next bytes read; `Some(n)` when the head ended within them, after their
+    /// first `n` bytes.
+    fn feed_end(&mut self, bytes: &[u8]) -> Option<usize> {
         let mut rest = bytes;
         if !self.started {
             // Empty lines before the request line (rare): skipped.
             match rest.iter().position(|&b| b != b'\r' && b != b'\n') {
                 Some(i) => rest = &rest[i..],
-                None => return false,
+                None => return None,
             }
             self.started = true;
             self.at_line_start = false;
         }
+        let skipped = bytes.len() - rest.len();
         // Fast path, O(1): the bytes end with an empty line (a head arriving in one segment
-        // without a body). The head may have ended earlier in them, which changes nothing.
+        // without a body). The head may have ended earlier in them: the length reported is
+        // then an upper bound, which is what the size cap needs.
         if rest.ends_with(b"\n\n") || rest.ends_with(b"\n\r\n") {
-            return true;
+            return Some(bytes.len());
         }
         // Otherwise from line end to line end: the head ends at an LF that follows the previous
         // LF with nothing but CRs in between.
@@ -482,13 +774,13 @@ impl HeadEnd {
         let mut from = 0;
         while let Some(i) = find_lf(&rest[from..]) {
             if after_lf && rest[from..from + i].iter().all(|&b| b == b'\r') {
-                return true;
+                return Some(skipped + from + i + 1);
             }
             after_lf = true;
             from += i + 1;
         }
         self.at_line_start = after_lf && rest[from..].iter().all(|&b| b == b'\r');
-        false
+        None
     }
 }
 
@@ -587,8 +879,12 @@ mod tests {
             let mut found = None;
             while at < bytes.len() {
                 let n = rng.usize(1..=bytes.len() - at);
-                if h.feed(&bytes[at..at + n]) {
+                if let Some(used) = h.feed_end(&bytes[at..at + n]) {
                     found = Some(at..at + n);
+                    // The head's length within the read is never under-counted (the size
+                    // cap relies on it) and never past the read.
+                    let end = naive_end(&bytes).unwrap();
+                    assert!(at + used > end && used <= n, "{bytes:?} {at} {used}");
                     break;
                 }
                 at += n;

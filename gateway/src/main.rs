@@ -7,6 +7,7 @@ use pingora_core::server::Server;
 use portico_control::zk::{NodeInfo, ZkSource};
 use portico_control::{ConfigSource, DirSource};
 use portico_gateway::admin::{self, AdminState};
+use portico_gateway::fleet::Fleet;
 use portico_gateway::invoke::Clients;
 use portico_gateway::listener;
 use portico_gateway::observe::access_log::{AccessLog, LogTarget};
@@ -14,6 +15,7 @@ use portico_gateway::observe::metrics::Metrics;
 use portico_gateway::proxy::Gateway;
 use portico_gateway::reload;
 use portico_gateway::runtime::{system_clock, Plane, PlaneKind, Shared};
+use portico_gateway::tls::{self, CertFiles, CertStore};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -33,6 +35,11 @@ struct Args {
     /// Root of Portico's tree in ZooKeeper.
     #[arg(long, default_value = "/portico")]
     zk_root: String,
+    /// File holding the ZooKeeper `digest` credentials `portico-gateway:PASSWORD` (mode 0600;
+    /// else the PORTICO_ZK_AUTH environment variable). Credentials are never given on the
+    /// command line itself (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
+    #[arg(long, requires = "zk")]
+    zk_auth_file: Option<PathBuf>,
     /// ZooKeeper session timeout asked for, in milliseconds.
     #[arg(long, default_value_t = 6000)]
     zk_session_timeout_ms: u64,
@@ -68,6 +75,51 @@ struct Args {
     /// (slowloris); 0 turns it off. Idle time between keepalive requests is not counted.
     #[arg(long, default_value_t = listener::DEFAULT_HEAD_DEADLINE.as_millis() as u64)]
     head_timeout_ms: u64,
+    /// Memory bound of the replay cache per app, in MiB: signed calls are refused with 429
+    /// once an app's nonces of the last 300 s fill it (64 MiB hold ≈ 11,000 calls a second).
+    #[arg(long, default_value_t = 64)]
+    replay_cache_mib: usize,
+    /// TLS listener for merchant traffic: HTTP/2 (by ALPN) and HTTP/1.1 over TLS 1.2 or 1.3,
+    /// the same pipeline as --listen. Needs --tls-cert and --tls-key.
+    #[arg(long, requires = "tls_cert")]
+    tls_listen: Option<String>,
+    /// TLS listener for the sandbox plane (same certificate). Needs --sandbox-listen.
+    #[arg(long, requires_all = ["tls_cert", "sandbox_listen"])]
+    sandbox_tls_listen: Option<String>,
+    /// TLS certificate chain, PEM: the server's certificate first, then its intermediates.
+    /// Reloaded without a restart when the file changes.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key, PEM (PKCS#8, SEC1 or PKCS#1, unencrypted). Reloaded with the
+    /// certificate.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// The longest one write of an answer to a merchant may take, in milliseconds (a header,
+    /// or a piece of a streamed body); a client that does not read is cut off. 0: unbounded.
+    #[arg(long, default_value_t = portico_gateway::proxy::DEFAULT_WRITE_TIMEOUT.as_millis() as u64)]
+    write_timeout_ms: u64,
+    /// Open connections each traffic listener accepts; beyond, a new connection is answered
+    /// 503 `CONNECTION_LIMIT` and closed.
+    #[arg(long, default_value_t = listener::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Redis for the fleet (`redis://host:port[/db]`): shared counters of cluster-scope rate
+    /// limits and the cluster-wide nonce record (docs/OPERATIONS.md, "Running a cluster").
+    /// Without it, cluster-scope limits are split by the gateways in ZooKeeper's `nodes/`.
+    #[arg(long, env = "PORTICO_REDIS")]
+    redis: Option<String>,
+    /// Zero-downtime restart: take the listening sockets over from the gateway running with
+    /// the same --upgrade-sock (Pingora's graceful upgrade), which is then sent SIGQUIT and
+    /// drains (docs/OPERATIONS.md, "Restarts and upgrades"; ./ops/restart-gateway.sh).
+    #[arg(long)]
+    upgrade: bool,
+    /// The Unix socket the listening sockets are handed over on during an upgrade (default:
+    /// one per --listen address, under /tmp).
+    #[arg(long)]
+    upgrade_sock: Option<PathBuf>,
+    /// On SIGTERM (stop) or SIGQUIT (upgrade), how long requests in flight may take to finish
+    /// once the gateway stops accepting connections, in seconds; the process exits after it.
+    #[arg(long, default_value_t = 5)]
+    drain_seconds: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -75,6 +127,7 @@ fn main() -> anyhow::Result<()> {
     init_logging();
     let node_id = args.node_id.clone().unwrap_or_else(default_node_id);
     let shared = shared_services(&args, &node_id)?;
+    let tls = tls_store(&args, &shared)?;
     let live = Arc::new(Plane::new(PlaneKind::Live, shared.clone()));
     let sandbox = args
         .sandbox_listen
@@ -92,7 +145,7 @@ fn main() -> anyhow::Result<()> {
     let sources = if let Some(dir) = &args.config_dir {
         dir_sources(dir, &live, sandbox.as_ref())?
     } else if let Some(hosts) = &args.zk {
-        zk_sources(&args, hosts, &node_id, &live, sandbox.as_ref())
+        zk_sources(&args, hosts, &node_id, &live, sandbox.as_ref())?
     } else {
         bail!("give --config-dir DIR (standalone) or --zk HOSTS");
     };
@@ -100,13 +153,26 @@ fn main() -> anyhow::Result<()> {
         .chain(sandbox.clone())
         .collect();
     let live_source = sources.live_source.clone();
-    start_admin(&control_rt, &args, &live, sandbox.as_ref(), live_source)?;
+    if let Some(store) = &tls {
+        control_rt.spawn(store.clone().watch(tls::RELOAD_POLL));
+    }
+    start_admin(
+        &control_rt,
+        &args,
+        &live,
+        sandbox.as_ref(),
+        live_source,
+        tls.as_ref(),
+    )?;
+    shared
+        .fleet
+        .start(control_rt.handle(), sources.members.clone());
     spawn_reload_loops(&control_rt, &sources, args.snapshot_dir.as_ref());
     control_rt.spawn(housekeeping(planes, sources.live_source));
-    tracing::info!(node_id = %node_id, listen = %args.listen, admin = %args.admin_listen, sandbox = ?args.sandbox_listen, "portico-gateway starting");
+    tracing::info!(node_id = %node_id, listen = %args.listen, admin = %args.admin_listen, sandbox = ?args.sandbox_listen, tls = ?args.tls_listen, sandbox_tls = ?args.sandbox_tls_listen, "portico-gateway starting");
     // Keep the control runtime alive for the life of the process.
     let _control = control_rt;
-    serve_traffic(&args, live, sandbox)
+    serve_traffic(&args, live, sandbox, tls)
 }
 
 /// The gateway's own log, on stderr (`PORTICO_LOG`, docs/OPERATIONS.md).
@@ -125,6 +191,15 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
     let metrics = Metrics::new().context("registering metrics")?;
     let access_log = AccessLog::start(args.access_log.clone(), metrics.access_log_dropped.clone())
         .context("opening the access log")?;
+    let redis = args.redis.as_deref().filter(|u| !u.trim().is_empty());
+    if let Some(url) = redis {
+        redis::Client::open(url).with_context(|| format!("--redis {url}"))?;
+    }
+    let fleet = Arc::new(Fleet::new(redis));
+    fleet
+        .metrics
+        .register(&metrics.registry)
+        .context("registering fleet metrics")?;
     Ok(Arc::new(Shared {
         metrics,
         access_log,
@@ -132,7 +207,28 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
         clock: system_clock(),
         node_id: node_id.to_owned(),
         default_max_body: args.max_body_bytes,
+        replay_bytes_per_app: args.replay_cache_mib.saturating_mul(1 << 20),
+        write_timeout: Duration::from_millis(args.write_timeout_ms),
+        fleet,
     }))
+}
+
+/// The TLS listeners' certificate, when one is configured: loaded and checked now, so a bad
+/// file stops the start with its reason (docs/OPERATIONS.md, "TLS").
+fn tls_store(args: &Args, shared: &Shared) -> anyhow::Result<Option<Arc<CertStore>>> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        return Ok(None);
+    };
+    if args.tls_listen.is_none() && args.sandbox_tls_listen.is_none() {
+        bail!("--tls-cert and --tls-key are given but no TLS listener: add --tls-listen ADDR");
+    }
+    let files = CertFiles {
+        cert: cert.clone(),
+        key: key.clone(),
+    };
+    let store =
+        CertStore::open(files, &shared.metrics.registry).context("loading the TLS certificate")?;
+    Ok(Some(store))
 }
 
 /// Where each plane's configuration comes from.
@@ -143,6 +239,8 @@ struct Sources {
     on_applied: Option<reload::OnApplied>,
     /// The live plane's source, when it has a connection to report (ZooKeeper).
     live_source: Option<Arc<dyn ConfigSource>>,
+    /// The gateways registered in ZooKeeper's `nodes/` (ZooKeeper mode).
+    members: Option<tokio::sync::watch::Receiver<Option<usize>>>,
 }
 
 /// Standalone mode: the directory (and its `sandbox/`), read once now so the gateway is
@@ -166,6 +264,7 @@ fn dir_sources(
         loops,
         on_applied: None,
         live_source: None,
+        members: None,
     })
 }
 
@@ -177,12 +276,22 @@ fn zk_sources(
     node_id: &str,
     live: &Arc<Plane>,
     sandbox: Option<&Arc<Plane>>,
-) -> Sources {
+) -> anyhow::Result<Sources> {
+    let auth = portico_control::zk::ZkAuth::from_file_or_env(args.zk_auth_file.as_deref())
+        .map_err(|e| anyhow::anyhow!("ZooKeeper credentials: {e}"))?;
+    match &auth {
+        Some(a) => tracing::info!(user = %a.user(), "zookeeper: authenticating with digest credentials"),
+        None => tracing::warn!("zookeeper: no credentials (--zk-auth-file, PORTICO_ZK_AUTH): only an open tree can be read"),
+    }
     if let Some(dir) = &args.snapshot_dir {
         boot_from_snapshot(live, dir);
     }
     let session = Duration::from_millis(args.zk_session_timeout_ms);
-    let zk = Arc::new(ZkSource::new(hosts, &args.zk_root).with_session_timeout(session));
+    let zk = Arc::new(
+        ZkSource::new(hosts, &args.zk_root)
+            .with_session_timeout(session)
+            .with_auth(auth.clone()),
+    );
     let mut info = NodeInfo::new(node_id, &args.listen, &args.admin_listen);
     info.sandbox_addr = args.sandbox_listen.clone();
     zk.register_node(info);
@@ -192,14 +301,18 @@ fn zk_sources(
     let mut loops: Vec<(Arc<Plane>, Arc<dyn ConfigSource>)> = vec![(live.clone(), zk.clone())];
     if let Some(sb) = sandbox {
         let root = format!("{}/sandbox", args.zk_root.trim_end_matches('/'));
-        let source = ZkSource::new(hosts, &root).with_session_timeout(session);
+        let source = ZkSource::new(hosts, &root)
+            .with_session_timeout(session)
+            .with_auth(auth);
         loops.push((sb.clone(), Arc::new(source)));
     }
-    Sources {
+    let members = Some(zk.watch_members());
+    Ok(Sources {
         loops,
         on_applied: Some(on_applied),
         live_source: Some(zk),
-    }
+        members,
+    })
 }
 
 /// Applies the last-known-good tree in `dir`, if there is one; ZooKeeper's tree replaces it
@@ -228,9 +341,23 @@ fn start_admin(
     live: &Arc<Plane>,
     sandbox: Option<&Arc<Plane>>,
     live_source: Option<Arc<dyn ConfigSource>>,
+    tls: Option<&Arc<CertStore>>,
 ) -> anyhow::Result<()> {
     let listening = Arc::new(AtomicBool::new(false));
-    control_rt.spawn(probe_listener(probe_addr(&args.listen), listening.clone()));
+    let tls_probes = tls
+        .map(|store| {
+            [&args.tls_listen, &args.sandbox_tls_listen]
+                .into_iter()
+                .filter_map(|addr| probe_addr(addr.as_deref()?))
+                .map(|addr| (addr, store.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    control_rt.spawn(probe_listener(
+        probe_addr(&args.listen),
+        tls_probes,
+        listening.clone(),
+    ));
     let state = AdminState {
         live: live.clone(),
         sandbox: sandbox.cloned(),
@@ -238,9 +365,14 @@ fn start_admin(
         listen: args.listen.clone(),
         source: live_source,
         listening,
+        tls: tls.map(|store| admin::TlsStatus {
+            listen: args.tls_listen.clone(),
+            sandbox_listen: args.sandbox_tls_listen.clone(),
+            certs: store.clone(),
+        }),
     };
     let listener = control_rt
-        .block_on(tokio::net::TcpListener::bind(&args.admin_listen))
+        .block_on(bind_admin(&args.admin_listen))
         .with_context(|| format!("binding the admin listener {}", args.admin_listen))?;
     control_rt.spawn(async move {
         if let Err(e) = axum::serve(listener, admin::router(state)).await {
@@ -250,13 +382,23 @@ fn start_admin(
     Ok(())
 }
 
-/// Sets `listening` once a connection to `addr` (the traffic listener) succeeds.
-async fn probe_listener(addr: Option<std::net::SocketAddr>, listening: Arc<AtomicBool>) {
+/// Sets `listening` once a connection to `addr` (the traffic listener) succeeds and each TLS
+/// listener completes a handshake with the certificate in use.
+async fn probe_listener(
+    addr: Option<std::net::SocketAddr>,
+    tls: Vec<(std::net::SocketAddr, Arc<CertStore>)>,
+    listening: Arc<AtomicBool>,
+) {
     while let Some(addr) = addr {
         if tokio::net::TcpStream::connect(addr).await.is_ok() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for (addr, store) in tls {
+        while !tls::probe(addr, &store).await {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
     listening.store(true, Ordering::Release);
 }
@@ -301,27 +443,55 @@ async fn housekeeping(planes: Vec<Arc<Plane>>, live_source: Option<Arc<dyn Confi
 
 /// Traffic: Pingora's server with the live listener (and the sandbox one), until the process
 /// is stopped.
-fn serve_traffic(args: &Args, live: Arc<Plane>, sandbox: Option<Arc<Plane>>) -> anyhow::Result<()> {
+fn serve_traffic(
+    args: &Args,
+    live: Arc<Plane>,
+    sandbox: Option<Arc<Plane>>,
+    tls: Option<Arc<CertStore>>,
+) -> anyhow::Result<()> {
+    // Stop and upgrade (docs/OPERATIONS.md, "Restarts and upgrades"): on SIGTERM, or on
+    // SIGQUIT once the sockets are handed over, Pingora stops accepting, lets requests in
+    // flight run for the grace period (--drain-seconds), then ends the runtimes (1 s).
     let conf = ServerConf {
         threads: args
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
-        grace_period_seconds: Some(0),
+        grace_period_seconds: Some(args.drain_seconds),
         graceful_shutdown_timeout_seconds: Some(1),
+        upgrade_sock: upgrade_sock(args).display().to_string(),
         ..ServerConf::default()
     };
-    let mut server = Server::new_with_opt_and_conf(None, conf);
+    let opt = pingora_core::server::configuration::Opt {
+        upgrade: args.upgrade,
+        ..Default::default()
+    };
+    if args.upgrade {
+        tracing::info!(sock = %conf.upgrade_sock, "upgrade: waiting for the running gateway's listening sockets (send it SIGQUIT)");
+    }
+    let mut server = Server::new_with_opt_and_conf(Some(opt), conf);
     server.bootstrap();
     let head_deadline = Duration::from_millis(args.head_timeout_ms);
-    let planes = std::iter::once((live, &args.listen, "portico-live")).chain(
+    let planes = std::iter::once((live, &args.listen, &args.tls_listen, "portico-live")).chain(
         sandbox
             .zip(args.sandbox_listen.as_ref())
-            .map(|(sb, addr)| (sb, addr, "portico-sandbox")),
+            .map(|(sb, addr)| (sb, addr, &args.sandbox_tls_listen, "portico-sandbox")),
     );
-    for (plane, addr, name) in planes {
+    for (plane, addr, tls_addr, name) in planes {
         let gateway = Gateway { plane };
-        let mut svc = listener::service(&server.configuration, gateway, name, head_deadline);
+        let max_connections = args.max_connections;
+        let mut svc = listener::service(
+            &server.configuration,
+            gateway,
+            name,
+            head_deadline,
+            max_connections,
+        );
         svc.add_tcp(addr);
+        // The TLS endpoint is one more listener of the same service: same pipeline, same
+        // connection handling (docs/OPERATIONS.md, "TLS").
+        if let (Some(tls_addr), Some(store)) = (tls_addr, &tls) {
+            svc.add_tls_with_settings(tls_addr, None, store.listener_settings()?);
+        }
         server.add_service(svc);
     }
     server.run_forever()
@@ -349,6 +519,36 @@ fn probe_addr(listen: &str) -> Option<std::net::SocketAddr> {
         });
     }
     Some(addr)
+}
+
+/// The upgrade socket: `--upgrade-sock`, else one per traffic listener address.
+fn upgrade_sock(args: &Args) -> PathBuf {
+    args.upgrade_sock.clone().unwrap_or_else(|| {
+        let name: String = args
+            .listen
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        PathBuf::from(format!("/tmp/portico-gateway-upgrade-{name}.sock"))
+    })
+}
+
+/// The admin listener, with SO_REUSEPORT so that a gateway started with `--upgrade` can bind
+/// it while the one it replaces still serves it (both answer until the old one exits).
+async fn bind_admin(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
+    let addr: std::net::SocketAddr = tokio::net::lookup_host(addr)
+        .await?
+        .next()
+        .ok_or_else(|| std::io::Error::other("no address"))?;
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 fn default_node_id() -> String {

@@ -10,31 +10,40 @@
 //!     L --> B[ip_acl]
 //!     B -->|IP_BLOCKED 403| R
 //!     B --> C[route]
-//!     C -->|BAD_REQUEST 400 / API_NOT_FOUND 404| R
+//!     C -->|BAD_REQUEST 400 / API_NOT_FOUND 404 / URI_TOO_LONG 414| R
 //!     C --> D[100-continue if expected; read body, bounded]
 //!     D -->|BODY_TOO_LARGE 413| R
 //!     D --> E[auth]
 //!     E -->|401 codes| R
-//!     E --> F[permit]
+//!     E --> N[nonce claimed cluster-wide, with Redis]
+//!     N -->|NONCE_REPLAYED 401| R
+//!     N --> F[permit]
 //!     F -->|APP_DISABLED / APP_FORBIDDEN 403| R
 //!     F --> G[rate_limit]
 //!     G -->|RATE_LIMITED 429| R
 //!     G --> H[degrade]
 //!     H -->|fallback: Response::Whole| W[rescue point writes it]
 //!     H -->|API_DEGRADED 503| R
-//!     H --> I[invoke::call]
-//!     I -->|bulkhead, breaker, balance: 503| R
-//!     I -->|http: streamed| S[Response::Streamed]
-//!     I -->|grpc: transcoded JSON| W
-//!     I -->|502 / 504 / gRPC status| R
+//!     H --> K[cache: GET / read-only, policy.cache or a hot key]
+//!     K -->|fresh entry: HIT, or 304 on If-None-Match| W
+//!     K --> I[invoke::call: prepare the backend request]
+//!     I -->|path, transcoding: BAD_REQUEST 400| R
+//!     I --> J[bulkhead, breaker, balance]
+//!     J -->|503| R
+//!     J -->|http: streamed| S[Response::Streamed]
+//!     J -->|grpc: transcoded JSON| W
+//!     J -->|502 / 504 / gRPC status| R
+//!     J -->|cacheable 200: read whole| F2[cache.finish: store, ETag, MISS / 304]
+//!     F2 --> W
 //! ```
 //!
 //! Every stage reads the same `Runtime`, loaded once at the top. Nothing here waits on
-//! ZooKeeper, a lock or a disk.
+//! ZooKeeper, a lock or a disk; only with Redis configured does a signed call wait for one
+//! Redis round trip (its nonce, bounded by `fleet::REDIS_TIMEOUT`).
 
 use crate::edge::{EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
-use crate::invoke::{self, Call, Upstream};
+use crate::invoke::{self, CacheHint, Call, Caller, Upstream};
 use crate::model::Response;
 use crate::observe::metrics::ApiMetrics;
 use crate::runtime::Plane;
@@ -61,6 +70,9 @@ pub struct RequestCtx {
     pub upstream: Upstream,
     /// The envelope code of a refusal, or `OK`.
     pub code: &'static str,
+    /// What went wrong, for operators (the access log's `detail`): addresses and transport
+    /// errors the envelope does not tell.
+    pub detail: Option<String>,
     pub status: u16,
     /// The routed API's metric series (set after `route`).
     pub api_metrics: Option<Arc<ApiMetrics>>,
@@ -74,6 +86,7 @@ impl RequestCtx {
             edge: EdgeCtx::default(),
             upstream: Upstream::default(),
             code: "OK",
+            detail: None,
             status: 0,
             api_metrics: None,
         }
@@ -119,7 +132,7 @@ pub async fn handle(
         .edge
         .route
         .clone()
-        .ok_or_else(|| GatewayError::new(Code::Internal, "route stage set no API"))?;
+        .ok_or_else(|| GatewayError::internal("route stage set no API"))?;
     ctx.api_metrics = rt.metrics.get(&route.api.id).cloned();
     let limit = route
         .api
@@ -132,21 +145,40 @@ pub async fn handle(
     {
         let req = edge_request(session, &body, now);
         stage!(rt.edge.auth, &req, &mut ctx.edge);
+        // With Redis, the nonce `auth` found fresh on this node is recorded cluster-wide
+        // (one round trip per signed call; fails open when Redis is down).
+        if let Some(claim) = ctx.edge.nonce_claim.take() {
+            plane.shared.fleet.claim_nonce(&claim).await?;
+        }
         stage!(rt.edge.permit, &req, &mut ctx.edge);
         stage!(rt.edge.rate_limit, &req, &mut ctx.edge);
         stage!(rt.edge.degrade, &req, &mut ctx.edge);
+        stage!(rt.edge.cache, &req, &mut ctx.edge);
     }
+    let ticket = ctx.edge.cache.take();
+    let cache = CacheHint {
+        collect: ticket.as_ref().and_then(|t| t.collect()),
+        mark_bypass: ticket.is_some(),
+    };
 
-    // Invoke: bulkhead → breaker → balance → backend.
+    // Invoke: prepare → bulkhead → breaker → balance → backend.
     let call = Call {
         route: &route,
         body,
-        request_id: &ctx.request_id,
-        client_ip: ctx.edge.client_ip,
-        app_key: ctx.edge.app_key.as_deref(),
+        caller: Caller {
+            request_id: &ctx.request_id,
+            app_key: ctx.edge.app_key.as_deref(),
+            client_ip: ctx.edge.client_ip,
+            proxies: &ctx.edge.proxies,
+            peer_trusted: ctx.edge.peer_trusted,
+            scheme: scheme(session),
+        },
+        cache,
     };
     let clients = &plane.shared.clients;
-    invoke::call(clients, &rt.invoke, session, call, &mut ctx.upstream).await
+    let answer = invoke::call(clients, &rt.invoke, session, call, &mut ctx.upstream).await;
+    // Hot APIs: store a cacheable answer, mark it MISS or BYPASS.
+    rt.edge.cache.finish(ticket, answer, now)
 }
 
 /// Refuses a request head with more than [`MAX_HEADERS`] headers or more than
@@ -179,6 +211,16 @@ fn edge_request<'a>(session: &'a Session, body: &'a [u8], now_ms: u64) -> EdgeRe
         peer: client_peer(session),
         body,
         now_ms,
+    }
+}
+
+/// The scheme the request reached the gateway on: `https` over TLS, else `http`.
+fn scheme(session: &Session) -> &'static str {
+    let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+    if tls {
+        "https"
+    } else {
+        "http"
     }
 }
 

@@ -4,6 +4,12 @@
 //! line and the metrics. The gateway answers every request itself (HTTP backends are called
 //! through Pingora's upstream pool inside the invoke tier), so `upstream_peer` is never
 //! reached.
+//!
+//! Every write to the merchant is bounded by the write timeout (`--write-timeout-ms`, set on
+//! the session as each request starts): a client that does not read its answer is cut off
+//! (`WRITE_TIMEOUT` in the access log) instead of holding the connection, and, for a
+//! streamed answer, the API's bulkhead slot. An error's `detail` (addresses, transport
+//! errors) goes to the access log, never into the envelope.
 
 use crate::error::{Code, GatewayError};
 use crate::model::{Response, Whole};
@@ -19,9 +25,51 @@ use pingora_proxy::{ProxyHttp, Session};
 use portico_control::clock::now_rfc3339;
 use std::sync::Arc;
 
+/// The default for `--write-timeout-ms`: the longest one write of an answer may take.
+pub const DEFAULT_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// How long a connection refused at the connection limit may take to send its request
+/// head before it is closed without an answer.
+const REFUSAL_HEAD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long a refused connection's request body is drained, so closing it does not reset
+/// the answer away before the client reads it.
+const REFUSAL_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// One listener's proxy: a plane (live or sandbox) behind Pingora.
+#[derive(Clone)]
 pub struct Gateway {
     pub plane: Arc<Plane>,
+}
+
+impl Gateway {
+    /// A connection the listener does not serve (over `--max-connections`): reads one
+    /// HTTP/1 request head (within [`REFUSAL_HEAD_WAIT`]), answers it through the rescue
+    /// point with `error` and the connection closed, and logs it like any request. A
+    /// connection that sends no head in time is closed without an answer.
+    pub async fn refuse_connection(
+        &self,
+        stream: pingora_core::protocols::Stream,
+        error: GatewayError,
+    ) {
+        let mut session = Session::new_h1(stream);
+        match tokio::time::timeout(REFUSAL_HEAD_WAIT, session.read_request()).await {
+            Ok(Ok(true)) => {}
+            _ => return,
+        }
+        let mut ctx = self.new_ctx();
+        ctx.request_id = request_id::keep_or_make(&session.req_header().headers);
+        let write_timeout = self.plane.shared.write_timeout;
+        if !write_timeout.is_zero() {
+            session.set_write_timeout(Some(write_timeout));
+        }
+        session.set_keepalive(None);
+        if rescue(&mut session, &mut ctx, error).await.is_ok() {
+            let _ = tokio::time::timeout(REFUSAL_DRAIN, session.drain_request_body()).await;
+        }
+        self.logging(&mut session, None, &mut ctx).await;
+        session.shutdown().await;
+    }
 }
 
 #[async_trait]
@@ -32,15 +80,19 @@ impl ProxyHttp for Gateway {
         RequestCtx::new()
     }
 
-    /// Request phase: assigns the request id, runs the pipeline and writes the answer.
-    /// Always returns `Ok(true)`: the response has been written here (or the connection is
-    /// beyond saving), so Pingora never proxies on its own.
+    /// Request phase: assigns the request id, bounds writes to the merchant, runs the
+    /// pipeline and writes the answer. Always returns `Ok(true)`: the response has been
+    /// written here (or the connection is beyond saving), so Pingora never proxies on its own.
     async fn request_filter(
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> pingora_error::Result<bool> {
         ctx.request_id = request_id::keep_or_make(&session.req_header().headers);
+        let write_timeout = self.plane.shared.write_timeout;
+        if !write_timeout.is_zero() {
+            session.set_write_timeout(Some(write_timeout));
+        }
         let written = match pipeline::handle(&self.plane, session, ctx).await {
             Ok(Response::Streamed(status)) => {
                 ctx.status = status;
@@ -86,7 +138,7 @@ impl ProxyHttp for Gateway {
             ErrorType::InvalidHTTPHeader | ErrorType::H2Error => {
                 GatewayError::bad_request(e.etype().as_str())
             }
-            _ => GatewayError::new(Code::Internal, "internal error"),
+            _ => GatewayError::internal(e.to_string()),
         };
         let code = err.status();
         let ok = !response_started(session) && rescue(session, ctx, err).await.is_ok();
@@ -159,6 +211,7 @@ impl ProxyHttp for Gateway {
             code: ctx.code,
             latency_us: latency.as_micros() as u64,
             upstream: upstream.as_deref(),
+            detail: ctx.detail.as_deref(),
         });
     }
 }
@@ -179,6 +232,12 @@ async fn rescue(
 ) -> pingora_error::Result<()> {
     ctx.status = e.status();
     ctx.code = e.code.as_str();
+    ctx.detail = e.log_detail().map(str::to_owned);
+    if e.code == Code::WriteTimeout {
+        // The merchant is not reading: an envelope would not be read either.
+        session.set_keepalive(None);
+        return Error::e_explain(ErrorType::WriteTimedout, e.to_string());
+    }
     if response_started(session) {
         // Half-way through a streamed response: nothing more can be said.
         return Error::e_explain(
@@ -215,7 +274,8 @@ fn whole_head(whole: &Whole, request_id: &str) -> pingora_error::Result<Response
     Ok(head)
 }
 
-/// Writes a whole response with the request id (its head only, for a `HEAD` request).
+/// Writes a whole response with the request id (its head only, for a `HEAD` request), each
+/// write within the session's write timeout.
 async fn write_whole(
     session: &mut Session,
     whole: &Whole,
@@ -223,15 +283,34 @@ async fn write_whole(
 ) -> pingora_error::Result<()> {
     let head = whole_head(whole, request_id)?;
     let head_only = session.req_header().method == http::Method::HEAD;
-    session
-        .write_response_header(Box::new(head), head_only)
-        .await?;
+    let limit = session.get_write_timeout();
+    bounded(
+        limit,
+        session.write_response_header(Box::new(head), head_only),
+    )
+    .await?;
     if !head_only {
-        session
-            .write_response_body(Some(whole.body.clone()), true)
-            .await?;
+        let body = Some(whole.body.clone());
+        bounded(limit, session.write_response_body(body, true)).await?;
     }
     Ok(())
+}
+
+/// Runs a write within `limit` (none: unbounded); `WriteTimedout` when it does not finish.
+async fn bounded(
+    limit: Option<std::time::Duration>,
+    write: impl std::future::Future<Output = pingora_error::Result<()>>,
+) -> pingora_error::Result<()> {
+    match limit {
+        None => write.await,
+        Some(limit) => match tokio::time::timeout(limit, write).await {
+            Ok(r) => r,
+            Err(_) => Error::e_explain(
+                ErrorType::WriteTimedout,
+                format!("writing the response took longer than {limit:?}"),
+            ),
+        },
+    }
 }
 
 fn status_label(status: u16) -> &'static str {

@@ -9,7 +9,10 @@
 //! `invoke/state.rs`), and the metric series per API. Process-wide services (the HTTP pool
 //! and gRPC channels, metrics, the access log) live in [`Shared`].
 
+use crate::edge::rate_limit::RateLimiters;
+use crate::edge::replay::ReplayCache;
 use crate::edge::{Carried, Stages};
+use crate::fleet::Fleet;
 use crate::invoke::breaker::{Clock, SystemClock};
 use crate::invoke::{Clients, InvokeState};
 use crate::observe::access_log::AccessLog;
@@ -49,6 +52,12 @@ pub struct Shared {
     pub node_id: String,
     /// Request body limit when an API sets none.
     pub default_max_body: u64,
+    /// The replay cache's memory bound per app, in bytes (`--replay-cache-mib`).
+    pub replay_bytes_per_app: usize,
+    /// The longest a single write of an answer to a merchant may take (zero: unbounded).
+    pub write_timeout: std::time::Duration,
+    /// The other gateways: membership and Redis (cluster-scope limits, nonces).
+    pub fleet: Arc<Fleet>,
 }
 
 /// Everything one request reads, from one snapshot.
@@ -130,7 +139,14 @@ pub struct Plane {
 impl Plane {
     /// A plane serving an empty configuration until the first snapshot arrives.
     pub fn new(kind: PlaneKind, shared: Arc<Shared>) -> Plane {
-        let carried = Carried::default();
+        let carried = Carried {
+            replay: Arc::new(
+                ReplayCache::with_bound(shared.replay_bytes_per_app)
+                    .shared_across_nodes(shared.fleet.has_redis()),
+            ),
+            limiters: Arc::new(RateLimiters::with_fleet(shared.fleet.clone())),
+            ..Carried::default()
+        };
         let empty = Arc::new(Snapshot::default());
         let runtime = Runtime::build(empty, None, &carried, &shared, kind);
         Plane {
@@ -203,6 +219,16 @@ impl Plane {
         let rt = self.current.load();
         let plane = self.kind.as_str();
         let m = &self.shared.metrics;
+        let replay = self.carried.replay.stats();
+        m.replay_nonces
+            .with_label_values(&[plane])
+            .set(i64::try_from(replay.nonces).unwrap_or(i64::MAX));
+        m.replay_bytes
+            .with_label_values(&[plane])
+            .set(i64::try_from(replay.bytes).unwrap_or(i64::MAX));
+        let full = m.replay_full.with_label_values(&[plane]);
+        full.inc_by(replay.full.saturating_sub(full.get()));
+        self.routing_metrics(&rt);
         for (id, api) in &rt.invoke.apis {
             m.breaker_state
                 .with_label_values(&[plane, id])
@@ -210,6 +236,47 @@ impl Plane {
             m.bulkhead_in_flight
                 .with_label_values(&[plane, id])
                 .set(i64::from(api.bulkhead.in_flight()));
+        }
+    }
+}
+
+impl Plane {
+    /// The clusters' routing gauges and counters (counters catch up with the endpoints'
+    /// own atomic counts).
+    fn routing_metrics(&self, rt: &Runtime) {
+        let plane = self.kind.as_str();
+        let m = &self.shared.metrics.routing;
+        let now = portico_control::clock::now_ms();
+        let catch_up =
+            |c: prometheus::IntCounter, total: u64| c.inc_by(total.saturating_sub(c.get()));
+        for (name, cluster) in &rt.invoke.clusters {
+            let r = &cluster.routing;
+            let (serving, _) = r.serving(now);
+            for set in [
+                portico_control::v1::ActiveSet::Primary,
+                portico_control::v1::ActiveSet::Standby,
+            ] {
+                let Some(eps) = r.set(set) else { continue };
+                m.active_set
+                    .with_label_values(&[plane, name, set.as_str()])
+                    .set(i64::from(serving == set));
+                for e in &eps.endpoints {
+                    let labels = [plane, name.as_str(), e.addr.as_str()];
+                    m.endpoint_healthy
+                        .with_label_values(&labels)
+                        .set(i64::from(e.available(now)));
+                    catch_up(
+                        m.ejections.with_label_values(&labels),
+                        e.ejections.load(Ordering::Relaxed),
+                    );
+                    if r.probing() {
+                        let probes =
+                            |result| m.probes.with_label_values(&[plane, name, &e.addr, result]);
+                        catch_up(probes("ok"), e.probes_ok.load(Ordering::Relaxed));
+                        catch_up(probes("failed"), e.probes_failed.load(Ordering::Relaxed));
+                    }
+                }
+            }
         }
     }
 }

@@ -121,6 +121,14 @@ pub fn cluster(endpoints: &[(&str, u32)]) -> Arc<v1::Cluster> {
             })
             .collect(),
         balancing: None,
+        hash_key: None,
+        sticky: None,
+        health_check: None,
+        outlier: None,
+        standby: None,
+        active: None,
+        sleep: None,
+        autoscale: None,
     })
 }
 
@@ -165,6 +173,9 @@ pub fn shared() -> Arc<Shared> {
         clock: Arc::new(ManualClock::new(0)),
         node_id: "test-node".to_owned(),
         default_max_body: 1024,
+        replay_bytes_per_app: crate::edge::replay::ReplayCache::DEFAULT_BYTES_PER_APP,
+        write_timeout: std::time::Duration::from_secs(5),
+        fleet: Arc::new(crate::fleet::Fleet::default()),
     })
 }
 

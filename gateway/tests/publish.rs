@@ -32,6 +32,16 @@ fn registry_bin() -> PathBuf {
     bin
 }
 
+/// `--zk-auth-file FILE` for a locked ZooKeeper (the file `which` picks), nothing otherwise.
+fn zk_auth(
+    zk: &ZooKeeper,
+    which: impl Fn(&portico_testkit::ZkCredentials) -> PathBuf,
+) -> Vec<String> {
+    zk.credentials()
+        .map(|c| vec!["--zk-auth-file".into(), which(c).display().to_string()])
+        .unwrap_or_default()
+}
+
 struct Registry {
     child: Child,
     url: String,
@@ -47,6 +57,7 @@ impl Registry {
                 "--listen",
                 &format!("127.0.0.1:{port}"),
             ])
+            .args(zk_auth(zk, |c| c.registry_file()))
             .env("PORTICO_ADMIN_TOKEN", TOKEN)
             .env("PORTICO_LOG", "warn")
             .stdin(Stdio::null())
@@ -108,7 +119,7 @@ fn proto_files() -> Value {
 
 #[test]
 fn upload_try_in_sandbox_publish_roll_back_and_switch() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::start_locked();
     let backend = BackendProcess::start_http_grpc().unwrap();
     let registry = Registry::start(&zk);
     let grpc = backend.grpc.unwrap().to_string();
@@ -137,16 +148,22 @@ fn upload_try_in_sandbox_publish_roll_back_and_switch() {
 
     let snap = tempfile::tempdir().unwrap();
     let sandbox: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let gw = GatewayProcess::start_args(vec![
-        "--zk".into(),
-        zk.connect_string(),
-        "--snapshot-dir".into(),
-        snap.path().join("lkg").display().to_string(),
-        "--sandbox-listen".into(),
-        sandbox.to_string(),
-        "--node-id".into(),
-        "gw-publish".into(),
-    ]);
+    let gw = GatewayProcess::start_args(
+        [
+            zk_auth(&zk, |c| c.gateway_file()),
+            vec![
+                "--zk".into(),
+                zk.connect_string(),
+                "--snapshot-dir".into(),
+                snap.path().join("lkg").display().to_string(),
+                "--sandbox-listen".into(),
+                sandbox.to_string(),
+                "--node-id".into(),
+                "gw-publish".into(),
+            ],
+        ]
+        .concat(),
+    );
 
     // Upload the .proto: one draft per annotated RPC.
     let (s, v) = registry.call(
@@ -273,7 +290,7 @@ fn upload_try_in_sandbox_publish_roll_back_and_switch() {
 /// through the registry, and a ZooKeeper-mode gateway serves it.
 #[test]
 fn a_standalone_tree_imports_into_zookeeper() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::start_locked();
     let backend = BackendProcess::start_http_grpc().unwrap();
     let registry = Registry::start(&zk);
     // The example tree, pointed at this test's backend.
@@ -310,12 +327,18 @@ fn a_standalone_tree_imports_into_zookeeper() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("imported"));
 
     let snap = tempfile::tempdir().unwrap();
-    let gw = GatewayProcess::start_args(vec![
-        "--zk".into(),
-        zk.connect_string(),
-        "--snapshot-dir".into(),
-        snap.path().join("lkg").display().to_string(),
-    ]);
+    let gw = GatewayProcess::start_args(
+        [
+            zk_auth(&zk, |c| c.gateway_file()),
+            vec![
+                "--zk".into(),
+                zk.connect_string(),
+                "--snapshot-dir".into(),
+                snap.path().join("lkg").display().to_string(),
+            ],
+        ]
+        .concat(),
+    );
     let c = client();
     assert!(wait_until(Duration::from_secs(10), || c
         .get(gw.url("/grpc/v1/orders/42"))

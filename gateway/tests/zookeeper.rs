@@ -1,13 +1,16 @@
 //! ZooKeeper mode over real processes: a real ZooKeeper (Debian's), the demo backend and the
 //! gateway. Changes made in ZooKeeper (by a client or by zkCli.sh) apply without restart; the
 //! gateway keeps serving when ZooKeeper dies, boots from its disk snapshot when ZooKeeper is
-//! down, and recovers from an expired session.
+//! down, and recovers from an expired session. Every ZooKeeper here is locked down
+//! (`ZooKeeper::start_locked`): the seeding client is the registry's identity, the gateway the
+//! gateway's, zkCli the operator's (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
-use portico_testkit::{zkcli, ZooKeeper};
+use portico_control::zk::auth::{create_acl, read_policy, ZkAuth};
+use portico_testkit::{zkcli_as, ZooKeeper};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,13 +27,29 @@ struct Tree {
 }
 
 impl Tree {
-    fn connect(connect: &str) -> Tree {
+    /// A client with the registry's credentials (if `zk` is locked).
+    fn connect(zk: &ZooKeeper) -> Tree {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        let client = rt.block_on(zk::Client::connect(connect)).unwrap();
+        let auth = zk
+            .credentials()
+            .map(|c| ZkAuth::parse(&c.registry).unwrap());
+        let client = rt
+            .block_on(ZkAuth::connector(auth.as_ref()).connect(&zk.connect_string()))
+            .unwrap();
         Tree { rt, client }
+    }
+
+    /// The ACL the registry gives a new node at `path` (absolute).
+    async fn acl(&self, path: &str) -> Vec<zk::Acl> {
+        let policy = read_policy(&self.client, ROOT).await.unwrap();
+        let rel = path
+            .strip_prefix(ROOT)
+            .unwrap_or("")
+            .trim_start_matches('/');
+        create_acl(policy.as_ref(), rel)
     }
 
     /// Creates or replaces `<root>/<rel>` with `data`, creating parents.
@@ -48,13 +67,15 @@ impl Tree {
             {
                 parent.push('/');
                 parent.push_str(part);
-                let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+                let acl = self.acl(&parent).await;
+                let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
                 match self.client.create(&parent, &[], &opts).await {
                     Ok(_) | Err(zk::Error::NodeExists) => {}
                     Err(e) => panic!("create {parent}: {e}"),
                 }
             }
-            let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+            let acl = self.acl(&path).await;
+            let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
             match self.client.create(&path, data, &opts).await {
                 Ok(_) => {}
                 Err(zk::Error::NodeExists) => {
@@ -105,19 +126,33 @@ fn seed(tree: &Tree, backend: &BackendProcess) {
     tree.put_bytes("switches", b"");
 }
 
+/// `--zk HOSTS`, with the gateway's credentials file when `zk` is locked.
+fn zk_args(zk: &ZooKeeper) -> Vec<String> {
+    let mut args = vec!["--zk".into(), zk.connect_string()];
+    if let Some(creds) = zk.credentials() {
+        args.push("--zk-auth-file".into());
+        args.push(creds.gateway_file().display().to_string());
+    }
+    args
+}
+
 fn start_gateway(zk: &ZooKeeper, snapshot: &std::path::Path, node_id: &str) -> GatewayProcess {
-    GatewayProcess::start_args(vec![
-        "--zk".into(),
-        zk.connect_string(),
-        "--zk-root".into(),
-        ROOT.into(),
-        "--snapshot-dir".into(),
-        snapshot.display().to_string(),
-        "--node-id".into(),
-        node_id.into(),
-        "--zk-session-timeout-ms".into(),
-        "4000".into(),
-    ])
+    GatewayProcess::start_args(
+        [
+            zk_args(zk),
+            vec![
+                "--zk-root".into(),
+                ROOT.into(),
+                "--snapshot-dir".into(),
+                snapshot.display().to_string(),
+                "--node-id".into(),
+                node_id.into(),
+                "--zk-session-timeout-ms".into(),
+                "4000".into(),
+            ],
+        ]
+        .concat(),
+    )
 }
 
 fn order_status(gw: &GatewayProcess) -> (u16, String) {
@@ -130,9 +165,9 @@ fn order_status(gw: &GatewayProcess) -> (u16, String) {
 
 #[test]
 fn changes_in_zookeeper_apply_without_restart() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::start_locked();
     let backend = BackendProcess::start_http().unwrap();
-    let tree = Tree::connect(&zk.connect_string());
+    let tree = Tree::connect(&zk);
     seed(&tree, &backend);
     let snap = tempfile::tempdir().unwrap();
     let gw = start_gateway(&zk, &snap.path().join("lkg"), "gw-a");
@@ -152,11 +187,14 @@ fn changes_in_zookeeper_apply_without_restart() {
     assert_eq!(node["addr"], gw.listen.to_string());
     assert_eq!(node["admin_addr"], gw.admin.to_string());
 
-    // An SRE flips a switch with ZooKeeper's own CLI.
-    let out = zkcli(
+    // An SRE flips a switch with ZooKeeper's own CLI, as the operator identity (the registry
+    // created the switch; the operator may only set it).
+    tree.put("switches/order.get", &json!({"degraded": false}));
+    let out = zkcli_as(
         &zk.connect_string(),
+        &zk.credentials().unwrap().operator,
         &[
-            "create",
+            "set",
             "/portico/switches/order.get",
             r#"{"degraded":true,"reason":"zkcli drill"}"#,
         ],
@@ -192,9 +230,9 @@ fn changes_in_zookeeper_apply_without_restart() {
 
 #[test]
 fn zookeeper_dying_under_load_fails_no_request() {
-    let mut zk = ZooKeeper::start();
+    let mut zk = ZooKeeper::start_locked();
     let backend = BackendProcess::start_http().unwrap();
-    let tree = Tree::connect(&zk.connect_string());
+    let tree = Tree::connect(&zk);
     seed(&tree, &backend);
     tree.put(
         "switches/public.health",
@@ -251,7 +289,7 @@ fn zookeeper_dying_under_load_fails_no_request() {
     // ZooKeeper back: a change made afterwards is applied.
     zk.start_again();
     assert!(zk.wait_ready(Duration::from_secs(30)));
-    let tree = Tree::connect(&zk.connect_string());
+    let tree = Tree::connect(&zk);
     tree.put("switches/public.health", &json!({"degraded": false}));
     assert!(wait_until(Duration::from_secs(20), || {
         client()
@@ -266,9 +304,9 @@ fn zookeeper_dying_under_load_fails_no_request() {
 
 #[test]
 fn a_gateway_restarted_with_zookeeper_down_serves_its_snapshot() {
-    let mut zk = ZooKeeper::start();
+    let mut zk = ZooKeeper::start_locked();
     let backend = BackendProcess::start_http().unwrap();
-    let tree = Tree::connect(&zk.connect_string());
+    let tree = Tree::connect(&zk);
     seed(&tree, &backend);
     let snap = tempfile::tempdir().unwrap();
     let lkg = snap.path().join("lkg");
@@ -305,7 +343,7 @@ fn a_gateway_restarted_with_zookeeper_down_serves_its_snapshot() {
         .as_str()
         .unwrap()
         .starts_with("zk:")));
-    let tree = Tree::connect(&zk.connect_string());
+    let tree = Tree::connect(&zk);
     tree.put("switches/order.get", &json!({"degraded": true}));
     assert!(wait_until(Duration::from_secs(20), || order_status(&gw)
         == (503, "API_DEGRADED".into())));
@@ -313,9 +351,9 @@ fn a_gateway_restarted_with_zookeeper_down_serves_its_snapshot() {
 
 #[test]
 fn an_expired_session_is_replaced_and_the_node_re_registered() {
-    let mut zk = ZooKeeper::start();
+    let mut zk = ZooKeeper::start_locked();
     let backend = BackendProcess::start_http().unwrap();
-    let tree = Tree::connect(&zk.connect_string());
+    let tree = Tree::connect(&zk);
     seed(&tree, &backend);
     drop(tree);
     let snap = tempfile::tempdir().unwrap();
@@ -343,7 +381,7 @@ fn an_expired_session_is_replaced_and_the_node_re_registered() {
         "no new session: {}",
         gw.status()
     );
-    let tree = Tree::connect(&zk.connect_string());
+    let tree = Tree::connect(&zk);
     assert!(
         wait_until(Duration::from_secs(15), || tree.get("nodes/gw-d").is_some()),
         "node not re-registered"
@@ -355,9 +393,9 @@ fn an_expired_session_is_replaced_and_the_node_re_registered() {
 
 #[test]
 fn the_sandbox_listener_serves_drafts_only() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::start_locked();
     let backend = BackendProcess::start_http().unwrap();
-    let tree = Tree::connect(&zk.connect_string());
+    let tree = Tree::connect(&zk);
     seed(&tree, &backend);
     tree.put(
         "sandbox/clusters/demo-http",
@@ -378,14 +416,18 @@ fn the_sandbox_listener_serves_drafts_only() {
     );
     let sandbox: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let snap = tempfile::tempdir().unwrap();
-    let gw = GatewayProcess::start_args(vec![
-        "--zk".into(),
-        zk.connect_string(),
-        "--snapshot-dir".into(),
-        snap.path().join("lkg").display().to_string(),
-        "--sandbox-listen".into(),
-        sandbox.to_string(),
-    ]);
+    let gw = GatewayProcess::start_args(
+        [
+            zk_args(&zk),
+            vec![
+                "--snapshot-dir".into(),
+                snap.path().join("lkg").display().to_string(),
+                "--sandbox-listen".into(),
+                sandbox.to_string(),
+            ],
+        ]
+        .concat(),
+    );
     let c = client();
     assert!(wait_until(Duration::from_secs(10), || gw.status()
         ["sandbox"]["apis_loaded"]

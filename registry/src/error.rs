@@ -127,6 +127,12 @@ impl ApiError {
                 "{what} was changed by someone else (version mismatch): read it again and retry"
             )),
             zk::Error::NotEmpty => ApiError::conflict(format!("{what} has children")),
+            // The registry's credentials are missing or not those the tree's ACLs name
+            // (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
+            zk::Error::NoAuth | zk::Error::AuthFailed => ApiError::unavailable(format!(
+                "ZooKeeper refused the registry access to {what} ({err}): check its credentials \
+                 (--zk-auth-file or PORTICO_ZK_AUTH, user portico-registry)"
+            )),
             zk::Error::ConnectionLoss
             | zk::Error::SessionExpired
             | zk::Error::Timeout

@@ -4,7 +4,9 @@
 //! ([`crate::sandbox_call`]).
 
 use crate::error::{ApiError, ApiResult, Detail};
+use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -45,6 +47,63 @@ pub fn parse_object<T: DeserializeOwned>(bytes: &[u8], what: &str) -> ApiResult<
     Ok((typed, value))
 }
 
+/// As [`parse_object`] for a v1 document: also 422 where the body has an array and the
+/// document an object (serde would read `"fallback": []` as a fallback of defaults; the
+/// registry stores what was sent, so it must be what the document says).
+pub fn parse_document<T: DeserializeOwned + Serialize>(
+    bytes: &[u8],
+    what: &str,
+) -> ApiResult<(T, Value)> {
+    let (typed, value) = parse_object::<T>(bytes, what)?;
+    check_shape(&value, &typed, what)?;
+    Ok((typed, value))
+}
+
+/// As [`typed_from`] for a v1 document, with the check of [`parse_document`].
+pub fn typed_document<T: DeserializeOwned + Serialize>(value: &Value, what: &str) -> ApiResult<T> {
+    let typed = typed_from::<T>(value, what)?;
+    check_shape(value, &typed, what)?;
+    Ok(typed)
+}
+
+/// 422 naming the field where `raw` has an array and `typed` (read from it) an object.
+fn check_shape<T: Serialize>(raw: &Value, typed: &T, what: &str) -> ApiResult<()> {
+    fn walk(raw: &Value, typed: &Value, field: &str) -> Option<String> {
+        match (raw, typed) {
+            (Value::Array(_), Value::Object(_)) => Some(field.to_owned()),
+            (Value::Object(r), Value::Object(t)) => t.iter().find_map(|(k, tv)| {
+                let sub = if field.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{field}.{k}")
+                };
+                r.get(k).and_then(|rv| walk(rv, tv, &sub))
+            }),
+            (Value::Array(r), Value::Array(t)) if r.len() == t.len() => r
+                .iter()
+                .zip(t)
+                .enumerate()
+                .find_map(|(i, (rv, tv))| walk(rv, tv, &format!("{field}[{i}]"))),
+            _ => None,
+        }
+    }
+    let typed = serde_json::to_value(typed).map_err(|e| ApiError::internal(e.to_string()))?;
+    match walk(raw, &typed, "") {
+        None => Ok(()),
+        Some(field) => {
+            let reason = "must be an object, not an array".to_owned();
+            Err(ApiError::invalid(
+                format!("{what}: {field}: {reason}"),
+                vec![Detail {
+                    path: None,
+                    field: Some(field),
+                    reason,
+                }],
+            ))
+        }
+    }
+}
+
 /// Checks that `value` fits `T` (422 naming the field otherwise).
 pub fn typed_from<T: DeserializeOwned>(value: &Value, what: &str) -> ApiResult<T> {
     serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
@@ -64,6 +123,17 @@ pub fn typed_from<T: DeserializeOwned>(value: &Value, what: &str) -> ApiResult<T
             }],
         )
     })
+}
+
+/// An error reading a request body (`what`: `body`, `multipart`, ...) with the status the
+/// reader gave: 413 `BODY_TOO_LARGE` over the limit (`server::MAX_BODY_BYTES`), 400
+/// `BAD_REQUEST` otherwise.
+pub fn body_error(what: &str, status: StatusCode, e: impl std::fmt::Display) -> ApiError {
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::too_large(format!("{what}: the request body is too large: {e}"))
+    } else {
+        ApiError::bad_request(format!("{what}: {e}"))
+    }
 }
 
 /// A query-string flag (`?force`, `?force=true`, `?force=1`).
@@ -106,6 +176,33 @@ mod tests {
         assert_eq!(raw["extra"], 1, "unknown fields are kept in the JSON");
         let e = parse_object::<Value>(b"[1]", "thing").unwrap_err();
         assert_eq!(e.code, "BAD_REQUEST");
+    }
+
+    /// Found by schemathesis: `PUT /switches/{id}` stored `"fallback": []` (serde reads a
+    /// struct from an array) and served it back against its own schema.
+    #[test]
+    fn documents_take_objects_where_they_have_objects() {
+        use portico_control::v1;
+        let e = parse_document::<v1::Switch>(br#"{"degraded": true, "fallback": []}"#, "switch")
+            .unwrap_err();
+        assert_eq!(e.code, "VALIDATION_FAILED");
+        assert_eq!(
+            e.details[0].field.as_deref(),
+            Some("fallback"),
+            "{}",
+            e.message
+        );
+        let e = parse_document::<v1::Cluster>(
+            br#"{"protocol": "http", "endpoints": [{"addr": "a:1"}, ["b:1", 1]]}"#,
+            "cluster",
+        )
+        .unwrap_err();
+        assert_eq!(e.details[0].field.as_deref(), Some("endpoints[1]"));
+        let ok = parse_document::<v1::Switch>(
+            br#"{"degraded": true, "fallback": {"status": 503}}"#,
+            "switch",
+        );
+        assert!(ok.is_ok());
     }
 
     #[test]

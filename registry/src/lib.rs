@@ -13,11 +13,14 @@
 //! - [`route`] (route descriptions), [`input`] (checking what clients send), [`state`]
 //!   (config and shared state), [`zk_store`] (ZooKeeper access with compare-and-set writes),
 //!   [`console`] (the built admin UI), [`error`] (the one error type);
+//! - [`autoscale`]: the background task evaluating the clusters' autoscale rules and idle time
+//!   on the rates of [`health`] (it writes the audit log through [`api::audit`]);
 //! - [`client`]: a small HTTP client of this API (used by the CLI), apart from the rest.
 
 #![recursion_limit = "1024"]
 
 pub mod api;
+pub mod autoscale;
 pub mod client;
 pub mod console;
 pub mod error;
@@ -34,5 +37,5 @@ pub mod state;
 mod test_support;
 pub mod zk_store;
 
-pub use server::{router, spawn};
+pub use server::{router, spawn, MAX_BODY_BYTES};
 pub use state::{AppState, Config};

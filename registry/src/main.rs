@@ -16,6 +16,10 @@ struct Args {
     /// Root of the configuration tree in ZooKeeper.
     #[arg(long, default_value = "/portico")]
     zk_root: String,
+    /// File holding the ZooKeeper `digest` credentials `portico-registry:PASSWORD` (mode 0600;
+    /// else PORTICO_ZK_AUTH). Never given on the command line itself.
+    #[arg(long)]
+    zk_auth_file: Option<PathBuf>,
     /// Address of the admin API.
     #[arg(long, default_value = "127.0.0.1:9000")]
     listen: SocketAddr,
@@ -95,10 +99,17 @@ async fn run() -> anyhow::Result<()> {
         Some(dir) => tracing::info!(dir = %dir.display(), "console served at /"),
         None => tracing::warn!("console not built: run ./ops/up.sh (or admin-ui/build.sh)"),
     }
+    let zk_auth = portico_control::zk::ZkAuth::from_file_or_env(args.zk_auth_file.as_deref())
+        .map_err(|e| anyhow::anyhow!("ZooKeeper credentials: {e}"))?;
+    match &zk_auth {
+        Some(auth) => tracing::info!(user = %auth.user(), "ZooKeeper: authenticating with digest credentials"),
+        None => tracing::warn!("ZooKeeper: no credentials (--zk-auth-file, PORTICO_ZK_AUTH): only an open tree can be used"),
+    }
     let config = Config {
         zk_hosts: args.zk.clone(),
         zk_root: args.zk_root.clone(),
         token,
+        zk_auth,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

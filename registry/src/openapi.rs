@@ -2,9 +2,28 @@
 //! ([`crate::route::Route`], listed by [`crate::api::routes`]) plus hand-written schemas of the v1
 //! documents and the API's own messages.
 
-use crate::route::{Body, Reply, Route};
+use crate::route::{Body, Param, Reply, Route};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
+
+/// A document name (API id, cluster, app key), as [`crate::input::check_name`] takes it.
+const NAME_PATTERN: &str = "^[A-Za-z0-9._-]{1,128}$";
+/// A switch name: an API id, or `<api_id>@<label>` for a key-level switch.
+const SWITCH_PATTERN: &str = "^[A-Za-z0-9._-]{1,128}(@[A-Za-z0-9._-]{1,128})?$";
+
+/// A backend address: `host:port` (the hostname's labels) or `ip:port`, as the gateways'
+/// validation takes it (docs/OPERATIONS.md, "The configuration tree").
+const ADDR_PATTERN: &str = "^[A-Za-z0-9_]([A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?:[1-9][0-9]{0,3}$";
+
+/// The longest backend deadline (ms) a document may ask for.
+const MAX_TIMEOUT_MS: u64 = portico_control::validate::MAX_TIMEOUT_MS;
+
+/// A document name, or `*` (every API).
+const GRANT_PATTERN: &str = "^([*]|[A-Za-z0-9._-]{1,128})$";
+
+/// An `If-Match` value the registry reads: `*`, or a znode version as sent in `ETag` (`"3"`,
+/// also `W/"3"` or bare `3`).
+const IF_MATCH_PATTERN: &str = "^[*]$|^(W/)?\"[0-9]{1,9}\"$|^[0-9]{1,9}$";
 
 /// The document of the routes the server mounted, built once at start-up and handed to the
 /// route that serves it (as a request extension).
@@ -17,7 +36,12 @@ pub fn document(routes: &[Route]) -> Value {
     for route in routes {
         let entry = paths.entry(route.path.clone()).or_insert_with(|| json!({}));
         if let Some(obj) = entry.as_object_mut() {
-            obj.insert(route.method.as_str().to_ascii_lowercase(), operation(route));
+            let mut op = operation(route);
+            let links = links(route, routes);
+            if let (false, Reply::Json(status, _)) = (links.is_empty(), route.reply) {
+                op["responses"][status.to_string()]["links"] = Value::Object(links);
+            }
+            obj.insert(route.method.as_str().to_ascii_lowercase(), op);
         }
     }
     json!({
@@ -55,6 +79,27 @@ fn operation(route: &Route) -> Value {
     op
 }
 
+/// The links of a route that creates a resource ([`Route::created_id`]): to every route under
+/// `path/{param}`, with `param` taken from where the new id is.
+fn links(route: &Route, routes: &[Route]) -> Map<String, Value> {
+    let mut links = Map::new();
+    let Some(id) = route.created_id else {
+        return links;
+    };
+    let prefix = format!("{}/{{", route.path);
+    for target in routes.iter().filter(|t| t.path.starts_with(&prefix)) {
+        let Some(param) = target.path[prefix.len()..].split('}').next() else {
+            continue;
+        };
+        let target_id = operation_id(target.method.as_str(), &target.path);
+        links.insert(
+            target_id.clone(),
+            json!({"operationId": target_id, "parameters": {param: id}}),
+        );
+    }
+    links
+}
+
 /// Path variables (`{version}` an integer, others names), query parameters, the
 /// precondition headers of conditional routes, and the operator and request id headers.
 fn parameters(route: &Route) -> Vec<Value> {
@@ -64,17 +109,27 @@ fn parameters(route: &Route) -> Vec<Value> {
         .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
         .map(|name| {
             let schema = if name == "version" {
-                json!({"type": "integer", "minimum": 1})
+                json!({"type": "integer", "minimum": 1, "maximum": u64::MAX})
+            } else if route.tag == "switches" && name == "api_id" {
+                // Key-level switches: `<api_id>@<label>` (api/switches.rs).
+                json!({"type": "string", "pattern": SWITCH_PATTERN})
             } else {
-                json!({"type": "string", "pattern": "^[A-Za-z0-9._-]{1,128}$"})
+                name_schema()
             };
             json!({"name": name, "in": "path", "required": true, "schema": schema})
         })
         .collect();
-    for (name, description) in &route.query {
+    for q in &route.query {
+        let schema = match q.param {
+            Param::Text => json!({"type": "string"}),
+            Param::Name => name_schema(),
+            Param::Flag => json!({"type": "boolean"}),
+            Param::Count => json!({"type": "integer", "minimum": 0, "maximum": u64::MAX}),
+            Param::OneOf(words) => json!({"type": "string", "enum": words}),
+        };
         parameters.push(json!({
-            "name": name, "in": "query", "required": false,
-            "description": description, "schema": {"type": "string"}
+            "name": q.name, "in": "query", "required": false,
+            "description": q.description, "schema": schema
         }));
     }
     if route.conditional {
@@ -91,14 +146,19 @@ fn responses(route: &Route) -> Map<String, Value> {
     let mut responses = Map::new();
     match route.reply {
         Reply::Json(status, schema) => {
-            responses.insert(
-                status.to_string(),
-                json!({
-                    "description": "success",
-                    "headers": {"ETag": {"$ref": "#/components/headers/ETag"}},
-                    "content": {"application/json": {"schema": schema_ref(schema)}}
-                }),
-            );
+            let success = json!({
+                "description": "success",
+                "headers": {"ETag": {"$ref": "#/components/headers/ETag"}},
+                "content": {"application/json": {"schema": schema_ref(schema)}}
+            });
+            // A PUT creates the document when it is not there yet (api/documents.rs,
+            // `write_json`): 201, with the same body.
+            if route.method == axum::http::Method::PUT && status == 200 {
+                let mut created = success.clone();
+                created["description"] = json!("created");
+                responses.insert("201".to_owned(), created);
+            }
+            responses.insert(status.to_string(), success);
         }
         Reply::Binary => {
             responses.insert(
@@ -114,13 +174,31 @@ fn responses(route: &Route) -> Map<String, Value> {
     if !route.public {
         errors.push("401");
     }
+    if route.body != Body::None {
+        errors.push("413");
+    }
+    if route.calls_out {
+        errors.push("502");
+    }
     for status in errors {
         responses.insert(
             status.to_owned(),
             json!({"$ref": format!("#/components/responses/Error{status}")}),
         );
     }
+    // Liveness answers its own body when ZooKeeper is unreachable (api/ops.rs, `health`).
+    if route.reply == Reply::Json(200, "Health") {
+        responses.insert(
+            "503".to_owned(),
+            json!({"description": "ZooKeeper is unreachable", "content": {"application/json": {"schema": schema_ref("Health")}}}),
+        );
+    }
     responses
+}
+
+/// The schema of a document name.
+fn name_schema() -> Value {
+    json!({"type": "string", "pattern": NAME_PATTERN})
 }
 
 fn operation_id(method: &str, path: &str) -> String {
@@ -173,7 +251,7 @@ fn components() -> Value {
     json!({
         "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "the admin token (--admin-token-file or PORTICO_ADMIN_TOKEN)"}},
         "parameters": {
-            "IfMatch": {"name": "If-Match", "in": "header", "required": false, "description": "write only if the document's version (ETag) is this", "schema": {"type": "string"}},
+            "IfMatch": {"name": "If-Match", "in": "header", "required": false, "description": "write only if the document's version (ETag) is this; `*` any version", "schema": {"type": "string", "pattern": IF_MATCH_PATTERN}},
             "IfNoneMatch": {"name": "If-None-Match", "in": "header", "required": false, "description": "`*`: create only", "schema": {"type": "string", "enum": ["*"]}},
             "Operator": {"name": "X-Portico-Operator", "in": "header", "required": false, "description": "who makes the change (audit log, switches)", "schema": {"type": "string"}},
             "RequestId": {"name": "X-Portico-Request-Id", "in": "header", "required": false, "description": "1-64 of [A-Za-z0-9._-]; echoed", "schema": {"type": "string"}}
@@ -181,13 +259,19 @@ fn components() -> Value {
         "headers": {"ETag": {"description": "the znode version, quoted", "schema": {"type": "string"}}},
         "responses": {
             "Error400": error_response("BAD_REQUEST: unparseable JSON or bad parameter"),
-            "Error401": error_response("UNAUTHENTICATED: missing or wrong bearer token"),
+            "Error401": {
+                "description": "UNAUTHENTICATED: missing or wrong bearer token",
+                "headers": {"WWW-Authenticate": {"description": "`Bearer realm=\"portico-registry\"`", "schema": {"type": "string"}}},
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+            },
             "Error404": error_response("NOT_FOUND / ROUTE_NOT_FOUND"),
             "Error409": error_response("CONFLICT: version mismatch, or the document already exists"),
+            "Error413": error_response("BODY_TOO_LARGE: the request body is over the limit (8 MiB)"),
             "Error422": error_response("VALIDATION_FAILED: details name the document and field"),
-            "Error503": error_response("ZOOKEEPER_UNAVAILABLE")
+            "Error502": error_response("UPSTREAM_ERROR: what the operation calls (a gateway, a backend) could not be reached or read"),
+            "Error503": error_response("ZOOKEEPER_UNAVAILABLE; for a sandbox call also NO_SANDBOX_GATEWAY (no live gateway runs a sandbox listener)")
         },
-        "schemas": merged([document_schemas(), message_schemas(), import_and_ops_schemas()]),
+        "schemas": merged([document_schemas(), message_schemas(), import_and_ops_schemas(), cluster_ops_schemas()]),
     })
 }
 
@@ -202,8 +286,41 @@ fn merged<const N: usize>(parts: [Value; N]) -> Value {
     Value::Object(all)
 }
 
+/// Failover, the cluster overview and autoscale events ([`crate::api::cluster_ops`];
+/// docs/OPERATIONS.md, "Failover" and "Autoscale").
+fn cluster_ops_schemas() -> Value {
+    let event = json!({"type": "object", "properties": {
+        "id": {"type": "string"}, "kind": {"type": "string", "enum": ["autoscale", "sleep"]},
+        "at": {"type": "string", "format": "date-time"}, "action": {"type": "string"}, "rps": {"type": "number"},
+        "rule": {"type": "integer", "description": "index of the rule in autoscale.rules, from 0"},
+        "webhook": {"type": "string"}, "sleep_url": {"type": "string"}, "idle_s": {"type": "integer"},
+        "outcome": {"type": "string", "enum": ["pending", "ok", "failed"]}, "status": {"type": "integer"}, "error": {"type": "string"}}});
+    json!({
+    "Failover": {"type": "object", "additionalProperties": false, "required": ["to", "reason"], "properties": {
+        "to": {"type": "string", "enum": ["primary", "standby"], "description": "the set that serves; `standby` needs a cluster with standby.endpoints"},
+        "reason": {"type": "string", "minLength": 1, "maxLength": 500, "pattern": "\\S", "description": "why (audited)"}}},
+    "ClusterEvents": {"type": "object", "properties": {"items": {"type": "array", "items": event.clone()}}},
+    "ClusterOverview": {"type": "object", "properties": {
+        "name": {"type": "string"}, "etag": {"type": "string"}, "cluster": {"$ref": "#/components/schemas/Cluster"},
+        "active": {"type": "string", "enum": ["primary", "standby"]},
+        "sets": {"type": "object", "properties": {"primary": {"type": "array"}, "standby": {"type": "array"}}},
+        "gateways": {"type": "array", "items": {"type": "object", "properties": {
+            "node_id": {"type": "string"}, "admin_addr": {"type": "string"}, "config_version": {"type": "object"},
+            "active": {"type": "string", "description": "primary, standby, or unknown (a gateway that does not report clusters, or could not be read)"},
+            "reason": {"type": "string", "nullable": true, "description": "why the gateway serves that set (its /status clusters.<name>.reason)"},
+            "endpoints": {"type": "array", "items": {"type": "object", "properties": {
+                "addr": {"type": "string"}, "set": {"type": "string", "enum": ["primary", "standby"]},
+                "healthy": {"type": "boolean"}, "load": {"type": "number", "nullable": true}}}},
+            "status": {"type": "object", "description": "the gateway's /status clusters.<name> as it is"},
+            "note": {"type": "string"}, "error": {"type": "string"}}}},
+        "rps": {"type": "number", "nullable": true, "description": "requests per second over the last 10 s, summed over the cluster's live APIs and every gateway (null: not evaluated)"},
+        "events": {"type": "array", "items": event}}}
+    })
+}
+
 /// The v1 documents of the tree (docs/OPERATIONS.md, 'The configuration tree').
 fn document_schemas() -> Value {
+    let count1 = json!({"type": "integer", "minimum": 1, "maximum": u32::MAX});
     let rate_key = json!({"oneOf": [
         {"type": "string", "description": "api, app, ip or header:<Name>"},
         {"type": "array", "items": {"type": "string"}}
@@ -217,20 +334,21 @@ fn document_schemas() -> Value {
         "body": {"type": "string"}, "response_body": {"type": "string"},
         "additional_bindings": {"type": "array", "items": {"$ref": "#/components/schemas/HttpBinding"}}}},
     "RateLimitRule": {"type": "object", "required": ["limit", "per"], "properties": {
-        "key": rate_key, "limit": {"type": "integer"}, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": {"type": "integer"}}},
+        "key": rate_key, "limit": count1, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": count1,
+        "scope": {"type": "string", "enum": ["node", "cluster"], "default": "node"}}},
     "Policy": {"type": "object", "properties": {
-        "bulkhead": {"type": "object", "properties": {"max_concurrent": {"type": "integer"}, "max_wait_ms": {"type": "integer"}}},
+        "bulkhead": {"type": "object", "properties": {"max_concurrent": count1, "max_wait_ms": {"type": "integer", "minimum": 0, "maximum": MAX_TIMEOUT_MS}}},
         "breaker": {"type": "object", "properties": {
             "consecutive_failures": {"type": "integer"}, "slow_call_ms": {"type": "integer"}, "consecutive_slow_calls": {"type": "integer"},
             "open_ms": {"type": "integer"}, "half_open_probes": {"type": "integer"}, "error_ratio": {"type": "number"},
             "min_calls": {"type": "integer"}, "window_ms": {"type": "integer"}}},
         "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/RateLimitRule"}},
-        "max_body_bytes": {"type": "integer"}}},
+        "max_body_bytes": {"type": "integer", "minimum": 1}}},
     "ApiDefinition": {"type": "object", "required": ["http", "backend"], "properties": {
         "id": {"type": "string"}, "version": {"type": "integer"},
         "http": {"$ref": "#/components/schemas/HttpRule"},
         "backend": {"type": "object", "required": ["cluster"], "properties": {
-            "cluster": {"type": "string"}, "timeout_ms": {"type": "integer", "default": 3000},
+            "cluster": {"type": "string", "pattern": NAME_PATTERN}, "timeout_ms": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS, "default": 3000},
             "grpc": {"type": "object", "required": ["service", "method", "descriptor"], "properties": {
                 "service": {"type": "string"}, "method": {"type": "string"}, "descriptor": {"type": "string", "description": "sha256 of descriptors/<sha256>"}}},
             "http": {"type": "object", "properties": {"path": {"type": "string"}}}}},
@@ -239,21 +357,48 @@ fn document_schemas() -> Value {
         "description": {"type": "string"}}},
     "Cluster": {"type": "object", "required": ["protocol", "endpoints"], "properties": {
         "protocol": {"type": "string", "enum": ["http", "grpc"]},
-        "endpoints": {"type": "array", "items": {"type": "object", "required": ["addr"], "properties": {
-            "addr": {"type": "string"}, "weight": {"type": "integer", "default": 1}}}},
-        "balancing": {"type": "string"}}},
-    "NamedCluster": {"allOf": [{"$ref": "#/components/schemas/Cluster"}, {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}]},
+        "endpoints": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["addr"], "properties": {
+            "addr": {"type": "string", "pattern": ADDR_PATTERN, "description": "host:port or ip:port ([v6]:port)"},
+            "weight": {"type": "integer", "minimum": 1, "maximum": u32::MAX, "default": 1}}}},
+        "balancing": {"type": "string", "enum": ["round_robin", "least_load", "peak_ewma", "consistent_hash"], "default": "round_robin"},
+        // Issue 11 (smart routing and failover): optional; docs/OPERATIONS.md, "Failover".
+        "hash_key": {"type": "string", "description": "with consistent_hash: app | ip | header:<Name> | query:<name> | path:<var>"},
+        "sticky": {"type": "object", "properties": {"cookie": {"type": "string", "default": "PORTICO_STICKY"}, "ttl_s": {"type": "integer", "minimum": 1, "default": 3600}}},
+        "health_check": {"type": "object", "properties": {
+            "path": {"type": "string", "default": "/healthz"}, "service": {"type": "string"},
+            "interval_ms": {"type": "integer", "minimum": 1, "default": 1000}, "timeout_ms": {"type": "integer", "minimum": 1, "default": 500},
+            "unhealthy_after": {"type": "integer", "minimum": 1, "maximum": 100, "default": 2}, "healthy_after": {"type": "integer", "minimum": 1, "maximum": 100, "default": 2}}},
+        "outlier": {"type": "object", "properties": {"consecutive_failures": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 5}, "eject_ms": {"type": "integer", "minimum": 1, "default": 10000}}},
+        "standby": {"type": "object", "required": ["endpoints"], "properties": {
+            "endpoints": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["addr"], "properties": {
+                "addr": {"type": "string", "pattern": ADDR_PATTERN}, "weight": {"type": "integer", "minimum": 1, "maximum": u32::MAX, "default": 1}}}},
+            "failover_below": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 1, "default": 0.5},
+            "failback": {"type": "string", "enum": ["auto", "manual"], "default": "auto"}}},
+        "active": {"type": "string", "enum": ["primary", "standby"], "default": "primary", "description": "the serving set; set it with POST /clusters/{name}/failover"},
+        "sleep": {"type": "object", "required": ["wake_url"], "properties": {
+            "wake_url": {"type": "string"}, "hold_ms": {"type": "integer", "minimum": 0, "default": 3000}, "retry_after_s": {"type": "integer", "minimum": 1, "maximum": 86400, "default": 2},
+            "sleep_url": {"type": "string", "description": "POSTed by the registry after idle_s without requests"}, "idle_s": {"type": "integer", "minimum": 1}}},
+        "autoscale": {"type": "object", "required": ["webhook", "rules"], "properties": {
+            "webhook": {"type": "string"},
+            "rules": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["for_s", "action"], "properties": {
+                "rps_above": {"type": "number", "minimum": 0}, "rps_below": {"type": "number", "minimum": 0},
+                "for_s": {"type": "integer", "minimum": 1, "maximum": 86400}, "action": {"type": "string", "enum": ["up", "down"]}}}},
+            "cooldown_s": {"type": "integer", "minimum": 0, "maximum": 86400, "default": 60}}}}},
+    "NamedCluster": {"allOf": [{"$ref": "#/components/schemas/Cluster"}, {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "pattern": NAME_PATTERN}}}]},
     "Switch": {"type": "object", "properties": {
         "degraded": {"type": "boolean"}, "reason": {"type": "string"},
         "updated_by": {"type": "string", "description": "set from X-Portico-Operator, else this field, else admin"},
         "updated_at": {"type": "string", "format": "date-time", "description": "set by the registry"},
         "fallback": {"type": "object", "properties": {
-            "status": {"type": "integer", "default": 200}, "headers": {"type": "object", "additionalProperties": {"type": "string"}}, "body": {}}}}},
+            "status": {"type": "integer", "minimum": 100, "maximum": 599, "default": 200}, "headers": {"type": "object", "additionalProperties": {"type": "string"}}, "body": {}}},
+        "match": {"type": "object", "description": "only on <api_id>@<label>: selector (path:<var>, query:<name>, header:<Name>, app, ip) -> values; all selectors must match",
+            "additionalProperties": {"type": "array", "items": {"type": "string"}}}}},
     "IpAcl": {"type": "object", "properties": {
         "deny": {"type": "array", "items": {"type": "string"}}, "allow": {"type": "array", "items": {"type": "string"}},
         "trusted_proxies": {"type": "array", "items": {"type": "string"}}}},
     "AppRateLimit": {"type": "object", "required": ["limit", "per"], "properties": {
-        "limit": {"type": "integer"}, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": {"type": "integer"}}}
+        "limit": count1, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": count1,
+        "scope": {"type": "string", "enum": ["node", "cluster"], "default": "node"}}}
     })
 }
 
@@ -272,13 +417,13 @@ fn message_schemas() -> Value {
         "apis": {"type": "array", "items": {"type": "string"}},
         "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}}}},
     "AppCreate": {"type": "object", "properties": {
-        "app_key": {"type": "string"}, "name": {"type": "string"}, "secret": {"type": "string", "minLength": 8},
+        "app_key": {"type": "string", "pattern": NAME_PATTERN}, "name": {"type": "string"}, "secret": {"type": "string", "minLength": 8},
         "status": {"type": "string", "enum": ["active", "disabled"]},
-        "apis": {"type": "array", "items": {"type": "string"}},
+        "apis": {"type": "array", "items": {"type": "string", "pattern": GRANT_PATTERN}},
         "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}}}},
     "AppPatch": {"type": "object", "properties": {
         "name": {"type": "string"}, "status": {"type": "string", "enum": ["active", "disabled"]},
-        "apis": {"type": "array", "items": {"type": "string"}},
+        "apis": {"type": "array", "items": {"type": "string", "pattern": GRANT_PATTERN}},
         "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}}}},
     "AppCredentials": {"type": "object", "required": ["app_key", "secret"], "properties": {
         "app_key": {"type": "string"}, "secret": {"type": "string", "description": "shown only in this response"},
@@ -302,8 +447,8 @@ fn message_schemas() -> Value {
 fn import_and_ops_schemas() -> Value {
     json!({
     "ImportOptions": {"type": "object", "required": ["cluster"], "properties": {
-        "cluster": {"type": "string"}, "auth": {"type": "string", "enum": ["signature", "none"]},
-        "timeout_ms": {"type": "integer"}, "services": {"type": "array", "items": {"type": "string"}},
+        "cluster": {"type": "string", "pattern": NAME_PATTERN}, "auth": {"type": "string", "enum": ["signature", "none"]},
+        "timeout_ms": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS}, "services": {"type": "array", "items": {"type": "string"}},
         "ids": {"type": "object", "additionalProperties": {"type": "string"}, "description": "API id by RPC (pkg.Service/Method)"}}},
     "ProtoImport": {"allOf": [{"$ref": "#/components/schemas/ImportOptions"}, {"type": "object", "required": ["files"], "properties": {
         "files": {"type": "object", "additionalProperties": {"type": "string"}, "description": "import path → .proto source"}}}]},
@@ -327,6 +472,24 @@ fn import_and_ops_schemas() -> Value {
             "id": {"type": "string"}, "at": {"type": "string", "format": "date-time"}, "actor": {"type": "string"},
             "action": {"type": "string"}, "target": {"type": "string"}, "request_id": {"type": "string"}, "detail": {"type": "object"}}}},
         "next_before": {"type": "string", "nullable": true}}},
+    "Imported": {"type": "object", "required": ["env", "imported"], "properties": {
+        "env": {"type": "string", "enum": ["live", "sandbox"]},
+        "imported": {"type": "array", "items": {"type": "string"}, "description": "tree paths written, in write order"}}},
+    "SandboxCall": {"type": "object", "additionalProperties": false, "description": "a call to the draft on a gateway's sandbox listener", "properties": {
+        "api_id": {"type": "string", "pattern": NAME_PATTERN, "description": "the draft (gives the method, and the path if it has no variables)"},
+        "method": {"type": "string"}, "path": {"type": "string", "description": "as sent, optionally with ?query"},
+        "query": {"type": "string"}, "body": {"description": "a string is sent as is, any other JSON value as JSON"},
+        "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+        "app_key": {"type": "string", "description": "the sandbox app to sign with"},
+        "node_id": {"type": "string", "description": "the gateway node (default: the first with a sandbox listener)"}}},
+    "SandboxCallResult": {"type": "object", "required": ["request", "response", "latency_ms"], "properties": {
+        "request": {"type": "object", "properties": {
+            "method": {"type": "string"}, "url": {"type": "string"}, "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "body": {"type": "string"}, "app_key": {"type": "string", "nullable": true}, "string_to_sign": {"type": "string", "nullable": true}}},
+        "response": {"type": "object", "properties": {
+            "status": {"type": "integer"}, "headers": {"type": "object"}, "body": {"type": "string"},
+            "body_encoding": {"type": "string"}, "body_bytes": {"type": "integer"}, "truncated": {"type": "boolean"}}},
+        "latency_ms": {"type": "number"}, "node_id": {"type": "string"}, "api_id": {"type": "string", "nullable": true}}},
     "Nodes": {"type": "object", "properties": {
         "generation": {"type": "integer", "description": "the live tree's current generation"},
         "digest": {"type": "string"},
@@ -401,6 +564,66 @@ mod tests {
         );
         // A publish body may be empty.
         assert_eq!(put["requestBody"]["required"], false);
+    }
+
+    /// Every `$ref` in `value`.
+    fn refs<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+        match value {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    match (k.as_str(), v) {
+                        ("$ref", Value::String(r)) => out.push(r),
+                        _ => refs(v, out),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_reference_of_the_served_document_resolves() {
+        let doc = document(&crate::api::routes());
+        let mut all = Vec::new();
+        refs(&doc, &mut all);
+        assert!(all.len() > 50, "{}", all.len());
+        for r in all {
+            let pointer = r.strip_prefix('#').unwrap_or(r);
+            assert!(doc.pointer(pointer).is_some(), "dangling $ref {r}");
+        }
+    }
+
+    #[test]
+    fn only_operations_that_call_out_list_502() {
+        let doc = document(&crate::api::routes());
+        let mut listing: Vec<&str> = Vec::new();
+        for ops in doc["paths"].as_object().unwrap().values() {
+            for op in ops.as_object().unwrap().values() {
+                if op["responses"].get("502").is_some() {
+                    listing.push(op["operationId"].as_str().unwrap());
+                }
+            }
+        }
+        listing.sort_unstable();
+        assert_eq!(listing, ["post_reflection", "post_sandbox_call"]);
+    }
+
+    #[test]
+    fn creating_routes_link_to_their_resource() {
+        let doc = document(&crate::api::routes());
+        let links = &doc["paths"]["/apps"]["post"]["responses"]["201"]["links"];
+        let get = &links["get_apps_app_key"];
+        assert_eq!(get["operationId"], "get_apps_app_key");
+        assert_eq!(
+            get["parameters"]["app_key"], "$response.body#/app_key",
+            "{links:#}"
+        );
+        let links = &doc["paths"]["/clusters"]["post"]["responses"]["201"]["links"];
+        assert_eq!(
+            links["delete_clusters_name"]["parameters"]["name"],
+            "$request.body#/name"
+        );
     }
 
     #[test]

@@ -176,6 +176,48 @@ fn compile_error(e: &protox::Error, files: &BTreeMap<String, String>) -> ApiErro
 /// Decodes an encoded FileDescriptorSet (completing it with the vendored google/api files if
 /// it imports them without including them) and lists its RPCs with their HTTP rules.
 pub fn analyze(bytes: &[u8], services_filter: Option<&[String]>) -> ApiResult<Analysis> {
+    let (pool, stored) = decode_set(bytes)?;
+    // Read the HTTP rules with an extension that is surely known, even when the uploaded set
+    // carries no google/api files (then the options hold the extension as unknown fields).
+    let http_ext = match pool.get_extension_by_name("google.api.http") {
+        Some(ext) => Some(ext),
+        None => vendored_pool()?.get_extension_by_name("google.api.http"),
+    };
+    let wanted: Option<BTreeSet<&str>> =
+        services_filter.map(|s| s.iter().map(String::as_str).collect());
+    let mut listing = Listing::default();
+    for service in pool.services() {
+        let name = service.full_name();
+        if name.starts_with("grpc.reflection.") || name.starts_with("grpc.health.") {
+            continue;
+        }
+        if wanted.as_ref().is_some_and(|w| !w.contains(name)) {
+            continue;
+        }
+        listing.add_service(&service, http_ext.as_ref());
+    }
+    if let Some(w) = wanted {
+        if let Some(missing) = w.iter().find(|s| !listing.services.iter().any(|n| n == *s)) {
+            return Err(ApiError::invalid(
+                format!("service {missing:?} is not in the descriptor set"),
+                vec![],
+            ));
+        }
+    }
+    let sha256 = hex::encode(Sha256::digest(&stored));
+    Ok(Analysis {
+        bytes: stored,
+        sha256,
+        services: listing.services,
+        methods: listing.methods,
+        skipped: listing.skipped,
+    })
+}
+
+/// Decodes the set alone, or else with the vendored google/api files, and returns the pool
+/// with the bytes to store (re-encoded when the vendored files were needed), refusing a set
+/// too large for a ZooKeeper node.
+fn decode_set(bytes: &[u8]) -> ApiResult<(DescriptorPool, Vec<u8>)> {
     let (pool, stored) = match DescriptorPool::decode(bytes) {
         Ok(pool) => (pool, bytes.to_vec()),
         Err(alone) => {
@@ -198,64 +240,47 @@ pub fn analyze(bytes: &[u8], services_filter: Option<&[String]>) -> ApiResult<An
             stored.len()
         )));
     }
-    // Read the HTTP rules with an extension that is surely known, even when the uploaded set
-    // carries no google/api files (then the options hold the extension as unknown fields).
-    let http_ext = match pool.get_extension_by_name("google.api.http") {
-        Some(ext) => Some(ext),
-        None => vendored_pool()?.get_extension_by_name("google.api.http"),
-    };
-    let wanted: Option<BTreeSet<&str>> =
-        services_filter.map(|s| s.iter().map(String::as_str).collect());
-    let mut services = Vec::new();
-    let mut methods = Vec::new();
-    let mut skipped = Vec::new();
-    for service in pool.services() {
+    Ok((pool, stored))
+}
+
+/// The services of a set with their unary RPCs that carry an HTTP rule, and the RPCs left out.
+#[derive(Default)]
+struct Listing {
+    services: Vec<String>,
+    methods: Vec<MethodRule>,
+    skipped: Vec<Skipped>,
+}
+
+impl Listing {
+    fn add_service(
+        &mut self,
+        service: &prost_reflect::ServiceDescriptor,
+        http_ext: Option<&prost_reflect::ExtensionDescriptor>,
+    ) {
         let name = service.full_name().to_owned();
-        if name.starts_with("grpc.reflection.") || name.starts_with("grpc.health.") {
-            continue;
-        }
-        if wanted.as_ref().is_some_and(|w| !w.contains(name.as_str())) {
-            continue;
-        }
-        services.push(name.clone());
+        self.services.push(name.clone());
         for method in service.methods() {
             let full = format!("{name}/{}", method.name());
             if method.is_client_streaming() || method.is_server_streaming() {
-                skipped.push(Skipped {
+                self.skipped.push(Skipped {
                     method: full,
                     reason: "streaming RPCs are not offered as HTTP APIs".to_owned(),
                 });
                 continue;
             }
-            match http_rule_of(&method, http_ext.as_ref()) {
-                Some(http) => methods.push(MethodRule {
+            match http_rule_of(&method, http_ext) {
+                Some(http) => self.methods.push(MethodRule {
                     service: name.clone(),
                     method: method.name().to_owned(),
                     http,
                 }),
-                None => skipped.push(Skipped {
+                None => self.skipped.push(Skipped {
                     method: full,
                     reason: "no google.api.http annotation".to_owned(),
                 }),
             }
         }
     }
-    if let Some(w) = wanted {
-        if let Some(missing) = w.iter().find(|s| !services.iter().any(|n| n == *s)) {
-            return Err(ApiError::invalid(
-                format!("service {missing:?} is not in the descriptor set"),
-                vec![],
-            ));
-        }
-    }
-    let sha256 = hex::encode(Sha256::digest(&stored));
-    Ok(Analysis {
-        bytes: stored,
-        sha256,
-        services,
-        methods,
-        skipped,
-    })
 }
 
 fn http_rule_of(
@@ -409,12 +434,32 @@ pub fn draft_for(
     }
 }
 
+/// 400 unless `addr` is `host:port` (a port from 1 to 65535 after the last `:`, a host before
+/// it): what cannot name a backend is the caller's mistake, not an unreachable backend (502).
+fn check_host_port(addr: &str) -> ApiResult<()> {
+    let ok = addr.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty()
+            && !host
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || c == '/')
+            && port.parse::<u16>().is_ok_and(|p| p > 0)
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "addr {addr:?}: must be host:port (or a URL) of the gRPC backend"
+        )))
+    }
+}
+
 /// Fetches the descriptors of a running backend's services by gRPC server reflection (v1, or
 /// v1alpha when v1 is not served), with every file they depend on, as an encoded set.
 pub async fn fetch_by_reflection(addr: &str, services: Option<&[String]>) -> ApiResult<Vec<u8>> {
     let uri = if addr.contains("://") {
         addr.to_owned()
     } else {
+        check_host_port(addr)?;
         format!("http://{addr}")
     };
     let endpoint = tonic::transport::Endpoint::from_shared(uri.clone())
@@ -619,6 +664,38 @@ message GetCartRequest { string cart_id = 1; string user = 2; }
 message AddItemRequest { string cart_id = 1; string sku = 2; }
 message Cart { string cart_id = 1; repeated string skus = 2; }
 "#;
+
+    /// Found by schemathesis (`POST /reflection` with `"addr": "j"` answered 502): an address
+    /// that names no backend is a 400; a well-formed one that cannot be reached stays a 502.
+    #[tokio::test]
+    async fn reflection_addresses_that_name_no_backend_are_400() {
+        for addr in [
+            "j",
+            "",
+            ":50051",
+            "host:",
+            "host:0",
+            "host:70000",
+            "a b:1",
+            "h:x",
+        ] {
+            let e = fetch_by_reflection(addr, None).await.unwrap_err();
+            assert_eq!(e.status.as_u16(), 400, "{addr:?}: {e}");
+        }
+        assert!(check_host_port("127.0.0.1:50051").is_ok());
+        assert!(check_host_port("[::1]:50051").is_ok());
+        assert!(check_host_port("backend.internal:443").is_ok());
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        // Nothing listens there now: reachable in form, not in fact.
+        let e = fetch_by_reflection(&format!("127.0.0.1:{port}"), None)
+            .await
+            .unwrap_err();
+        assert_eq!(e.status.as_u16(), 502, "{e}");
+    }
 
     #[test]
     fn compiles_and_finds_http_rules() {

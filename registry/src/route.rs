@@ -38,6 +38,32 @@ pub enum Reply {
     Empty,
 }
 
+/// What a query parameter takes, for the OpenAPI document (the handler checks it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Param {
+    /// Free text.
+    Text,
+    /// A document name (1-128 of `[A-Za-z0-9._-]`, [`crate::input::check_name`]).
+    Name,
+    /// A flag: empty, `true` or `1` turn it on ([`crate::input::flag`]).
+    Flag,
+    /// A whole number of at least 0 (handlers clamp it into their range).
+    Count,
+    /// One of these words.
+    OneOf(&'static [&'static str]),
+}
+
+/// One query parameter of a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueryParam {
+    /// Its name.
+    pub name: &'static str,
+    /// What it does, for the OpenAPI document.
+    pub description: &'static str,
+    /// What it takes.
+    pub param: Param,
+}
+
 /// One route: where, what it does, and its handler.
 #[derive(Clone)]
 pub struct Route {
@@ -54,12 +80,19 @@ pub struct Route {
     pub body: Body,
     /// The successful response.
     pub reply: Reply,
-    /// Query parameters: (name, description).
-    pub query: Vec<(&'static str, &'static str)>,
+    /// Query parameters.
+    pub query: Vec<QueryParam>,
     /// Reachable without the admin token.
     pub public: bool,
     /// Whether the route takes `If-Match` / `If-None-Match`.
     pub conditional: bool,
+    /// For a `POST` that creates a resource: where the new resource's id is, as an OpenAPI
+    /// runtime expression (`$response.body#/id`). The OpenAPI document then links this route
+    /// to the routes under `path/{param}` ([`Route::creates`]).
+    pub created_id: Option<&'static str>,
+    /// Whether the route calls out, to a gateway or a backend (502 `UPSTREAM_ERROR` when that
+    /// call fails).
+    pub calls_out: bool,
     /// The handler, for this route's method.
     pub handler: MethodRouter<Shared>,
 }
@@ -83,6 +116,8 @@ impl Route {
             query: Vec::new(),
             public: false,
             conditional: false,
+            created_id: None,
+            calls_out: false,
             handler,
         }
     }
@@ -99,9 +134,38 @@ impl Route {
         self
     }
 
-    /// Adds a query parameter.
-    pub fn query(mut self, name: &'static str, description: &'static str) -> Route {
-        self.query.push((name, description));
+    /// Adds a query parameter of free text.
+    pub fn query(self, name: &'static str, description: &'static str) -> Route {
+        self.query_as(name, description, Param::Text)
+    }
+
+    /// Adds a query parameter that takes `param`.
+    pub fn query_as(
+        mut self,
+        name: &'static str,
+        description: &'static str,
+        param: Param,
+    ) -> Route {
+        self.query.push(QueryParam {
+            name,
+            description,
+            param,
+        });
+        self
+    }
+
+    /// Marks the route as calling out (a gateway, or a backend for gRPC reflection): it answers
+    /// 502 `UPSTREAM_ERROR` when what it calls cannot be reached or read.
+    pub fn calls_out(mut self) -> Route {
+        self.calls_out = true;
+        self
+    }
+
+    /// Says where the id of the resource this route creates is (an OpenAPI runtime expression,
+    /// e.g. `$response.body#/id` or `$request.body#/name`): the OpenAPI document links the
+    /// route to the routes under `path/{param}` with it (for clients and for stateful testing).
+    pub fn creates(mut self, id: &'static str) -> Route {
+        self.created_id = Some(id);
         self
     }
 
@@ -158,7 +222,7 @@ mod tests {
                 "List clusters ({env})",
                 get(|| async {}),
             )
-            .query("force", "x")
+            .query_as("force", "x", Param::Flag)
             .conditional(),
             Route::new(Method::GET, "/ipacl", "ipacl", "IP ACL", get(|| async {})),
         ];
@@ -185,6 +249,13 @@ mod tests {
             ]
         );
         assert!(all[2].conditional);
-        assert_eq!(all[2].query, [("force", "x")]);
+        assert_eq!(
+            all[2].query,
+            [QueryParam {
+                name: "force",
+                description: "x",
+                param: Param::Flag
+            }]
+        );
     }
 }

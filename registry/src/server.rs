@@ -56,8 +56,10 @@ pub fn router(state: Shared) -> Router {
         .with_state(state)
 }
 
-/// Serves `router(state)` on `listener` until the process ends.
+/// Serves `router(state)` on `listener` until the process ends, with the autoscale task
+/// ([`crate::autoscale`]) running beside it.
 pub async fn serve(listener: tokio::net::TcpListener, state: Shared) -> std::io::Result<()> {
+    crate::autoscale::start(&state);
     axum::serve(listener, router(state)).await
 }
 
@@ -90,30 +92,41 @@ fn is_public(gate: &Gate, path: &str) -> bool {
     gate.public.contains(path) || !path.starts_with("/api/")
 }
 
-/// Constant-time comparison of the presented and the configured token.
+/// Constant-time comparison of the presented and the configured token: every byte of the
+/// configured token is compared whatever the presented one holds, and the differences are
+/// accumulated without an early exit, so the time taken depends on the configured token's
+/// length only, never on how many leading bytes a guess got right (docs/SECURITY.md, "Admin
+/// API (registry)").
 fn token_matches(presented: &[u8], expected: &[u8]) -> bool {
     let mut diff = presented.len() ^ expected.len();
     for (i, e) in expected.iter().enumerate() {
         let p = presented.get(i).copied().unwrap_or(0);
         diff |= usize::from(p ^ e);
     }
-    diff == 0
+    std::hint::black_box(diff) == 0
 }
 
+/// Checks the admin token: exactly one `Authorization: Bearer <token>` header (the scheme in
+/// any case, RFC 7235) carrying the configured token.
 fn authenticate(state: &AppState, req: &Request) -> Result<(), ApiError> {
     let Some(expected) = state.token.as_deref() else {
         return Ok(());
     };
-    let Some(value) = req.headers().get(header::AUTHORIZATION) else {
+    let mut values = req.headers().get_all(header::AUTHORIZATION).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
         return Err(ApiError::unauthenticated(
-            "missing Authorization: Bearer <admin token>",
+            if req.headers().contains_key(header::AUTHORIZATION) {
+                "send one Authorization header, not several"
+            } else {
+                "missing Authorization: Bearer <admin token>"
+            },
         ));
     };
     let value = value.to_str().unwrap_or("");
     let presented = value
-        .strip_prefix("Bearer ")
-        .or_else(|| value.strip_prefix("bearer "))
-        .map(str::trim);
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     match presented {
         Some(token) if token_matches(token.as_bytes(), expected.as_bytes()) => Ok(()),
         Some(_) => Err(ApiError::unauthenticated("the admin token is not valid")),
@@ -140,7 +153,15 @@ async fn context(State(gate): State<Gate>, mut req: Request, next: Next) -> Resp
     } else {
         match authenticate(&gate.state, &req) {
             Ok(()) => next.run(req).await,
-            Err(e) => e.into_response(),
+            Err(e) => {
+                let mut response = e.into_response();
+                // RFC 6750: say which scheme the API takes.
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"portico-registry\""),
+                );
+                response
+            }
         }
     };
     let mut response = match error_of(response) {
@@ -225,6 +246,9 @@ mod tests {
         assert!(!token_matches(b"abd", b"abc"));
         assert!(!token_matches(b"ab", b"abc"));
         assert!(!token_matches(b"abcd", b"abc"));
+        assert!(!token_matches(b"", b"abc"));
+        assert!(!token_matches(b"abc\0", b"abc"));
+        assert!(!token_matches(b"", b"\0"));
         assert!(valid_request_id("a-b_c.1"));
         assert!(!valid_request_id(""));
         assert!(!valid_request_id("a b"));
@@ -246,6 +270,7 @@ mod tests {
                 zk_hosts: "127.0.0.1:1".into(),
                 zk_root: "/portico".into(),
                 token: Some("t".into()),
+                zk_auth: None,
             }),
             public: Arc::new(public),
         };

@@ -7,13 +7,14 @@
 
 use crate::history::HistoryStore;
 use crate::zk_store::Store;
+use portico_control::zk::ZkAuth;
 use std::sync::{Arc, OnceLock};
 
 /// The header carrying the request id, as on the gateway (docs/PROTOCOL.md, "Request ids").
 pub const REQUEST_ID_HEADER: &str = "x-portico-request-id";
 
 /// How a registry runs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Config {
     /// ZooKeeper connect string.
     pub zk_hosts: String,
@@ -21,6 +22,9 @@ pub struct Config {
     pub zk_root: String,
     /// The admin bearer token; `None` only with `--insecure-no-auth`.
     pub token: Option<String>,
+    /// ZooKeeper `digest` credentials (`--zk-auth-file`, `PORTICO_ZK_AUTH`); `None`: an open
+    /// tree (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
+    pub zk_auth: Option<ZkAuth>,
 }
 
 /// State shared by every request.
@@ -50,7 +54,7 @@ impl AppState {
     /// The state of a registry running with `config` (ZooKeeper is connected on first use).
     pub fn new(config: &Config) -> Shared {
         Arc::new(AppState {
-            store: Store::new(&config.zk_hosts, &config.zk_root),
+            store: Store::new(&config.zk_hosts, &config.zk_root).with_auth(config.zk_auth.clone()),
             token: config.token.clone(),
             history: OnceLock::new(),
         })

@@ -20,11 +20,14 @@ pub struct TestRegistry {
 impl TestRegistry {
     /// Starts a ZooKeeper (blocking until it accepts sessions).
     pub fn start() -> TestRegistry {
-        let zk = ZooKeeper::start();
+        let zk = ZooKeeper::start_locked();
         let state = AppState::new(&Config {
             zk_hosts: zk.connect_string(),
             zk_root: "/portico".to_owned(),
             token: None,
+            zk_auth: zk
+                .credentials()
+                .map(|c| portico_control::zk::ZkAuth::parse(&c.registry).unwrap()),
         });
         TestRegistry { _zk: zk, state }
     }

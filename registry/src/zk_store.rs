@@ -1,9 +1,16 @@
 //! The registry's view of ZooKeeper: one shared session (re-established when it expires),
 //! tree paths relative to the root, and versioned writes (compare-and-set on the znode version).
 //! The registry keeps no other state, so any number of registries can run side by side.
+//!
+//! Every session authenticates with the registry's `digest` credentials, if it has some
+//! (`--zk-auth-file`, `PORTICO_ZK_AUTH`), and every node the registry creates gets the ACL the
+//! root's ACL calls for (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
 
 use crate::error::{ApiError, ApiResult};
-use portico_control::zk::{ensure_path, join_path, normalize_root, read_tree};
+use portico_control::zk::auth::{create_acl, read_policy};
+use portico_control::zk::{
+    ensure_path_with, join_path, normalize_root, read_tree, AclPolicy, ZkAuth,
+};
 use portico_control::Tree;
 use std::time::Duration;
 use tokio::sync::Mutex;
@@ -80,6 +87,7 @@ pub struct Store {
     hosts: String,
     root: String,
     session_timeout: Duration,
+    auth: Option<ZkAuth>,
     client: Mutex<Option<zk::Client>>,
 }
 
@@ -97,10 +105,6 @@ async fn timed<T, E: From<zk::Error>>(
     }
 }
 
-fn persistent() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
-}
-
 impl Store {
     /// A store of the tree under `root` on the ZooKeeper `hosts` (connected on first use).
     pub fn new(hosts: &str, root: &str) -> Store {
@@ -108,8 +112,48 @@ impl Store {
             hosts: hosts.to_owned(),
             root: normalize_root(root),
             session_timeout: Duration::from_secs(10),
+            auth: None,
             client: Mutex::new(None),
         }
+    }
+
+    /// Authenticates every session with `auth` (`None`: an open tree, as v1).
+    pub fn with_auth(mut self, auth: Option<ZkAuth>) -> Store {
+        self.auth = auth;
+        self
+    }
+
+    /// The user the store authenticates as, if any.
+    pub fn auth_user(&self) -> Option<&str> {
+        self.auth.as_ref().map(ZkAuth::user)
+    }
+
+    /// The ACL policy of the tree (from the root's ACL); `None` for an open tree. A registry
+    /// with credentials refuses to create an open tree: the root must be made by
+    /// `portico zk lockdown` (or exist open, as a v1 tree).
+    async fn policy(&self, client: &zk::Client) -> ApiResult<Option<AclPolicy>> {
+        let policy = timed(read_policy(client, &self.root))
+            .await
+            .map_err(|e| ApiError::from_zk(e, "the root"))?;
+        if policy.is_none() && self.auth.is_some() {
+            let exists = timed(client.check_stat(&self.root))
+                .await
+                .map_err(|e| ApiError::from_zk(e, "the root"))?
+                .is_some();
+            if !exists {
+                return Err(ApiError::unavailable(format!(
+                    "the tree {} does not exist in ZooKeeper: create it locked with `portico zk lockdown` \
+                     (docs/OPERATIONS.md, \"ZooKeeper credentials and ACLs\")",
+                    self.root
+                )));
+            }
+        }
+        Ok(policy)
+    }
+
+    /// The ACL of a new node at tree path `rel`.
+    fn acl(&self, policy: Option<&AclPolicy>, rel: &str) -> Vec<zk::Acl> {
+        create_acl(policy, rel)
     }
 
     /// The root of the tree (normalized, e.g. `/portico`).
@@ -143,7 +187,7 @@ impl Store {
             }
         }
         let client = timed(
-            zk::Client::connector()
+            ZkAuth::connector(self.auth.as_ref())
                 .with_session_timeout(self.session_timeout)
                 .with_fail_eagerly()
                 .connect(&self.hosts),
@@ -235,9 +279,15 @@ impl Store {
     /// Creates the folder (and its ancestors) if missing.
     pub async fn ensure_dir(&self, rel_dir: &str) -> ApiResult<()> {
         let client = self.client().await?;
-        timed(ensure_path(&client, &self.abs(rel_dir), &persistent()))
-            .await
-            .map_err(|e| ApiError::from_zk(e, rel_dir))
+        let policy = self.policy(&client).await?;
+        timed(ensure_path_with(
+            &client,
+            &self.root,
+            &self.abs(rel_dir),
+            policy.as_ref(),
+        ))
+        .await
+        .map_err(|e| ApiError::from_zk(e, rel_dir))
     }
 
     /// Writes a document under a precondition: creates it (parents too) or sets it with the
@@ -295,15 +345,22 @@ impl Store {
 
     async fn create(&self, client: &zk::Client, rel: &str, data: &[u8]) -> ApiResult<Stat> {
         let abs = self.abs(rel);
-        let options = persistent();
+        let policy = self.policy(client).await?;
+        let acl = self.acl(policy.as_ref(), rel);
+        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acl));
         for _ in 0..2 {
             match timed(client.create(&abs, data, &options)).await {
                 Ok((stat, _)) => return Ok(self.valid_stat(client, rel, stat).await),
                 Err(zk::Error::NoNode) => {
                     if let Some((parent, _)) = abs.rsplit_once('/') {
-                        timed(ensure_path(client, parent, &options))
-                            .await
-                            .map_err(|e| ApiError::from_zk(e, rel))?;
+                        timed(ensure_path_with(
+                            client,
+                            &self.root,
+                            parent,
+                            policy.as_ref(),
+                        ))
+                        .await
+                        .map_err(|e| ApiError::from_zk(e, rel))?;
                     }
                 }
                 Err(e) => return Err(ApiError::from_zk(e, rel)),
@@ -340,11 +397,23 @@ impl Store {
     /// Runs several writes atomically (a ZooKeeper multi). Each op names its tree path.
     pub async fn multi(&self, ops: &[Op]) -> ApiResult<Vec<Option<Stat>>> {
         let client = self.client().await?;
-        let options = persistent();
+        let policy = if ops.iter().any(|op| matches!(op, Op::Create { .. })) {
+            self.policy(&client).await?
+        } else {
+            None
+        };
+        let acls: Vec<Vec<zk::Acl>> = ops
+            .iter()
+            .map(|op| self.acl(policy.as_ref(), op.rel()))
+            .collect();
         let mut writer = client.new_multi_writer();
-        for op in ops {
+        for (op, acl) in ops.iter().zip(&acls) {
             let result = match op {
-                Op::Create { rel, data } => writer.add_create(&self.abs(rel), data, &options),
+                Op::Create { rel, data } => writer.add_create(
+                    &self.abs(rel),
+                    data,
+                    &zk::CreateMode::Persistent.with_acls(zk::Acls::new(acl)),
+                ),
                 Op::Set { rel, data, version } => {
                     writer.add_set_data(&self.abs(rel), data, Some(*version))
                 }
@@ -387,7 +456,9 @@ impl Store {
     /// Appends a persistent sequential node `<rel_dir>/<prefix>NNNNNNNNNN`; returns its name.
     pub async fn append(&self, rel_dir: &str, prefix: &str, data: &[u8]) -> ApiResult<String> {
         let client = self.client().await?;
-        let options = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all());
+        let policy = self.policy(&client).await?;
+        let acl = self.acl(policy.as_ref(), &format!("{rel_dir}/{prefix}"));
+        let options = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::new(&acl));
         let path = self.abs(&format!("{rel_dir}/{prefix}"));
         for _ in 0..2 {
             match timed(client.create(&path, data, &options)).await {
@@ -408,7 +479,9 @@ impl Store {
         data: &[u8],
     ) -> ApiResult<String> {
         let client = self.client().await?;
-        let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+        let policy = self.policy(&client).await?;
+        let acl = self.acl(policy.as_ref(), &format!("{rel_dir}/{prefix}"));
+        let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&acl));
         let path = self.abs(&format!("{rel_dir}/{prefix}"));
         for _ in 0..2 {
             match timed(client.create(&path, data, &options)).await {
@@ -454,13 +527,17 @@ mod tests {
     use super::*;
     use portico_testkit::{free_port, ZooKeeper};
 
+    /// A store with the registry's credentials on a locked ZooKeeper.
     fn store(zk: &ZooKeeper) -> Store {
-        Store::new(&zk.connect_string(), "/portico")
+        let auth = zk
+            .credentials()
+            .map(|c| ZkAuth::parse(&c.registry).unwrap());
+        Store::new(&zk.connect_string(), "/portico").with_auth(auth)
     }
 
     #[tokio::test]
     async fn writes_are_compare_and_set() {
-        let zk = ZooKeeper::start();
+        let zk = ZooKeeper::start_locked();
         let s = store(&zk);
         // Absent: created with its parents, version 0; a second create conflicts.
         let w = s
@@ -528,7 +605,7 @@ mod tests {
 
     #[tokio::test]
     async fn folders_lists_and_appends() {
-        let zk = ZooKeeper::start();
+        let zk = ZooKeeper::start_locked();
         let s = store(&zk);
         assert!(
             s.list("apis").await.unwrap().is_empty(),
@@ -570,7 +647,7 @@ mod tests {
 
     #[tokio::test]
     async fn multi_writes_all_or_nothing() {
-        let zk = ZooKeeper::start();
+        let zk = ZooKeeper::start_locked();
         let s = store(&zk);
         s.ensure_dir("apis").await.unwrap();
         s.ensure_dir("history/a").await.unwrap();
@@ -621,7 +698,7 @@ mod tests {
 
     #[tokio::test]
     async fn trees_are_per_env() {
-        let zk = ZooKeeper::start();
+        let zk = ZooKeeper::start_locked();
         let s = store(&zk);
         s.put("clusters/live", b"{}", Precondition::Any)
             .await
@@ -641,6 +718,74 @@ mod tests {
         let sandbox = s.tree(Env::Sandbox).await.unwrap();
         assert_eq!(sandbox.docs.keys().collect::<Vec<_>>(), ["clusters/draft"]);
         assert!(live.generation > 0);
+    }
+
+    /// Every node the registry creates carries the ACL of docs/OPERATIONS.md: no world access,
+    /// gateways read the served tree but not history, the operator never reads an app.
+    #[tokio::test]
+    async fn created_nodes_carry_the_policy_acl() {
+        let zk = ZooKeeper::start_locked();
+        let creds = zk.credentials().unwrap();
+        let s = store(&zk);
+        s.put("apps/a", br#"{"secret":"s"}"#, Precondition::Any)
+            .await
+            .unwrap();
+        s.put("sandbox/apps/b", b"{}", Precondition::Absent)
+            .await
+            .unwrap();
+        s.put("switches/x", b"{}", Precondition::Absent)
+            .await
+            .unwrap();
+        s.ensure_dir("history").await.unwrap();
+        s.multi(&[Op::Create {
+            rel: "history/x".into(),
+            data: b"{}".to_vec(),
+        }])
+        .await
+        .unwrap();
+        let entry = s.append("audit", "entry-", b"{}").await.unwrap();
+        let client = s.client().await.unwrap();
+        let perms = |acl: &[zk::Acl], who: &str| {
+            let id = portico_testkit::digest_id(who);
+            acl.iter()
+                .find(|a| a.id() == id)
+                .map_or(zk::Permission::NONE, |a| a.permission())
+        };
+        use zk::Permission as P;
+        for (rel, gateway, operator) in [
+            ("apps", P::READ, P::READ),
+            ("apps/a", P::READ, P::NONE),
+            ("sandbox/apps/b", P::READ, P::NONE),
+            ("switches/x", P::READ, P::READ | P::WRITE),
+            ("history", P::NONE, P::NONE),
+            ("history/x", P::NONE, P::NONE),
+            (&format!("audit/{entry}") as &str, P::NONE, P::READ),
+        ] {
+            let (acl, _) = client.get_acl(&s.abs(rel)).await.unwrap();
+            assert!(acl.iter().all(|a| a.scheme() == "digest"), "{rel}: {acl:?}");
+            assert_eq!(perms(&acl, &creds.registry), P::ALL, "{rel}");
+            assert_eq!(perms(&acl, &creds.gateway), gateway, "{rel}");
+            assert_eq!(perms(&acl, &creds.operator), operator, "{rel}");
+        }
+        // Without credentials: nothing.
+        let anonymous = Store::new(&zk.connect_string(), "/portico");
+        assert_eq!(
+            anonymous.get("apps/a").await.unwrap_err().code,
+            "ZOOKEEPER_UNAVAILABLE"
+        );
+        let e = anonymous
+            .put("apis/y", b"{}", Precondition::Any)
+            .await
+            .unwrap_err();
+        assert!(e.message.contains("refused"), "{}", e.message);
+        // With credentials, a missing root is not created open.
+        let elsewhere = Store::new(&zk.connect_string(), "/other")
+            .with_auth(Some(ZkAuth::parse(&creds.registry).unwrap()));
+        let e = elsewhere
+            .put("apis/y", b"{}", Precondition::Any)
+            .await
+            .unwrap_err();
+        assert!(e.message.contains("portico zk lockdown"), "{}", e.message);
     }
 
     #[tokio::test]

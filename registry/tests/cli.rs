@@ -183,7 +183,7 @@ async fn call_sends_a_signed_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn import_publish_switch_status_history_export() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::start_locked();
     let reg = registry(&zk).await;
     let cluster = json!({"protocol": "grpc", "endpoints": [{"addr": "127.0.0.1:50051"}]});
     reg.put("/clusters/order-svc", &cluster).await.expect(201);
@@ -283,7 +283,8 @@ async fn import_publish_switch_status_history_export() {
         "{}",
         run.stdout
     );
-    let source = portico_control::zk::ZkSource::new(&zk.connect_string(), "/portico");
+    let source = portico_control::zk::ZkSource::new(&zk.connect_string(), "/portico")
+        .with_auth(common::gateway_auth(&zk));
     source.register_node(portico_control::zk::NodeInfo::new(
         "gw-cli",
         "127.0.0.1:8080",
@@ -366,7 +367,7 @@ async fn registry_binary_needs_a_token_and_serves() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no admin token"));
 
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::start_locked();
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, "file-token\n").unwrap();
@@ -380,6 +381,8 @@ async fn registry_binary_needs_a_token_and_serves() {
         ])
         .arg("--admin-token-file")
         .arg(&token_file)
+        .arg("--zk-auth-file")
+        .arg(zk.credentials().unwrap().registry_file())
         .env_remove("PORTICO_ADMIN_TOKEN")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

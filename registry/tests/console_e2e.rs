@@ -246,7 +246,7 @@ fn console_end_to_end_in_chromium() {
     let gateway_bin = sibling_bin("portico-gateway", "PORTICO_GATEWAY_BIN");
 
     // ZooKeeper, the demo backend, the registry.
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::start_locked();
     let backend = BackendProcess::start_http_grpc().unwrap();
     let grpc = backend.grpc.expect("the demo backend's gRPC address");
     let reg_port = free_port();
@@ -255,6 +255,8 @@ fn console_end_to_end_in_chromium() {
         Command::new(env!("CARGO_BIN_EXE_portico-registry"))
             .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
             .args(["--listen", &format!("127.0.0.1:{reg_port}")])
+            .arg("--zk-auth-file")
+            .arg(zk.credentials().unwrap().registry_file())
             .env("PORTICO_ADMIN_TOKEN", TOKEN)
             .env("PORTICO_CONSOLE_DIR", &console_dir)
             .env("RUST_LOG", "info"),
@@ -293,6 +295,8 @@ fn console_end_to_end_in_chromium() {
         "gateway",
         Command::new(&gateway_bin)
             .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
+            .arg("--zk-auth-file")
+            .arg(zk.credentials().unwrap().gateway_file())
             .args(["--listen", &format!("127.0.0.1:{listen}")])
             .args(["--sandbox-listen", &format!("127.0.0.1:{sandbox}")])
             .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
@@ -470,12 +474,15 @@ fn console_end_to_end_in_chromium() {
 /// `/health/apis` answer when something is missing, and that the console needs no token.
 #[test]
 fn console_routes_explain_what_is_missing() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::start_locked();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let config = portico_registry::Config {
         zk_hosts: zk.connect_string(),
         zk_root: "/portico".to_owned(),
         token: Some(TOKEN.to_owned()),
+        zk_auth: zk
+            .credentials()
+            .map(|c| portico_control::zk::ZkAuth::parse(&c.registry).unwrap()),
     };
     let (addr, _task) = rt
         .block_on(portico_registry::spawn(

@@ -14,7 +14,7 @@ fn grpc_cluster() -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_envelope_and_every_documented_route_exists() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::start_locked();
     let reg = registry(&zk).await;
     let anon = reqwest::Client::new();
 
@@ -134,7 +134,7 @@ async fn auth_envelope_and_every_documented_route_exists() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crud_apps_switches_ipacl_and_audit() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::start_locked();
     let reg = registry(&zk).await;
 
     // Clusters: create, read with ETag, CAS update, conflict, create-existing conflict.
@@ -369,7 +369,7 @@ async fn crud_apps_switches_ipacl_and_audit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_flow_with_the_demo_proto() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::start_locked();
     let reg = registry(&zk).await;
     reg.put("/clusters/order-svc", &grpc_cluster())
         .await
@@ -564,7 +564,7 @@ async fn publish_flow_with_the_demo_proto() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn descriptor_upload_multipart_and_reflection_import() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::start_locked();
     let reg = registry(&zk).await;
     let set = portico_demo::grpc::descriptor_set_bytes().to_vec();
 
@@ -704,7 +704,7 @@ async fn descriptor_upload_multipart_and_reflection_import() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_registries_writing_the_same_api_one_wins() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::start_locked();
     let a = registry(&zk).await;
     let b = registry(&zk).await;
     let http_cluster = json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:8081"}]});
@@ -817,7 +817,7 @@ async fn two_registries_writing_the_same_api_one_wins() {
 async fn nodes_lag_and_export() {
     use portico_control::zk::{NodeInfo, ZkSource};
     use portico_control::ConfigSource;
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::start_locked();
     let reg = registry(&zk).await;
     reg.put(
         "/clusters/web",
@@ -830,7 +830,8 @@ async fn nodes_lag_and_export() {
         .expect(201);
 
     // A gateway node registers and applies the tree it receives.
-    let source = ZkSource::new(&zk.connect_string(), "/portico");
+    let source =
+        ZkSource::new(&zk.connect_string(), "/portico").with_auth(common::gateway_auth(&zk));
     source.register_node(NodeInfo::new("gw-1", "127.0.0.1:8080", "127.0.0.1:9180"));
     let (tx, mut rx) = tokio::sync::mpsc::channel(4);
     let s = source.clone();
@@ -867,7 +868,8 @@ async fn nodes_lag_and_export() {
     assert_eq!(node["ephemeral"], true);
 
     // A change the node has not applied shows as lag.
-    let frozen = ZkSource::new(&zk.connect_string(), "/portico");
+    let frozen =
+        ZkSource::new(&zk.connect_string(), "/portico").with_auth(common::gateway_auth(&zk));
     frozen.register_node(NodeInfo::new("gw-2", "127.0.0.1:8082", "127.0.0.1:9182"));
     let (tx2, _rx2) = tokio::sync::mpsc::channel(1);
     let f = frozen.clone();
@@ -908,7 +910,7 @@ async fn nodes_lag_and_export() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_down_is_503_and_the_registry_recovers() {
-    let mut zk = ZooKeeper::start();
+    let mut zk = ZooKeeper::start_locked();
     let reg = registry(&zk).await;
     reg.put(
         "/clusters/web",

@@ -1,12 +1,17 @@
 //! Test support shared by Portico's integration tests: a real ZooKeeper server (the Debian
 //! `zookeeper` package) on a free loopback port with a private data directory, its `zkCli.sh`
-//! client, and free ports.
+//! client, a real Redis ([`Redis`], Debian's `redis-server`), and free ports.
 //!
 //! ```no_run
 //! let zk = portico_testkit::ZooKeeper::start();
 //! let out = portico_testkit::zkcli(&zk.connect_string(), &["create", "/portico", ""]);
 //! assert!(out.success, "{}", out.stderr);
 //! ```
+//!
+//! [`ZooKeeper::start_locked`] starts one whose `/portico` tree is locked down the way
+//! `./ops/up.sh` and `portico zk lockdown` leave it (docs/OPERATIONS.md, "ZooKeeper
+//! credentials and ACLs"): the three roles' credentials are in [`ZooKeeper::credentials`], and
+//! [`zkcli_as`] runs zkCli after `addauth digest`.
 //!
 //! The ZooKeeper installation is `/usr/share/zookeeper` unless `PORTICO_ZK_HOME` names another.
 //! Everything here panics with a clear message on failure: it is for tests and start-up only.
@@ -57,6 +62,111 @@ pub struct ZooKeeper {
     port: u16,
     child: Option<Child>,
     paused: bool,
+    credentials: Option<ZkCredentials>,
+}
+
+/// The `digest` ACL id of `user:password`: `user:base64(sha1("user:password"))`.
+pub fn digest_id(user_password: &str) -> String {
+    use base64::Engine as _;
+    use sha1::Digest as _;
+    let user = user_password.split(':').next().unwrap_or("");
+    let hash = sha1::Sha1::digest(user_password.as_bytes());
+    format!(
+        "{user}:{}",
+        base64::engine::general_purpose::STANDARD.encode(hash)
+    )
+}
+
+/// The three roles' credentials (`user:password`, random passwords), also as `0600` files.
+pub struct ZkCredentials {
+    dir: tempfile::TempDir,
+    /// `portico-registry:PASSWORD`.
+    pub registry: String,
+    /// `portico-gateway:PASSWORD`.
+    pub gateway: String,
+    /// `portico-operator:PASSWORD`.
+    pub operator: String,
+}
+
+impl ZkCredentials {
+    /// Fresh random credentials, written to `registry`, `gateway` and `operator` files (0600).
+    pub fn generate() -> ZkCredentials {
+        let dir = tempfile::Builder::new()
+            .prefix("portico-zk-auth-")
+            .tempdir()
+            .expect("temporary directory for credentials");
+        let password = |role: &str| {
+            let mut seed = [0u8; 16];
+            std::fs::File::open("/dev/urandom")
+                .and_then(|mut f| f.read_exact(&mut seed))
+                .expect("read /dev/urandom");
+            let hex: String = seed.iter().map(|b| format!("{b:02x}")).collect();
+            format!("portico-{role}:{hex}")
+        };
+        let creds = ZkCredentials {
+            registry: password("registry"),
+            gateway: password("gateway"),
+            operator: password("operator"),
+            dir,
+        };
+        for (name, text) in [
+            ("registry", &creds.registry),
+            ("gateway", &creds.gateway),
+            ("operator", &creds.operator),
+        ] {
+            write_private(&creds.dir.path().join(name), text);
+        }
+        creds
+    }
+
+    /// The file holding the registry's credentials.
+    pub fn registry_file(&self) -> PathBuf {
+        self.dir.path().join("registry")
+    }
+
+    /// The file holding the gateway's credentials.
+    pub fn gateway_file(&self) -> PathBuf {
+        self.dir.path().join("gateway")
+    }
+
+    /// The file holding the operator's credentials.
+    pub fn operator_file(&self) -> PathBuf {
+        self.dir.path().join("operator")
+    }
+
+    /// The ACL of the root as `portico zk lockdown` sets it (zkCli syntax).
+    pub fn root_acl(&self) -> String {
+        format!(
+            "digest:{}:cdrwa,digest:{}:r,digest:{}:r",
+            digest_id(&self.registry),
+            digest_id(&self.gateway),
+            digest_id(&self.operator)
+        )
+    }
+
+    /// The ACL of a `nodes/` folder (gateways register there).
+    pub fn nodes_acl(&self) -> String {
+        format!(
+            "digest:{}:cdrwa,digest:{}:crda,digest:{}:r",
+            digest_id(&self.registry),
+            digest_id(&self.gateway),
+            digest_id(&self.operator)
+        )
+    }
+}
+
+/// Writes `text` to a new file readable by its owner only.
+pub fn write_private(path: &Path, text: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
+    f.write_all(text.as_bytes())
+        .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
 }
 
 impl ZooKeeper {
@@ -86,6 +196,7 @@ impl ZooKeeper {
                 port: free_port(),
                 child: None,
                 paused: false,
+                credentials: None,
             };
             match zk.write_config().and_then(|()| zk.spawn()) {
                 Ok(()) => return Ok(zk),
@@ -93,6 +204,41 @@ impl ZooKeeper {
             }
         }
         Err(last_error)
+    }
+
+    /// Starts a server (as [`ZooKeeper::start`]) and locks the `/portico` tree down with fresh
+    /// credentials ([`ZooKeeper::credentials`]): the root, `nodes/`, `sandbox/` and
+    /// `sandbox/nodes/` exist with the ACLs `portico zk lockdown` gives them; the registry
+    /// creates the rest with the right ACLs.
+    pub fn start_locked() -> ZooKeeper {
+        let mut zk = ZooKeeper::start();
+        let creds = ZkCredentials::generate();
+        zk.lock_tree("/portico", &creds);
+        zk.credentials = Some(creds);
+        zk
+    }
+
+    /// Creates the locked skeleton of the tree at `root` (which must not exist yet).
+    pub fn lock_tree(&self, root: &str, creds: &ZkCredentials) {
+        let root_acl = creds.root_acl();
+        let nodes_acl = creds.nodes_acl();
+        let commands = [
+            format!("create {root} '' {root_acl}"),
+            format!("create {root}/nodes '' {nodes_acl}"),
+            format!("create {root}/sandbox '' {root_acl}"),
+            format!("create {root}/sandbox/nodes '' {nodes_acl}"),
+        ];
+        let refs: Vec<&str> = commands.iter().map(String::as_str).collect();
+        let out = zkcli_session(&self.connect_string(), Some(&creds.registry), &refs);
+        assert!(
+            out.stdout.matches("Created ").count() == 4,
+            "cannot lock {root}: {out:?}"
+        );
+    }
+
+    /// The credentials of a server made by [`ZooKeeper::start_locked`].
+    pub fn credentials(&self) -> Option<&ZkCredentials> {
+        self.credentials.as_ref()
     }
 
     /// `127.0.0.1:PORT`, for a client's connect string.
@@ -374,6 +520,79 @@ pub fn zkcli(connect: &str, args: &[&str]) -> ZkCliOutput {
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("cannot run zkCli.sh: {e}"));
+    cli_output(output)
+}
+
+/// Runs one zkCli session: `addauth digest AUTH` first (if given), then each command in turn
+/// (as typed at zkCli's prompt; quote an argument with spaces in `'...'`).
+pub fn zkcli_session(connect: &str, auth: Option<&str>, commands: &[&str]) -> ZkCliOutput {
+    let mut script = String::new();
+    if let Some(auth) = auth {
+        script.push_str(&format!("addauth digest {auth}\n"));
+    }
+    for c in commands {
+        script.push_str(c);
+        script.push('\n');
+    }
+    script.push_str("quit\n");
+    let mut child = Command::new(zk_home().join("bin/zkCli.sh"))
+        .arg("-server")
+        .arg(connect)
+        .env("JMXDISABLE", "true")
+        .env("CLIENT_JVMFLAGS", "-Xmx128m -XX:+UseSerialGC")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run zkCli.sh: {e}"));
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(script.as_bytes());
+    }
+    let output = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("zkCli.sh: {e}"));
+    let mut out = cli_output(output);
+    // Fed from stdin, zkCli prints results and errors on stderr: keep them with stdout.
+    for line in out.stderr.lines().filter(|l| !l.starts_with("SLF4J")) {
+        out.stdout.push('\n');
+        out.stdout.push_str(line);
+    }
+    out
+}
+
+/// Runs one zkCli command after `addauth digest AUTH` (e.g. the operator's credentials),
+/// like [`zkcli`]. The command's failure (e.g. `Insufficient permission`) shows in `stdout`
+/// and makes `success` false.
+pub fn zkcli_as(connect: &str, auth: &str, args: &[&str]) -> ZkCliOutput {
+    let line = args
+        .iter()
+        .map(|a| {
+            if a.is_empty() || a.contains(char::is_whitespace) {
+                format!("'{a}'")
+            } else {
+                (*a).to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut out = zkcli_session(connect, Some(auth), &[&line]);
+    let refused = [
+        "Insufficient permission",
+        "Authentication is not valid",
+        "Node does not exist",
+        "Node already exists",
+        "KeeperErrorCode",
+    ];
+    if refused
+        .iter()
+        .any(|r| out.stdout.contains(r) || out.stderr.contains(r))
+    {
+        out.success = false;
+    }
+    out
+}
+
+fn cli_output(output: std::process::Output) -> ZkCliOutput {
     let stdout = String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter(|l| {
@@ -387,6 +606,215 @@ pub fn zkcli(connect: &str, args: &[&str]) -> ZkCliOutput {
         success: output.status.success(),
         stdout,
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// A three-server ZooKeeper ensemble on 127.0.0.1 (each server with its own port, data
+/// directory and quorum ports), for tests that lose a server. Killed on drop.
+pub struct ZkEnsemble {
+    dirs: Vec<tempfile::TempDir>,
+    ports: Vec<u16>,
+    children: Vec<Option<Child>>,
+}
+
+impl ZkEnsemble {
+    /// Starts three servers and waits until every one of them serves (a quorum, a leader).
+    pub fn start() -> ZkEnsemble {
+        let script = zk_home().join("bin/zkServer.sh");
+        assert!(
+            script.exists(),
+            "{} is missing: apt-get install -y zookeeper",
+            script.display()
+        );
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let servers: String = (1..=3)
+            .map(|n| format!("server.{n}=127.0.0.1:{}:{}\n", free_port(), free_port()))
+            .collect();
+        let mut ens = ZkEnsemble {
+            dirs: Vec::new(),
+            ports: ports.clone(),
+            children: Vec::new(),
+        };
+        for (i, port) in ports.iter().enumerate() {
+            let dir = tempfile::Builder::new()
+                .prefix("portico-zk-ens-")
+                .tempdir()
+                .expect("temporary directory");
+            let data = dir.path().join("data");
+            std::fs::create_dir_all(&data).expect("data dir");
+            std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
+            let cfg = format!(
+                "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={}\nclientPort={port}\n\
+                 clientPortAddress=127.0.0.1\nadmin.enableServer=false\nminSessionTimeout=1000\n\
+                 maxSessionTimeout=60000\nmaxClientCnxns=0\n4lw.commands.whitelist=ruok,srvr,stat,mntr\n{servers}",
+                data.display()
+            );
+            std::fs::write(dir.path().join("zoo.cfg"), cfg).expect("zoo.cfg");
+            ens.dirs.push(dir);
+            ens.children.push(None);
+            ens.spawn(i);
+        }
+        assert!(
+            wait_for(START_TIMEOUT, || (0..3).all(|i| ens.mode(i).is_some())),
+            "the ensemble did not reach a quorum"
+        );
+        ens
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let dir = self.dirs[i].path().to_path_buf();
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("zookeeper.out"))
+            .expect("zookeeper.out");
+        let err = out.try_clone().expect("zookeeper.out");
+        let child = Command::new(zk_home().join("bin/zkServer.sh"))
+            .arg("start-foreground")
+            .arg(dir.join("zoo.cfg"))
+            .env("ZOOCFGDIR", &dir)
+            .env("ZOO_LOG_DIR", &dir)
+            .env("JMXDISABLE", "true")
+            .env(
+                "JVMFLAGS",
+                format!(
+                    "-Xmx128m -XX:+UseSerialGC -Dzookeeper.log.dir={} -Dzookeeper.root.logger=INFO,CONSOLE",
+                    dir.display()
+                ),
+            )
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("spawn zkServer.sh");
+        self.children[i] = Some(child);
+    }
+
+    /// `host:port,host:port,host:port`.
+    pub fn connect_string(&self) -> String {
+        self.ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Server `i`'s role (`leader`, `follower`) from `srvr`, `None` while it does not serve.
+    pub fn mode(&self, i: usize) -> Option<String> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.ports[i]));
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        s.write_all(b"srvr").ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("Mode: "))
+            .map(|m| m.trim().to_owned())
+    }
+
+    /// The index of the current leader, if there is one.
+    pub fn leader(&self) -> Option<usize> {
+        (0..3).find(|&i| self.children[i].is_some() && self.mode(i).as_deref() == Some("leader"))
+    }
+
+    /// Kills server `i` (SIGKILL).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for ZkEnsemble {
+    fn drop(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// A real Redis server (Debian's `redis-server`, or `PORTICO_REDIS_SERVER`) on a free
+/// loopback port, without persistence, stopped when dropped.
+pub struct Redis {
+    port: u16,
+    child: Option<Child>,
+    _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    /// Starts a server and waits until it answers `PING` (panics if it does not within
+    /// [`START_TIMEOUT`]).
+    pub fn start() -> Redis {
+        let dir = tempfile::tempdir().expect("temporary directory for redis");
+        let mut redis = Redis {
+            port: free_port(),
+            child: None,
+            _dir: dir,
+        };
+        redis.start_again();
+        redis
+    }
+
+    /// Starts the server again on the same port (after [`Redis::kill`]).
+    pub fn start_again(&mut self) {
+        let bin = std::env::var("PORTICO_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(&bin)
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self._dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {bin} (apt-get install redis-server): {e}"));
+        self.child = Some(child);
+        assert!(
+            wait_for(START_TIMEOUT, || self.ping()),
+            "redis-server on port {} did not answer PING",
+            self.port
+        );
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Whether the server answers `PING` with `+PONG`.
+    pub fn ping(&self) -> bool {
+        self.command("PING\r\n")
+            .is_some_and(|r| r.starts_with("+PONG"))
+    }
+
+    /// Sends one inline command and returns the first reply read (for tests' checks).
+    pub fn command(&self, line: &str) -> Option<String> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        s.write_all(line.as_bytes()).ok()?;
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to end.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -419,5 +847,31 @@ mod tests {
         assert!(!zk.is_running());
         zk.start_again();
         assert!(zk.is_running());
+    }
+
+    #[test]
+    fn locked_tree_refuses_the_world() {
+        // ZooKeeper's documented example digest.
+        assert_eq!(
+            digest_id("super:test"),
+            "super:D/InIHSb7yEEbrWz8b9l71RjZJU="
+        );
+        let zk = ZooKeeper::start_locked();
+        let creds = zk.credentials().unwrap();
+        let connect = zk.connect_string();
+        let out = zkcli(&connect, &["create", "/portico/apps", ""]);
+        assert!(
+            format!("{}{}", out.stdout, out.stderr).contains("Insufficient permission"),
+            "{out:?}"
+        );
+        let out = zkcli_as(&connect, &creds.registry, &["create", "/portico/apps", ""]);
+        assert!(out.success, "{out:?}");
+        let out = zkcli_as(&connect, &creds.operator, &["getAcl", "/portico"]);
+        assert!(
+            out.success && out.stdout.contains("portico-gateway"),
+            "{out:?}"
+        );
+        let out = zkcli_as(&connect, &creds.gateway, &["create", "/portico/apis", ""]);
+        assert!(!out.success, "{out:?}");
     }
 }

@@ -9,7 +9,34 @@ use crate::trees;
 use crate::{loadavg, preamble, Ctx};
 
 /// Filler APIs in Portico's route table besides the benchmarked one.
-const FILLERS: usize = 200;
+pub const FILLERS: usize = 200;
+
+/// What direct, nginx and bare Pingora are asked.
+pub const PLAIN_PATH: &str = "/orders/42";
+/// What Portico is asked (rewritten to [`PLAIN_PATH`] on the backend).
+pub const GATEWAY_PATH: &str = "/v1/bench/orders/42";
+
+/// The edge suite's tree: the common apps and IP ACL, `fillers` filler APIs and
+/// `bench.order.get` (full policy) on the demo backend at `backend`.
+pub fn write_tree(
+    dir: &std::path::Path,
+    backend: std::net::SocketAddr,
+    fillers: usize,
+) -> anyhow::Result<()> {
+    trees::write_common(dir)?;
+    trees::write_cluster(dir, "bench-http", "http", backend)?;
+    trees::write_fillers(dir, "bench-http", fillers)?;
+    trees::write_http_api(
+        dir,
+        "bench.order.get",
+        "GET",
+        "/v1/bench/orders/{order_id}",
+        "bench-http",
+        "/orders/{order_id}",
+        1000,
+        trees::bench_policy(),
+    )
+}
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
     eprintln!("== edge: direct vs nginx vs bare Pingora vs Portico");
@@ -19,23 +46,11 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
     let bare = start_bare(ctx, backend.http)?;
 
     let dir = ctx.subdir("edge-tree")?;
-    trees::write_common(&dir)?;
-    trees::write_cluster(&dir, "bench-http", "http", backend.http)?;
-    trees::write_fillers(&dir, "bench-http", FILLERS)?;
-    trees::write_http_api(
-        &dir,
-        "bench.order.get",
-        "GET",
-        "/v1/bench/orders/{order_id}",
-        "bench-http",
-        "/orders/{order_id}",
-        1000,
-        trees::bench_policy(),
-    )?;
+    write_tree(&dir, backend.http, FILLERS)?;
     let portico = start_portico(ctx, "portico", &dir, &[])?;
 
-    let plain = "/orders/42";
-    let gw = "/v1/bench/orders/42";
+    let plain = PLAIN_PATH;
+    let gw = GATEWAY_PATH;
     check_signed(backend.http, "GET", plain, b"", "direct")?;
     check_signed(nginx.addr, "GET", plain, b"", "nginx")?;
     check_signed(bare.addr, "GET", plain, b"", "bare pingora")?;
@@ -67,8 +82,58 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
     let runs = interleave(ctx, &targets)?;
     let md = render(ctx, &started_load, &targets, &runs);
     write_section(&ctx.results, "edge", &md)?;
+    plot(ctx, "edge", &targets, &runs)?;
     eprintln!("{md}");
     Ok(())
+}
+
+/// `plots/<key>-throughput.svg` (2xx req/s) and `plots/<key>-cpu.svg` (the first watched
+/// process's CPU µs per request, user and system) of interleaved runs.
+pub fn plot(
+    ctx: &Ctx,
+    key: &str,
+    targets: &[Target<'_>],
+    runs: &[Vec<Measured>],
+) -> anyhow::Result<()> {
+    use crate::svg::{bars, Group};
+    let groups: Vec<Group> = targets
+        .iter()
+        .zip(runs)
+        .map(|(t, r)| Group {
+            label: t.name.clone(),
+            values: vec![med(r, |m| Some(m.load.ok_rps))],
+        })
+        .collect();
+    bars(
+        &ctx.plots_dir().join(format!("{key}-throughput.svg")),
+        &format!("{key}: throughput (median over rounds)"),
+        "2xx requests per second",
+        &["2xx req/s"],
+        &groups,
+    )?;
+    let groups: Vec<Group> = targets
+        .iter()
+        .zip(runs)
+        .filter(|(t, _)| t.watch.len() > 1 || key != "edge")
+        .map(|(t, r)| {
+            let name = &t.watch[0].name;
+            Group {
+                label: t.name.clone(),
+                values: vec![
+                    med(r, |m| m.cpu_us_per_req(name)),
+                    med(r, |m| m.user_us_per_req(name)),
+                    med(r, |m| m.sys_us_per_req(name)),
+                ],
+            }
+        })
+        .collect();
+    bars(
+        &ctx.plots_dir().join(format!("{key}-cpu.svg")),
+        &format!("{key}: proxy CPU per request (median over rounds)"),
+        "CPU µs per request",
+        &["user + system", "user", "system"],
+        &groups,
+    )
 }
 
 fn render(ctx: &Ctx, started_load: &str, targets: &[Target<'_>], runs: &[Vec<Measured>]) -> String {
@@ -184,7 +249,7 @@ fn render(ctx: &Ctx, started_load: &str, targets: &[Target<'_>], runs: &[Vec<Mea
     hdr.extend((1..=ctx.rounds).map(|i| format!("round {i} (req/s / proxy CPU µs/req)")));
     let hdr_refs: Vec<&str> = hdr.iter().map(String::as_str).collect();
     format!(
-        "### Edge: direct vs nginx vs bare Pingora vs Portico\n\n{}\n\nRequests: `GET` with the four §3.1 signature headers (fresh nonce and timestamp per request, signed by the load generator for every target). Direct, nginx and bare Pingora get `/orders/42`; Portico gets `/v1/bench/orders/42`, which runs ip_acl (40 deny CIDRs + an allow list) → route ({} APIs) → auth (HMAC, replay cache) → permit → rate_limit (per-app limit + a `[app, ip]` rule and an `api` rule) → degrade → bulkhead → breaker → balance, and rewrites to `/orders/42` on the same backend. Throughput counts 2xx answers only.\n\n{headline}\n\n{main}\nPer round:\n\n{}",
+        "### Edge: direct vs nginx vs bare Pingora vs Portico\n\n{}\n\n![throughput](plots/edge-throughput.svg) ![CPU per request](plots/edge-cpu.svg)\n\nRequests: `GET` with the four §3.1 signature headers (fresh nonce and timestamp per request, signed by the load generator for every target). Direct, nginx and bare Pingora get `/orders/42`; Portico gets `/v1/bench/orders/42`, which runs ip_acl (40 deny CIDRs + an allow list) → route ({} APIs) → auth (HMAC, replay cache) → permit → rate_limit (per-app limit + a `[app, ip]` rule and an `api` rule) → degrade → bulkhead → breaker → balance, and rewrites to `/orders/42` on the same backend. Throughput counts 2xx answers only.\n\n{headline}\n\n{main}\nPer round:\n\n{}",
         preamble(ctx, started_load, true),
         FILLERS + 1,
         table(&hdr_refs, &per_round_rows),

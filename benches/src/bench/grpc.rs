@@ -113,6 +113,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
     let runs = interleave(ctx, &targets)?;
     let md = render(ctx, &started_load, &targets, &runs, &sizes);
     write_section(&ctx.results, "grpc", &md)?;
+    crate::edge::plot(ctx, "grpc", &targets, &runs)?;
     eprintln!("{md}");
     Ok(())
 }
@@ -173,7 +174,7 @@ fn render(
         )
     };
     format!(
-        "### Transcoded gRPC vs HTTP passthrough (issue 3)\n\n{}\n\nBoth kinds of API run the same edge pipeline and policy (signature, rate limits, bulkhead, breaker) on one Portico (`--threads 1`) and reach the same demo backend process (HTTP listener vs gRPC listener). GET: `/v1/http/orders/42` → `GET /orders/42` vs `/v1/orders/42` → `OrderService/GetOrder`. POST: the same {}-byte JSON body to `/v1/http/orders` → `POST /orders` (echoed) vs `/v1/orders` → `OrderService/CreateOrder`. Goal: transcoding ≤ 15% over HTTP passthrough.\n\n{}\n{}\n\n{main}",
+        "### Transcoded gRPC vs HTTP passthrough (issue 3)\n\n{}\n\nBoth kinds of API run the same edge pipeline and policy (signature, rate limits, bulkhead, breaker) on one Portico (`--threads 1`) and reach the same demo backend process (HTTP listener vs gRPC listener). GET: `/v1/http/orders/42` → `GET /orders/42` vs `/v1/orders/42` → `OrderService/GetOrder`. POST: the same {}-byte JSON body to `/v1/http/orders` → `POST /orders` (echoed) vs `/v1/orders` → `OrderService/CreateOrder`. Goal: transcoding ≤ 15% over HTTP passthrough.\n\n{}\n{}\n\n{main}\n![throughput](plots/grpc-throughput.svg) ![Portico CPU per request](plots/grpc-cpu.svg)\n",
         preamble(ctx, started_load, true),
         ORDER_BODY.len(),
         pair(0, 1, "GET"),

@@ -7,16 +7,24 @@
 //! time from `/proc/<pid>/stat`, and writes medians and ratios into benches/RESULTS.md.
 //!
 //! ```text
-//! portico-bench edge|grpc|isolation|switch|all [--rounds 5] [--duration 6] [--connections 32] [--nice -10]
+//! portico-bench edge|grpc|isolation|switch|instructions|knobs|apis|idle|latency|replay|all
+//!     [--rounds 5] [--duration 6] [--connections 32] [--nice -10] ...
 //! ```
 
+mod callgrind;
 mod edge;
 mod grpc;
+mod instructions;
 mod isolation;
+mod knobs;
+mod latency;
 mod procs;
+mod replay;
 mod report;
 mod runner;
+mod scale;
 mod services;
+mod svg;
 mod switch;
 mod trees;
 
@@ -44,7 +52,20 @@ enum Suite {
     Isolation,
     /// Issue 4: switch push latency to two gateways through ZooKeeper, publish → live.
     Switch,
-    /// Every suite in turn.
+    /// Issue 10: instructions per request under callgrind (Portico, bare Pingora, nginx;
+    /// gRPC transcoded vs HTTP with the same answer bytes), top functions.
+    Instructions,
+    /// Issue 10: Pingora's knobs on the bare proxy, one at a time (instructions and CPU).
+    Knobs,
+    /// Issue 10: 10,000 APIs vs 10 APIs (capacity, instructions, RSS).
+    Apis,
+    /// Issue 10: memory per idle keep-alive connection (Portico, bare Pingora, nginx).
+    Idle,
+    /// Issue 10: open-loop latency at 50% of saturation, Portico vs bare Pingora.
+    Latency,
+    /// Issue 10: one app's sustained signed rate against the replay cache (minutes).
+    Replay,
+    /// Every suite in turn (the replay soak included).
     All,
 }
 
@@ -78,6 +99,31 @@ struct Common {
     /// Keep the temporary directory (configs, logs) after the run.
     #[arg(long, global = true)]
     keep_tmp: bool,
+    /// Counted requests per target under callgrind.
+    #[arg(long, global = true, default_value_t = 4000)]
+    calls: u64,
+    /// Warm-up requests before counting under callgrind.
+    #[arg(long, global = true, default_value_t = 1000)]
+    cg_warmup: u64,
+    /// Keep-alive connections of the counted load.
+    #[arg(long, global = true, default_value_t = 8)]
+    cg_connections: usize,
+    /// Fresh-process repetitions of each edge target under callgrind.
+    #[arg(long, global = true, default_value_t = 2)]
+    cg_reps: usize,
+    /// Idle keep-alive connections per target (idle suite).
+    #[arg(long, global = true, default_value_t = 10_000)]
+    idle_connections: u64,
+    /// Length of the one-app soak in seconds (replay suite; at most 900).
+    #[arg(long, global = true, default_value_t = 600.0)]
+    soak_secs: f64,
+    /// Knobs suite: only the knobs whose name contains one of these (repeatable; the
+    /// baseline always runs).
+    #[arg(long = "knob", global = true)]
+    knobs: Vec<String>,
+    /// Signed requests per second of the one app (replay suite).
+    #[arg(long, global = true, default_value_t = 10_000.0)]
+    soak_rate: f64,
 }
 
 /// What every suite needs.
@@ -126,6 +172,14 @@ impl Ctx {
         format!("{where_}{nice}")
     }
 
+    /// Where the suites write their SVG plots: `plots/` next to the results file.
+    pub fn plots_dir(&self) -> PathBuf {
+        self.results
+            .parent()
+            .map(|p| p.join("plots"))
+            .unwrap_or_else(|| PathBuf::from("plots"))
+    }
+
     /// A fresh sub-directory of the temporary directory.
     pub fn subdir(&self, name: &str) -> anyhow::Result<PathBuf> {
         let d = self.tmp.join(name);
@@ -171,13 +225,17 @@ fn nginx_version(nginx: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// Now, as RFC 3339 text.
+pub fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
 /// The header of every generated section: when, where, how (`load`: with the load
 /// parameters).
 pub fn preamble(ctx: &Ctx, started_load: &str, load: bool) -> String {
-    let now = time::OffsetDateTime::now_utc();
-    let date = now
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default();
+    let date = now_rfc3339();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let how = if load {
         format!(
@@ -206,6 +264,14 @@ fn main() -> anyhow::Result<()> {
     if !(c.duration > 0.0 && c.duration <= 30.0) {
         anyhow::bail!("--duration must be in (0, 30]");
     }
+    if !(c.soak_secs > 0.0 && c.soak_secs <= 900.0) {
+        anyhow::bail!("--soak-secs must be in (0, 900]");
+    }
+    let cg_plan = callgrind::CgPlan {
+        warmup: c.cg_warmup,
+        calls: c.calls.max(1),
+        connections: c.cg_connections.max(1),
+    };
     let bin_dir = match c.bin_dir {
         Some(d) => d,
         None => std::env::current_exe()?
@@ -244,7 +310,18 @@ fn main() -> anyhow::Result<()> {
     );
     eprintln!("portico-bench: logs and configs in {}", tmp.display());
     let suites: Vec<Suite> = match cli.suite {
-        Suite::All => vec![Suite::Edge, Suite::Grpc, Suite::Isolation, Suite::Switch],
+        Suite::All => vec![
+            Suite::Edge,
+            Suite::Grpc,
+            Suite::Isolation,
+            Suite::Switch,
+            Suite::Instructions,
+            Suite::Knobs,
+            Suite::Apis,
+            Suite::Idle,
+            Suite::Latency,
+            Suite::Replay,
+        ],
         s => vec![s],
     };
     let mut failed = Vec::new();
@@ -254,6 +331,12 @@ fn main() -> anyhow::Result<()> {
             Suite::Grpc => grpc::run(&ctx),
             Suite::Isolation => isolation::run(&ctx),
             Suite::Switch => switch::run(&ctx),
+            Suite::Instructions => instructions::run(&ctx, cg_plan, c.cg_reps.max(1)),
+            Suite::Knobs => knobs::run(&ctx, cg_plan, &c.knobs),
+            Suite::Apis => scale::run_apis(&ctx, cg_plan),
+            Suite::Idle => scale::run_idle(&ctx, c.idle_connections.max(1)),
+            Suite::Latency => latency::run(&ctx),
+            Suite::Replay => replay::run(&ctx, c.soak_secs, c.soak_rate),
             Suite::All => Ok(()),
         };
         if let Err(e) = r {

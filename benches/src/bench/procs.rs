@@ -34,11 +34,41 @@ pub struct Spawn<'a> {
     pub log_dir: &'a Path,
     /// Pipe stdout to the caller instead of a log file.
     pub pipe_stdout: bool,
+    /// How to launch it: a wrapper (valgrind), a file-descriptor limit.
+    pub launch: &'a Launch,
+}
+
+/// How a process under test is launched: as is (the default), or under a wrapper such as
+/// `valgrind --tool=callgrind ...`, with a raised open-file limit, and how long to wait for
+/// it to be ready (a program under callgrind starts 10–50× slower).
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// Inserted before the program (after `nice` and `taskset`).
+    pub wrapper: Vec<String>,
+    /// `prlimit --nofile=N:N` (for 10,000 idle connections).
+    pub nofile: Option<u64>,
+    pub ready_timeout: Duration,
+}
+
+impl Default for Launch {
+    fn default() -> Self {
+        Launch {
+            wrapper: Vec::new(),
+            nofile: None,
+            ready_timeout: Duration::from_secs(30),
+        }
+    }
 }
 
 impl Spawn<'_> {
     pub fn start(self) -> anyhow::Result<(Proc, Option<std::process::ChildStdout>)> {
-        let mut cmd = command(self.program, self.cpu, self.nice);
+        let mut cmd = command_with(
+            self.program,
+            self.cpu,
+            self.nice,
+            self.launch.nofile,
+            &self.launch.wrapper,
+        );
         cmd.args(&self.args);
         for (k, v) in &self.env {
             cmd.env(k, v);
@@ -112,17 +142,55 @@ impl Drop for Proc {
 /// `program` behind `nice -n N` and `taskset -c CPU` when asked (both exec the next
 /// program, so the child's pid is the program's own).
 pub fn command(program: &Path, cpu: Option<&str>, nice: i32) -> Command {
+    command_with(program, cpu, nice, None, &[])
+}
+
+/// [`command`] with an open-file limit (`prlimit`, which execs too) and a wrapper program
+/// (valgrind) in front of `program`.
+pub fn command_with(
+    program: &Path,
+    cpu: Option<&str>,
+    nice: i32,
+    nofile: Option<u64>,
+    wrapper: &[String],
+) -> Command {
     let mut parts: Vec<std::ffi::OsString> = Vec::new();
+    if let Some(n) = nofile {
+        parts.extend([
+            "prlimit".into(),
+            format!("--nofile={n}:{n}").into(),
+            "--".into(),
+        ]);
+    }
     if nice != 0 {
         parts.extend(["nice".into(), "-n".into(), nice.to_string().into()]);
     }
     if let Some(cpu) = cpu {
         parts.extend(["taskset".into(), "-c".into(), cpu.into()]);
     }
+    parts.extend(wrapper.iter().map(Into::into));
     parts.push(program.as_os_str().to_owned());
     let mut cmd = Command::new(&parts[0]);
     cmd.args(&parts[1..]);
     cmd
+}
+
+/// Resident set size of process `pid` (`VmRSS` of `/proc/<pid>/status`), in KiB.
+pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| anyhow!("no VmRSS in /proc/{pid}/status"))
+}
+
+/// Open file descriptors of process `pid` (sockets included).
+pub fn fd_count(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count() as u64)
+        .unwrap_or(0)
 }
 
 /// Clock ticks per second of `/proc/<pid>/stat` (`getconf CLK_TCK`, 100 on Linux).

@@ -40,6 +40,12 @@ pub struct LoadSpec {
     pub rate: Option<f64>,
     pub headers: Vec<String>,
     pub timeout_ms: u64,
+    /// With `rate`: open loop (latency from the scheduled send time).
+    pub open_loop: bool,
+    /// Sign as the first `apps` bench apps (connection i as app i mod apps).
+    pub apps: usize,
+    /// More `portico-load` arguments.
+    pub extra: Vec<String>,
 }
 
 impl LoadSpec {
@@ -55,6 +61,9 @@ impl LoadSpec {
             rate: None,
             headers: Vec::new(),
             timeout_ms: 10_000,
+            open_loop: false,
+            apps: APPS,
+            extra: Vec::new(),
         }
     }
 }
@@ -70,13 +79,24 @@ pub struct LoadOut {
     pub duration_s: f64,
     pub latency_us: Latency,
     pub client_cpu_s: f64,
+    #[serde(default)]
+    pub late_sends: u64,
+    #[serde(default)]
+    pub replays: BTreeMap<String, u64>,
+    /// `[second, 2xx, 429, other]`
+    #[serde(default)]
+    pub series: Vec<[u64; 4]>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct Latency {
     pub p50: u64,
+    #[serde(default)]
+    pub p90: u64,
     pub p99: u64,
     pub p999: u64,
+    #[serde(default)]
+    pub max: u64,
 }
 
 /// A load run and the CPU time each watched process used during its window.
@@ -148,7 +168,7 @@ impl LoadRun {
             .arg(spec.timeout_ms.to_string())
             .arg("--label")
             .arg(&spec.label);
-        for i in 0..APPS {
+        for i in 0..spec.apps.clamp(1, APPS) {
             cmd.arg("--app")
                 .arg(format!("{}:{}", app_key(i), app_secret(i)));
         }
@@ -157,7 +177,11 @@ impl LoadRun {
         }
         if let Some(r) = spec.rate {
             cmd.arg("--rate").arg(r.to_string());
+            if spec.open_loop {
+                cmd.arg("--open-loop");
+            }
         }
+        cmd.args(&spec.extra);
         for h in &spec.headers {
             cmd.arg("--header").arg(h);
         }
@@ -169,6 +193,11 @@ impl LoadRun {
             child,
             label: spec.label.clone(),
         })
+    }
+
+    /// Whether the load generator has exited.
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
     }
 
     pub fn finish(self) -> anyhow::Result<LoadOut> {

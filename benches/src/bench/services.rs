@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::procs::{free_port, wait_http, wait_line, wait_tcp, Proc, Spawn};
+use crate::procs::{free_port, wait_http, wait_line, wait_tcp, Launch, Proc, Spawn};
 use crate::Ctx;
 
 /// A running demo backend.
@@ -44,6 +44,7 @@ pub fn start_backend(ctx: &Ctx, name: &str, grpc: bool) -> anyhow::Result<Backen
         nice: ctx.nice,
         log_dir: &ctx.tmp,
         pipe_stdout: true,
+        launch: &Launch::default(),
     }
     .start()?;
     let stdout = stdout.context("backend stdout")?;
@@ -59,18 +60,73 @@ pub fn start_backend(ctx: &Ctx, name: &str, grpc: bool) -> anyhow::Result<Backen
 /// nginx (Debian nginx-light), one process (`master_process off`), `proxy_pass` to an
 /// upstream block with `keepalive 64`, HTTP/1.1 upstream, access log off.
 pub fn start_nginx(ctx: &Ctx, upstream: SocketAddr) -> anyhow::Result<Proxy> {
-    let dir = ctx.tmp.join("nginx");
+    start_nginx_with(ctx, "nginx", upstream, &Launch::default())
+}
+
+/// [`start_nginx`] named `name` (its files in `<tmp>/<name>`), launched as `launch` says.
+pub fn start_nginx_with(
+    ctx: &Ctx,
+    name: &str,
+    upstream: SocketAddr,
+    launch: &Launch,
+) -> anyhow::Result<Proxy> {
+    let location = r#"location / {
+            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }"#;
+    let upstream_block = format!(
+        r#"upstream backend {{
+        server {upstream};
+        keepalive 64;
+        keepalive_requests 1000000;
+    }}"#
+    );
+    run_nginx(ctx, name, &upstream_block, location, launch, "/health")
+}
+
+/// nginx as a fixed-answer HTTP backend: `answers` maps an exact path to the JSON bytes it
+/// answers (`return 200`, any method; a request body is read and dropped).
+pub fn start_nginx_fixed(ctx: &Ctx, name: &str, answers: &[(&str, &str)]) -> anyhow::Result<Proxy> {
+    let mut locations = String::new();
+    for (path, body) in answers {
+        let escaped = body.replace('\\', "\\\\").replace('\'', "\\'");
+        locations.push_str(&format!(
+            "location = {path} {{\n            default_type application/json;\n            return 200 '{escaped}';\n        }}\n        "
+        ));
+    }
+    locations.push_str("location = /health {\n            return 200 'ok';\n        }");
+    let launch = Launch::default();
+    let mut proxy = run_nginx(ctx, name, "", &locations, &launch, "/health")?;
+    proxy.proc.name = name.to_owned();
+    Ok(proxy)
+}
+
+fn run_nginx(
+    ctx: &Ctx,
+    name: &str,
+    upstream_block: &str,
+    locations: &str,
+    launch: &Launch,
+    ready_path: &str,
+) -> anyhow::Result<Proxy> {
+    let dir = ctx.tmp.join(name);
     std::fs::create_dir_all(&dir)?;
     let port = free_port()?;
     let d = dir.display();
+    let rlimit = launch
+        .nofile
+        .map(|n| format!("worker_rlimit_nofile {n};\n"))
+        .unwrap_or_default();
+    let connections = launch.nofile.unwrap_or(4096);
     let conf = format!(
         r#"daemon off;
 master_process off;
 worker_processes 1;
-pid {d}/nginx.pid;
+{rlimit}pid {d}/nginx.pid;
 error_log {d}/error.log warn;
 events {{
-    worker_connections 4096;
+    worker_connections {connections};
 }}
 http {{
     access_log off;
@@ -81,18 +137,10 @@ http {{
     scgi_temp_path {d}/scgi;
     keepalive_requests 1000000;
     keepalive_timeout 75s;
-    upstream backend {{
-        server {upstream};
-        keepalive 64;
-        keepalive_requests 1000000;
-    }}
+    {upstream_block}
     server {{
-        listen 127.0.0.1:{port};
-        location / {{
-            proxy_pass http://backend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-        }}
+        listen 127.0.0.1:{port} backlog=4096;
+        {locations}
     }}
 }}
 "#
@@ -101,7 +149,7 @@ http {{
     std::fs::write(&conf_path, conf)?;
     let nginx = ctx.nginx.clone();
     let (mut proc, _) = Spawn {
-        name: "nginx",
+        name,
         program: &nginx,
         args: vec![
             "-p".into(),
@@ -116,37 +164,63 @@ http {{
         nice: ctx.nice,
         log_dir: &ctx.tmp,
         pipe_stdout: false,
+        launch,
     }
     .start()?;
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
-    wait_http(&mut proc, addr, "/health", 200, Duration::from_secs(15))?;
+    wait_http(&mut proc, addr, ready_path, 200, launch.ready_timeout)?;
     Ok(Proxy { proc, addr })
 }
 
 /// `bare-pingora-proxy --threads 1` in front of `upstream`.
 pub fn start_bare(ctx: &Ctx, upstream: SocketAddr) -> anyhow::Result<Proxy> {
+    start_bare_with(
+        ctx,
+        "bare-pingora",
+        "bare-pingora-proxy",
+        upstream,
+        &[],
+        &Launch::default(),
+    )
+}
+
+/// A bare Pingora proxy binary `bin` (`bare-pingora-proxy[-system|-jemalloc]`) with the
+/// knob flags `knobs`, named `name`, launched as `launch` says. `--threads` comes from the
+/// context unless `knobs` sets it.
+pub fn start_bare_with(
+    ctx: &Ctx,
+    name: &str,
+    bin: &str,
+    upstream: SocketAddr,
+    knobs: &[String],
+    launch: &Launch,
+) -> anyhow::Result<Proxy> {
     let port = free_port()?;
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
-    let bin = ctx.bin("bare-pingora-proxy");
+    let bin = ctx.bin(bin);
+    let mut args = vec![
+        "--listen".into(),
+        addr.to_string(),
+        "--upstream".into(),
+        upstream.to_string(),
+    ];
+    if !knobs.iter().any(|k| k == "--threads") {
+        args.extend(["--threads".into(), ctx.proxy_threads.to_string()]);
+    }
+    args.extend_from_slice(knobs);
     let (mut proc, _) = Spawn {
-        name: "bare-pingora",
+        name,
         program: &bin,
-        args: vec![
-            "--listen".into(),
-            addr.to_string(),
-            "--upstream".into(),
-            upstream.to_string(),
-            "--threads".into(),
-            ctx.proxy_threads.to_string(),
-        ],
+        args,
         env: vec![],
         cpu: ctx.proxy_cpu.as_deref(),
         nice: ctx.nice,
         log_dir: &ctx.tmp,
         pipe_stdout: false,
+        launch,
     }
     .start()?;
-    wait_http(&mut proc, addr, "/health", 200, Duration::from_secs(15))?;
+    wait_http(&mut proc, addr, "/health", 200, launch.ready_timeout)?;
     Ok(Proxy { proc, addr })
 }
 
@@ -158,9 +232,20 @@ pub fn start_portico(
     config_dir: &Path,
     extra: &[String],
 ) -> anyhow::Result<Proxy> {
+    start_portico_with(ctx, name, config_dir, extra, &Launch::default())
+}
+
+/// [`start_portico`] launched as `launch` says.
+pub fn start_portico_with(
+    ctx: &Ctx,
+    name: &str,
+    config_dir: &Path,
+    extra: &[String],
+    launch: &Launch,
+) -> anyhow::Result<Proxy> {
     let mut args = vec!["--config-dir".to_owned(), config_dir.display().to_string()];
     args.extend_from_slice(extra);
-    start_gateway(ctx, name, &args, ctx.proxy_cpu.as_deref())
+    start_gateway_with(ctx, name, &args, ctx.proxy_cpu.as_deref(), launch)
 }
 
 /// `portico-gateway <source_and_extra> --listen .. --admin-listen .. --threads 1
@@ -171,6 +256,16 @@ pub fn start_gateway(
     name: &str,
     source_and_extra: &[String],
     cpu: Option<&str>,
+) -> anyhow::Result<Proxy> {
+    start_gateway_with(ctx, name, source_and_extra, cpu, &Launch::default())
+}
+
+fn start_gateway_with(
+    ctx: &Ctx,
+    name: &str,
+    source_and_extra: &[String],
+    cpu: Option<&str>,
+    launch: &Launch,
 ) -> anyhow::Result<Proxy> {
     let port = free_port()?;
     let admin_port = free_port()?;
@@ -199,11 +294,12 @@ pub fn start_gateway(
         nice: ctx.nice,
         log_dir: &ctx.tmp,
         pipe_stdout: false,
+        launch,
     }
     .start()?;
-    wait_http(&mut proc, admin, "/readyz", 200, Duration::from_secs(30))?;
+    wait_http(&mut proc, admin, "/readyz", 200, launch.ready_timeout)?;
     // /readyz can answer a fraction of a millisecond before the traffic listener is bound.
-    wait_tcp(&mut proc, addr, Duration::from_secs(10))?;
+    wait_tcp(&mut proc, addr, launch.ready_timeout)?;
     Ok(Proxy { proc, addr })
 }
 

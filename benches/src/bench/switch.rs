@@ -407,6 +407,7 @@ fn start_registry(ctx: &Ctx, hosts: &str) -> anyhow::Result<(Proc, SocketAddr)> 
         nice: ctx.nice,
         log_dir: &ctx.tmp,
         pipe_stdout: false,
+        launch: &crate::procs::Launch::default(),
     }
     .start()?;
     wait_http(

@@ -1,4 +1,4 @@
-//! The directory source (`--config-dir DIR`): the §3.3 tree as files.
+//! The directory source (`--config-dir DIR`): the tree of docs/OPERATIONS.md ("The configuration tree") as files.
 //!
 //! ```text
 //! DIR/apis/<api_id>.json         DIR/apps/<app_key>.json     DIR/ipacl.json
@@ -14,8 +14,9 @@
 //! poll, so that two writes inside one mtime tick are not missed.
 
 use crate::source::ConfigSource;
-use crate::tree::{DocKind, Tree};
-use std::io;
+use crate::tree::{DocKind, Tree, MAX_DOCUMENT_BYTES};
+use std::collections::BTreeMap;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
@@ -26,7 +27,8 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(250);
 /// Files modified this recently are re-read on every poll (mtime granularity guard).
 const RECENT: Duration = Duration::from_secs(2);
 
-/// Reads a §3.3 directory tree (`--config-dir`) and watches it by polling.
+/// Reads a directory tree (`--config-dir`; docs/OPERATIONS.md, "The configuration tree") and
+/// watches it by polling.
 #[derive(Debug, Clone)]
 pub struct DirSource {
     pub root: PathBuf,
@@ -89,10 +91,12 @@ struct Entry {
     mtime_ns: u128,
 }
 
-/// What a scan found: the document files, and the newest mtime (files and folders, in ms).
+/// What a scan found: the document files, the entries that cannot be documents as they are
+/// (tree path → why), and the newest mtime (files and folders, in ms).
 #[derive(Debug, Default)]
 struct Scan {
     entries: Vec<Entry>,
+    unreadable: Vec<(String, String)>,
     max_mtime_ms: u64,
 }
 
@@ -107,9 +111,46 @@ fn ns_to_ms(ns: u128) -> u64 {
     u64::try_from(ns / 1_000_000).unwrap_or(u64::MAX)
 }
 
+impl Scan {
+    /// Records the document file `file` at `tree_path` as `metadata` (following links)
+    /// describes it: a regular file is an entry, anything else (a folder, a FIFO, a dangling
+    /// or looping link) is unreadable with the reason; a file that vanished is nothing.
+    fn add(&mut self, tree_path: String, file: PathBuf, metadata: io::Result<std::fs::Metadata>) {
+        match metadata {
+            Ok(meta) if meta.is_file() => {
+                let ns = mtime_ns(&meta);
+                self.max_mtime_ms = self.max_mtime_ms.max(ns_to_ms(ns));
+                self.entries.push(Entry {
+                    tree_path,
+                    file,
+                    len: meta.len(),
+                    mtime_ns: ns,
+                });
+            }
+            Ok(_) => self.unreadable(tree_path, &file, "not a regular file".to_owned()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                // A dangling link is a document that cannot be read; a file removed since
+                // the listing is simply gone.
+                if std::fs::symlink_metadata(&file).is_ok() {
+                    self.unreadable(tree_path, &file, e.to_string());
+                }
+            }
+            Err(e) => self.unreadable(tree_path, &file, e.to_string()),
+        }
+    }
+
+    fn unreadable(&mut self, tree_path: String, file: &Path, reason: String) {
+        // Debug only: the source polls, and `build_snapshot` logs the rejection once per change.
+        tracing::debug!(file = %file.display(), reason = %reason, "skipping a configuration entry");
+        self.unreadable.push((tree_path, reason));
+    }
+}
+
 /// Lists the document files under `root` with their length and mtime (no contents read).
-/// A root or kind folder that cannot be listed is an error (a partial tree would look like
-/// deleted documents); a single entry that cannot be inspected is skipped with a warning.
+/// Only a root that cannot be listed is an error. A kind folder that cannot be listed (or
+/// not to its end) is recorded as unreadable, as is an entry at a document path that cannot
+/// be a document (not a regular file, a name that is not UTF-8): `build_snapshot` rejects
+/// each alone and keeps what it held before.
 fn scan(root: &Path) -> io::Result<Scan> {
     let meta = std::fs::metadata(root)?;
     if !meta.is_dir() {
@@ -119,29 +160,12 @@ fn scan(root: &Path) -> io::Result<Scan> {
         ));
     }
     let mut scan = Scan {
-        entries: Vec::new(),
         max_mtime_ms: ns_to_ms(mtime_ns(&meta)),
+        ..Scan::default()
     };
-    let add = |scan: &mut Scan, tree_path: String, file: PathBuf, meta: &std::fs::Metadata| {
-        let ns = mtime_ns(meta);
-        scan.max_mtime_ms = scan.max_mtime_ms.max(ns_to_ms(ns));
-        scan.entries.push(Entry {
-            tree_path,
-            file,
-            len: meta.len(),
-            mtime_ns: ns,
-        });
-    };
-
     let ipacl = root.join("ipacl.json");
-    match std::fs::metadata(&ipacl) {
-        Ok(m) if m.is_file() => add(&mut scan, "ipacl".to_owned(), ipacl, &m),
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => {
-            tracing::warn!(file = %ipacl.display(), error = %e, "skipping unreadable config file")
-        }
-    }
+    let ipacl_meta = std::fs::metadata(&ipacl);
+    scan.add("ipacl".to_owned(), ipacl, ipacl_meta);
 
     for kind in [
         DocKind::Api,
@@ -151,87 +175,125 @@ fn scan(root: &Path) -> io::Result<Scan> {
         DocKind::Descriptor,
         DocKind::Alert,
     ] {
-        let dir = root.join(kind.dir());
-        let rd = match std::fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e)
-                if e.kind() == io::ErrorKind::NotFound
-                    || e.kind() == io::ErrorKind::NotADirectory =>
-            {
-                continue
-            }
-            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display()))),
-        };
-        if let Ok(m) = std::fs::metadata(&dir) {
-            scan.max_mtime_ms = scan.max_mtime_ms.max(ns_to_ms(mtime_ns(&m)));
-        }
-        let suffix = format!(".{}", kind.file_ext());
-        for de in rd {
-            let de = de.map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
-            let file = de.path();
-            let Some(fname) = de.file_name().to_str().map(str::to_owned) else {
-                tracing::warn!(file = %file.display(), "skipping a config file whose name is not UTF-8");
-                continue;
-            };
-            if is_ignored_name(&fname) {
-                continue;
-            }
-            let Some(name) = fname.strip_suffix(&suffix).filter(|n| !n.is_empty()) else {
-                continue;
-            };
-            let tree_path = format!("{}/{name}", kind.dir());
-            if DocKind::classify(&tree_path).is_none() {
-                continue;
-            }
-            match std::fs::metadata(&file) {
-                Ok(m) if m.is_file() => add(&mut scan, tree_path, file, &m),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    tracing::warn!(file = %file.display(), error = %e, "skipping unreadable config file")
-                }
-            }
-        }
+        scan_kind(root, kind, &mut scan);
     }
     scan.entries.sort_by(|a, b| a.tree_path.cmp(&b.tree_path));
     Ok(scan)
 }
 
-/// Reads the files a scan found. A file that cannot be read is skipped with a warning.
+/// Adds the documents of one kind folder to `scan`.
+fn scan_kind(root: &Path, kind: DocKind, scan: &mut Scan) {
+    let dir = root.join(kind.dir());
+    let rd = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound || e.kind() == io::ErrorKind::NotADirectory =>
+        {
+            return
+        }
+        Err(e) => {
+            let reason = format!("cannot list the folder: {e}");
+            return scan.unreadable(kind.dir().to_owned(), &dir, reason);
+        }
+    };
+    if let Ok(m) = std::fs::metadata(&dir) {
+        scan.max_mtime_ms = scan.max_mtime_ms.max(ns_to_ms(mtime_ns(&m)));
+    }
+    let suffix = format!(".{}", kind.file_ext());
+    for de in rd {
+        let de = match de {
+            Ok(de) => de,
+            Err(e) => {
+                let reason = format!("cannot list the folder to its end: {e}");
+                return scan.unreadable(kind.dir().to_owned(), &dir, reason);
+            }
+        };
+        let file = de.path();
+        let os_name = de.file_name();
+        let fname = os_name.to_string_lossy();
+        if is_ignored_name(&fname) {
+            continue;
+        }
+        let Some(name) = fname.strip_suffix(&suffix).filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        let tree_path = format!("{}/{name}", kind.dir());
+        if DocKind::classify(&tree_path).is_none() {
+            continue;
+        }
+        if os_name.to_str().is_none() {
+            scan.unreadable(tree_path, &file, "its file name is not UTF-8".to_owned());
+            continue;
+        }
+        let meta = std::fs::metadata(&file);
+        scan.add(tree_path, file, meta);
+    }
+}
+
+/// Reads one document file, refusing (unread) one over [`MAX_DOCUMENT_BYTES`].
+fn read_document(file: &Path) -> io::Result<Vec<u8>> {
+    let f = std::fs::File::open(file)?;
+    let limit = u64::try_from(MAX_DOCUMENT_BYTES).unwrap_or(u64::MAX);
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if len > limit {
+        return Err(io::Error::other(format!(
+            "{len} bytes, more than the limit of {MAX_DOCUMENT_BYTES}"
+        )));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    f.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() > MAX_DOCUMENT_BYTES {
+        return Err(io::Error::other(format!(
+            "more than the limit of {MAX_DOCUMENT_BYTES} bytes"
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Reads the files a scan found. A file that cannot be read is skipped with a warning and
+/// recorded in [`Tree::unreadable`].
 fn read_entries(scan: &Scan) -> Tree {
     let mut tree = Tree {
         generation: scan.max_mtime_ms,
         ..Tree::default()
     };
+    for (path, reason) in &scan.unreadable {
+        tree.insert_unreadable(path, reason.clone());
+    }
     for e in &scan.entries {
-        match std::fs::read(&e.file) {
+        match read_document(&e.file) {
             Ok(bytes) => {
                 tree.insert(&e.tree_path, bytes);
             }
             Err(err) if err.kind() == io::ErrorKind::NotFound => {}
             Err(err) => {
-                tracing::warn!(file = %e.file.display(), error = %err, "skipping unreadable config file")
+                tracing::debug!(file = %e.file.display(), error = %err, "skipping unreadable config file");
+                tree.insert_unreadable(&e.tree_path, err.to_string());
             }
         }
     }
     tree
 }
 
-/// Reads the §3.3 tree under `root` once, synchronously (start-up, booting from the disk
+/// Reads the tree under `root` once, synchronously (start-up, booting from the disk
 /// snapshot, the sandbox sub-folder). The tree's generation is the newest mtime of its files
-/// and folders in Unix milliseconds. Errors if `root` (or a kind folder in it) cannot be
-/// listed; a single unreadable file is skipped with a warning.
+/// and folders in Unix milliseconds. Errors only if `root` cannot be listed: an unreadable
+/// file or kind folder, or garbage at a document path, is skipped with a warning and listed
+/// in [`Tree::unreadable`].
 pub fn read_tree(root: &Path) -> io::Result<Tree> {
     Ok(read_entries(&scan(root)?))
 }
 
-type Fingerprint = Vec<(String, u64, u128)>;
+type Fingerprint = (Vec<(String, u64, u128)>, Vec<(String, String)>);
 
 fn fingerprint(scan: &Scan) -> Fingerprint {
-    scan.entries
-        .iter()
-        .map(|e| (e.tree_path.clone(), e.len, e.mtime_ns))
-        .collect()
+    (
+        scan.entries
+            .iter()
+            .map(|e| (e.tree_path.clone(), e.len, e.mtime_ns))
+            .collect(),
+        scan.unreadable.clone(),
+    )
 }
 
 fn has_recent(scan: &Scan) -> bool {
@@ -251,17 +313,22 @@ impl ConfigSource for DirSource {
 
     async fn run(&self, updates: mpsc::Sender<Tree>) {
         let mut last_fp: Option<Fingerprint> = None;
-        let mut last_docs = None;
+        let mut last_content = None;
         let mut last_generation = 0u64;
         let mut last_error: Option<String> = None;
         loop {
             let root = self.root.clone();
             let prev_fp = last_fp.clone();
+            // While something cannot be read, read again on every poll: fixing a permission
+            // changes no mtime.
+            let prev_unreadable = last_content
+                .as_ref()
+                .is_some_and(|(_, unreadable): &(_, BTreeMap<_, _>)| !unreadable.is_empty());
             let polled =
                 tokio::task::spawn_blocking(move || -> io::Result<Option<(Fingerprint, Tree)>> {
                     let scan = scan(&root)?;
                     let fp = fingerprint(&scan);
-                    if prev_fp.as_ref() == Some(&fp) && !has_recent(&scan) {
+                    if prev_fp.as_ref() == Some(&fp) && !has_recent(&scan) && !prev_unreadable {
                         return Ok(None);
                     }
                     Ok(Some((fp, read_entries(&scan))))
@@ -274,10 +341,14 @@ impl ConfigSource for DirSource {
                         tracing::info!(source = %self.describe(), "configuration directory readable again");
                     }
                     last_fp = Some(fp);
-                    if last_docs.as_ref() != Some(&tree.docs) {
-                        last_generation = tree.generation.max(last_generation + 1);
+                    let content = (tree.docs.clone(), tree.unreadable.clone());
+                    if last_content.as_ref() != Some(&content) {
+                        if !tree.unreadable.is_empty() {
+                            tracing::warn!(source = %self.describe(), entries = ?tree.unreadable, "configuration entries cannot be read; each is rejected alone");
+                        }
+                        last_generation = tree.generation.max(last_generation.saturating_add(1));
                         tree.generation = last_generation;
-                        last_docs = Some(tree.docs.clone());
+                        last_content = Some(content);
                         if updates.send(tree).await.is_err() {
                             return;
                         }
@@ -358,6 +429,83 @@ mod tests {
         // the sandbox folder is itself a tree
         let s = read_tree(&r.join("sandbox")).unwrap();
         assert_eq!(s.docs.keys().collect::<Vec<_>>(), vec!["apis/draft"]);
+    }
+
+    #[test]
+    fn garbage_at_document_paths_is_unreadable_not_fatal() {
+        use std::os::unix::ffi::OsStrExt;
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        write(r, "apis/good.json", "{}");
+        write(r, "switches/s.json", "{}");
+        // A folder, a link to itself, a dangling link, a name that is not UTF-8, a file
+        // over the size limit (sparse: nothing is written).
+        fs::create_dir_all(r.join("apis/dir.json")).unwrap();
+        std::os::unix::fs::symlink("loop.json", r.join("apis/loop.json")).unwrap();
+        fs::create_dir_all(r.join("apps")).unwrap();
+        std::os::unix::fs::symlink("nowhere", r.join("apps/gone.json")).unwrap();
+        let bad_name = std::ffi::OsStr::from_bytes(b"bad\xff.json");
+        fs::create_dir_all(r.join("clusters")).unwrap();
+        fs::write(r.join("clusters").join(bad_name), "{}").unwrap();
+        let big = fs::File::create(r.join("apis/big.json")).unwrap();
+        big.set_len(MAX_DOCUMENT_BYTES as u64 + 1).unwrap();
+        // A kind folder that cannot be listed: a link to itself.
+        std::os::unix::fs::symlink("descriptors", r.join("descriptors")).unwrap();
+
+        let t = read_tree(r).unwrap();
+        assert_eq!(
+            t.docs.keys().collect::<Vec<_>>(),
+            vec!["apis/good", "switches/s"]
+        );
+        let u: Vec<&str> = t.unreadable.keys().map(String::as_str).collect();
+        assert_eq!(
+            u,
+            vec![
+                "apis/big",
+                "apis/dir",
+                "apis/loop",
+                "apps/gone",
+                "clusters/bad\u{fffd}",
+                "descriptors"
+            ],
+            "{:?}",
+            t.unreadable
+        );
+        assert!(t.unreadable["apis/dir"].contains("not a regular file"));
+        assert!(t.unreadable["apis/big"].contains("limit"));
+        assert!(t.unreadable["clusters/bad\u{fffd}"].contains("UTF-8"));
+        assert!(t.unreadable["descriptors"].contains("cannot list"));
+        // The snapshot built from it keeps the good documents.
+        let s = crate::build_snapshot(&t, None);
+        assert_eq!(
+            s.rejected.len(),
+            7,
+            "the six, and an empty API: {:?}",
+            s.rejected
+        );
+        assert!(s.switches.contains_key("s"));
+    }
+
+    #[tokio::test]
+    async fn unreadable_entries_are_sent_and_their_repair_seen() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path().to_path_buf();
+        write(&r, "switches/a.json", "{}");
+        std::os::unix::fs::symlink("b.json", r.join("switches/b.json")).unwrap();
+        let src = DirSource::new(&r).with_interval(Duration::from_millis(10));
+        let (tx, mut rx) = mpsc::channel(4);
+        let task = tokio::spawn(async move { src.run(tx).await });
+        let t1 = next(&mut rx).await;
+        assert!(t1.docs.contains_key("switches/a"));
+        assert!(t1.unreadable.contains_key("switches/b"));
+        // Repaired without touching any other file's mtime.
+        fs::remove_file(r.join("switches/b.json")).unwrap();
+        write(&r, "switches/b.json", "{\"degraded\":true}");
+        let t2 = next(&mut rx).await;
+        assert!(t2.unreadable.is_empty(), "{:?}", t2.unreadable);
+        assert_eq!(t2.docs["switches/b"], b"{\"degraded\":true}");
+        drop(rx);
+        task.await.unwrap();
     }
 
     #[test]

@@ -21,192 +21,23 @@
 //! For `auth: none` APIs the stage does nothing (it does not even read an
 //! `X-Portico-AppKey`): such calls are anonymous, `ctx.app` stays `None`.
 //!
-//! The [`ReplayCache`] is runtime state kept across snapshot reloads. It is per gateway
-//! node: a replay sent to another node is not seen (a shared store would be needed for that).
+//! The [`ReplayCache`] (`edge/replay.rs`) is runtime state kept across snapshot reloads. It
+//! is per gateway node; with Redis (`--redis`) a fresh nonce is also recorded cluster-wide:
+//! the stage leaves a `NonceClaim` in the context and the pipeline claims it in Redis right
+//! after this stage (`fleet.rs`; docs/SECURITY.md, "Replays").
 
 use crate::edge::{Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
-use dashmap::mapref::entry::Entry;
-use dashmap::DashMap;
 // Signing is `portico_control::sign`, the one implementation shared with the `portico` CLI
 // and the tests, so the gateway can never drift from what merchants' tools compute.
+use crate::edge::replay::{NonceCheck, ReplayCache};
 use portico_control::sign::{
     string_to_sign, valid_nonce, verify, HEADER_APP_KEY, HEADER_NONCE, HEADER_SIGNATURE,
     HEADER_TIMESTAMP, MAX_SKEW_MS,
 };
 use portico_control::{v1, Snapshot};
-use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-
-/// What [`ReplayCache::check_and_record`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NonceCheck {
-    /// Not seen in the window; now recorded.
-    Fresh,
-    /// Seen for this app within the window.
-    Replayed,
-    /// The app's cache is full of unexpired nonces: the call is refused (not recorded).
-    Full,
-}
-
-/// One app's nonces: keyed SipHash of the nonce → the last instant (epoch ms) it must be
-/// remembered, i.e. its timestamp + 300 s (after that the timestamp check refuses a replay).
-#[derive(Debug, Default)]
-struct AppNonces {
-    seen: DashMap<u64, u64>,
-    /// Entries in `seen` (kept alongside: `DashMap::len` locks every shard).
-    len: AtomicUsize,
-    /// When an inline sweep last ran (epoch ms), so a full cache is swept at most once a second.
-    last_sweep_ms: AtomicU64,
-}
-
-impl AppNonces {
-    /// Removes entries that expired before `now_ms`.
-    fn sweep(&self, now_ms: u64) {
-        let mut removed = 0usize;
-        self.seen.retain(|_, expires| {
-            let keep = *expires >= now_ms;
-            if !keep {
-                removed += 1;
-            }
-            keep
-        });
-        // `retain` and concurrent inserts only race on this counter, never on the map.
-        let _ = self
-            .len
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                Some(n.saturating_sub(removed))
-            });
-    }
-}
-
-/// Nonces seen per app within the signature window, shared by every [`AuthStage`] built
-/// across snapshot reloads (create one at start-up, pass clones of the `Arc`).
-///
-/// - Sharded: a `DashMap` of apps, each a `DashMap` of nonces; no global lock.
-/// - Compact: a nonce is stored as a 64-bit SipHash with keys random per process (so
-///   collisions cannot be engineered; an accidental one among a million nonces has odds of
-///   about 1 in 10^13) plus its expiry: ~32 bytes an entry.
-/// - Bounded per app ([`ReplayCache::DEFAULT_CAPACITY_PER_APP`]). When an app's cache is full
-///   its expired entries are swept inline (at most once a second); if it is still full the
-///   call is refused with 429 `RATE_LIMITED` (`Retry-After: 1`). Evicting unexpired nonces
-///   instead would reopen a replay window; refusing only affects an app that sends more than
-///   capacity / 300 s signed calls to one node (over 3,000 a second by default), and only
-///   the app's own secret holder can fill it.
-/// - [`ReplayCache::housekeeping`] (every few seconds) drops expired entries.
-#[derive(Debug)]
-pub struct ReplayCache {
-    apps: DashMap<Box<str>, Arc<AppNonces>>,
-    hasher: RandomState,
-    capacity_per_app: usize,
-}
-
-impl Default for ReplayCache {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl ReplayCache {
-    /// Nonces remembered per app before new calls are refused.
-    pub const DEFAULT_CAPACITY_PER_APP: usize = 1_000_000;
-
-    pub fn new() -> Self {
-        Self::with_capacity_per_app(Self::DEFAULT_CAPACITY_PER_APP)
-    }
-
-    pub fn with_capacity_per_app(capacity_per_app: usize) -> Self {
-        ReplayCache {
-            apps: DashMap::new(),
-            hasher: RandomState::new(),
-            capacity_per_app: capacity_per_app.max(1),
-        }
-    }
-
-    fn app(&self, app_key: &str) -> Arc<AppNonces> {
-        if let Some(a) = self.apps.get(app_key) {
-            return Arc::clone(a.value());
-        }
-        Arc::clone(self.apps.entry(Box::from(app_key)).or_default().value())
-    }
-
-    /// Records `nonce` for `app_key` until `remember_until_ms` (the call's timestamp + 300 s)
-    /// unless it is already remembered at `now_ms`. Atomic: of two concurrent calls with the
-    /// same nonce exactly one is `Fresh`.
-    pub fn check_and_record(
-        &self,
-        app_key: &str,
-        nonce: &str,
-        remember_until_ms: u64,
-        now_ms: u64,
-    ) -> NonceCheck {
-        let app = self.app(app_key);
-        let key = self.hasher.hash_one(nonce);
-        if app.len.load(Ordering::Relaxed) >= self.capacity_per_app {
-            let last = app.last_sweep_ms.load(Ordering::Relaxed);
-            if now_ms.saturating_sub(last) >= 1000
-                && app
-                    .last_sweep_ms
-                    .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_ok()
-            {
-                app.sweep(now_ms);
-            }
-            if app.len.load(Ordering::Relaxed) >= self.capacity_per_app {
-                // Still tell a replay apart from a full cache: a replay is the caller's fault.
-                return match app.seen.get(&key) {
-                    Some(e) if *e.value() >= now_ms => NonceCheck::Replayed,
-                    _ => NonceCheck::Full,
-                };
-            }
-        }
-        let outcome = match app.seen.entry(key) {
-            Entry::Occupied(mut e) => {
-                if *e.get() >= now_ms {
-                    NonceCheck::Replayed
-                } else {
-                    // An expired leftover: its timestamp is out of the window, so this is a
-                    // new call that happens to reuse the nonce.
-                    e.insert(remember_until_ms);
-                    NonceCheck::Fresh
-                }
-            }
-            Entry::Vacant(v) => {
-                v.insert(remember_until_ms);
-                app.len.fetch_add(1, Ordering::Relaxed);
-                NonceCheck::Fresh
-            }
-        };
-        outcome
-    }
-
-    /// Drops nonces expired at `now_ms` (the gateway's clock, epoch ms), and apps left with
-    /// none. Call every few seconds.
-    pub fn housekeeping(&self, now_ms: u64) {
-        for app in self.apps.iter() {
-            app.value().sweep(now_ms);
-        }
-        // An app's entry is removed only when nobody holds it: clones are taken under the
-        // shard's read lock and `retain` holds its write lock, so no insert can be lost.
-        self.apps
-            .retain(|_, a| Arc::strong_count(a) > 1 || a.len.load(Ordering::Relaxed) > 0);
-    }
-
-    /// Nonces remembered, over all apps.
-    pub fn len(&self) -> usize {
-        self.apps
-            .iter()
-            .map(|a| a.value().len.load(Ordering::Relaxed))
-            .sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
 
 /// Verifies signed calls (docs/PROTOCOL.md, "Signing a request") and sets `ctx.app_key` /
 /// `ctx.app`.
@@ -335,6 +166,15 @@ impl AuthStage {
             )));
         }
         self.record_nonce(&signed, ts, req.now_ms)?;
+        if self.replay.is_shared_across_nodes() {
+            let until = ts.saturating_add(MAX_SKEW_MS);
+            ctx.nonce_claim = Some(crate::fleet::NonceClaim::new(
+                signed.app_key,
+                signed.nonce,
+                until,
+                req.now_ms,
+            ));
+        }
         ctx.app_key = Some(signed.app_key.to_owned());
         ctx.app = Some(Arc::clone(app));
         Ok(())
@@ -728,59 +568,5 @@ mod tests {
         // Without a route it fails closed.
         let mut ctx = EdgeCtx::default();
         assert!(matches!(s.apply(&req, &mut ctx), Flow::Respond(_)));
-    }
-
-    #[test]
-    fn full_cache_refuses_instead_of_forgetting() {
-        let cache = ReplayCache::with_capacity_per_app(2);
-        let until = NOW_MS + MAX_SKEW_MS;
-        assert_eq!(
-            cache.check_and_record("a", "nonce-001", until, NOW_MS),
-            NonceCheck::Fresh
-        );
-        assert_eq!(
-            cache.check_and_record("a", "nonce-002", until, NOW_MS),
-            NonceCheck::Fresh
-        );
-        assert_eq!(
-            cache.check_and_record("a", "nonce-003", until, NOW_MS),
-            NonceCheck::Full
-        );
-        assert_eq!(
-            cache.check_and_record("a", "nonce-001", until, NOW_MS),
-            NonceCheck::Replayed
-        );
-        // Another app is unaffected.
-        assert_eq!(
-            cache.check_and_record("b", "nonce-003", until, NOW_MS),
-            NonceCheck::Fresh
-        );
-        // Once entries expire an inline sweep makes room.
-        assert_eq!(
-            cache.check_and_record("a", "nonce-003", until + 400_000, until + 1),
-            NonceCheck::Fresh
-        );
-        assert_eq!(cache.len(), 2);
-    }
-
-    #[test]
-    fn concurrent_duplicates_admit_exactly_one() {
-        let cache = Arc::new(ReplayCache::new());
-        let fresh = AtomicUsize::new(0);
-        std::thread::scope(|scope| {
-            for _ in 0..8 {
-                scope.spawn(|| {
-                    for i in 0..200 {
-                        let nonce = format!("nonce-{i:04}");
-                        if cache.check_and_record("a", &nonce, NOW_MS + 1, NOW_MS)
-                            == NonceCheck::Fresh
-                        {
-                            fresh.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                });
-            }
-        });
-        assert_eq!(fresh.load(Ordering::Relaxed), 200);
     }
 }

@@ -6,19 +6,57 @@
 //! empty body, and then no content type is added. A switch without a fallback answers 503
 //! `API_DEGRADED` with the switch's reason in the message. Replies are prepared when the
 //! stage is built, so a degraded API costs one map lookup and a cheap clone per request.
+//!
+//! Key-level switches (`switches/<api_id>@<label>`, docs/OPERATIONS.md, "Key-level
+//! switches") degrade only the requests their `match` selects: every selector's value must
+//! be one of its list. The API-wide switch wins; among labelled switches the first by label
+//! that matches answers, with its own fallback or 503 `API_DEGRADED`. Matchers are built with
+//! the stage (value sets), so an API with no labelled switch on costs the same one lookup.
 
-use crate::edge::{Carried, EdgeCtx, EdgeRequest, Flow, Stage};
+use crate::edge::{keys, Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
 use crate::model::{Response, Whole};
 use bytes::Bytes;
-use portico_control::{v1, Snapshot};
-use std::collections::HashMap;
+use portico_control::selector::Selector;
+use portico_control::{v1, KeySwitch, Snapshot};
+use std::collections::{HashMap, HashSet};
 
 /// Answers degraded APIs from their switches.
 #[derive(Debug, Clone, Default)]
 pub struct DegradeStage {
     /// API id → the prepared answer, for switches that are on: the fallback, or the refusal.
     degraded: HashMap<String, Result<Whole, GatewayError>>,
+    /// API id → its key-level switches that are on, in label order.
+    keyed: HashMap<String, Vec<KeyMatcher>>,
+}
+
+/// A key-level switch that is on: what it matches and its prepared answer.
+#[derive(Debug, Clone)]
+struct KeyMatcher {
+    matches: Vec<(Selector, HashSet<String>)>,
+    reply: Result<Whole, GatewayError>,
+}
+
+impl KeyMatcher {
+    fn new(ks: &KeySwitch) -> KeyMatcher {
+        let matches = ks
+            .matches
+            .iter()
+            .map(|(sel, values)| (sel.clone(), values.iter().cloned().collect()))
+            .collect();
+        let name = format!("{}@{}", ks.api_id, ks.label);
+        KeyMatcher {
+            matches,
+            reply: reply_for(&name, &ks.switch),
+        }
+    }
+
+    /// Whether every selector's value in this request is one of its values.
+    fn selects(&self, req: &EdgeRequest<'_>, ctx: &EdgeCtx) -> bool {
+        self.matches.iter().all(|(sel, values)| {
+            keys::value(sel, req, ctx).is_some_and(|v| values.contains(v.as_ref()))
+        })
+    }
 }
 
 /// The answer of a switch that is on.
@@ -68,9 +106,23 @@ impl Stage for DegradeStage {
             .switches
             .iter()
             .filter(|(_, switch)| switch.degraded)
+            .filter(|(name, _)| !name.contains(portico_control::selector::LABEL_SEPARATOR))
             .map(|(api_id, switch)| (api_id.clone(), reply_for(api_id, switch)))
             .collect();
-        DegradeStage { degraded }
+        let keyed = snapshot
+            .key_switches
+            .iter()
+            .map(|(api_id, list)| {
+                let on: Vec<KeyMatcher> = list
+                    .iter()
+                    .filter(|ks| ks.switch.degraded)
+                    .map(|ks| KeyMatcher::new(ks))
+                    .collect();
+                (api_id.clone(), on)
+            })
+            .filter(|(_, on)| !on.is_empty())
+            .collect();
+        DegradeStage { degraded, keyed }
     }
 
     fn name(&self) -> &'static str {
@@ -78,16 +130,22 @@ impl Stage for DegradeStage {
     }
 
     /// Request phase, the last edge stage (after `rate_limit`, so degraded calls still count
-    /// against limits). `Continue`: the API's switch is off; `Respond`: the fallback answer,
-    /// or 503 `API_DEGRADED`. Without a route (a pipeline bug) it fails closed with 500.
-    fn apply(&self, _req: &EdgeRequest<'_>, ctx: &mut EdgeCtx) -> Flow {
+    /// against limits). `Continue`: neither the API's switch nor a key-level switch matching
+    /// this request is on; `Respond`: the fallback answer, or 503 `API_DEGRADED`. Without a
+    /// route (a pipeline bug) it fails closed with 500.
+    fn apply(&self, req: &EdgeRequest<'_>, ctx: &mut EdgeCtx) -> Flow {
         let Some(api) = ctx.api() else {
             return GatewayError::new(Code::Internal, "degrade ran before route").into();
         };
-        match self.degraded.get(&api.id) {
-            Some(reply) => Flow::Respond(reply.clone().map(Response::Whole)),
-            None => Flow::Continue,
+        if let Some(reply) = self.degraded.get(&api.id) {
+            return Flow::Respond(reply.clone().map(Response::Whole));
         }
+        if let Some(list) = self.keyed.get(&api.id) {
+            if let Some(m) = list.iter().find(|m| m.selects(req, ctx)) {
+                return Flow::Respond(m.reply.clone().map(Response::Whole));
+            }
+        }
+        Flow::Continue
     }
 }
 
@@ -237,5 +295,105 @@ mod tests {
             Flow::Respond(Err(e)) => assert_eq!(e.message, "API x is degraded"),
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    /// A stage from switch documents (name → JSON), validated like a real tree.
+    fn keyed_stage(docs: &[(&str, serde_json::Value)]) -> DegradeStage {
+        let docs: Vec<(String, serde_json::Value)> = docs
+            .iter()
+            .map(|(n, v)| (format!("switches/{n}"), v.clone()))
+            .collect();
+        let refs: Vec<(&str, serde_json::Value)> =
+            docs.iter().map(|(p, v)| (p.as_str(), v.clone())).collect();
+        let snap = portico_control::build_snapshot(&crate::testing::tree(&refs), None);
+        assert!(snap.rejected.is_empty(), "{:?}", snap.rejected);
+        DegradeStage::build(&snap, &Carried::default())
+    }
+
+    fn run_keyed(stage: &DegradeStage, sku: &str, headers: &[(&str, &str)]) -> Flow {
+        let mut map = HeaderMap::new();
+        for (k, v) in headers {
+            map.insert(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        let req = get("/x", &map, None);
+        let mut ctx = routed(&api("sku.get", AuthMode::None, vec![]));
+        if let Some(route) = ctx.route.as_mut() {
+            route.vars = vec![("sku".to_owned(), sku.to_owned())];
+        }
+        stage.apply(&req, &mut ctx)
+    }
+
+    #[test]
+    fn key_level_switches_degrade_only_what_they_match() {
+        let stage = keyed_stage(&[
+            (
+                "sku.get@sku-BK-1",
+                serde_json::json!({"degraded": true, "match": {"path:sku": ["BK-1"]},
+                    "fallback": {"status": 200, "body": {"sku": "BK-1", "stock": 0}}}),
+            ),
+            (
+                "sku.get@north-cm",
+                serde_json::json!({"degraded": true, "reason": "carrier outage",
+                    "match": {"header:X-Region": ["north"], "header:X-Carrier": ["cm"]}}),
+            ),
+            (
+                "sku.get@off",
+                serde_json::json!({"degraded": false, "match": {"path:sku": ["BK-2"]}}),
+            ),
+        ]);
+        match run_keyed(&stage, "BK-1", &[]) {
+            Flow::Respond(Ok(Response::Whole(Whole { status, body, .. }))) => {
+                assert_eq!(status, 200);
+                assert_eq!(&body[..], br#"{"sku":"BK-1","stock":0}"#);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(run_keyed(&stage, "BK-2", &[]), Flow::Continue));
+        assert!(matches!(run_keyed(&stage, "BK-3", &[]), Flow::Continue));
+        // Only the combination: one dimension alone is not enough.
+        let both = [("x-region", "north"), ("x-carrier", "cm")];
+        match run_keyed(&stage, "BK-3", &both) {
+            Flow::Respond(Err(e)) => {
+                assert_eq!(e.code, Code::ApiDegraded);
+                assert!(e.message.contains("carrier outage"), "{}", e.message);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let one = [("x-region", "north"), ("x-carrier", "ct")];
+        assert!(matches!(run_keyed(&stage, "BK-3", &one), Flow::Continue));
+        assert!(matches!(
+            run_keyed(&stage, "BK-3", &[("x-region", "north")]),
+            Flow::Continue
+        ));
+    }
+
+    #[test]
+    fn the_api_wide_switch_wins() {
+        let stage = keyed_stage(&[
+            (
+                "sku.get@sku-BK-1",
+                serde_json::json!({"degraded": true, "match": {"path:sku": ["BK-1"]},
+                    "fallback": {"status": 200, "body": "keyed"}}),
+            ),
+            (
+                "sku.get",
+                serde_json::json!({"degraded": true, "reason": "all off"}),
+            ),
+        ]);
+        for sku in ["BK-1", "BK-9"] {
+            match run_keyed(&stage, sku, &[]) {
+                Flow::Respond(Err(e)) => assert!(e.message.contains("all off")),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        // No labelled switch on for an API: no matcher is kept for it.
+        let off = keyed_stage(&[(
+            "sku.get@x",
+            serde_json::json!({"degraded": false, "match": {"app": ["m1"]}}),
+        )]);
+        assert!(off.keyed.is_empty());
     }
 }

@@ -8,7 +8,14 @@
 //!   left-most one is used. A malformed hop (not an IP address; `1.2.3.4:80` and
 //!   `[2001:db8::1]:443` are accepted, empty entries are skipped) stops the walk, and the last
 //!   good address (a trusted proxy, or the peer) is used: it is the nearest address the
-//!   gateway can vouch for. `Forwarded` (RFC 7239) is not read.
+//!   gateway can vouch for. The header is read as bytes, hop by hop, so a hop that is not
+//!   ASCII is just one malformed hop: the hops a trusted proxy appended to its right are still
+//!   believed (a line is never thrown away whole, which would make the proxy the client).
+//!   `Forwarded` (RFC 7239) is not read.
+//! - **The believed chain**: the client and the trusted proxies between it and the gateway
+//!   (ending with the peer) are kept in [`EdgeCtx::proxies`], so the invoke tier can tell the
+//!   backend exactly that and nothing a client wrote (docs/PROTOCOL.md, "What backends
+//!   receive").
 //! - IPv4-mapped IPv6 addresses (`::ffff:1.2.3.4`) are treated as the IPv4 address, both for
 //!   clients and for the lists (a rule `::ffff:10.0.0.0/104` is the rule `10.0.0.0/8`).
 //! - **Decision**: deny wins; then a non-empty allow list admits only its matches. A request
@@ -112,9 +119,17 @@ fn normalize(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Parses one `X-Forwarded-For` hop: `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`,
-/// `[2001:db8::1]`, `[2001:db8::1]:443`.
-fn parse_hop(hop: &str) -> Option<IpAddr> {
+/// The longest `X-Forwarded-For` hop that can be an address (`[` IPv6 `]:` port).
+const MAX_HOP_BYTES: usize = 64;
+
+/// Parses one `X-Forwarded-For` hop, as bytes: `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`,
+/// `[2001:db8::1]`, `[2001:db8::1]:443`. Anything else (longer than an address can be, not
+/// ASCII) is `None`.
+fn parse_hop(hop: &[u8]) -> Option<IpAddr> {
+    if hop.len() > MAX_HOP_BYTES || !hop.is_ascii() {
+        return None;
+    }
+    let hop = std::str::from_utf8(hop).ok()?;
     if let Ok(ip) = hop.parse::<IpAddr>() {
         return Some(ip);
     }
@@ -147,33 +162,63 @@ pub struct IpAclStage {
     trusted: RangeSet,
 }
 
+/// Who is calling, as the stage decided.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller {
+    /// The client's address (normalised); `None` without a peer address.
+    pub client: Option<IpAddr>,
+    /// The trusted proxies between the client and the gateway, left to right, ending with
+    /// the peer; empty when the peer itself is the client.
+    pub proxies: Vec<IpAddr>,
+    /// Whether the peer is one of `trusted_proxies`.
+    pub peer_trusted: bool,
+}
+
 impl IpAclStage {
     /// The client's address: the peer, or through trusted proxies the right-most
     /// `X-Forwarded-For` hop that is not a trusted proxy (see the module docs). Normalised.
     pub fn client_ip(&self, peer: Option<IpAddr>, headers: &http::HeaderMap) -> Option<IpAddr> {
-        let mut client = normalize(peer?);
-        if self.trusted.is_empty() || !self.trusted.contains(client) {
-            return Some(client);
-        }
-        for line in headers.get_all(XFF).iter().rev() {
-            let Ok(line) = line.to_str() else {
-                return Some(client);
+        self.caller(peer, headers).client
+    }
+
+    /// The client and the believed chain of proxies (see the module docs). One pass over the
+    /// `X-Forwarded-For` bytes, from the right, stopping at the client.
+    pub fn caller(&self, peer: Option<IpAddr>, headers: &http::HeaderMap) -> Caller {
+        let Some(peer) = peer.map(normalize) else {
+            return Caller::default();
+        };
+        if self.trusted.is_empty() || !self.trusted.contains(peer) {
+            return Caller {
+                client: Some(peer),
+                proxies: Vec::new(),
+                peer_trusted: false,
             };
-            for hop in line.rsplit(',') {
-                let hop = hop.trim();
+        }
+        let mut client = peer;
+        // Right to left while walking; reversed at the end.
+        let mut proxies = Vec::new();
+        'walk: for line in headers.get_all(XFF).iter().rev() {
+            for hop in line.as_bytes().rsplit(|&b| b == b',') {
+                let hop = hop.trim_ascii();
                 if hop.is_empty() {
                     continue;
                 }
                 let Some(ip) = parse_hop(hop) else {
-                    return Some(client);
+                    break 'walk;
                 };
+                proxies.push(client);
                 client = normalize(ip);
                 if !self.trusted.contains(client) {
-                    return Some(client);
+                    break 'walk;
                 }
             }
         }
-        Some(client)
+        proxies.reverse();
+        Caller {
+            client: Some(client),
+            proxies,
+            peer_trusted: true,
+        }
     }
 }
 
@@ -192,11 +237,15 @@ impl Stage for IpAclStage {
         "ip_acl"
     }
 
-    /// Request phase, first stage (before `route`). Sets `ctx.client_ip`. `Continue`: the
-    /// address is admitted; `Respond`: 403 `IP_BLOCKED` (denied, or not on the allow list).
+    /// Request phase, first stage (before `route`). Sets `ctx.client_ip`, `ctx.proxies` and
+    /// `ctx.peer_trusted`. `Continue`: the address is admitted; `Respond`: 403 `IP_BLOCKED`
+    /// (denied, or not on the allow list).
     fn apply(&self, req: &EdgeRequest<'_>, ctx: &mut EdgeCtx) -> Flow {
-        let client = self.client_ip(req.peer, req.headers);
+        let caller = self.caller(req.peer, req.headers);
+        let client = caller.client;
         ctx.client_ip = client;
+        ctx.proxies = caller.proxies;
+        ctx.peer_trusted = caller.peer_trusted;
         match client {
             Some(ip) if self.deny.contains(ip) => {
                 GatewayError::new(Code::IpBlocked, format!("client address {ip} is denied")).into()
@@ -390,6 +439,67 @@ mod tests {
             run(&s, "10.0.0.1", &["1.2.3.4:99999x"]),
             Ok(Some(ip("10.0.0.1")))
         );
+    }
+
+    #[test]
+    fn a_non_ascii_hop_is_one_malformed_hop() {
+        let s = stage(&["203.0.113.0/24"], &[], &["10.0.0.0/8"]);
+        let with = |raw: &[u8]| {
+            let mut headers = HeaderMap::new();
+            headers.append(XFF, http::HeaderValue::from_bytes(raw).unwrap());
+            s.caller(Some(ip("10.0.0.1")), &headers)
+        };
+        // The proxy appended the real client after a hop the client made up: the client is
+        // still found, not the proxy.
+        let c = with("1.1.1.1, é, 203.0.113.9".as_bytes());
+        assert_eq!(c.client, Some(ip("203.0.113.9")));
+        assert_eq!(c.proxies, vec![ip("10.0.0.1")]);
+        let c = with(b"\xff\xfe, 192.0.2.8, 10.0.0.2");
+        assert_eq!(c.client, Some(ip("192.0.2.8")));
+        assert_eq!(c.proxies, vec![ip("10.0.0.2"), ip("10.0.0.1")]);
+        // A non-ASCII hop right next to the peer: the peer is the nearest address vouched for.
+        let c = with("192.0.2.8, 5.5.5.5é".as_bytes());
+        assert_eq!(c.client, Some(ip("10.0.0.1")));
+        assert!(c.proxies.is_empty());
+        // Too long to be an address.
+        let c = with(format!("192.0.2.8, {}", "1".repeat(100)).as_bytes());
+        assert_eq!(c.client, Some(ip("10.0.0.1")));
+    }
+
+    #[test]
+    fn the_believed_chain_ends_with_the_peer() {
+        let s = stage(&[], &[], &["10.0.0.0/8"]);
+        let caller = |peer: &str, xff: &[&str]| {
+            let mut headers = HeaderMap::new();
+            for v in xff {
+                headers.append(XFF, v.parse().unwrap());
+            }
+            s.caller(Some(ip(peer)), &headers)
+        };
+        let c = caller("10.0.0.1", &["6.6.6.6, 192.0.2.5, 10.0.0.3", "10.0.0.2"]);
+        assert_eq!(c.client, Some(ip("192.0.2.5")));
+        assert_eq!(
+            c.proxies,
+            vec![ip("10.0.0.3"), ip("10.0.0.2"), ip("10.0.0.1")]
+        );
+        assert!(c.peer_trusted);
+        // An untrusted peer is the client, whatever it says.
+        let c = caller("192.0.2.1", &["6.6.6.6"]);
+        assert_eq!(
+            (c.client, c.proxies.len(), c.peer_trusted),
+            (Some(ip("192.0.2.1")), 0, false)
+        );
+        // A trusted peer without XFF is the client.
+        let c = caller("::ffff:10.0.0.1", &[]);
+        assert_eq!(
+            (c.client, c.proxies.len(), c.peer_trusted),
+            (Some(ip("10.0.0.1")), 0, true)
+        );
+        // Every hop trusted: the left-most is the client.
+        let c = caller("10.0.0.1", &["10.0.0.3, 10.0.0.2"]);
+        assert_eq!(c.client, Some(ip("10.0.0.3")));
+        assert_eq!(c.proxies, vec![ip("10.0.0.2"), ip("10.0.0.1")]);
+        assert_eq!(s.caller(None, &HeaderMap::new()), Caller::default());
     }
 
     #[test]

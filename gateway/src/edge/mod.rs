@@ -1,27 +1,33 @@
 //! The edge: cheap checks first, each stage in its own file, all reading one snapshot.
 //!
 //! Request order (the pipeline, `pipeline.rs`, lists them exactly so):
-//! `ip_acl → route → (read body) → auth → permit → rate_limit → degrade`.
+//! `ip_acl → route → (read body) → auth → permit → rate_limit → degrade → cache`.
 //!
 //! Every stage is built the same way, [`Stage::build`] from the snapshot and the state the
 //! plane [`Carried`] across reloads, and answers the same way, [`Flow`].
 
 pub mod auth;
+pub mod cache;
 pub mod degrade;
 pub mod framing;
+pub mod hot_keys;
 pub mod ip_acl;
+pub mod keys;
 pub mod permit;
 pub mod rate_limit;
+pub mod replay;
 pub mod route;
 
 use crate::error::GatewayError;
 use crate::model::{Response, RouteMatch};
-use auth::{AuthStage, ReplayCache};
+use auth::AuthStage;
+use cache::{CacheStage, CacheTicket, HotState};
 use degrade::DegradeStage;
 use ip_acl::IpAclStage;
 use permit::PermitStage;
 use portico_control::{v1, Api, Snapshot};
 use rate_limit::{RateLimitStage, RateLimiters};
+use replay::ReplayCache;
 use route::RouteStage;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -67,12 +73,22 @@ pub struct EdgeRequest<'a> {
 pub struct EdgeCtx {
     /// The client's address after trusted-proxy resolution (set by `ip_acl`).
     pub client_ip: Option<IpAddr>,
+    /// The trusted proxies between the client and the gateway, left to right, ending with the
+    /// peer; empty when the peer is the client (set by `ip_acl`).
+    pub proxies: Vec<IpAddr>,
+    /// Whether the peer is a trusted proxy (set by `ip_acl`).
+    pub peer_trusted: bool,
     /// Set by `route`.
     pub route: Option<RouteMatch>,
     /// Set by `auth` for a signed call (the app key as sent).
     pub app_key: Option<String>,
     /// Set by `auth` for a signed call.
     pub app: Option<Arc<v1::App>>,
+    /// Set by `cache` for an API with a cache or hot-key policy when it did not answer.
+    pub cache: Option<CacheTicket>,
+    /// Set by `auth` for a signed call whose nonce the node found fresh, when nonces are
+    /// also recorded cluster-wide (Redis): the pipeline claims it right after `auth`.
+    pub nonce_claim: Option<crate::fleet::NonceClaim>,
 }
 
 impl EdgeCtx {
@@ -90,6 +106,9 @@ pub struct Carried {
     pub replay: Arc<ReplayCache>,
     /// Rate limiters, kept per rule while the rule is unchanged (`rate_limit`).
     pub limiters: Arc<RateLimiters>,
+    /// Response caches and hot-key detectors, kept per API while its definition is
+    /// unchanged (`cache`).
+    pub hot: Arc<HotState>,
 }
 
 /// One edge stage: one file, one struct, one `impl Stage`. Immutable once built, except for
@@ -110,7 +129,7 @@ pub trait Stage: Send + Sync {
     fn apply(&self, req: &EdgeRequest<'_>, ctx: &mut EdgeCtx) -> Flow;
 }
 
-/// The six edge stages, built from one snapshot.
+/// The seven edge stages, built from one snapshot.
 pub struct Stages {
     pub ip_acl: IpAclStage,
     pub route: RouteStage,
@@ -118,6 +137,7 @@ pub struct Stages {
     pub permit: PermitStage,
     pub rate_limit: RateLimitStage,
     pub degrade: DegradeStage,
+    pub cache: CacheStage,
 }
 
 impl Stages {
@@ -130,6 +150,7 @@ impl Stages {
             permit: PermitStage::build(snapshot, carried),
             rate_limit: RateLimitStage::build(snapshot, carried),
             degrade: DegradeStage::build(snapshot, carried),
+            cache: CacheStage::build(snapshot, carried),
         }
     }
 }

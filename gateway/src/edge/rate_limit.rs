@@ -32,12 +32,23 @@
 //! admitted untracked (failing open for new keys rather than growing without bound or
 //! refusing every newcomer; an attacker able to mint keys, e.g. header values, can mint
 //! fresh buckets anyway).
+//!
+//! **Scope.** A rule with `"scope": "cluster"` is one budget for the whole fleet (module
+//! docs of `fleet`, docs/OPERATIONS.md "Running a cluster"): with Redis up, calls are taken
+//! from a lease on the shared bucket ([`Lease`]); without Redis, while it is down, and for a
+//! key's first calls before its first lease, the local bucket runs at `limit / members`
+//! (burst split likewise, at least 1), `members` being the gateways registered in
+//! ZooKeeper's `nodes/`, read on every call so a join or leave re-splits at once. Keys of
+//! cluster rules are hashed with SHA-256 (the same on every node) instead of the
+//! per-process SipHash.
 
 use crate::edge::{Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
+use crate::fleet::{self, Fleet, Lease, Take};
 use dashmap::DashMap;
 use http::HeaderName;
 use portico_control::{v1, Snapshot};
+use sha2::{Digest, Sha256};
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -92,6 +103,26 @@ enum Cells {
     },
 }
 
+/// What admitting a call charged, to give it back if a later rule refuses the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Charge {
+    /// The local bucket, at this emission interval (ns).
+    Cell(u64),
+    /// The cluster lease of the key.
+    Lease,
+    /// Nothing (an untracked key past the key cap).
+    Nothing,
+}
+
+/// The shared-bucket side of a cluster-scope limiter.
+#[derive(Debug)]
+struct ClusterSide {
+    fleet: Arc<Fleet>,
+    /// `portico:rl:<api|app>:<id>:<index>:<rule digest>`; a key's bucket adds `:<key hash>`.
+    prefix: String,
+    leases: DashMap<u64, Arc<Lease>>,
+}
+
 /// One rule's GCRA limiter and its buckets.
 #[derive(Debug)]
 pub struct Limiter {
@@ -101,14 +132,23 @@ pub struct Limiter {
     interval_ns: u64,
     /// Bucket size in time: `burst × interval`, ns.
     tolerance_ns: u64,
+    burst: u64,
     period_ns: u64,
     cells: Cells,
+    /// Set for a cluster-scope rule.
+    cluster: Option<ClusterSide>,
     /// How the rule reads in a refusal message.
     describe: String,
 }
 
 impl Limiter {
-    fn new(rule: v1::RateLimitRule, keyed: bool, max_keys: usize, describe: String) -> Self {
+    fn new(
+        rule: v1::RateLimitRule,
+        keyed: bool,
+        max_keys: usize,
+        describe: String,
+        cluster: Option<(Arc<Fleet>, String)>,
+    ) -> Self {
         let period_ns = match rule.per {
             v1::Per::Second => NANOS_PER_SEC,
             v1::Per::Minute => 60 * NANOS_PER_SEC,
@@ -128,20 +168,43 @@ impl Limiter {
         } else {
             Cells::Single(AtomicU64::new(0))
         };
+        let cluster =
+            cluster
+                .filter(|_| rule.scope == v1::Scope::Cluster)
+                .map(|(fleet, prefix)| ClusterSide {
+                    fleet,
+                    prefix,
+                    leases: DashMap::new(),
+                });
         Limiter {
             rule,
             interval_ns,
             tolerance_ns: interval_ns.saturating_mul(burst),
+            burst,
             period_ns,
             cells,
+            cluster,
             describe,
+        }
+    }
+
+    /// The local bucket's (interval, tolerance) now: the rule's own, or for a cluster rule
+    /// its share of the fleet.
+    fn local_rates(&self) -> (u64, u64) {
+        match &self.cluster {
+            Some(c) => fleet::split(self.interval_ns, self.burst, c.fleet.members()),
+            None => (self.interval_ns, self.tolerance_ns),
         }
     }
 
     /// GCRA on one bucket: `Ok` admits (and charges) the call, `Err(ns)` is the wait until
     /// one would be admitted.
-    fn acquire_cell(&self, cell: &AtomicU64, now: u64) -> Result<(), u64> {
-        let horizon = now.saturating_add(self.tolerance_ns);
+    fn acquire_cell(
+        cell: &AtomicU64,
+        now: u64,
+        (interval_ns, tolerance_ns): (u64, u64),
+    ) -> Result<(), u64> {
+        let horizon = now.saturating_add(tolerance_ns);
         let mut tat = cell.load(Ordering::Acquire);
         loop {
             if tat > horizon {
@@ -156,7 +219,7 @@ impl Limiter {
                     }
                 }
             }
-            let next = tat.max(now).saturating_add(self.interval_ns);
+            let next = tat.max(now).saturating_add(interval_ns);
             if next > horizon {
                 return Err(next - horizon);
             }
@@ -167,34 +230,94 @@ impl Limiter {
         }
     }
 
-    /// Admits or refuses one call for `key` at `now` (ns).
-    fn acquire(&self, key: u64, now: u64) -> Result<(), u64> {
+    /// Admits or refuses one call for `key` at `now` (ns): `Ok` says what was charged,
+    /// `Err(ns)` is the wait until one would be admitted.
+    fn acquire(&self, key: u64, now: u64) -> Result<Charge, u64> {
         if self.interval_ns == 0 {
             return Err(self.period_ns);
         }
-        match &self.cells {
-            Cells::Single(cell) => self.acquire_cell(cell, now),
-            Cells::Keyed { map, len, max_keys } => {
-                if let Some(cell) = map.get(&key) {
-                    return self.acquire_cell(cell.value(), now);
+        if let Some(c) = &self.cluster {
+            if c.fleet.redis_up() {
+                if let Some(lease) = self.lease(c, key) {
+                    let (take, ask) = lease.take(now);
+                    if let Some(ask) = ask {
+                        c.fleet.refill(&lease, ask);
+                    }
+                    return match take {
+                        Take::Admit => Ok(Charge::Lease),
+                        Take::Refuse(wait) => Err(wait),
+                        Take::Cold => {
+                            let charged = self.acquire_local(key, now)?;
+                            lease.charge_cold();
+                            Ok(charged)
+                        }
+                    };
                 }
-                if len.load(Ordering::Relaxed) >= *max_keys {
-                    return Ok(());
-                }
-                let cell = map.entry(key).or_insert_with(|| {
-                    len.fetch_add(1, Ordering::Relaxed);
-                    AtomicU64::new(0)
-                });
-                self.acquire_cell(cell.value(), now)
             }
         }
+        self.acquire_local(key, now)
+    }
+
+    /// The lease of `key` (made on first use), or `None` past the key cap.
+    fn lease(&self, c: &ClusterSide, key: u64) -> Option<Arc<Lease>> {
+        if let Some(l) = c.leases.get(&key) {
+            return Some(Arc::clone(l.value()));
+        }
+        let max = match &self.cells {
+            Cells::Single(_) => 1,
+            Cells::Keyed { max_keys, .. } => *max_keys,
+        };
+        if c.leases.len() >= max {
+            return None;
+        }
+        let lease = c.leases.entry(key).or_insert_with(|| {
+            let burst = u32::try_from(self.burst).unwrap_or(u32::MAX);
+            Arc::new(Lease::new(
+                format!("{}:{key:016x}", c.prefix),
+                self.interval_ns,
+                burst,
+            ))
+        });
+        Some(Arc::clone(lease.value()))
+    }
+
+    /// GCRA on the local bucket of `key` (for a cluster rule: the node's share).
+    fn acquire_local(&self, key: u64, now: u64) -> Result<Charge, u64> {
+        let rates = self.local_rates();
+        match &self.cells {
+            Cells::Single(cell) => Self::acquire_cell(cell, now, rates)?,
+            Cells::Keyed { map, len, max_keys } => {
+                if let Some(cell) = map.get(&key) {
+                    Self::acquire_cell(cell.value(), now, rates)?;
+                } else if len.load(Ordering::Relaxed) >= *max_keys {
+                    return Ok(Charge::Nothing);
+                } else {
+                    let cell = map.entry(key).or_insert_with(|| {
+                        len.fetch_add(1, Ordering::Relaxed);
+                        AtomicU64::new(0)
+                    });
+                    Self::acquire_cell(cell.value(), now, rates)?;
+                }
+            }
+        }
+        Ok(Charge::Cell(rates.0))
     }
 
     /// Gives back one call charged by [`Limiter::acquire`] (another rule refused it).
-    fn refund(&self, key: u64) {
+    fn refund(&self, key: u64, charge: Charge) {
+        let interval = match charge {
+            Charge::Cell(interval) => interval,
+            Charge::Nothing => return,
+            Charge::Lease => {
+                if let Some(l) = self.cluster.as_ref().and_then(|c| c.leases.get(&key)) {
+                    l.value().give_back();
+                }
+                return;
+            }
+        };
         let give_back = |cell: &AtomicU64| {
             let _ = cell.fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
-                Some(tat.saturating_sub(self.interval_ns))
+                Some(tat.saturating_sub(interval))
             });
         };
         match &self.cells {
@@ -209,6 +332,9 @@ impl Limiter {
 
     /// Drops buckets that are full again at `now` (ns): forgetting them changes nothing.
     fn housekeeping(&self, now: u64) {
+        if let Some(c) = &self.cluster {
+            c.leases.retain(|_, lease| !lease.idle(now));
+        }
         if let Cells::Keyed { map, len, .. } = &self.cells {
             let mut removed = 0usize;
             map.retain(|_, tat| {
@@ -243,6 +369,8 @@ pub struct RateLimiters {
     app: DashMap<(String, usize), Arc<Limiter>>,
     hasher: RandomState,
     max_keys: usize,
+    /// The fleet cluster-scope rules count with.
+    fleet: Arc<Fleet>,
 }
 
 impl Default for RateLimiters {
@@ -265,12 +393,23 @@ impl RateLimiters {
             app: DashMap::new(),
             hasher: RandomState::new(),
             max_keys,
+            fleet: Arc::new(Fleet::default()),
+        }
+    }
+
+    /// Limiters whose cluster-scope rules count with `fleet` (one per process).
+    pub fn with_fleet(fleet: Arc<Fleet>) -> Self {
+        RateLimiters {
+            fleet,
+            ..Self::new()
         }
     }
 
     /// The limiter at `slot`, reused if its rule is unchanged, else made afresh.
+    /// `kind` (`api` or `app`) names the slot's map in the Redis keys of cluster rules.
     fn limiter(
         &self,
+        kind: &str,
         map: &DashMap<(String, usize), Arc<Limiter>>,
         slot: (String, usize),
         rule: &v1::RateLimitRule,
@@ -278,15 +417,33 @@ impl RateLimiters {
         describe: impl FnOnce() -> String,
     ) -> Arc<Limiter> {
         use dashmap::mapref::entry::Entry;
+        let fresh = |slot: &(String, usize)| {
+            // The rule's digest is part of its Redis keys: a changed rule starts afresh on
+            // every node, as it does locally.
+            let digest = Sha256::digest(format!("{rule:?}").as_bytes());
+            let prefix = format!(
+                "portico:rl:{kind}:{}:{}:{}",
+                slot.0,
+                slot.1,
+                hex::encode(&digest[..6])
+            );
+            Arc::new(Limiter::new(
+                rule.clone(),
+                keyed,
+                self.max_keys,
+                describe(),
+                Some((Arc::clone(&self.fleet), prefix)),
+            ))
+        };
         match map.entry(slot) {
             Entry::Occupied(e) if e.get().rule == *rule => Arc::clone(e.get()),
             Entry::Occupied(mut e) => {
-                let fresh = Arc::new(Limiter::new(rule.clone(), keyed, self.max_keys, describe()));
+                let fresh = fresh(e.key());
                 e.insert(Arc::clone(&fresh));
                 fresh
             }
             Entry::Vacant(v) => {
-                let fresh = Arc::new(Limiter::new(rule.clone(), keyed, self.max_keys, describe()));
+                let fresh = fresh(v.key());
                 v.insert(Arc::clone(&fresh));
                 fresh
             }
@@ -327,6 +484,25 @@ impl RateLimiters {
 struct ApiRule {
     parts: Vec<KeyPart>,
     limiter: Arc<Limiter>,
+    /// A cluster-scope rule: its key is hashed the same on every node.
+    cluster: bool,
+}
+
+/// SHA-256 as a `Hasher` (its first 8 bytes): the key hash of cluster-scope rules, the same
+/// on every node (the per-process SipHash is not).
+struct StableHasher(Sha256);
+
+impl Hasher for StableHasher {
+    fn finish(&self) -> u64 {
+        let digest = self.0.clone().finalize();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        u64::from_be_bytes(first)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
 }
 
 /// Applies the API's and the calling app's rate limits.
@@ -359,16 +535,26 @@ impl RateLimitStage {
                     let parts: Vec<KeyPart> =
                         rule.key.parts().into_iter().map(KeyPart::parse).collect();
                     let keyed = parts.iter().any(KeyPart::varies);
-                    let limiter =
-                        limiters.limiter(&limiters.api, (id.clone(), i), rule, keyed, || {
+                    let limiter = limiters.limiter(
+                        "api",
+                        &limiters.api,
+                        (id.clone(), i),
+                        rule,
+                        keyed,
+                        || {
                             format!(
                                 "{} per {} by {}",
                                 rule.limit,
                                 per_str(rule.per),
                                 rule.key.parts().join("+")
                             )
-                        });
-                    ApiRule { parts, limiter }
+                        },
+                    );
+                    ApiRule {
+                        parts,
+                        limiter,
+                        cluster: rule.scope == v1::Scope::Cluster,
+                    }
                 })
                 .collect();
             if !rules.is_empty() {
@@ -387,8 +573,9 @@ impl RateLimitStage {
                         limit: l.limit,
                         per: l.per,
                         burst: l.burst,
+                        scope: l.scope,
                     };
-                    limiters.limiter(&limiters.app, (key.clone(), i), &rule, false, || {
+                    limiters.limiter("app", &limiters.app, (key.clone(), i), &rule, false, || {
                         format!("the app's own {} per {}", l.limit, per_str(l.per))
                     })
                 })
@@ -417,8 +604,21 @@ impl RateLimitStage {
     }
 
     /// The hash of a rule's key for this call.
-    fn key(&self, parts: &[KeyPart], api_id: &str, req: &EdgeRequest<'_>, ctx: &EdgeCtx) -> u64 {
-        let mut h = self.hasher.build_hasher();
+    fn key(&self, rule: &ApiRule, api_id: &str, req: &EdgeRequest<'_>, ctx: &EdgeCtx) -> u64 {
+        if rule.cluster {
+            Self::key_with(StableHasher(Sha256::new()), &rule.parts, api_id, req, ctx)
+        } else {
+            Self::key_with(self.hasher.build_hasher(), &rule.parts, api_id, req, ctx)
+        }
+    }
+
+    fn key_with(
+        mut h: impl Hasher,
+        parts: &[KeyPart],
+        api_id: &str,
+        req: &EdgeRequest<'_>,
+        ctx: &EdgeCtx,
+    ) -> u64 {
         for part in parts {
             match part {
                 KeyPart::Api => api_id.hash(&mut h),
@@ -474,21 +674,25 @@ impl Stage for RateLimitStage {
         let checks = || {
             api_rules
                 .iter()
-                .map(|r| (&r.limiter, self.key(&r.parts, &api.id, req, ctx)))
+                .map(|r| (&r.limiter, self.key(r, &api.id, req, ctx)))
                 .chain(app_rules.iter().map(|l| (l, 0u64)))
         };
-        for (i, (limiter, key)) in checks().enumerate() {
-            if let Err(wait_ns) = limiter.acquire(key, now) {
-                for (earlier, key) in checks().take(i) {
-                    earlier.refund(key);
+        let mut charged: Vec<(&Arc<Limiter>, u64, Charge)> = Vec::new();
+        for (limiter, key) in checks() {
+            match limiter.acquire(key, now) {
+                Ok(charge) => charged.push((limiter, key, charge)),
+                Err(wait_ns) => {
+                    for (earlier, key, charge) in charged {
+                        earlier.refund(key, charge);
+                    }
+                    let secs = wait_ns.div_ceil(NANOS_PER_SEC).max(1);
+                    return GatewayError::new(
+                        Code::RateLimited,
+                        format!("rate limit exceeded: {}", limiter.describe),
+                    )
+                    .with_retry_after(secs)
+                    .into();
                 }
-                let secs = wait_ns.div_ceil(NANOS_PER_SEC).max(1);
-                return GatewayError::new(
-                    Code::RateLimited,
-                    format!("rate limit exceeded: {}", limiter.describe),
-                )
-                .with_retry_after(secs)
-                .into();
             }
         }
         Flow::Continue
@@ -521,6 +725,7 @@ mod tests {
             limit,
             per,
             burst,
+            scope: v1::Scope::Node,
         }
     }
 
@@ -752,6 +957,7 @@ mod tests {
                     limit: 3,
                     per: Per::Second,
                     burst: None,
+                    scope: v1::Scope::Node,
                 }],
             )],
         );
@@ -792,6 +998,7 @@ mod tests {
             limit: 1,
             per: Per::Minute,
             burst: None,
+            scope: v1::Scope::Node,
         }];
         let snap1 = snapshot(
             &[
@@ -831,6 +1038,76 @@ mod tests {
         let snap3 = snapshot(&[("a", vec![rule(&["api"], 2, Per::Second, None)])], &[]);
         let _stage3 = RateLimitStage::with_limiters(&snap3, &reg);
         assert_eq!(reg.limiters(), 1);
+    }
+
+    #[test]
+    fn cluster_scope_without_redis_is_split_by_the_live_members_at_once() {
+        let fleet = Arc::new(Fleet::default());
+        fleet.set_members(3);
+        let reg = RateLimiters::with_fleet(Arc::clone(&fleet));
+        let mut cluster = rule(&["api"], 6, Per::Second, None);
+        cluster.scope = v1::Scope::Cluster;
+        let snap = snapshot(
+            &[
+                ("c", vec![cluster]),
+                ("n", vec![rule(&["api"], 6, Per::Second, None)]),
+            ],
+            &[(
+                "m1",
+                vec![v1::AppRateLimit {
+                    limit: 30,
+                    per: Per::Second,
+                    burst: None,
+                    scope: v1::Scope::Cluster,
+                }],
+            )],
+        );
+        let stage = RateLimitStage::with_limiters(&snap, &reg);
+        // 6/s over three nodes: this one admits 2 at once, then one every 500 ms.
+        assert_eq!(passes(&stage, &snap, &Call::new("c"), 10), 2);
+        assert_eq!(passes(&stage, &snap, &Call::new("c").at(500), 10), 1);
+        // A node-scope rule is not split.
+        assert_eq!(passes(&stage, &snap, &Call::new("n"), 10), 6);
+        // The app's own cluster limit too: 30/s over three is 10.
+        assert_eq!(
+            passes(&stage, &snap, &Call::new("n").app("m1").at(5000), 20),
+            6
+        );
+        assert_eq!(
+            passes(&stage, &snap, &Call::new("c").app("m1").at(5000), 20),
+            2
+        );
+        // Two nodes left: re-split on the next call, without a rebuild.
+        fleet.set_members(2);
+        assert_eq!(passes(&stage, &snap, &Call::new("c").at(10_000), 10), 3);
+    }
+
+    #[test]
+    fn cluster_keys_hash_the_same_in_every_process() {
+        let key = |stage: &RateLimitStage, snap: &Snapshot| {
+            let r = &stage.apis["c"][0];
+            let mut headers = HeaderMap::new();
+            headers.insert("x-region", "east".parse().unwrap());
+            let req = EdgeRequest {
+                method: "GET",
+                path: "/x",
+                query: None,
+                headers: &headers,
+                peer: None,
+                body: b"",
+                now_ms: NOW_MS,
+            };
+            let mut ctx = routed(&snap.apis["c"]);
+            ctx.app_key = Some("m1".into());
+            stage.key(r, "c", &req, &ctx)
+        };
+        let mut cluster = rule(&["app", "header:x-region"], 6, Per::Second, None);
+        cluster.scope = v1::Scope::Cluster;
+        let snap = snapshot(&[("c", vec![cluster])], &[]);
+        // Two registries stand for two processes: different SipHash keys, same cluster key.
+        let a = RateLimitStage::with_limiters(&snap, &RateLimiters::new());
+        let b = RateLimitStage::with_limiters(&snap, &RateLimiters::new());
+        assert_eq!(key(&a, &snap), key(&b, &snap));
     }
 
     #[test]

@@ -1,5 +1,11 @@
 //! The `route` stage: which API (and which of its bindings) a request is for.
 //!
+//! 0. Limits, checked before anything else looks at the target (docs/SECURITY.md, "Bounded
+//!    work before authentication"): a request target (path and query) over
+//!    [`MAX_TARGET_BYTES`] is 414 `URI_TOO_LONG`; more than [`MAX_PATH_SEGMENTS`] path
+//!    segments or [`MAX_QUERY_PARAMS`] query parameters is 400 `BAD_REQUEST`; so is, for an
+//!    API backed by gRPC (whose query parameters name fields), a parameter name with more than
+//!    [`MAX_FIELD_PATH_DEPTH`] dot-separated parts.
 //! 1. The path is checked first: it must start with `/`, have no empty segment (`//`, a
 //!    trailing `/`), valid percent-encoding that decodes to UTF-8, and no `.` or `..`
 //!    segment, raw or percent-encoded (`%2e`, `%2E%2e`, `..;x`, or hidden behind an encoded
@@ -16,7 +22,14 @@
 //!
 //! Custom verbs follow grpc-gateway: the last segment is split at a `:` only when what
 //! follows is a verb some template of that method uses (`/v1/{name}:cancel` matches
-//! `/v1/abc:cancel` with `name=abc`); otherwise the `:` is part of the segment.
+//! `/v1/abc:cancel` with `name=abc`); otherwise the `:` is part of the segment. An encoded
+//! single-segment variable of an API backed by HTTP may not hold an encoded `/` (`%2F`): 400
+//! `BAD_REQUEST`, with or without a rewrite (the backend would see another path).
+//!
+//! Cost: every step is linear in the length of the target, with small constants, whatever
+//! it holds. Each segment is percent-decoded once; a custom verb is looked for only among the
+//! `:`s whose (decoded) suffix is no longer than the longest verb the method's templates use,
+//! and the stem and the verb are slices of the decoded segment, never decoded again.
 //!
 //! The method must match exactly (`HEAD` does not fall back to `GET`). An unknown path is
 //! 404 `API_NOT_FOUND` ("no API for GET /x"); a known path with another method is also 404
@@ -32,6 +45,17 @@ use std::sync::Arc;
 
 /// The router-style endpoint.
 pub const ROUTER_PATH: &str = "/router";
+
+/// Longest request target (path and query, as on the request line) routed: 414
+/// `URI_TOO_LONG` beyond.
+pub const MAX_TARGET_BYTES: usize = 8 * 1024;
+/// Most path segments routed: 400 `BAD_REQUEST` beyond.
+pub const MAX_PATH_SEGMENTS: usize = 128;
+/// Most query parameters (non-empty `&`-separated parts) accepted: 400 `BAD_REQUEST` beyond.
+pub const MAX_QUERY_PARAMS: usize = 256;
+/// Most dot-separated parts of a query parameter name (a field path) for an API backed by
+/// gRPC: 400 `BAD_REQUEST` beyond.
+pub const MAX_FIELD_PATH_DEPTH: usize = 16;
 
 /// Longest path echoed back in an error message.
 const MAX_ECHO: usize = 200;
@@ -62,6 +86,8 @@ struct Table {
     root: Node,
     /// The custom verbs (decoded) its templates use.
     verbs: HashSet<String>,
+    /// The longest of `verbs`, in bytes.
+    max_verb: usize,
 }
 
 impl Table {
@@ -72,6 +98,7 @@ impl Table {
         let mut node = &mut self.root;
         let verb = b.template.verb().map(str::to_owned);
         if let Some(v) = &verb {
+            self.max_verb = self.max_verb.max(v.len());
             self.verbs.insert(v.clone());
         }
         let term = Terminal {
@@ -93,7 +120,7 @@ impl Table {
     }
 
     /// The most specific template matching `segs` (decoded) with `verb`.
-    fn find<'a>(node: &'a Node, segs: &[String], verb: Option<&str>) -> Option<&'a Terminal> {
+    fn find<'a>(node: &'a Node, segs: &[&str], verb: Option<&str>) -> Option<&'a Terminal> {
         match segs.split_first() {
             None => {
                 if let Some(t) = node.ends.iter().find(|t| t.verb.as_deref() == verb) {
@@ -101,7 +128,7 @@ impl Table {
                 }
             }
             Some((first, tail)) => {
-                if let Some(child) = node.literal.get(first) {
+                if let Some(child) = node.literal.get(*first) {
                     if let Some(t) = Self::find(child, tail, verb) {
                         return Some(t);
                     }
@@ -118,39 +145,59 @@ impl Table {
 
     /// Matches a checked path: tries each split of a custom verb this table knows off the
     /// last segment (longest verb first), then the path as it is. Returns the terminal and the
-    /// raw segments and raw verb it matched with.
+    /// raw segments and raw verb it matched with. Linear in the path's length (see the module
+    /// docs): only the `:`s of [`verb_splits`] are tried, and nothing is decoded again.
     fn lookup<'a, 'p>(
         &'a self,
         path: &CheckedPath<'p>,
     ) -> Option<(&'a Terminal, Vec<&'p str>, Option<&'p str>)> {
-        if let Some((&last_raw, head_raw)) = path.raw.split_last() {
+        let mut segs: Vec<&str> = path.decoded.iter().map(String::as_str).collect();
+        if let (Some(&last_raw), Some(last)) = (path.raw.last(), path.decoded.last()) {
             if !self.verbs.is_empty() {
-                for (p, _) in last_raw.match_indices(':').filter(|(p, _)| *p > 0) {
-                    let verb_raw = &last_raw[p + 1..];
-                    let Some(verb) = decode_segment(verb_raw) else {
-                        continue;
-                    };
-                    if !self.verbs.contains(&verb) {
+                let at = segs.len() - 1;
+                for (p, k) in verb_splits(last_raw, last, self.max_verb) {
+                    let verb = &last[k + 1..];
+                    if !self.verbs.contains(verb) {
                         continue;
                     }
-                    let stem_raw = &last_raw[..p];
-                    let Some(stem) = decode_segment(stem_raw) else {
-                        continue;
-                    };
-                    let mut segs = path.decoded.clone();
-                    if let Some(l) = segs.last_mut() {
-                        *l = stem;
-                    }
-                    if let Some(t) = Self::find(&self.root, &segs, Some(&verb)) {
-                        let mut raw = head_raw.to_vec();
-                        raw.push(stem_raw);
-                        return Some((t, raw, Some(verb_raw)));
+                    segs[at] = &last[..k];
+                    if let Some(t) = Self::find(&self.root, &segs, Some(verb)) {
+                        let mut raw = path.raw.clone();
+                        raw[at] = &last_raw[..p];
+                        return Some((t, raw, Some(&last_raw[p + 1..])));
                     }
                 }
+                segs[at] = last;
             }
         }
-        Self::find(&self.root, &path.decoded, None).map(|t| (t, path.raw.clone(), None))
+        Self::find(&self.root, &segs, None).map(|t| (t, path.raw.clone(), None))
     }
+}
+
+/// Where the raw last segment `raw` (decoding to `decoded`) may be split into a stem and a
+/// custom verb of at most `max_verb` decoded bytes: each unencoded `:` after the first byte,
+/// as (its index in `raw`, its index in `decoded`), leftmost (longest verb) first. One pass
+/// over `raw`; at most `max_verb + 1` splits. `raw` has passed [`check_path`], so every `%`
+/// starts a valid escape and a `:` in `raw` is a `:` of `decoded` (the stem and the verb are
+/// then `decoded[..k]` and `decoded[k + 1..]`, both on character boundaries).
+fn verb_splits(raw: &str, decoded: &str, max_verb: usize) -> Vec<(usize, usize)> {
+    // A split at decoded index k leaves a verb of decoded.len() - k - 1 bytes.
+    let from = decoded.len().saturating_sub(max_verb + 1);
+    let bytes = raw.as_bytes();
+    let mut out = Vec::new();
+    let (mut i, mut k) = (0, 0);
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            i += 3;
+        } else {
+            if bytes[i] == b':' && i > 0 && k >= from {
+                out.push((i, k));
+            }
+            i += 1;
+        }
+        k += 1;
+    }
+    out
 }
 
 /// A path that passed the checks: its raw segments and their decoded forms.
@@ -173,6 +220,11 @@ fn check_path(path: &str) -> Result<CheckedPath<'_>, GatewayError> {
         return Ok(out);
     }
     for seg in rest.split('/') {
+        if out.raw.len() == MAX_PATH_SEGMENTS {
+            return Err(GatewayError::bad_request(format!(
+                "the path has more than {MAX_PATH_SEGMENTS} segments"
+            )));
+        }
         if seg.is_empty() {
             return Err(GatewayError::bad_request(
                 "empty path segment ('//' or a trailing '/')",
@@ -201,6 +253,43 @@ fn check_path(path: &str) -> Result<CheckedPath<'_>, GatewayError> {
         out.decoded.push(decoded);
     }
     Ok(out)
+}
+
+/// Refuses a request target longer than [`MAX_TARGET_BYTES`] (414) and a query with more than
+/// [`MAX_QUERY_PARAMS`] parameters (400). One pass over the query, no allocation.
+fn check_target(path: &str, query: Option<&str>) -> Result<(), GatewayError> {
+    let len = path.len() + query.map_or(0, |q| q.len() + 1);
+    if len > MAX_TARGET_BYTES {
+        return Err(GatewayError::new(
+            Code::UriTooLong,
+            format!("the request target is longer than {MAX_TARGET_BYTES} bytes"),
+        ));
+    }
+    let params = query.map_or(0, |q| q.split('&').filter(|p| !p.is_empty()).count());
+    if params > MAX_QUERY_PARAMS {
+        return Err(GatewayError::bad_request(format!(
+            "more than {MAX_QUERY_PARAMS} query parameters"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a query parameter whose name is a field path deeper than [`MAX_FIELD_PATH_DEPTH`]
+/// (dots, raw or encoded as `%2E`, before any `[` of a map key): 400 `BAD_REQUEST`. One pass
+/// over the query, no allocation.
+fn check_field_paths(query: Option<&str>) -> Result<(), GatewayError> {
+    for part in query.unwrap_or("").split('&') {
+        let name = part.split('=').next().unwrap_or(part);
+        let name = name.split('[').next().unwrap_or(name);
+        let dots =
+            name.matches('.').count() + name.matches("%2E").count() + name.matches("%2e").count();
+        if dots >= MAX_FIELD_PATH_DEPTH {
+            return Err(GatewayError::bad_request(format!(
+                "query parameter names are field paths of at most {MAX_FIELD_PATH_DEPTH} parts"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn echo(path: &str) -> &str {
@@ -248,18 +337,22 @@ impl RouteStage {
     }
 
     /// Routes one request: `method` upper-case as sent, `path` without the query, `query`
-    /// the raw query. `Err` is 400 `BAD_REQUEST` or 404 `API_NOT_FOUND`.
+    /// the raw query. `Err` is 400 `BAD_REQUEST`, 404 `API_NOT_FOUND` or 414 `URI_TOO_LONG`.
     pub fn route(
         &self,
         method: &str,
         path: &str,
         query: Option<&str>,
     ) -> Result<RouteMatch, GatewayError> {
+        check_target(path, query)?;
         let checked = check_path(path)?;
         if path == ROUTER_PATH && method == "POST" {
             return self.router_style(query);
         }
         if let Some(m) = self.match_method(method, &checked)? {
+            if matches!(m.api.backend, BackendKind::Grpc { .. }) {
+                check_field_paths(query)?;
+            }
             return Ok(m);
         }
         let mut allowed: Vec<&str> = self
@@ -297,9 +390,10 @@ impl RouteStage {
         else {
             return Err(GatewayError::bad_request("bad path variable"));
         };
-        // An HTTP rewrite path re-encodes the values keeping `/`: an encoded slash inside a
-        // single-segment variable would turn into a segment separator upstream.
-        if matches!(&t.api.backend, BackendKind::Http { path: Some(_) }) {
+        // An HTTP backend would see an encoded slash inside a single-segment variable as a
+        // segment separator: a rewrite path re-encodes the values keeping `/`, and without a
+        // rewrite the path goes as sent, `%2F` and all, to a backend that may well decode it.
+        if matches!(&t.api.backend, BackendKind::Http { .. }) {
             let slashed = vars
                 .iter()
                 .find(|(k, v)| v.contains('/') && tpl.variable(k).is_some_and(|var| !var.multi));
@@ -508,8 +602,8 @@ mod tests {
         assert_eq!(id(&s, "PUT", "/v1/orders/42"), "order.put");
         assert_eq!(id(&s, "GET", "/v1/orders"), "order.list");
         assert_eq!(
-            ok(&s, "GET", "/v1/orders/a%20b%2Fc").2,
-            vars(&[("order_id", "a b/c")])
+            ok(&s, "GET", "/v1/orders/a%20b%3Ac").2,
+            vars(&[("order_id", "a b:c")])
         );
         assert_eq!(
             ok(&s, "GET", "/v1/shelves/s1/books/b%2F2"),
@@ -676,12 +770,18 @@ mod tests {
     }
 
     #[test]
-    fn encoded_slash_in_a_rewritten_single_variable() {
+    fn encoded_slash_in_a_single_variable_of_an_http_api() {
         let mut a = api("rw", &[("GET", "/v1/items/{id}/{rest=**}")]);
         Arc::get_mut(&mut a).unwrap().backend = BackendKind::Http {
             path: Some("/in/{id}/{rest}".into()),
         };
-        let s = stage(vec![a, api("plain", &[("GET", "/v2/items/{id}")])]);
+        let mut g = api("grpc", &[("GET", "/v3/items/{id}")]);
+        Arc::get_mut(&mut g).unwrap().backend = BackendKind::Grpc {
+            service: "s".into(),
+            method: "m".into(),
+            descriptor: "d".into(),
+        };
+        let s = stage(vec![a, api("plain", &[("GET", "/v2/items/{id}")]), g]);
         let e = err(&s, "GET", "/v1/items/1%2Fdelete/x", None);
         assert_eq!(e.code, Code::BadRequest);
         assert!(e.message.contains("id"), "{}", e.message);
@@ -689,10 +789,148 @@ mod tests {
             ok(&s, "GET", "/v1/items/1/x%2Fy/z").2,
             vars(&[("id", "1"), ("rest", "x%2Fy/z")])
         );
-        // without a rewrite the value is just decoded
+        // Without a rewrite too: the path would reach the backend as sent, %2F and all.
+        for p in ["/v2/items/1%2Fdelete", "/v2/items/1%2fdelete"] {
+            let e = err(&s, "GET", p, None);
+            assert_eq!(e.code, Code::BadRequest, "{p}");
+            assert!(e.message.contains("'/'"), "{}", e.message);
+        }
+        // A gRPC backend gets the value as a field: nothing to confuse.
         assert_eq!(
-            ok(&s, "GET", "/v2/items/1%2Fdelete").2,
+            ok(&s, "GET", "/v3/items/1%2Fdelete").2,
             vars(&[("id", "1/delete")])
+        );
+    }
+
+    fn grpc_api(id: &str, bindings: &[(&str, &str)]) -> Arc<Api> {
+        let mut a = api(id, bindings);
+        Arc::get_mut(&mut a).unwrap().backend = BackendKind::Grpc {
+            service: "s".into(),
+            method: "m".into(),
+            descriptor: "d".into(),
+        };
+        a
+    }
+
+    #[test]
+    fn limits_on_the_target_segments_and_query() {
+        let s = stage(vec![
+            api("files", &[("GET", "/files/{path=**}")]),
+            grpc_api("list", &[("GET", "/grpc/items")]),
+        ]);
+        // The whole target: path and query together.
+        let long = format!("/files/{}", "a".repeat(MAX_TARGET_BYTES - 7));
+        assert_eq!(long.len(), MAX_TARGET_BYTES);
+        assert_eq!(id(&s, "GET", &long), "files");
+        let e = err(&s, "GET", &format!("{long}a"), None);
+        assert_eq!((e.status(), e.code.as_str()), (414, "URI_TOO_LONG"));
+        let e = err(&s, "GET", "/files/x", Some(&"q".repeat(MAX_TARGET_BYTES)));
+        assert_eq!(e.status(), 414);
+        // Segments.
+        let deep = "/files".to_owned() + &"/s".repeat(MAX_PATH_SEGMENTS - 1);
+        assert_eq!(id(&s, "GET", &deep), "files");
+        let e = err(&s, "GET", &format!("{deep}/s"), None);
+        assert_eq!(e.code, Code::BadRequest);
+        assert!(e.message.contains("segments"), "{}", e.message);
+        // Query parameters (empty parts are not parameters).
+        let many = vec!["a=1"; MAX_QUERY_PARAMS].join("&");
+        assert!(s
+            .route("GET", "/files/x", Some(&format!("{many}&&")))
+            .is_ok());
+        let e = err(&s, "GET", "/files/x", Some(&format!("{many}&b")));
+        assert_eq!(e.code, Code::BadRequest);
+        assert!(e.message.contains("query parameters"), "{}", e.message);
+        // The router style counts them too.
+        let e = err(&s, "POST", "/router", Some(&format!("{many}&method=files")));
+        assert_eq!(e.code, Code::BadRequest);
+        // Field paths of a gRPC API: at most MAX_FIELD_PATH_DEPTH parts, dots raw or encoded.
+        let fits = vec!["f"; MAX_FIELD_PATH_DEPTH].join(".");
+        assert!(s
+            .route("GET", "/grpc/items", Some(&format!("{fits}=1")))
+            .is_ok());
+        assert!(s
+            .route("GET", "/grpc/items", Some(&format!("labels[{fits}.x.y]=1")))
+            .is_ok());
+        for q in [
+            format!("{fits}.f=1"),
+            format!("{fits}%2Ef"),
+            format!("{fits}%2ef=2"),
+        ] {
+            let e = err(&s, "GET", "/grpc/items", Some(&q));
+            assert_eq!(e.code, Code::BadRequest, "{q}");
+            assert!(e.message.contains("field paths"), "{}", e.message);
+        }
+        // An HTTP backend's query is its own business.
+        assert!(s
+            .route("GET", "/files/x", Some(&format!("{fits}.f.g=1")))
+            .is_ok());
+    }
+
+    /// The least time one call of `small` and of `large` takes, over `runs` interleaved runs
+    /// (interleaved so that a burst of load on the machine disturbs both alike).
+    fn least_times(
+        runs: usize,
+        small: impl Fn(),
+        large: impl Fn(),
+    ) -> (std::time::Duration, std::time::Duration) {
+        let time = |f: &dyn Fn()| {
+            let started = std::time::Instant::now();
+            f();
+            started.elapsed()
+        };
+        let (mut s, mut l) = (std::time::Duration::MAX, std::time::Duration::MAX);
+        for _ in 0..runs {
+            s = s.min(time(&small));
+            l = l.min(time(&large));
+        }
+        (s, l)
+    }
+
+    /// Routing work grows linearly with the path, whatever it holds: 8× the input may cost at
+    /// most 16× the time (quadratic work would cost 64×). Measured through `route` on the
+    /// sizes a client can send (1 KiB and 8 KiB, the target limit; longer targets are refused
+    /// before any other work, see `limits_on_the_target_segments_and_query`, and 64 KiB paths
+    /// measured here would mostly measure the allocator of a busy test process). The least of several interleaved
+    /// runs keeps a loaded machine from disturbing the ratio, and a ratio over the bound is
+    /// measured again (up to three times): noise passes on a retry, quadratic work never does.
+    #[test]
+    fn routing_work_is_linear_in_the_path() {
+        let s = demo();
+        /// What a flood is called, its method, and its path of about `n` bytes.
+        type Flood = (&'static str, &'static str, fn(usize) -> String);
+        let floods: [Flood; 4] = [
+            ("colons", "POST", |n| {
+                format!("/v1/orders/4{}", ":".repeat(n))
+            }),
+            ("colons and a verb", "POST", |n| {
+                format!("/v1/orders/4{}cancel", ":".repeat(n))
+            }),
+            ("escapes", "GET", |n| {
+                format!("/v1/orders/{}", "%41".repeat(n / 3))
+            }),
+            ("escaped colons", "POST", |n| {
+                format!("/v1/orders/4{}", "%3A:".repeat(n / 4))
+            }),
+        ];
+        for (what, method, make) in floods {
+            let small = make(1024 - 64);
+            let large = make(MAX_TARGET_BYTES - 64);
+            let route = |path: &str| {
+                let _ = std::hint::black_box(s.route(method, path, None));
+            };
+            route(&large);
+            let mut seen = Vec::new();
+            let linear = (0..3).any(|_| {
+                let (t_small, t_large) = least_times(9, || route(&small), || route(&large));
+                seen.push((t_small, t_large));
+                t_large < t_small * 16
+            });
+            assert!(linear, "{what}: (1 KiB, 8 KiB) took {seen:?} (not linear)");
+        }
+        // And it still routes what it should.
+        assert_eq!(
+            ok(&s, "POST", "/v1/orders/4:::cancel").2,
+            vars(&[("name", "orders/4::")])
         );
     }
 

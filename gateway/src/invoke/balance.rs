@@ -36,6 +36,8 @@ pub struct Balancer {
     configured: Vec<Endpoint>,
     /// The pickable endpoints (weight > 0): address and weight.
     peers: Vec<(String, i64)>,
+    /// For each peer, its index in `configured`.
+    index: Vec<usize>,
     mode: Mode,
 }
 
@@ -80,6 +82,12 @@ impl Balancer {
             .filter(|e| e.weight > 0)
             .map(|e| (e.addr.clone(), i64::from(e.weight)))
             .collect();
+        let index: Vec<usize> = endpoints
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.weight > 0)
+            .map(|(i, _)| i)
+            .collect();
         let divisor = peers
             .iter()
             .fold(0u64, |g, (_, w)| gcd(g, *w as u64))
@@ -107,6 +115,7 @@ impl Balancer {
         Balancer {
             configured: endpoints.to_vec(),
             peers,
+            index,
             mode,
         }
     }
@@ -122,6 +131,17 @@ impl Balancer {
     /// endpoint has been tried (or there is none).
     pub fn pick_excluding(&self, tried: &[&str]) -> Option<&str> {
         let allowed = |i: usize| !tried.contains(&self.peers[i].0.as_str());
+        self.pick_peer(allowed).map(|i| self.peers[i].0.as_str())
+    }
+
+    /// The next endpoint in the weighted sequence that `allowed` admits (it is given the
+    /// index into the configured list); returns that index. `None` when none is admitted.
+    pub fn pick_where(&self, allowed: impl Fn(usize) -> bool) -> Option<usize> {
+        self.pick_peer(|i| allowed(self.index[i]))
+            .map(|i| self.index[i])
+    }
+
+    fn pick_peer(&self, allowed: impl Fn(usize) -> bool) -> Option<usize> {
         let index = match &self.mode {
             Mode::Empty => None,
             Mode::Cycle { order, next } => {
@@ -137,7 +157,7 @@ impl Balancer {
                 smooth_step(&self.peers, &mut current, allowed)
             }
         };
-        index.map(|i| self.peers[i].0.as_str())
+        index
     }
 
     /// Whether `endpoints` is exactly this balancer's list (same addresses and weights in the

@@ -24,29 +24,28 @@
 //! # Metadata sent to the backend
 //!
 //! The request's end-to-end headers are passed on as gRPC metadata (as an HTTP filter such
-//! as Envoy's JSON transcoder does), so backends see `authorization`, tracing headers,
-//! `x-portico-appkey` and their own headers (the demo backend's `x-demo-*` fault injection
-//! works through the gateway). Left out: hop-by-hop headers (`connection`, `te`,
-//! `transfer-encoding`, ...), `host`, `content-type`, `content-length`, `content-encoding`,
-//! `accept-encoding`, `user-agent`, the per-request signing headers
-//! (`x-portico-signature`, `x-portico-nonce`, `x-portico-timestamp`), binary (`-bin`) keys,
-//! and reserved `grpc-*` keys, except that `grpc-metadata-<key>` is sent as `<key>`
-//! (grpc-gateway's convention). `x-portico-request-id` is always the gateway's request id,
-//! and `grpc-timeout` the call's deadline.
+//! as Envoy's JSON transcoder does), so backends see `authorization`, tracing headers and
+//! their own headers (the demo backend's `x-demo-*` fault injection works through the
+//! gateway), by the rule every backend gets (`forward.rs`): no hop-by-hop headers, no
+//! `x-portico-*` from the client (the signature headers never leave the gateway),
+//! `x-portico-app` = the app auth verified, `x-portico-request-id` = the request id,
+//! `x-forwarded-for` / `x-forwarded-proto` as the gateway decided them; `grpc-metadata-<key>`
+//! is sent as `<key>` (grpc-gateway's convention) under the same rule. `grpc-timeout` is the
+//! call's deadline.
 //!
 //! The reply's metadata comes back as `grpc-metadata-<key>` response headers (ASCII keys
 //! only, reserved ones left out).
 
 use crate::error::{Code, GatewayError};
+use crate::invoke::forward::{self, Caller, Target};
 use crate::invoke::transcode::MethodPlan;
 use crate::model::{RouteMatch, Whole};
-use crate::request_id;
 use bytes::Bytes;
 use dashmap::DashMap;
 use http::uri::PathAndQuery;
 use portico_control::{BackendKind, Snapshot};
 use portico_grpc_dynamic::{code_name_and_status, DynamicCodec};
-use prost_reflect::{DescriptorPool, MethodDescriptor};
+use prost_reflect::{DescriptorPool, DynamicMessage, MethodDescriptor};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -200,6 +199,24 @@ impl GrpcMethods {
     }
 }
 
+/// A call ready to send: the transcoded request message and its metadata (built before the
+/// breaker is asked, so a request that does not transcode never counts for or against the
+/// backend).
+#[derive(Debug, Clone)]
+pub struct GrpcRequest {
+    message: DynamicMessage,
+    metadata: MetadataMap,
+    /// The matched binding (its `response_body` shapes the answer).
+    binding: Option<usize>,
+}
+
+impl GrpcRequest {
+    /// The metadata the backend will receive (besides `grpc-timeout`).
+    pub fn metadata(&self) -> &MetadataMap {
+        &self.metadata
+    }
+}
+
 /// Settings of the gRPC client.
 #[derive(Debug, Clone)]
 pub struct GrpcConfig {
@@ -260,8 +277,9 @@ impl GrpcInvoker {
         }
         let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| {
-                GatewayError::new(
+                GatewayError::upstream(
                     Code::UpstreamError,
+                    "the backend could not be reached",
                     format!("bad gRPC endpoint address {addr}: {e}"),
                 )
             })?
@@ -283,13 +301,34 @@ impl GrpcInvoker {
         self.channels.retain(|(addr, _), _| live.contains(addr));
     }
 
-    /// Calls `method` on the backend at `endpoint_addr` for one HTTP request: transcodes
-    /// the request (path variables of `route`, `query`, `body`), passes `headers` on as
-    /// metadata (see the module docs) with `x-portico-request-id: request_id`, sets the
+    /// Prepares the call of `method` for one HTTP request, before any backend is chosen:
+    /// transcodes the request (path variables of `route`, `query`, `body`) and builds the
+    /// metadata from `headers` for `caller` (see the module docs). `Err`: 400 `BAD_REQUEST`
+    /// naming the field of a request that does not transcode.
+    pub fn prepare(
+        method: &PreparedMethod,
+        route: &RouteMatch,
+        query: Option<&str>,
+        body: &[u8],
+        headers: &http::HeaderMap,
+        caller: &Caller<'_>,
+    ) -> Result<GrpcRequest, GatewayError> {
+        let query = if route.router_style { None } else { query };
+        let message = method
+            .plan
+            .request(route.binding, &route.vars, query, body)?;
+        let metadata = forward::backend_headers(headers, caller, Target::Grpc);
+        Ok(GrpcRequest {
+            message,
+            metadata: MetadataMap::from_headers(metadata),
+            binding: route.binding,
+        })
+    }
+
+    /// Calls `method` on the backend at `endpoint_addr` with a prepared `request`, sets the
     /// deadline (`grpc-timeout`, and a local timer as backstop), and answers the reply as
     /// JSON (200) or the mapped error:
     ///
-    /// - a request that does not transcode: 400 `BAD_REQUEST` naming the field;
     /// - no reply within `timeout`: 504 `UPSTREAM_TIMEOUT`;
     /// - no connection, a broken one, a reply over the size limit or that does not decode:
     ///   502 `UPSTREAM_ERROR`;
@@ -297,31 +336,28 @@ impl GrpcInvoker {
     ///   ("The error envelope"; [`status_to_error`]).
     ///
     /// Which of these the breaker counts as a backend failure is the error's
-    /// [`Code::side`](crate::error::Code::side), decided by the invoke tier.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn call(
+    /// [`Code::side`](crate::error::Code::side), decided by the invoke tier. Addresses and
+    /// transport errors are in the errors' `detail`, never in their message.
+    pub async fn send(
         &self,
         method: &PreparedMethod,
-        route: &RouteMatch,
-        query: Option<&str>,
-        body: &[u8],
-        headers: &http::HeaderMap,
+        request: GrpcRequest,
         endpoint_addr: &str,
         timeout: Duration,
-        request_id: &str,
     ) -> Result<Whole, GatewayError> {
-        let query = if route.router_style { None } else { query };
-        let message = method
-            .plan
-            .request(route.binding, &route.vars, query, body)?;
         if timeout.is_zero() {
             return Err(timeout_error(endpoint_addr, timeout));
         }
         let channel = self.channel(endpoint_addr)?;
         let mut grpc = tonic::client::Grpc::new(channel)
             .max_decoding_message_size(self.config.max_response_bytes);
+        let GrpcRequest {
+            message,
+            metadata,
+            binding,
+        } = request;
         let mut request = tonic::Request::new(message);
-        *request.metadata_mut() = MetadataMap::from_headers(forwarded_headers(headers, request_id));
+        *request.metadata_mut() = metadata;
         request.set_timeout(timeout);
         let codec = DynamicCodec::client(method.plan.output().clone());
         let path = method.path.clone();
@@ -329,8 +365,9 @@ impl GrpcInvoker {
         let started = Instant::now();
         let call = async {
             grpc.ready().await.map_err(|e| {
-                GatewayError::new(
+                GatewayError::upstream(
                     Code::UpstreamError,
+                    "the backend could not be reached",
                     format!("gRPC backend {endpoint_addr} is not reachable: {e}"),
                 )
             })?;
@@ -343,7 +380,7 @@ impl GrpcInvoker {
             Err(_) => return Err(timeout_error(endpoint_addr, timeout)),
         };
         let (metadata, reply, _) = response.into_parts();
-        let body = method.plan.response(route.binding, &reply)?;
+        let body = method.plan.response(binding, &reply)?;
         let mut answer_headers = Vec::with_capacity(2);
         answer_headers.push(("content-type".to_owned(), "application/json".to_owned()));
         reply_metadata(&metadata, &mut answer_headers);
@@ -352,6 +389,25 @@ impl GrpcInvoker {
             headers: answer_headers,
             body: Bytes::from(body),
         })
+    }
+
+    /// [`GrpcInvoker::prepare`] then [`GrpcInvoker::send`], for a caller known only by
+    /// `request_id`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn call(
+        &self,
+        method: &PreparedMethod,
+        route: &RouteMatch,
+        query: Option<&str>,
+        body: &[u8],
+        headers: &http::HeaderMap,
+        endpoint_addr: &str,
+        timeout: Duration,
+        request_id: &str,
+    ) -> Result<Whole, GatewayError> {
+        let caller = Caller::new(request_id);
+        let request = Self::prepare(method, route, query, body, headers, &caller)?;
+        self.send(method, request, endpoint_addr, timeout).await
     }
 
     /// Maps a failed call: locally made statuses (transport errors, the size limit) to
@@ -367,8 +423,9 @@ impl GrpcInvoker {
         if status.code() == tonic::Code::OutOfRange
             && status.message().contains("message length too large")
         {
-            return GatewayError::new(
+            return GatewayError::upstream(
                 Code::UpstreamError,
+                "the backend's answer is too large",
                 format!(
                     "gRPC backend {addr} replied more than {} bytes",
                     self.config.max_response_bytes
@@ -386,8 +443,9 @@ impl GrpcInvoker {
             } else {
                 format!("{} ({source})", status.message())
             };
-            return GatewayError::new(
+            return GatewayError::upstream(
                 Code::UpstreamError,
+                "the backend failed to answer",
                 format!("gRPC backend {addr} failed: {detail}"),
             );
         }
@@ -404,8 +462,9 @@ impl GrpcInvoker {
 }
 
 fn timeout_error(addr: &str, timeout: Duration) -> GatewayError {
-    GatewayError::new(
+    GatewayError::upstream(
         Code::UpstreamTimeout,
+        "the backend did not answer in time",
         format!(
             "gRPC backend {addr} did not answer within {} ms",
             timeout.as_millis()
@@ -413,65 +472,45 @@ fn timeout_error(addr: &str, timeout: Duration) -> GatewayError {
     )
 }
 
-/// A backend's non-OK status as the gateway's error: code = the status name, message = the
-/// status message, HTTP status as docs/PROTOCOL.md ("The error envelope") says.
+/// A backend's non-OK status as the gateway's error: code = the status name, HTTP status as
+/// docs/PROTOCOL.md ("The error envelope") says, message = the status message for the
+/// statuses a backend answers deliberately (`NOT_FOUND`, `FAILED_PRECONDITION`, ...). For
+/// the ones that mean it failed (`UNAVAILABLE`, `INTERNAL`, `UNKNOWN`,
+/// `DEADLINE_EXCEEDED`: [`Side::Upstream`](crate::error::Side::Upstream)), often written by
+/// the transport or a proxy in front of the backend, the message is a fixed text and the
+/// backend's goes to the detail (docs/SECURITY.md, "No internals in answers").
 pub fn status_to_error(status: &Status) -> GatewayError {
     let (name, http_status) = code_name_and_status(status.code());
-    GatewayError::new(Code::Grpc { name, http_status }, status.message())
-}
-
-/// Request headers never passed on as metadata.
-const NOT_FORWARDED: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-type",
-    "content-length",
-    "content-encoding",
-    "accept-encoding",
-    "expect",
-    "user-agent",
-    "x-portico-signature",
-    "x-portico-nonce",
-    "x-portico-timestamp",
-    "x-portico-request-id",
-];
-
-/// The request headers to send as metadata (see the module docs).
-pub fn forwarded_headers(headers: &http::HeaderMap, request_id: &str) -> http::HeaderMap {
-    let mut out = http::HeaderMap::with_capacity(headers.len() + 1);
-    for (name, value) in headers {
-        let n = name.as_str();
-        if n.ends_with("-bin") || NOT_FORWARDED.contains(&n) {
-            continue;
-        }
-        if let Some(rest) = n.strip_prefix("grpc-metadata-") {
-            if let Ok(key) = http::HeaderName::from_bytes(rest.as_bytes()) {
-                if !rest.is_empty() && !rest.starts_with("grpc-") {
-                    out.append(key, value.clone());
-                }
-            }
-            continue;
-        }
-        if n.starts_with("grpc-") {
-            continue;
-        }
-        out.append(name.clone(), value.clone());
+    let code = Code::Grpc { name, http_status };
+    if code.side() != crate::error::Side::Upstream {
+        return GatewayError::new(code, status.message());
     }
-    if let Ok(v) = http::HeaderValue::from_str(request_id) {
-        out.insert(request_id::HEADER, v);
-    }
-    out
+    let public = match status.code() {
+        tonic::Code::Unavailable => "the backend is unavailable",
+        tonic::Code::DeadlineExceeded => "the backend did not answer in time",
+        _ => "the backend failed",
+    };
+    GatewayError::upstream(
+        code,
+        public,
+        format!("gRPC status {name}: {}", status.message()),
+    )
 }
 
 /// Appends the reply's metadata as `grpc-metadata-<key>` headers.
+/// Whether a failed call never reached its backend (the connection could not be made, so
+/// nothing was sent and another endpoint may be tried).
+pub fn unreachable(e: &GatewayError) -> bool {
+    e.code == Code::UpstreamError
+        && [
+            "tcp connect error",
+            "Connection refused",
+            "is not reachable",
+        ]
+        .iter()
+        .any(|s| e.detail.as_deref().is_some_and(|d| d.contains(s)))
+}
+
 fn reply_metadata(metadata: &MetadataMap, out: &mut Vec<(String, String)>) {
     for kv in metadata.iter() {
         if let tonic::metadata::KeyAndValueRef::Ascii(key, value) = kv {
@@ -512,43 +551,16 @@ mod tests {
             let e = status_to_error(&Status::new(code, "why"));
             assert_eq!(e.code.as_str(), name);
             assert_eq!(e.status(), http);
-            assert_eq!(e.message, "why");
-        }
-    }
-
-    #[test]
-    fn headers_become_metadata() {
-        let mut h = http::HeaderMap::new();
-        for (k, v) in [
-            ("authorization", "Bearer t"),
-            ("x-demo-delay-ms", "5"),
-            ("x-portico-appkey", "merchant-1"),
-            ("x-portico-signature", "abc"),
-            ("x-portico-request-id", "spoofed"),
-            ("grpc-metadata-tenant", "t1"),
-            ("grpc-timeout", "1S"),
-            ("connection", "close"),
-            ("content-type", "application/json"),
-            ("trace-bin", "AAAA"),
-        ] {
-            h.append(k, http::HeaderValue::from_static(v));
-        }
-        let out = forwarded_headers(&h, "rid-1");
-        let get = |k: &str| out.get(k).and_then(|v| v.to_str().ok());
-        assert_eq!(get("authorization"), Some("Bearer t"));
-        assert_eq!(get("x-demo-delay-ms"), Some("5"));
-        assert_eq!(get("x-portico-appkey"), Some("merchant-1"));
-        assert_eq!(get("tenant"), Some("t1"));
-        assert_eq!(get("x-portico-request-id"), Some("rid-1"));
-        for gone in [
-            "x-portico-signature",
-            "grpc-timeout",
-            "connection",
-            "content-type",
-            "trace-bin",
-            "grpc-metadata-tenant",
-        ] {
-            assert_eq!(get(gone), None, "{gone}");
+            if e.code.side() == crate::error::Side::Upstream {
+                // A failure's text (often a proxy's or the transport's) is for the log.
+                assert_ne!(e.message, "why");
+                assert_eq!(
+                    e.detail.as_deref(),
+                    Some(&*format!("gRPC status {name}: why"))
+                );
+            } else {
+                assert_eq!((e.message.as_str(), e.detail.as_deref()), ("why", None));
+            }
         }
     }
 }

@@ -3,8 +3,11 @@
 //! The runtime holds one [`InvokeState`] per snapshot; [`InvokeState::build`] is where the
 //! reload-carry rule of the invoke tier lives (docs/ARCHITECTURE.md, "One snapshot"):
 //!
-//! - a cluster whose endpoint list (addresses, weights, order) is unchanged keeps its
-//!   balancer (and its place in the sequence) and its resolved addresses;
+//! - a cluster whose endpoint lists (addresses, weights, order; primary and standby) are
+//!   unchanged keeps its balancer (and its place in the sequence), its resolved addresses
+//!   and each endpoint's health, ejection, load and latency state; its prober too when the
+//!   health check is unchanged; its failover state only when the whole document is
+//!   (`invoke/routing.rs`);
 //! - an API whose bulkhead policy is unchanged (defaults applied) keeps its bulkhead, with
 //!   the calls in flight in it;
 //! - an API whose breaker policy, backend and cluster are all unchanged keeps its breaker
@@ -16,40 +19,70 @@ use crate::invoke::balance::Balancer;
 use crate::invoke::breaker::{Breaker, Clock};
 use crate::invoke::bulkhead::Bulkhead;
 use crate::invoke::grpc::GrpcMethods;
+use crate::invoke::routing::Routing;
 use portico_control::{v1, Api, Snapshot};
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 
-/// A cluster's balancer and its endpoints resolved to socket addresses.
+/// A cluster's balancer, its endpoints resolved to socket addresses, and its routing state
+/// (sets, endpoint health and load, failover, prober: `invoke/routing.rs`).
 #[derive(Debug, Clone)]
 pub struct ClusterRuntime {
+    /// The primary set's round-robin balancer (the routing's).
     pub balancer: Arc<Balancer>,
-    /// Endpoint address as configured → the socket address it resolved to. Endpoints that do
-    /// not resolve are left out (and logged); the balancer may still pick them.
+    /// Endpoint address as configured (both sets) → the socket address it resolved to.
+    /// Endpoints that do not resolve are left out (and logged) and never picked.
     pub addrs: Arc<HashMap<String, SocketAddr>>,
+    pub routing: Arc<Routing>,
 }
 
 impl ClusterRuntime {
-    /// A fresh balancer over `cluster`'s endpoints, and their addresses resolved once (at
-    /// reload, never per request).
-    fn resolve(name: &str, cluster: &v1::Cluster) -> ClusterRuntime {
-        let mut addrs = HashMap::new();
-        for ep in &cluster.endpoints {
-            match ep.addr.to_socket_addrs().map(|mut it| it.next()) {
-                Ok(Some(a)) => {
-                    addrs.insert(ep.addr.clone(), a);
-                }
-                _ => {
-                    tracing::warn!(cluster = %name, addr = %ep.addr, "endpoint does not resolve; skipped")
-                }
-            }
-        }
+    /// The runtime of `cluster`: its endpoints resolved once (at reload, never per request),
+    /// carrying `old`'s routing state where `Routing::build` allows.
+    fn build(
+        name: &str,
+        cluster: &Arc<v1::Cluster>,
+        old: Option<&ClusterRuntime>,
+    ) -> ClusterRuntime {
+        let same_lists = old.is_some_and(|o| {
+            o.routing.cluster.endpoints == cluster.endpoints
+                && o.routing.cluster.standby.as_ref().map(|s| &s.endpoints)
+                    == cluster.standby.as_ref().map(|s| &s.endpoints)
+        });
+        let addrs = match old {
+            Some(o) if same_lists => Arc::clone(&o.addrs),
+            _ => Arc::new(resolve(name, cluster)),
+        };
+        let routing = Arc::new(Routing::build(
+            name,
+            cluster,
+            &addrs,
+            old.map(|o| &*o.routing),
+        ));
         ClusterRuntime {
-            balancer: Arc::new(Balancer::new(&cluster.endpoints)),
-            addrs: Arc::new(addrs),
+            balancer: Arc::clone(&routing.primary.balancer),
+            addrs,
+            routing,
         }
     }
+}
+
+/// Resolves every endpoint of both sets (once per reload).
+fn resolve(name: &str, cluster: &v1::Cluster) -> HashMap<String, SocketAddr> {
+    let mut addrs = HashMap::new();
+    let standby = cluster.standby.iter().flat_map(|s| s.endpoints.iter());
+    for ep in cluster.endpoints.iter().chain(standby) {
+        match ep.addr.to_socket_addrs().map(|mut it| it.next()) {
+            Ok(Some(a)) => {
+                addrs.insert(ep.addr.clone(), a);
+            }
+            _ => {
+                tracing::warn!(cluster = %name, addr = %ep.addr, "endpoint does not resolve; skipped")
+            }
+        }
+    }
+    addrs
 }
 
 /// One API's invoke state: its concurrency pool, breaker, and cluster.
@@ -63,6 +96,8 @@ pub struct ApiRuntime {
     pub balancer: Arc<Balancer>,
     /// The cluster's endpoints resolved to socket addresses.
     pub addrs: Arc<HashMap<String, SocketAddr>>,
+    /// The cluster's routing (shared by the APIs of that cluster).
+    pub routing: Arc<Routing>,
 }
 
 impl ApiRuntime {
@@ -96,6 +131,7 @@ impl ApiRuntime {
             breaker,
             balancer: Arc::clone(&cluster.balancer),
             addrs: Arc::clone(&cluster.addrs),
+            routing: Arc::clone(&cluster.routing),
         }
     }
 }
@@ -124,12 +160,11 @@ impl InvokeState {
             .clusters
             .iter()
             .map(|(name, cluster)| {
-                let kept = previous
-                    .and_then(|p| p.clusters.get(name))
-                    .filter(|old| old.balancer.same_endpoints(&cluster.endpoints));
-                let state = match kept {
-                    Some(old) => old.clone(),
-                    None => ClusterRuntime::resolve(name, cluster),
+                let old = previous.and_then(|p| p.clusters.get(name));
+                let state = match old {
+                    // The same document: everything is kept as it is.
+                    Some(o) if *o.routing.cluster == **cluster => o.clone(),
+                    _ => ClusterRuntime::build(name, cluster, old),
                 };
                 (name.clone(), state)
             })

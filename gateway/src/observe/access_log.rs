@@ -43,6 +43,10 @@ pub struct AccessRecord<'a> {
     pub code: &'a str,
     pub latency_us: u64,
     pub upstream: Option<&'a str>,
+    /// What went wrong, for operators: the backend address, the transport error, ... that
+    /// the answer's envelope does not tell (absent when there is nothing to add).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<&'a str>,
 }
 
 /// A handle to the access log writer thread.
@@ -128,6 +132,7 @@ mod tests {
             code: "OK",
             latency_us: 12,
             upstream: Some("127.0.0.1:1"),
+            detail: Some("upstream 127.0.0.1:1 did not answer in time"),
         });
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
@@ -136,6 +141,7 @@ mod tests {
                 let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
                 assert_eq!(v["request_id"], "r1");
                 assert_eq!(v["latency_us"], 12);
+                assert_eq!(v["detail"], "upstream 127.0.0.1:1 did not answer in time");
                 break;
             }
             assert!(

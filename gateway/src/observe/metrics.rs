@@ -49,7 +49,53 @@ pub struct Metrics {
     pub snapshot_build_seconds: Histogram,
     /// Whether the configuration source is connected (ZooKeeper), by plane.
     pub source_connected: IntGauge,
+    /// Nonces in the replay cache, by plane.
+    pub replay_nonces: IntGaugeVec,
+    /// Bytes the replay cache's tables hold, by plane.
+    pub replay_bytes: IntGaugeVec,
+    /// Signed calls refused because their app's share of the replay cache was full.
+    pub replay_full: IntCounterVec,
+    /// Open connections by traffic listener (`portico-live`, `portico-sandbox`).
+    pub connections_open: IntGaugeVec,
+    /// Connections refused by listener because it was at `--max-connections`.
+    pub connections_refused: IntCounterVec,
+    /// Smart routing (docs/OPERATIONS.md, "Clusters: balancing, health, failover, sleep").
+    pub routing: RoutingMetrics,
 }
+
+/// The clusters' routing state, refreshed by the planes' housekeeping (and each scrape).
+pub struct RoutingMetrics {
+    /// 1 for the set serving each cluster, 0 for the other, by plane, cluster and set.
+    pub active_set: IntGaugeVec,
+    /// 1 when an endpoint is available (probes healthy, not ejected), by plane, cluster
+    /// and endpoint.
+    pub endpoint_healthy: IntGaugeVec,
+    /// Passive ejections, by plane, cluster and endpoint.
+    pub ejections: IntCounterVec,
+    /// Active probes, by plane, cluster, endpoint and result (`ok`, `failed`).
+    pub probes: IntCounterVec,
+}
+
+const CLUSTER_ACTIVE_SET: Spec = Spec {
+    name: "portico_cluster_active_set",
+    help: "1 for the endpoint set (primary, standby) serving the cluster",
+    labels: &["plane", "cluster", "set"],
+};
+const ENDPOINT_HEALTHY: Spec = Spec {
+    name: "portico_endpoint_healthy",
+    help: "1 when the endpoint is available: health checks pass and it is not ejected",
+    labels: &["plane", "cluster", "endpoint"],
+};
+const ENDPOINT_EJECTIONS: Spec = Spec {
+    name: "portico_endpoint_ejections_total",
+    help: "Passive (outlier) ejections of the endpoint",
+    labels: &["plane", "cluster", "endpoint"],
+};
+const ENDPOINT_PROBES: Spec = Spec {
+    name: "portico_endpoint_probes_total",
+    help: "Active health probes of the endpoint, by result",
+    labels: &["plane", "cluster", "endpoint", "result"],
+};
 
 /// A metric's name, help text and label names.
 struct Spec {
@@ -137,6 +183,32 @@ const SOURCE_CONNECTED: Spec = Spec {
     labels: &[],
 };
 
+const REPLAY_NONCES: Spec = Spec {
+    name: "portico_replay_cache_nonces",
+    help: "Nonces remembered by the replay cache",
+    labels: PLANE,
+};
+const REPLAY_BYTES: Spec = Spec {
+    name: "portico_replay_cache_bytes",
+    help: "Bytes held by the replay cache's tables",
+    labels: PLANE,
+};
+const REPLAY_FULL: Spec = Spec {
+    name: "portico_replay_cache_full_total",
+    help: "Signed calls refused (429) because their app's share of the replay cache was full",
+    labels: PLANE,
+};
+const CONNECTIONS_OPEN: Spec = Spec {
+    name: "portico_connections_open",
+    help: "Open connections, by traffic listener",
+    labels: &["listener"],
+};
+const CONNECTIONS_REFUSED: Spec = Spec {
+    name: "portico_connections_refused_total",
+    help: "Connections refused because the listener was at its connection limit",
+    labels: &["listener"],
+};
+
 /// Snapshot build time buckets in seconds: 100 µs to 5 s.
 const BUILD_BUCKETS: &[f64] = &[0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
 
@@ -191,6 +263,17 @@ impl Metrics {
                 &r,
                 IntGauge::new(SOURCE_CONNECTED.name, SOURCE_CONNECTED.help),
             )?,
+            replay_nonces: gauges(&r, &REPLAY_NONCES)?,
+            replay_bytes: gauges(&r, &REPLAY_BYTES)?,
+            replay_full: counters(&r, &REPLAY_FULL)?,
+            connections_open: gauges(&r, &CONNECTIONS_OPEN)?,
+            connections_refused: counters(&r, &CONNECTIONS_REFUSED)?,
+            routing: RoutingMetrics {
+                active_set: gauges(&r, &CLUSTER_ACTIVE_SET)?,
+                endpoint_healthy: gauges(&r, &ENDPOINT_HEALTHY)?,
+                ejections: counters(&r, &ENDPOINT_EJECTIONS)?,
+                probes: counters(&r, &ENDPOINT_PROBES)?,
+            },
             registry: r,
         })
     }

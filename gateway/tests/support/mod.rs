@@ -76,7 +76,14 @@ impl GatewayProcess {
 
     /// Starts the gateway with these arguments (plus listeners and the access log) and waits
     /// until `/readyz` answers 200.
-    pub fn start_args(mut args: Vec<String>) -> Self {
+    pub fn start_args(args: Vec<String>) -> Self {
+        let gw = Self::spawn_args(args);
+        gw.wait_ready();
+        gw
+    }
+
+    /// Starts the gateway without waiting for `/readyz` (a gateway expected not to be ready).
+    pub fn spawn_args(mut args: Vec<String>) -> Self {
         let logdir = tempfile::tempdir().expect("tempdir");
         let access_log = logdir.path().join("access.log");
         let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
@@ -102,13 +109,18 @@ impl GatewayProcess {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn portico-gateway");
-        let gw = GatewayProcess {
+        GatewayProcess {
             child,
             listen,
             admin,
             access_log,
             _logdir: logdir,
-        };
+        }
+    }
+
+    /// Waits for `/readyz` and the traffic listener.
+    pub fn wait_ready(&self) {
+        let gw = self;
         let client = client();
         let ready = wait_until(Duration::from_secs(30), || {
             client
@@ -126,7 +138,6 @@ impl GatewayProcess {
             .is_ok()),
             "gateway listener never opened"
         );
-        gw
     }
 
     pub fn url(&self, path_and_query: &str) -> String {
@@ -264,3 +275,47 @@ pub fn backend_requests(backend: &BackendProcess) -> u64 {
         .expect("stats json");
     v["requests"].as_u64().unwrap_or(0)
 }
+
+/// Writes `bytes` as the file of tree document `tree_path` under `root` (`apis/x` →
+/// `apis/x.json`, `descriptors/<sha>` → `descriptors/<sha>.pb`), creating folders.
+pub fn write_document(root: &Path, tree_path: &str, bytes: &[u8]) {
+    let rel = portico_control::source::file_path_for(tree_path)
+        .unwrap_or_else(|| panic!("{tree_path} is not a document path"));
+    let file = root.join(rel);
+    std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&file, bytes).expect("write");
+}
+
+/// `portico_testkit::zkcli` with a UTF-8 locale, so that non-ASCII arguments reach ZooKeeper
+/// as UTF-8 whatever the locale of the test run (the JVM decodes arguments by the locale).
+pub fn zkcli_utf8(connect: &str, args: &[&str]) -> portico_testkit::ZkCliOutput {
+    let output = Command::new(portico_testkit::zk_home().join("bin/zkCli.sh"))
+        .arg("-server")
+        .arg(connect)
+        .args(args)
+        .env("LC_ALL", "C.UTF-8")
+        .env("LANG", "C.UTF-8")
+        .env("JMXDISABLE", "true")
+        .env(
+            "CLIENT_JVMFLAGS",
+            "-Xmx128m -XX:+UseSerialGC -Dfile.encoding=UTF-8 -Dsun.jnu.encoding=UTF-8",
+        )
+        .stdin(Stdio::null())
+        .output()
+        .expect("run zkCli.sh");
+    let stdout = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| {
+            !(l.starts_with("Connecting to ")
+                || l.starts_with("WATCHER::")
+                || l.starts_with("WatchedEvent state:"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    portico_testkit::ZkCliOutput {
+        success: output.status.success(),
+        stdout,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+pub mod routing;

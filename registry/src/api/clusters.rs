@@ -3,8 +3,8 @@
 use super::context::Ctx;
 use super::documents::{delete_doc, get_json, list_json, write_json, Write};
 use crate::error::{ApiError, ApiResult};
-use crate::input::{check_name, flag, parse_object, typed_from};
-use crate::route::{Body, Reply, Route};
+use crate::input::{check_name, flag, parse_document, typed_document};
+use crate::route::{Body, Param, Reply, Route};
 use crate::state::Shared;
 use crate::zk_store::{Env, Precondition};
 use axum::body::Bytes;
@@ -37,7 +37,8 @@ pub fn routes() -> Vec<Route> {
             post(create),
         )
         .body(Body::Json("NamedCluster"))
-        .reply(Reply::Json(201, "Cluster")),
+        .reply(Reply::Json(201, "Cluster"))
+        .creates("$request.body#/name"),
         Route::new(
             Method::GET,
             "/clusters/{name}",
@@ -64,7 +65,11 @@ pub fn routes() -> Vec<Route> {
             delete(remove),
         )
         .reply(Reply::Empty)
-        .query("force", "delete even if documents would be rejected")
+        .query_as(
+            "force",
+            "delete even if documents would be rejected",
+            Param::Flag,
+        )
         .conditional(),
     ]
 }
@@ -101,7 +106,7 @@ async fn create(
         .and_then(|n| n.as_str().map(str::to_owned))
         .ok_or_else(|| ApiError::bad_request("cluster: the body needs a string `name`"))?;
     check_name("cluster", &name)?;
-    let _: v1::Cluster = typed_from(&value, "cluster")?;
+    let _: v1::Cluster = typed_document(&value, "cluster")?;
     let write = Write {
         env,
         rel: &rel(&name),
@@ -121,7 +126,7 @@ async fn replace(
     body: Bytes,
 ) -> ApiResult<Response> {
     check_name("cluster", &name)?;
-    let (_, value) = parse_object::<v1::Cluster>(&body, "cluster")?;
+    let (_, value) = parse_document::<v1::Cluster>(&body, "cluster")?;
     let write = Write {
         env,
         rel: &rel(&name),

@@ -5,7 +5,7 @@ use super::reply::json_response;
 use crate::error::{ApiError, ApiResult};
 use crate::health::report::{report, SeriesFilter};
 use crate::health::scraper::monitor;
-use crate::route::Route;
+use crate::route::{Param, Route};
 use crate::state::Shared;
 use axum::extract::{Query, State};
 use axum::http::{Method, StatusCode};
@@ -28,11 +28,16 @@ pub fn routes() -> Vec<Route> {
          each node's breaker state, with a short history for charts",
         get(apis_health),
     )
-    .query(
+    .query_as(
         "window",
         "seconds the summary figures cover (default 10, 2 to 180)",
+        Param::Count,
     )
-    .query("plane", "live (default), sandbox or all")
+    .query_as(
+        "plane",
+        "live (default), sandbox or all",
+        Param::OneOf(&["live", "sandbox", "all"]),
+    )
     .query(
         "series",
         "comma-separated API ids whose history to include; `*` (default) all, `none` none",

@@ -5,7 +5,7 @@ use super::context::Ctx;
 use super::documents::{write_json, Write};
 use super::reply::{json_response, raw_json_response};
 use crate::error::ApiResult;
-use crate::input::parse_object;
+use crate::input::parse_document;
 use crate::route::{Body, Reply, Route};
 use crate::state::Shared;
 use crate::zk_store::Env;
@@ -55,7 +55,7 @@ async fn replace(
     ctx: Ctx,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let (_, value) = parse_object::<v1::IpAcl>(&body, "ipacl")?;
+    let (_, value) = parse_document::<v1::IpAcl>(&body, "ipacl")?;
     let write = Write {
         env,
         rel: "ipacl",

@@ -22,11 +22,13 @@
 pub mod apis;
 pub mod apps;
 pub mod audit;
+pub mod cluster_ops;
 pub mod clusters;
 pub mod context;
 pub mod descriptors;
 pub mod documents;
 pub mod health;
+pub mod hot_keys;
 pub mod ipacl;
 pub mod ops;
 pub mod reply;
@@ -53,6 +55,9 @@ pub fn routes() -> Vec<Route> {
         apis::routes(),
         sandbox::routes(),
         health::routes(),
+        hot_keys::routes(),
+        // Live-only cluster operations (failover, overview, autoscale events).
+        cluster_ops::routes(),
         in_each_env(&in_both_envs),
     ]
     .concat()
@@ -99,7 +104,7 @@ mod tests {
                 "{method} /sandbox{path}"
             );
         }
-        assert_eq!(all.len(), 69);
+        assert_eq!(all.len(), 73);
     }
 
     /// Every route is in the OpenAPI document, and every `$ref` resolves.

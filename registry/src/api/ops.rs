@@ -3,7 +3,7 @@
 use super::reply::json_response;
 use crate::error::{ApiError, ApiResult};
 use crate::openapi::Served;
-use crate::route::{Reply, Route};
+use crate::route::{Param, Reply, Route};
 use crate::state::Shared;
 use crate::zk_store::{Doc, Env};
 use axum::extract::{Query, State};
@@ -44,7 +44,11 @@ pub fn routes() -> Vec<Route> {
             get(audit_log),
         )
         .reply(Reply::Json(200, "AuditLog"))
-        .query("limit", "entries to return (default 100, at most 1000)")
+        .query_as(
+            "limit",
+            "entries to return (default 100, at most 1000)",
+            Param::Count,
+        )
         .query(
             "before",
             "only entries older than this entry id (for paging)",

@@ -25,8 +25,9 @@ pub fn routes() -> Vec<Route> {
          path?, query?, body?, headers?, app_key?, node_id?}",
         post(try_call),
     )
-    .body(Body::Json("Any"))
-    .reply(Reply::Json(200, "Any"))]
+    .body(Body::Json("SandboxCall"))
+    .reply(Reply::Json(200, "SandboxCallResult"))
+    .calls_out()]
 }
 
 async fn try_call(State(state): State<Shared>, ctx: Ctx, body: Bytes) -> ApiResult<Response> {

@@ -7,7 +7,7 @@ use super::context::Ctx;
 use super::reply::json_response;
 use super::validation::{validate_change, Change};
 use crate::error::{ApiError, ApiResult};
-use crate::route::{Body, Reply, Route};
+use crate::route::{Body, Param, Reply, Route};
 use crate::state::Shared;
 use crate::zk_store::{Env, Precondition};
 use axum::body::Bytes;
@@ -20,16 +20,20 @@ use portico_control::DocKind;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 
+/// `?env`: the tree an export reads or an import writes.
+const ENV: Param = Param::OneOf(&["live", "sandbox"]);
+
 /// The routes of export and import.
 pub fn routes() -> Vec<Route> {
     vec![
         Route::new(Method::GET, "/export", "ops", "The tree as a configuration directory (docs/OPERATIONS.md): file path → content (UTF-8 JSON text, or base64 for descriptors)", get(export))
             .reply(Reply::Json(200, "Export"))
-            .query("env", "live (default) or sandbox"),
+            .query_as("env", "live (default) or sandbox", ENV)
+            .query_as("include_secrets", "true to include app secrets (audited); by default each app's secret is replaced by \"<redacted>\" (docs/SECURITY.md, \"Control plane (ZooKeeper)\")", Param::OneOf(&["true", "false"])),
         Route::new(Method::POST, "/import", "ops", "Write a configuration directory (the export's shape: file path → content) into the tree, validated as a whole the way gateways will; for bootstrapping and migrating a standalone tree", post(import))
             .body(Body::Json("Export"))
-            .reply(Reply::Json(200, "Any"))
-            .query("env", "live (default) or sandbox"),
+            .reply(Reply::Json(200, "Imported"))
+            .query_as("env", "live (default) or sandbox", ENV),
     ]
 }
 
@@ -44,18 +48,60 @@ fn env_param(q: &HashMap<String, String>) -> ApiResult<Env> {
     }
 }
 
+/// What replaces an app's secret in an export without `include_secrets=true`; an import
+/// refuses it.
+pub const REDACTED_SECRET: &str = "<redacted>";
+
+/// `?include_secrets=true|false` (default false).
+fn include_secrets_param(q: &HashMap<String, String>) -> ApiResult<bool> {
+    match q.get("include_secrets").map(String::as_str) {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "include_secrets: {other:?} is not true or false"
+        ))),
+    }
+}
+
+/// An app document with its secret replaced by [`REDACTED_SECRET`] (unchanged if it is not
+/// a JSON object with a secret).
+fn redact_app(bytes: &[u8]) -> Vec<u8> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(mut doc)) if doc.contains_key("secret") => {
+            doc.insert("secret".to_owned(), json!(REDACTED_SECRET));
+            serde_json::to_vec_pretty(&doc).unwrap_or_default()
+        }
+        _ => bytes.to_vec(),
+    }
+}
+
 async fn export(
     State(state): State<Shared>,
     Query(q): Query<HashMap<String, String>>,
+    ctx: Ctx,
 ) -> ApiResult<Response> {
     let env = env_param(&q)?;
+    let include_secrets = include_secrets_param(&q)?;
     let tree = state.store.tree(env).await?;
     let mut files = BTreeMap::new();
+    let mut apps = 0usize;
     for (path, bytes) in &tree.docs {
         let Some((kind, _)) = DocKind::classify(path) else {
             continue;
         };
         let file = format!("{path}.{}", kind.file_ext());
+        let redacted;
+        let bytes = if kind == DocKind::App {
+            apps += 1;
+            if include_secrets {
+                bytes
+            } else {
+                redacted = redact_app(bytes);
+                &redacted
+            }
+        } else {
+            bytes
+        };
         let entry = match (kind, std::str::from_utf8(bytes)) {
             (DocKind::Descriptor, _) | (_, Err(_)) => json!({
                 "encoding": "base64",
@@ -65,9 +111,30 @@ async fn export(
         };
         files.insert(file, entry);
     }
+    // Who exported what, and whether the secrets left with it (docs/SECURITY.md).
+    let detail = json!({
+        "include_secrets": include_secrets,
+        "apps": apps,
+        "files": files.len(),
+        "generation": tree.generation,
+    });
+    audit(
+        &state,
+        &ctx,
+        &ctx.actor(None),
+        "tree.export",
+        env.name(),
+        detail,
+    )
+    .await;
     Ok(json_response(
         StatusCode::OK,
-        &json!({"env": env.name(), "generation": tree.generation, "files": files}),
+        &json!({
+            "env": env.name(),
+            "generation": tree.generation,
+            "secrets": if include_secrets { "included" } else { "redacted" },
+            "files": files,
+        }),
         None,
     ))
 }
@@ -112,9 +179,21 @@ fn changes_of(files: &Map<String, Value>) -> ApiResult<Vec<Change>> {
                 "import: {file:?} is not a document of the tree (apis/<id>.json, clusters/<name>.json, apps/<key>.json, switches/<id>.json, ipacl.json, descriptors/<sha256>.pb)"
             ))
         })?;
-        changes.push((rel, Some(file_bytes(file, entry)?)));
+        let bytes = file_bytes(file, entry)?;
+        if rel.starts_with("apps/") && redacted_secret(&bytes) {
+            return Err(ApiError::bad_request(format!(
+                "import: {file}: the secret was redacted by the export; export with include_secrets=true (or set the secret) to import apps"
+            )));
+        }
+        changes.push((rel, Some(bytes)));
     }
     Ok(changes)
+}
+
+/// Whether an app document carries [`REDACTED_SECRET`] as its secret.
+fn redacted_secret(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(bytes)
+        .is_ok_and(|doc| doc.get("secret").and_then(Value::as_str) == Some(REDACTED_SECRET))
 }
 
 /// Where a document goes in the write order: descriptors and clusters first, so a gateway

@@ -2,20 +2,41 @@
 //! ports, an authenticated HTTP client.
 #![allow(dead_code)]
 
+use portico_control::zk::ZkAuth;
 use portico_registry::Config;
 use portico_testkit::ZooKeeper;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 
 pub const TOKEN: &str = "test-admin-token";
 
-/// A registry on a free port, talking to `zk`.
+/// The registry's credentials of a locked ZooKeeper (`None` for an open one).
+pub fn registry_auth(zk: &ZooKeeper) -> Option<ZkAuth> {
+    zk.credentials()
+        .map(|c| ZkAuth::parse(&c.registry).unwrap())
+}
+
+/// The gateways' credentials of a locked ZooKeeper (`None` for an open one).
+pub fn gateway_auth(zk: &ZooKeeper) -> Option<ZkAuth> {
+    zk.credentials().map(|c| ZkAuth::parse(&c.gateway).unwrap())
+}
+
+/// A registry on a free port, talking to `zk` (with the registry's credentials if `zk` is
+/// locked: every registry test runs against `ZooKeeper::start_locked`).
 pub async fn registry(zk: &ZooKeeper) -> Registry {
+    registry_as(zk, registry_auth(zk)).await
+}
+
+/// A registry on a free port, talking to `zk` with the credentials `zk_auth`.
+pub async fn registry_as(zk: &ZooKeeper, zk_auth: Option<ZkAuth>) -> Registry {
     let config = Config {
         zk_hosts: zk.connect_string(),
         zk_root: "/portico".to_owned(),
         token: Some(TOKEN.to_owned()),
+        zk_auth,
     };
     let (addr, _task) = portico_registry::spawn(&config, SocketAddr::from(([127, 0, 0, 1], 0)))
         .await
@@ -129,3 +150,62 @@ impl Registry {
 
 /// The demo order service's .proto source (from the demo crate).
 pub const ORDER_PROTO: &str = include_str!("../../../protos/demo/order.proto");
+
+/// A child process killed when dropped, its output in a log file.
+pub struct Proc {
+    pub name: &'static str,
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(name: &'static str, cmd: &mut Command, logdir: &Path) -> Proc {
+        let log = logdir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log).unwrap();
+        let err = out.try_clone().unwrap();
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Proc { name, child, log }
+    }
+
+    pub fn tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    pub fn assert_alive(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("{} exited ({status}):\n{}", self.name, self.tail());
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `target/<profile>/<name>`, next to this test's `deps/` directory.
+pub fn sibling_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let profile = if deps.file_name().is_some_and(|n| n == "deps") {
+        deps.parent().unwrap()
+    } else {
+        deps
+    };
+    let bin = profile.join(name);
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does)",
+        bin.display()
+    );
+    bin
+}

@@ -5,7 +5,7 @@ use super::paths::api_rel;
 use crate::api::context::Ctx;
 use crate::api::documents::{delete_doc, get_json, list_json, write_json, Write};
 use crate::error::{ApiError, ApiResult, Detail};
-use crate::input::{check_name, typed_from};
+use crate::input::{check_name, typed_document};
 use crate::route::{Body, Reply, Route};
 use crate::state::Shared;
 use crate::zk_store::{Env, Precondition};
@@ -36,7 +36,8 @@ pub fn routes() -> Vec<Route> {
             post(create),
         )
         .body(Body::Json("ApiDefinition"))
-        .reply(Reply::Json(201, "ApiDefinition")),
+        .reply(Reply::Json(201, "ApiDefinition"))
+        .creates("$response.body#/id"),
         Route::new(
             Method::GET,
             "/sandbox/apis/{id}",
@@ -104,7 +105,7 @@ fn draft_value(body: &[u8], id: Option<&str>) -> ApiResult<(String, Value)> {
     check_name("api id", &id)?;
     obj.insert("id".to_owned(), Value::String(id.clone()));
     obj.entry("version").or_insert(json!(0));
-    let _: v1::ApiDefinition = typed_from(&value, "api")?;
+    let _: v1::ApiDefinition = typed_document(&value, "api")?;
     Ok((id, value))
 }
 

@@ -8,9 +8,9 @@ use crate::api::audit::audit;
 use crate::api::context::Ctx;
 use crate::api::reply::json_response;
 use crate::error::{ApiError, ApiResult};
-use crate::input::{check_name, parse_json};
+use crate::input::{body_error, check_name, parse_json};
 use crate::protos::{self, Analysis, ImportOptions, MethodRule};
-use crate::route::{Body, Reply, Route};
+use crate::route::{Body, Param, Reply, Route};
 use crate::state::Shared;
 use crate::zk_store::{Env, Precondition, Store};
 use axum::body::Bytes;
@@ -33,13 +33,14 @@ pub fn routes() -> Vec<Route> {
         Route::new(Method::POST, "/descriptors", "imports", "Upload a FileDescriptorSet (JSON with base64, or application/octet-stream with options in the query) and make drafts", post(import_descriptor_set))
             .body(Body::JsonOrBinary("DescriptorImport"))
             .reply(Reply::Json(200, "ImportResult"))
-            .query("cluster", "octet-stream uploads: the drafts' cluster")
-            .query("auth", "octet-stream uploads: signature or none")
-            .query("timeout_ms", "octet-stream uploads: the drafts' backend deadline")
+            .query_as("cluster", "octet-stream uploads: the drafts' cluster", Param::Name)
+            .query_as("auth", "octet-stream uploads: signature or none", Param::OneOf(&["signature", "none"]))
+            .query_as("timeout_ms", "octet-stream uploads: the drafts' backend deadline", Param::Count)
             .query("services", "octet-stream uploads: comma-separated service names to import"),
         Route::new(Method::POST, "/reflection", "imports", "Fetch a running backend's descriptors by gRPC server reflection and make drafts", post(import_reflection))
             .body(Body::Json("ReflectionImport"))
-            .reply(Reply::Json(200, "ImportResult")),
+            .reply(Reply::Json(200, "ImportResult"))
+            .calls_out(),
     ]
 }
 
@@ -119,20 +120,20 @@ fn options_from_fields(fields: &HashMap<String, String>) -> ApiResult<ImportOpti
 async fn multipart_sources(req: Request) -> ApiResult<(BTreeMap<String, String>, ImportOptions)> {
     let mut multipart = Multipart::from_request(req, &())
         .await
-        .map_err(|e| ApiError::bad_request(format!("multipart: {e}")))?;
+        .map_err(|e| body_error("multipart", e.status(), e))?;
     let mut files = BTreeMap::new();
     let mut fields = HashMap::new();
     while let Some(field) = multipart
         .next_field()
         .await
-        .map_err(|e| ApiError::bad_request(format!("multipart: {e}")))?
+        .map_err(|e| body_error("multipart", e.status(), e))?
     {
         let name = field.name().unwrap_or("").to_owned();
         let file_name = field.file_name().map(str::to_owned);
         let text = field
             .text()
             .await
-            .map_err(|e| ApiError::bad_request(format!("multipart part {name:?}: {e}")))?;
+            .map_err(|e| body_error(&format!("multipart part {name:?}"), e.status(), e))?;
         match file_name {
             Some(f) if f.ends_with(".proto") => {
                 let path = if name.ends_with(".proto") { name } else { f };
@@ -155,7 +156,7 @@ async fn import_protos(State(state): State<Shared>, ctx: Ctx, req: Request) -> A
     } else {
         let body = Bytes::from_request(req, &())
             .await
-            .map_err(|e| ApiError::bad_request(format!("body: {e}")))?;
+            .map_err(|e| body_error("body", e.status(), e))?;
         let (import, _) = parse_json::<ProtoImport>(&body, "proto import")?;
         (import.files, import.options)
     };
@@ -174,7 +175,7 @@ async fn import_descriptor_set(
     let json_body = content_type(&req).starts_with("application/json");
     let body = Bytes::from_request(req, &())
         .await
-        .map_err(|e| ApiError::bad_request(format!("body: {e}")))?;
+        .map_err(|e| body_error("body", e.status(), e))?;
     let (bytes, options) = if json_body {
         let (import, _) = parse_json::<DescriptorImport>(&body, "descriptor import")?;
         let bytes = base64::engine::general_purpose::STANDARD

@@ -8,7 +8,7 @@ use crate::api::documents::{delete_doc, get_json, list_json};
 use crate::api::reply::{json_response, raw_json_response};
 use crate::api::validation::{validate_change, Change};
 use crate::error::{ApiError, ApiResult, Detail};
-use crate::input::{check_name, parse_json, typed_from};
+use crate::input::{check_name, parse_json, typed_document};
 use crate::route::{Body, Reply, Route};
 use crate::state::Shared;
 use crate::zk_store::{Doc, Env, Op, Precondition, Store};
@@ -183,7 +183,7 @@ async fn write_version(
         .ok_or_else(|| ApiError::invalid("the API document is not a JSON object", vec![]))?;
     obj.insert("id".to_owned(), Value::String(id.to_owned()));
     obj.insert("version".to_owned(), json!(next));
-    let def: v1::ApiDefinition = typed_from(&value, "api")?;
+    let def: v1::ApiDefinition = typed_document(&value, "api")?;
     let data = serde_json::to_vec(&value).map_err(|e| ApiError::internal(e.to_string()))?;
 
     let mut changes: Vec<Change> = vec![(rel.clone(), Some(data.clone()))];

@@ -10,7 +10,7 @@ use super::documents::delete_doc;
 use super::reply::{json_response, list_item, with_etag};
 use super::validation::validate_change;
 use crate::error::{ApiError, ApiResult};
-use crate::input::{check_name, parse_json, typed_from};
+use crate::input::{check_name, parse_json, typed_document, typed_from};
 use crate::route::{Body, Reply, Route};
 use crate::state::Shared;
 use crate::zk_store::{Env, Precondition};
@@ -33,7 +33,8 @@ pub fn routes() -> Vec<Route> {
             .reply(Reply::Json(200, "List")),
         Route::new(Method::POST, "/apps", TAG, "Create an app ({env}): key and secret are generated unless given; the secret is shown in this response only", post(create))
             .body(Body::Json("AppCreate"))
-            .reply(Reply::Json(201, "AppCredentials")),
+            .reply(Reply::Json(201, "AppCredentials"))
+            .creates("$response.body#/app_key"),
         Route::new(Method::GET, "/apps/{app_key}", TAG, "Get an app ({env}), without its secret", get(read))
             .reply(Reply::Json(200, "AppView")),
         Route::new(Method::PATCH, "/apps/{app_key}", TAG, "Change an app's name, status, granted APIs or rate limits ({env})", patch(update))
@@ -172,7 +173,7 @@ async fn modify(
         .as_object_mut()
         .ok_or_else(|| ApiError::internal(format!("stored app {key:?} is not an object")))?;
     change(obj);
-    let _: v1::App = typed_from(&value, "app")?;
+    let _: v1::App = typed_document(&value, "app")?;
     let data = serde_json::to_vec(&value).map_err(|e| ApiError::internal(e.to_string()))?;
     validate_change(state, env, &[(rel(key), Some(data.clone()))]).await?;
     let written = state.store.put(&path, &data, pre).await?;

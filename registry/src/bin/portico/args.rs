@@ -53,12 +53,50 @@ pub(crate) enum Command {
     History(HistoryArgs),
     /// Turn an API's degradation switch on or off.
     Switch(SwitchArgs),
+    /// Move a cluster's traffic to its primary or standby set (docs/OPERATIONS.md, "Failover").
+    Failover(FailoverArgs),
     /// Show the live gateway nodes, their applied config version and lag.
     Status,
     /// Write the configuration tree as a directory (usable with `portico-gateway --config-dir`).
     Export(ExportArgs),
     /// Call any registry route: `portico request GET /apps`.
     Request(RequestArgs),
+    /// Talk to ZooKeeper directly (credentials and ACLs, docs/OPERATIONS.md).
+    #[command(subcommand)]
+    Zk(ZkCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ZkCommand {
+    /// Lock a tree down: create the locked root and folders, and set the ACL of every node
+    /// (registry cdrwa, gateway r + its nodes/ entry, operator rw on switches/, no world
+    /// access). Idempotent. Credentials are read from files (`user:password`, mode 0600),
+    /// never given on the command line. Repeat a role's flag to list an old and a new password
+    /// while rotating it.
+    Lockdown(LockdownArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LockdownArgs {
+    /// ZooKeeper connect string (`host:port[,host:port...]`).
+    #[arg(long, env = "PORTICO_ZK")]
+    pub(crate) zk: String,
+    /// Root of the tree.
+    #[arg(long, default_value = "/portico")]
+    pub(crate) root: String,
+    /// The registry's credentials file (`portico-registry:PASSWORD`); lockdown authenticates
+    /// with it. Repeat during a rotation.
+    #[arg(long, required = true)]
+    pub(crate) registry_auth_file: Vec<PathBuf>,
+    /// The gateways' credentials file (`portico-gateway:PASSWORD`). Repeat during a rotation.
+    #[arg(long, required = true)]
+    pub(crate) gateway_auth_file: Vec<PathBuf>,
+    /// The operators' credentials file (`portico-operator:PASSWORD`). Repeat during a rotation.
+    #[arg(long, required = true)]
+    pub(crate) operator_auth_file: Vec<PathBuf>,
+    /// Print what would change; change nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
 }
 
 #[derive(Debug, Args)]
@@ -272,7 +310,7 @@ pub(crate) enum OnOff {
 
 #[derive(Debug, Args)]
 pub(crate) struct SwitchArgs {
-    /// The API id.
+    /// The API id, or `<api_id>@<label>` for a key-level switch (with `--match`).
     pub(crate) api: String,
     /// `on` degrades the API; `off` restores it.
     pub(crate) state: OnOff,
@@ -291,6 +329,38 @@ pub(crate) struct SwitchArgs {
     /// Flip the sandbox switch instead of the live one.
     #[arg(long)]
     pub(crate) sandbox: bool,
+    /// A key-level switch's match, `<selector>=<value>[,<value>...]` (repeatable; all must
+    /// match): `--match path:sku=BK-1`, `--match header:X-Region=north`.
+    #[arg(long = "match")]
+    pub(crate) matches: Vec<String>,
+}
+
+/// A cluster's endpoint set.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum SetName {
+    Primary,
+    Standby,
+}
+
+impl SetName {
+    /// The name in documents and requests.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            SetName::Primary => "primary",
+            SetName::Standby => "standby",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FailoverArgs {
+    /// The cluster.
+    pub(crate) cluster: String,
+    /// The set that should serve.
+    pub(crate) to: SetName,
+    /// Why (required; recorded in the audit log).
+    #[arg(long)]
+    pub(crate) reason: String,
 }
 
 #[derive(Debug, Args)]
@@ -303,6 +373,10 @@ pub(crate) struct ExportArgs {
     /// Write into a directory that is not empty.
     #[arg(long)]
     pub(crate) force: bool,
+    /// Include the apps' secrets (audited); without it each secret is `<redacted>` and the
+    /// directory cannot serve signed traffic.
+    #[arg(long)]
+    pub(crate) include_secrets: bool,
 }
 
 #[derive(Debug, Args)]

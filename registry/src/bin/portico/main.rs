@@ -5,13 +5,17 @@
 //! - [`sign`]: `sign` and `call` (the merchant side);
 //! - [`import`]: `import` (drafts from protos, descriptor sets, reflection; whole trees);
 //! - [`publish`]: `publish`, `rollback`, `history`;
-//! - [`ops`]: `switch`, `status`, `export`, `request`.
+//! - [`ops`]: `switch`, `status`, `export`, `request`;
+//! - [`failover`]: `failover` (a cluster's serving set);
+//! - [`zk`]: `zk lockdown` (ZooKeeper ACLs, docs/OPERATIONS.md).
 
 mod args;
+mod failover;
 mod import;
 mod ops;
 mod publish;
 mod sign;
+mod zk;
 
 use args::{Cli, Command};
 use clap::Parser;
@@ -48,9 +52,11 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Rollback(args) => publish::rollback(&cli, args).await,
         Command::History(args) => publish::history(&cli, args).await,
         Command::Switch(args) => ops::switch(&cli, args).await,
+        Command::Failover(args) => failover::failover(&cli, args).await,
         Command::Status => ops::status(&cli).await,
         Command::Export(args) => ops::export(&cli, args).await,
         Command::Request(args) => ops::request(&cli, args).await,
+        Command::Zk(args::ZkCommand::Lockdown(args)) => zk::lockdown(args).await,
     }
 }
 

@@ -19,6 +19,29 @@ fn switch_document(args: &SwitchArgs) -> Result<Value, String> {
     if let Some(r) = &args.reason {
         doc["reason"] = json!(r);
     }
+    let keyed = args.api.contains('@');
+    if keyed && degraded && args.matches.is_empty() {
+        return Err(format!(
+            "{}: a key-level switch needs --match <selector>=<value>",
+            args.api
+        ));
+    }
+    if !keyed && !args.matches.is_empty() {
+        return Err("--match needs a key-level switch <api_id>@<label>".to_owned());
+    }
+    if !args.matches.is_empty() {
+        let mut m = serde_json::Map::new();
+        for spec in &args.matches {
+            let (sel, values) = spec
+                .split_once('=')
+                .ok_or_else(|| format!("--match {spec:?}: expected <selector>=<value>"))?;
+            let entry = m.entry(sel.trim().to_owned()).or_insert_with(|| json!([]));
+            if let Some(list) = entry.as_array_mut() {
+                list.extend(values.split(',').map(|v| json!(v)));
+            }
+        }
+        doc["match"] = Value::Object(m);
+    }
     if args.fallback_status.is_some()
         || args.fallback_body.is_some()
         || !args.fallback_headers.is_empty()
@@ -142,7 +165,10 @@ pub(crate) async fn export(cli: &Cli, args: &ExportArgs) -> Result<ExitCode, Str
         }
     }
     let a = c
-        .get(&format!("/export?env={}", args.env))
+        .get(&format!(
+            "/export?env={}&include_secrets={}",
+            args.env, args.include_secrets
+        ))
         .await
         .map_err(|e| e.to_string())?;
     let files = a.body["files"]
@@ -159,6 +185,9 @@ pub(crate) async fn export(cli: &Cli, args: &ExportArgs) -> Result<ExitCode, Str
         a.body["generation"],
         args.dir.display()
     );
+    if !args.include_secrets {
+        println!("app secrets are redacted (use --include-secrets to export them; audited)");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -260,6 +289,33 @@ mod tests {
             switch_document(&switch_args(&["a", "off"])).unwrap(),
             json!({"degraded": false})
         );
+    }
+
+    #[test]
+    fn key_level_switch_documents() {
+        let on = switch_args(&[
+            "sku.get@north-cm",
+            "on",
+            "--match",
+            "header:X-Region=north",
+            "--match",
+            "header:X-Carrier=cm,ct",
+            "--reason",
+            "carrier outage",
+        ]);
+        assert_eq!(
+            switch_document(&on).unwrap(),
+            json!({"degraded": true, "reason": "carrier outage",
+                "match": {"header:X-Region": ["north"], "header:X-Carrier": ["cm", "ct"]}})
+        );
+        let bare = switch_args(&["sku.get@x", "on", "--reason", "r"]);
+        assert!(switch_document(&bare).unwrap_err().contains("--match"));
+        let off = switch_args(&["sku.get@x", "off"]);
+        assert_eq!(switch_document(&off).unwrap(), json!({"degraded": false}));
+        let wide = switch_args(&["sku.get", "on", "--reason", "r", "--match", "app=m1"]);
+        assert!(switch_document(&wide).is_err());
+        let bad = switch_args(&["sku.get@x", "on", "--reason", "r", "--match", "app"]);
+        assert!(switch_document(&bad).is_err());
     }
 
     #[test]

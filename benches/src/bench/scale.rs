@@ -1,0 +1,327 @@
+//! Issue 10, item 6 (scale): 10,000 APIs vs 10 APIs, and memory per idle keep-alive
+//! connection.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::callgrind::{CgLoad, CgPlan};
+use crate::instructions::count_portico;
+use crate::procs::{fd_count, rss_kib, Launch, Proc};
+use crate::report::{f0, f1, pct, ratio, table, write_section};
+use crate::runner::{app_key, app_secret, interleave, med, LoadSpec, Target, APPS};
+use crate::services::{
+    check_signed, start_backend, start_bare_with, start_nginx_with, start_portico,
+    start_portico_with, Proxy,
+};
+use crate::svg::{self, Group};
+use crate::{edge, loadavg, preamble, Ctx};
+
+/// `--apis` counts compared: (label, filler APIs besides the benchmarked one).
+const SIZES: &[(&str, usize)] = &[("10 APIs", 9), ("10,000 APIs", 9_999)];
+
+pub fn run_apis(ctx: &Ctx, plan: CgPlan) -> anyhow::Result<()> {
+    eprintln!("== apis: 10 APIs vs 10,000 APIs in one Portico");
+    let started_load = loadavg();
+    let backend = start_backend(ctx, "backend", false)?;
+    let mut dirs = Vec::new();
+    for (i, (_, fillers)) in SIZES.iter().enumerate() {
+        let dir = ctx.subdir(&format!("apis-tree-{i}"))?;
+        edge::write_tree(&dir, backend.http, *fillers)?;
+        dirs.push(dir);
+    }
+    // Instructions per request (callgrind), one process per size.
+    let mut counts = Vec::new();
+    for ((label, _), dir) in SIZES.iter().zip(&dirs) {
+        eprintln!(" callgrind: {label}");
+        let m = count_portico(ctx, dir, &format!("apis-{}", counts.len()), plan, |addr| {
+            vec![CgLoad::get(
+                label,
+                format!("http://{addr}{}", edge::GATEWAY_PATH),
+            )]
+        })?;
+        counts.push(m.into_iter().next());
+    }
+    // Capacity and RSS: both gateways running, interleaved closed-loop rounds.
+    let mut gws: Vec<(Proxy, u64, f64)> = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let t0 = Instant::now();
+        let p = start_portico(ctx, &format!("portico-{i}"), dir, &[])?;
+        let boot_s = t0.elapsed().as_secs_f64();
+        check_signed(p.addr, "GET", edge::GATEWAY_PATH, b"", SIZES[i].0)?;
+        let rss0 = rss_kib(p.proc.pid)?;
+        gws.push((p, rss0, boot_s));
+    }
+    // CPU used with no traffic at all (configuration polling, housekeeping), over 5 s.
+    let idle_cpu: Vec<f64> = {
+        let before: Vec<(f64, f64)> = gws
+            .iter()
+            .map(|g| g.0.proc.cpu_times())
+            .collect::<anyhow::Result<_>>()?;
+        std::thread::sleep(Duration::from_secs(5));
+        gws.iter()
+            .zip(before)
+            .map(|(g, (u0, s0))| {
+                g.0.proc
+                    .cpu_times()
+                    .map(|(u, s)| (u + s - u0 - s0) / 5.0)
+                    .unwrap_or(f64::NAN)
+            })
+            .collect()
+    };
+    let targets: Vec<Target<'_>> = SIZES
+        .iter()
+        .zip(&gws)
+        .map(|((label, _), (p, _, _))| Target {
+            name: (*label).to_owned(),
+            spec: LoadSpec::new(
+                label,
+                format!("http://{}{}", p.addr, edge::GATEWAY_PATH),
+                ctx,
+            ),
+            watch: vec![&p.proc, &backend.proc],
+        })
+        .collect();
+    let runs = interleave(ctx, &targets)?;
+    let cpu = |i: usize| med(&runs[i], |m| m.cpu_us_per_req(&targets[i].watch[0].name));
+    let mut rows = Vec::new();
+    for (i, (label, fillers)) in SIZES.iter().enumerate() {
+        let (p, rss0, boot) = &gws[i];
+        let rss1 = rss_kib(p.proc.pid).unwrap_or(0);
+        let ir = counts[i].as_ref().map_or(f64::NAN, |m| m.ir_per_req());
+        rows.push(vec![
+            (*label).to_owned(),
+            (fillers + 1).to_string(),
+            format!("**{}**", f0(ir)),
+            f1(cpu(i)),
+            f0(1e6 / cpu(i)),
+            pct(med(&runs[i], |m| m.cpu_util(&targets[i].watch[0].name))),
+            format!("{:.1}%", idle_cpu[i] * 100.0),
+            format!("{:.1}", *rss0 as f64 / 1024.0),
+            format!("**{:.1}**", rss1 as f64 / 1024.0),
+            format!("{boot:.1}"),
+        ]);
+    }
+    let ir = |i: usize| counts[i].as_ref().map_or(f64::NAN, |m| m.ir_per_req());
+    let headline = format!(
+        "**10,000 APIs vs 10: per-core capacity {} (goal ≥ 0.95×), instructions per request {}; RSS after load {:.1} MiB with 10,000 APIs (goal ≤ 200 MB).**",
+        ratio(cpu(0) / cpu(1)),
+        ratio(ir(1) / ir(0)),
+        rss_kib(gws[1].0.proc.pid).unwrap_or(0) as f64 / 1024.0
+    );
+    let md = format!(
+        "### 10,000 APIs vs 10 APIs\n\n{}\n\nTwo Portico processes on the edge suite's tree (the same apps, IP ACL and benchmarked API `bench.order.get` with the full policy), one with 9 filler APIs and one with 9,999 (four route shapes: literal paths, `{{var}}`, `{{rest=**}}` and custom verbs, generated by `trees::write_fillers`). Capacity: closed loop, interleaved rounds, 1 / CPU per request (all the process's threads, so the configuration polling counts). \"CPU with no traffic\": the process's CPU use over 5 s before any load. Instructions: callgrind as in the instructions suite ({} + {} requests). RSS from `/proc/<pid>/status` after start-up and a first request, and after the load.\n\n{headline}\n\n{}",
+        preamble(ctx, &started_load, true),
+        plan.warmup,
+        plan.calls,
+        table(
+            &[
+                "tree",
+                "APIs",
+                "instructions / request",
+                "CPU µs / request",
+                "per-core capacity req/s",
+                "CPU use",
+                "CPU with no traffic",
+                "RSS at start MiB",
+                "RSS after load MiB",
+                "start-up s"
+            ],
+            &rows
+        )
+    );
+    write_section(&ctx.results, "apis", &md)?;
+    eprintln!("{md}");
+    Ok(())
+}
+
+/// RSS before and after opening `n` idle keep-alive connections to one target.
+struct IdleOut {
+    name: &'static str,
+    n: u64,
+    held: u64,
+    fds_before: u64,
+    fds_after: u64,
+    rss_before: u64,
+    rss_after: u64,
+    rss_released: u64,
+    open_s: f64,
+}
+
+/// Opens `n` idle keep-alive connections (one signed request each) to `url`, measures
+/// `proc` with them open, then lets them go.
+fn hold_idle(
+    ctx: &Ctx,
+    name: &'static str,
+    proc: &Proc,
+    url: &str,
+    n: u64,
+) -> anyhow::Result<IdleOut> {
+    let nofile = n + 1024;
+    // Warm the process up first (lazy allocations, pools) on a few connections.
+    let mut warm = LoadSpec::new("warm", url.to_owned(), ctx);
+    warm.duration_s = 1.0;
+    warm.warmup_s = 0.0;
+    warm.connections = 8;
+    crate::runner::measure(ctx, &warm, &[proc])?;
+    std::thread::sleep(Duration::from_millis(500));
+    let rss_before = rss_kib(proc.pid)?;
+    let fds_before = fd_count(proc.pid);
+    let bin = ctx.bin("portico-load");
+    let mut cmd =
+        crate::procs::command_with(&bin, ctx.load_cpu.as_deref(), ctx.nice, Some(nofile), &[]);
+    cmd.args(["--url", url, "--idle", "--connections", &n.to_string()])
+        .args(["--timeout-ms", "30000", "--label", name]);
+    for i in 0..APPS {
+        cmd.arg("--app")
+            .arg(format!("{}:{}", app_key(i), app_secret(i)));
+    }
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let t0 = Instant::now();
+    let mut child = cmd.spawn().context("starting portico-load --idle")?;
+    let mut stdin = child.stdin.take().context("stdin")?;
+    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let held: u64 = match lines.next() {
+        Some(Ok(l)) if l.starts_with("held ") => l[5..].trim().parse().unwrap_or(0),
+        other => bail!("portico-load --idle: expected `held N`, got {other:?}"),
+    };
+    let open_s = t0.elapsed().as_secs_f64();
+    // Let the server settle (buffers shrink, tasks park).
+    std::thread::sleep(Duration::from_secs(2));
+    let rss_after = rss_kib(proc.pid)?;
+    let fds_after = fd_count(proc.pid);
+    writeln!(stdin)?;
+    stdin.flush()?;
+    let _ = lines.next();
+    let _ = child.wait();
+    std::thread::sleep(Duration::from_secs(2));
+    let rss_released = rss_kib(proc.pid).unwrap_or(0);
+    eprintln!(
+        "  {name}: {held} held, fds {fds_before} → {fds_after}, RSS {rss_before} → {rss_after} KiB ({:.1} KiB/conn), {rss_released} KiB after release",
+        (rss_after as f64 - rss_before as f64) / held.max(1) as f64
+    );
+    Ok(IdleOut {
+        name,
+        n,
+        held,
+        fds_before,
+        fds_after,
+        rss_before,
+        rss_after,
+        rss_released,
+        open_s,
+    })
+}
+
+pub fn run_idle(ctx: &Ctx, n: u64) -> anyhow::Result<()> {
+    eprintln!("== idle: memory per idle keep-alive connection ({n} connections)");
+    let started_load = loadavg();
+    let backend = start_backend(ctx, "backend", false)?;
+    let dir = ctx.subdir("idle-tree")?;
+    edge::write_tree(&dir, backend.http, edge::FILLERS)?;
+    let launch = Launch {
+        nofile: Some(n + 4096),
+        ..Launch::default()
+    };
+    let mut out = Vec::new();
+    {
+        let p = start_portico_with(ctx, "portico", &dir, &[], &launch)?;
+        let url = format!("http://{}{}", p.addr, edge::GATEWAY_PATH);
+        out.push(hold_idle(ctx, "Portico (full edge)", &p.proc, &url, n)?);
+    }
+    {
+        let p = start_bare_with(
+            ctx,
+            "bare-pingora",
+            "bare-pingora-proxy",
+            backend.http,
+            &[],
+            &launch,
+        )?;
+        let url = format!("http://{}{}", p.addr, edge::PLAIN_PATH);
+        out.push(hold_idle(ctx, "bare Pingora", &p.proc, &url, n)?);
+    }
+    {
+        let p = start_bare_with(
+            ctx,
+            "bare-pingora-4k",
+            "bare-pingora-proxy",
+            backend.http,
+            &["--l4-read-buffer".to_owned(), "4096".to_owned()],
+            &launch,
+        )?;
+        let url = format!("http://{}{}", p.addr, edge::PLAIN_PATH);
+        out.push(hold_idle(
+            ctx,
+            "bare Pingora, L4 read buffer 4 KiB",
+            &p.proc,
+            &url,
+            n,
+        )?);
+    }
+    {
+        let p = start_nginx_with(ctx, "nginx-idle", backend.http, &launch)?;
+        let url = format!("http://{}{}", p.addr, edge::PLAIN_PATH);
+        out.push(hold_idle(ctx, "nginx", &p.proc, &url, n)?);
+    }
+    let per = |o: &IdleOut| (o.rss_after as f64 - o.rss_before as f64) / o.held.max(1) as f64;
+    let rows: Vec<Vec<String>> = out
+        .iter()
+        .map(|o| {
+            vec![
+                o.name.to_owned(),
+                format!("{} / {}", o.held, o.n),
+                format!("{} → {}", o.fds_before, o.fds_after),
+                format!("{:.1}", o.rss_before as f64 / 1024.0),
+                format!("{:.1}", o.rss_after as f64 / 1024.0),
+                format!("**{:.1}**", per(o)),
+                format!("{:.1}", o.rss_released as f64 / 1024.0),
+                format!("{:.1}", o.open_s),
+            ]
+        })
+        .collect();
+    let headline = format!(
+        "**Memory per idle keep-alive connection: Portico {:.1} KiB, bare Pingora {:.1} KiB (with a 4 KiB L4 read buffer: {:.1} KiB), nginx {:.1} KiB (goal for Portico: ≤ 50 KiB).**",
+        per(&out[0]),
+        per(&out[1]),
+        per(&out[2]),
+        per(&out[3])
+    );
+    let md = format!(
+        "### Memory per idle keep-alive connection\n\n{}\n\nFor each target (open-file limit raised with `prlimit`, nginx with `worker_connections` and `worker_rlimit_nofile` to match): a 1 s warm-up on 8 connections, then `portico-load --idle` opens {n} keep-alive connections (at most 128 being opened at a time), sends one signed request on each (Portico: the full edge `GET {}`), and holds them open and idle; 2 s later the process's RSS (`VmRSS`) and open descriptors are read; then the connections are closed and RSS read again 2 s later. Per connection = (RSS with them − RSS before) / connections held.\n\n{headline}\n\n{}",
+        preamble(ctx, &started_load, false),
+        edge::GATEWAY_PATH,
+        table(
+            &[
+                "target",
+                "connections held",
+                "open fds",
+                "RSS before MiB",
+                "RSS with them MiB",
+                "KiB per connection",
+                "RSS after closing MiB",
+                "opening took s"
+            ],
+            &rows
+        )
+    );
+    write_section(&ctx.results, "idle", &md)?;
+    svg::bars(
+        &ctx.plots_dir().join("idle.svg"),
+        "Memory per idle keep-alive connection",
+        "KiB per connection (RSS delta / connections)",
+        &["KiB / connection"],
+        &out.iter()
+            .map(|o| Group {
+                label: o.name.to_owned(),
+                values: vec![per(o)],
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    eprintln!("{md}");
+    Ok(())
+}

@@ -1,0 +1,504 @@
+//! `cache`: the response cache and hot-key counting, the edge stage after `degrade`
+//! (docs/ARCHITECTURE.md, "The response cache"; docs/OPERATIONS.md, "Caching and hot keys").
+//!
+//! It runs only for APIs with `policy.cache` or `policy.hot_keys`. Because it comes after
+//! `auth`, `permit`, `rate_limit` and `degrade`, a cached answer is still signed for,
+//! permitted and counted against limits, and a degraded API never answers from it.
+//!
+//! A request is cacheable when it is a `GET` (or a router-style call of an API with
+//! `"read_only": true`) and the API caches its key: every key under a `policy.cache` with
+//! `ttl_ms > 0`, or a key the hot-key detector finds hot (for `auto_cache_ms`) unless the
+//! API says `"cache": {"ttl_ms": 0}`. A fresh entry answers at once (`X-Portico-Cache: HIT`),
+//! or 304 with an empty body when `If-None-Match` names its `ETag`. Otherwise the stage leaves
+//! a [`CacheTicket`] in the context and the invoke tier reads a 200 answer whole (up to
+//! `max_body_bytes`, with a `Content-Length`, without `Cache-Control: no-store|private` or
+//! `Set-Cookie`); [`CacheStage::finish`] then stores it and adds `ETag` and
+//! `X-Portico-Cache: MISS`. Anything else is marked `BYPASS`.
+//!
+//! Each API's cache is [`SHARDS`] mutex-guarded shards, each holding at most
+//! `max_entries / SHARDS` (at least 1) entries and evicting the oldest first, so an API's
+//! cache holds at most `max_entries` bodies of at most `max_body_bytes` each, plus keys of at
+//! most [`hot_keys::MAX_KEY_BYTES`]. Caches and detectors are carried across reloads while
+//! the API's definition is unchanged.
+
+use crate::edge::hot_keys::{bounded_key, Detector};
+use crate::edge::{keys, Carried, EdgeCtx, EdgeRequest, Flow, Stage};
+use crate::error::GatewayError;
+use crate::model::{Response, Whole};
+use bytes::Bytes;
+use portico_control::{v1, HotPolicy, Snapshot};
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Shards of one API's cache.
+pub const SHARDS: usize = 16;
+/// The header telling merchants how an answer was served.
+pub const CACHE_HEADER: &str = "x-portico-cache";
+/// Largest body read whole for an API with only a hot-key policy.
+const HOT_ONLY_MAX_BODY: usize = portico_control::validate::DEFAULT_CACHE_BODY_BYTES as usize;
+
+/// One cached answer.
+#[derive(Debug)]
+struct Entry {
+    headers: Vec<(String, String)>,
+    body: Bytes,
+    etag: String,
+    expires_ms: u64,
+    seq: u64,
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    map: HashMap<String, Arc<Entry>>,
+    /// Keys in insertion order with their entry's `seq`, for oldest-first eviction.
+    order: VecDeque<(String, u64)>,
+    seq: u64,
+}
+
+/// One API's cache: bounded, sharded.
+#[derive(Debug)]
+pub struct ApiCache {
+    shards: Vec<Mutex<Shard>>,
+    per_shard: usize,
+}
+
+impl ApiCache {
+    pub fn new(max_entries: usize) -> ApiCache {
+        ApiCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            per_shard: max_entries.div_ceil(SHARDS).max(1),
+        }
+    }
+
+    fn shard(&self, key: &str) -> &Mutex<Shard> {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in key.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        &self.shards[(h as usize) % SHARDS]
+    }
+
+    fn get(&self, key: &str, now_ms: u64) -> Option<Arc<Entry>> {
+        let shard = self.shard(key).lock().ok()?;
+        shard
+            .map
+            .get(key)
+            .filter(|e| e.expires_ms > now_ms)
+            .cloned()
+    }
+
+    fn put(&self, key: String, mut entry: Entry) {
+        let Ok(mut shard) = self.shard(&key).lock() else {
+            return;
+        };
+        shard.seq += 1;
+        entry.seq = shard.seq;
+        shard.order.push_back((key.clone(), entry.seq));
+        shard.map.insert(key, Arc::new(entry));
+        while shard.map.len() > self.per_shard {
+            let Some((old, seq)) = shard.order.pop_front() else {
+                break;
+            };
+            if shard.map.get(&old).is_some_and(|e| e.seq == seq) {
+                shard.map.remove(&old);
+            }
+        }
+        // Replaced keys leave stale order records: keep them bounded too.
+        if shard.order.len() > 2 * self.per_shard + 16 {
+            let live: VecDeque<(String, u64)> = shard
+                .order
+                .iter()
+                .filter(|(k, s)| shard.map.get(k).is_some_and(|e| e.seq == *s))
+                .cloned()
+                .collect();
+            shard.order = live;
+        }
+    }
+
+    /// Entries held now (fresh or not yet evicted).
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().map(|s| s.map.len()).unwrap_or(0))
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Body bytes held now.
+    pub fn body_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                s.lock()
+                    .map(|s| s.map.values().map(|e| e.body.len()).sum())
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+}
+
+/// One API's cache and detector, with its parsed policy.
+#[derive(Debug)]
+pub struct ApiHot {
+    pub id: String,
+    pub policy: Arc<HotPolicy>,
+    pub cache: ApiCache,
+    pub detector: Option<Detector>,
+    /// Answers by how they were served: HIT (304s included), MISS (stored), BYPASS.
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub bypasses: AtomicU64,
+}
+
+/// Caches and detectors by API id, carried across reloads (see [`Carried`]).
+#[derive(Debug, Default)]
+pub struct HotState {
+    apis: Mutex<HashMap<String, (v1::ApiDefinition, Arc<ApiHot>)>>,
+}
+
+/// What the stage decided for a request it did not answer, for the invoke tier and
+/// [`CacheStage::finish`].
+#[derive(Debug, Clone)]
+pub struct CacheTicket {
+    pub api: Arc<ApiHot>,
+    /// The cache key (binding and selector values).
+    pub key: String,
+    /// The hot-key detector's key.
+    pub hot_key: Option<String>,
+    /// How long to keep a 200 answer; 0: do not store it.
+    pub ttl_ms: u64,
+    /// Largest body read whole.
+    pub max_body: usize,
+    /// The `If-None-Match` sent, if any.
+    pub if_none_match: Option<String>,
+}
+
+impl CacheTicket {
+    /// The body size up to which the invoke tier should read a 200 answer whole: set when
+    /// the answer may be stored or its size counted by the hot-key detector.
+    pub fn collect(&self) -> Option<usize> {
+        (self.ttl_ms > 0 || self.hot_key.is_some()).then_some(self.max_body)
+    }
+}
+
+/// The response cache stage.
+#[derive(Debug, Default)]
+pub struct CacheStage {
+    apis: HashMap<String, Arc<ApiHot>>,
+}
+
+impl Stage for CacheStage {
+    /// Reload phase: one cache (and detector) per API with a cache or hot-key policy, taken
+    /// from `carried` when the API's definition is unchanged, new otherwise.
+    fn build(snapshot: &Snapshot, carried: &Carried) -> Self {
+        let now = portico_control::clock::now_ms();
+        let Ok(mut kept) = carried.hot.apis.lock() else {
+            return CacheStage::default();
+        };
+        let mut apis = HashMap::with_capacity(snapshot.hot.len());
+        for (id, policy) in &snapshot.hot {
+            let Some(api) = snapshot.apis.get(id) else {
+                continue;
+            };
+            let reuse = kept
+                .get(id)
+                .filter(|(def, _)| *def == api.definition)
+                .map(|(_, hot)| hot.clone());
+            let hot = reuse.unwrap_or_else(|| {
+                let max_entries = policy.cache.as_ref().map_or(
+                    portico_control::validate::DEFAULT_CACHE_ENTRIES as usize,
+                    |c| c.max_entries,
+                );
+                Arc::new(ApiHot {
+                    id: id.clone(),
+                    policy: policy.clone(),
+                    cache: ApiCache::new(max_entries),
+                    detector: policy.hot_keys.clone().map(|s| Detector::new(s, now)),
+                    hits: AtomicU64::new(0),
+                    misses: AtomicU64::new(0),
+                    bypasses: AtomicU64::new(0),
+                })
+            });
+            apis.insert(id.clone(), hot);
+        }
+        *kept = apis
+            .iter()
+            .filter_map(|(id, hot)| {
+                let def = snapshot.apis.get(id)?.definition.clone();
+                Some((id.clone(), (def, hot.clone())))
+            })
+            .collect();
+        CacheStage { apis }
+    }
+
+    fn name(&self) -> &'static str {
+        "cache"
+    }
+
+    /// Request phase, after `degrade`. `Continue`: no cache or hot-key policy, or no fresh
+    /// entry (a [`CacheTicket`] is left in `ctx.cache`); `Respond`: the cached answer
+    /// (`X-Portico-Cache: HIT`), or 304 when `If-None-Match` names its `ETag`.
+    fn apply(&self, req: &EdgeRequest<'_>, ctx: &mut EdgeCtx) -> Flow {
+        let Some(route) = ctx.route.as_ref() else {
+            return Flow::Continue;
+        };
+        let Some(hot) = self.apis.get(&route.api.id) else {
+            return Flow::Continue;
+        };
+        let policy = &hot.policy;
+        let hot_key = policy
+            .hot_keys
+            .as_ref()
+            .map(|h| keys::key_of(&h.key, req, ctx));
+        if let (Some(d), Some(k)) = (&hot.detector, &hot_key) {
+            d.record(k, 0, req.now_ms);
+        }
+        let cacheable_method = req.method == "GET" || (route.router_style && policy.read_only);
+        let ttl_ms = match (&policy.cache, &policy.hot_keys, &hot.detector, &hot_key) {
+            _ if !cacheable_method => 0,
+            (Some(c), _, _, _) if c.ttl_ms > 0 => c.ttl_ms,
+            (Some(_), _, _, _) => 0,
+            (None, Some(h), Some(d), Some(k)) if d.is_hot(k) => h.auto_cache_ms,
+            _ => 0,
+        };
+        let selectors = match &policy.cache {
+            Some(c) => &c.key,
+            None => policy.hot_keys.as_ref().map_or(&[][..], |h| &h.key[..]),
+        };
+        let binding = route.binding.map_or(-1, |b| b as i64);
+        let key = format!("{binding}\x1e{}", keys::key_of(selectors, req, ctx));
+        let key = bounded_key(&key).into_owned();
+        let if_none_match = req
+            .headers
+            .get(http::header::IF_NONE_MATCH)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        if ttl_ms > 0 {
+            if let Some(entry) = hot.cache.get(&key, req.now_ms) {
+                hot.hits.fetch_add(1, Ordering::Relaxed);
+                return Flow::Respond(Ok(Response::Whole(answer(
+                    &entry,
+                    "HIT",
+                    if_none_match.as_deref(),
+                ))));
+            }
+        }
+        let max_body = policy
+            .cache
+            .as_ref()
+            .map_or(HOT_ONLY_MAX_BODY, |c| c.max_body_bytes);
+        ctx.cache = Some(CacheTicket {
+            api: hot.clone(),
+            key,
+            hot_key: if cacheable_method { hot_key } else { None },
+            ttl_ms,
+            max_body,
+            if_none_match,
+        });
+        Flow::Continue
+    }
+}
+
+impl CacheStage {
+    /// After the invoke tier, for a request [`CacheStage::apply`] let through: counts the
+    /// answer's bytes for the hot-key detector, stores a cacheable 200 answer, and marks the
+    /// answer `MISS` (stored, with its `ETag`; 304 when `If-None-Match` names it) or
+    /// `BYPASS`. A streamed answer was marked `BYPASS` by the invoke tier.
+    pub fn finish(
+        &self,
+        ticket: Option<CacheTicket>,
+        result: Result<Response, GatewayError>,
+        now_ms: u64,
+    ) -> Result<Response, GatewayError> {
+        let Some(ticket) = ticket else {
+            return result;
+        };
+        let Ok(Response::Whole(mut whole)) = result else {
+            if matches!(result, Ok(Response::Streamed(_))) {
+                ticket.api.bypasses.fetch_add(1, Ordering::Relaxed);
+            }
+            return result;
+        };
+        if let (Some(d), Some(k)) = (&ticket.api.detector, &ticket.hot_key) {
+            d.add_bytes(k, whole.body.len() as u64);
+        }
+        // A key that became hot while its answer was on the way is stored too.
+        let ttl_ms = match (ticket.ttl_ms, &ticket.api.detector, &ticket.hot_key) {
+            (0, Some(d), Some(k)) if ticket.api.policy.cache.is_none() && d.is_hot(k) => ticket
+                .api
+                .policy
+                .hot_keys
+                .as_ref()
+                .map_or(0, |h| h.auto_cache_ms),
+            (ttl, _, _) => ttl,
+        };
+        if ttl_ms == 0
+            || whole.status != 200
+            || whole.body.len() > ticket.max_body
+            || !storable(&whole.headers)
+        {
+            whole
+                .headers
+                .push((CACHE_HEADER.to_owned(), "BYPASS".to_owned()));
+            ticket.api.bypasses.fetch_add(1, Ordering::Relaxed);
+            return Ok(Response::Whole(whole));
+        }
+        let headers: Vec<(String, String)> = whole
+            .headers
+            .into_iter()
+            .filter(|(k, _)| !k.eq_ignore_ascii_case("etag"))
+            .collect();
+        let entry = Entry {
+            headers,
+            etag: etag_of(&whole.body),
+            body: whole.body,
+            expires_ms: now_ms.saturating_add(ttl_ms),
+            seq: 0,
+        };
+        let out = answer(&entry, "MISS", ticket.if_none_match.as_deref());
+        ticket.api.cache.put(ticket.key, entry);
+        ticket.api.misses.fetch_add(1, Ordering::Relaxed);
+        Ok(Response::Whole(out))
+    }
+
+    /// The APIs with a cache or hot-key policy, for `/status` and `/metrics`.
+    pub fn apis(&self) -> impl Iterator<Item = &Arc<ApiHot>> {
+        self.apis.values()
+    }
+}
+
+/// A cached answer as sent: its headers, `ETag` and `X-Portico-Cache`; 304 with an empty
+/// body when `if_none_match` names the entry's `ETag`.
+fn answer(entry: &Entry, how: &str, if_none_match: Option<&str>) -> Whole {
+    let mut headers = Vec::with_capacity(entry.headers.len() + 2);
+    if if_none_match.is_some_and(|inm| etag_matches(inm, &entry.etag)) {
+        headers.push(("etag".to_owned(), entry.etag.clone()));
+        headers.push((CACHE_HEADER.to_owned(), how.to_owned()));
+        return Whole {
+            status: 304,
+            headers,
+            body: Bytes::new(),
+        };
+    }
+    headers.extend(entry.headers.iter().cloned());
+    headers.push(("etag".to_owned(), entry.etag.clone()));
+    headers.push((CACHE_HEADER.to_owned(), how.to_owned()));
+    Whole {
+        status: 200,
+        headers,
+        body: entry.body.clone(),
+    }
+}
+
+/// Whether an answer with these headers may be stored: no `Cache-Control: no-store` or
+/// `private`, no `Set-Cookie`.
+pub fn storable(headers: &[(String, String)]) -> bool {
+    headers.iter().all(|(k, v)| {
+        if k.eq_ignore_ascii_case("set-cookie") {
+            return false;
+        }
+        if k.eq_ignore_ascii_case("cache-control") {
+            return !v.split(',').any(|d| {
+                let d = d.trim();
+                d.eq_ignore_ascii_case("no-store") || d.eq_ignore_ascii_case("private")
+            });
+        }
+        true
+    })
+}
+
+/// `"<16 hex digits of the body's SHA-256>"`.
+pub fn etag_of(body: &[u8]) -> String {
+    let digest = Sha256::digest(body);
+    format!("\"{}\"", hex::encode(&digest[..8]))
+}
+
+/// Whether an `If-None-Match` value names `etag` (`*`, a list, weak tags compared weakly).
+fn etag_matches(if_none_match: &str, etag: &str) -> bool {
+    if_none_match.split(',').any(|t| {
+        let t = t.trim();
+        t == "*" || t.strip_prefix("W/").unwrap_or(t) == etag
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn entry(body: &'static [u8], expires_ms: u64) -> Entry {
+        Entry {
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: Bytes::from_static(body),
+            etag: etag_of(body),
+            expires_ms,
+            seq: 0,
+        }
+    }
+
+    #[test]
+    fn entries_expire_and_answer_with_etag_or_304() {
+        let c = ApiCache::new(10);
+        c.put("k".into(), entry(b"{\"a\":1}", 100));
+        assert!(c.get("k", 99).is_some());
+        assert!(c.get("k", 100).is_none());
+        assert!(c.get("other", 0).is_none());
+        let e = c.get("k", 0).unwrap();
+        let w = answer(&e, "HIT", None);
+        assert_eq!(w.status, 200);
+        assert_eq!(&w.body[..], b"{\"a\":1}");
+        assert!(w.headers.contains(&("etag".into(), e.etag.clone())));
+        assert!(w.headers.contains(&(CACHE_HEADER.into(), "HIT".into())));
+        let not_modified = answer(&e, "HIT", Some(&format!("W/\"x\", {}", e.etag)));
+        assert_eq!((not_modified.status, not_modified.body.len()), (304, 0));
+        assert_eq!(answer(&e, "HIT", Some("\"x\"")).status, 200);
+        assert_eq!(answer(&e, "HIT", Some("*")).status, 304);
+        assert_ne!(etag_of(b"a"), etag_of(b"b"));
+    }
+
+    #[test]
+    fn a_million_distinct_keys_stay_within_the_bound() {
+        let max_entries = 10_000;
+        let c = ApiCache::new(max_entries);
+        for i in 0..1_000_000u64 {
+            c.put(format!("sku-{i}"), entry(b"0123456789", u64::MAX));
+        }
+        assert!(c.len() <= max_entries + SHARDS, "{}", c.len());
+        assert!(c.len() >= max_entries / 2, "{}", c.len());
+        assert!(c.body_bytes() <= (max_entries + SHARDS) * 10);
+        for s in &c.shards {
+            let s = s.lock().unwrap();
+            assert!(s.order.len() <= 2 * c.per_shard + 16);
+        }
+        // The newest entries are kept.
+        assert!(c.get("sku-999999", 0).is_some());
+        assert!(c.get("sku-0", 0).is_none());
+    }
+
+    #[test]
+    fn replacing_a_key_keeps_the_order_bounded() {
+        let c = ApiCache::new(16);
+        for _ in 0..10_000 {
+            c.put("same".into(), entry(b"x", u64::MAX));
+        }
+        assert_eq!(c.len(), 1);
+        for s in &c.shards {
+            assert!(s.lock().unwrap().order.len() <= 2 * c.per_shard + 16);
+        }
+    }
+
+    #[test]
+    fn what_may_be_stored() {
+        let h = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
+        assert!(storable(&h("cache-control", "max-age=60")));
+        assert!(!storable(&h("Cache-Control", "public, no-store")));
+        assert!(!storable(&h("cache-control", "private")));
+        assert!(!storable(&h("Set-Cookie", "a=b")));
+        assert!(storable(&[]));
+    }
+}

@@ -1,0 +1,442 @@
+//! What a backend is told about a request, for HTTP backends (the request head, `http.rs`)
+//! and gRPC backends (the metadata, `grpc.rs`) alike: one rule, so both kinds of backend see
+//! the same identity and the same client address (docs/PROTOCOL.md, "What backends
+//! receive"; docs/SECURITY.md, "Header hygiene towards backends").
+//!
+//! A client's headers are passed on, except:
+//!
+//! - hop-by-hop headers (`Connection`, `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`,
+//!   `Transfer-Encoding`, `Upgrade`, `Proxy-Authenticate`, `Proxy-Authorization`) and every
+//!   header a `Connection` header names (RFC 9110 §7.6.1);
+//! - every `X-Portico-*` header: the gateway speaks for itself. The signature headers
+//!   (`X-Portico-AppKey`, `-Timestamp`, `-Nonce`, `-Signature`) never leave the gateway (anyone
+//!   who saw them could replay the call on another gateway node within the signature
+//!   window); a client's `X-Portico-App` or `X-Portico-Request-Id` is replaced by the
+//!   gateway's own. The same holds for `grpc-metadata-x-portico-*`, which would otherwise
+//!   become `x-portico-*` metadata (dropped for HTTP backends too);
+//! - headers about the client's connection that the gateway cannot vouch for: `Forwarded`
+//!   (not read by the gateway) always; `X-Forwarded-For` always (rebuilt, below);
+//!   `X-Forwarded-Proto`, `X-Forwarded-Host`, `X-Forwarded-Port`, `X-Real-IP` and the CDN
+//!   client-address headers (`True-Client-IP`, `CF-Connecting-IP`, `X-Client-IP`,
+//!   `X-Cluster-Client-IP`, `Fastly-Client-IP`) unless the peer is a trusted proxy
+//!   (`ipacl.trusted_proxies`), whose word the gateway takes.
+//!
+//! And the gateway adds its own:
+//!
+//! - `X-Portico-Request-Id`: the request id (the client's, when well-formed);
+//! - `X-Portico-App`: the app key auth verified, on signed calls only;
+//! - `X-Forwarded-For`: the client address the gateway decided, then the trusted proxies
+//!   between it and the gateway, ending with the peer (`192.0.2.7` from an untrusted peer;
+//!   `192.0.2.7, 10.0.0.2` through the trusted proxy `10.0.0.2`): whatever a client wrote is
+//!   never passed on, and the left-most address is always the client;
+//! - `X-Forwarded-Proto`: `http` or `https`, the scheme the request reached the gateway on,
+//!   or a trusted proxy's own `X-Forwarded-Proto` when it sent exactly one `http`/`https`.
+//!
+//! gRPC metadata follows grpc-gateway's convention on top: `grpc-metadata-<key>` is sent as
+//! `<key>` (then filtered as above); `Host`, `Content-Type`, `Content-Length`,
+//! `Content-Encoding`, `Accept-Encoding`, `Expect`, `User-Agent`, binary (`-bin`) keys and
+//! other reserved `grpc-*` keys are left out (the gRPC client sets its own).
+
+use crate::request_id;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use std::net::IpAddr;
+
+/// The header carrying the app auth decided on.
+pub const APP_HEADER: &str = "x-portico-app";
+
+/// Headers that describe one hop: never forwarded.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Headers the gateway frames itself (the body was read whole and is re-framed).
+const FRAMING: &[&str] = &["content-length", "expect"];
+
+/// Headers about the client's connection believed only from a trusted proxy.
+const FROM_TRUSTED_PROXY: &[&str] = &[
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "x-real-ip",
+    "true-client-ip",
+    "cf-connecting-ip",
+    "x-client-ip",
+    "x-cluster-client-ip",
+    "fastly-client-ip",
+];
+
+/// Headers the gRPC client sets itself, or that mean nothing as metadata.
+const NOT_METADATA: &[&str] = &[
+    "host",
+    "content-type",
+    "content-encoding",
+    "accept-encoding",
+    "user-agent",
+];
+
+/// What the gateway decided about a request: who is calling, from where, and its id.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller<'a> {
+    pub request_id: &'a str,
+    /// The app key auth verified (a signed call); `None` on an `auth: none` API.
+    pub app_key: Option<&'a str>,
+    /// The client's address after trusted-proxy resolution.
+    pub client_ip: Option<IpAddr>,
+    /// The trusted proxies between the client and the gateway, left to right, ending with
+    /// the peer; empty when the peer is the client.
+    pub proxies: &'a [IpAddr],
+    /// Whether the peer is a trusted proxy.
+    pub peer_trusted: bool,
+    /// The scheme the request reached the gateway on: `http` or `https`.
+    pub scheme: &'static str,
+}
+
+impl<'a> Caller<'a> {
+    /// A caller known only by its request id (no app, no address, plain HTTP).
+    pub fn new(request_id: &'a str) -> Self {
+        Caller {
+            request_id,
+            app_key: None,
+            client_ip: None,
+            proxies: &[],
+            peer_trusted: false,
+            scheme: "http",
+        }
+    }
+}
+
+/// Which backend the headers are for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// An HTTP backend: the request's headers (without framing ones; the caller adds
+    /// `Content-Length` and, when missing, `Host`).
+    Http,
+    /// A gRPC backend: request metadata.
+    Grpc,
+}
+
+/// The headers (HTTP) or metadata (gRPC) a backend receives for a request that arrived with
+/// `headers`, by the rule of the module docs.
+pub fn backend_headers(headers: &HeaderMap, caller: &Caller<'_>, target: Target) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len() + 4);
+    each_backend_header(headers, caller, target, |name, value| {
+        out.append(name, value);
+    });
+    out
+}
+
+/// Hands the headers (HTTP) or metadata (gRPC) a backend receives to `put`, one by one, by
+/// the rule of the module docs: the client's that pass, then the gateway's own. Each name
+/// comes once, except a client's repeated header, so `put` may append. The HTTP relay
+/// writes them straight into the upstream request head (no intermediate map).
+pub fn each_backend_header(
+    headers: &HeaderMap,
+    caller: &Caller<'_>,
+    target: Target,
+    mut put: impl FnMut(HeaderName, HeaderValue),
+) {
+    let named = named_by_connection(headers);
+    for (name, value) in headers {
+        let name = match target {
+            Target::Http => name.clone(),
+            Target::Grpc => match metadata_key(name) {
+                Some(key) => key,
+                None => continue,
+            },
+        };
+        if dropped(&name, caller, &named) {
+            continue;
+        }
+        if target == Target::Grpc && NOT_METADATA.contains(&name.as_str()) {
+            continue;
+        }
+        put(name, value.clone());
+    }
+    // The client's own versions of these were dropped above: each is put once.
+    if let Ok(v) = HeaderValue::from_str(caller.request_id) {
+        put(HeaderName::from_static(request_id::HEADER), v);
+    }
+    if let Some(v) = caller.app_key.and_then(|k| HeaderValue::from_str(k).ok()) {
+        put(HeaderName::from_static(APP_HEADER), v);
+    }
+    if let Some(v) = forwarded_for(caller) {
+        put(HeaderName::from_static("x-forwarded-for"), v);
+    }
+    let proto = caller
+        .peer_trusted
+        .then(|| proxy_proto(headers))
+        .flatten()
+        .unwrap_or(caller.scheme);
+    put(
+        HeaderName::from_static("x-forwarded-proto"),
+        HeaderValue::from_static(proto),
+    );
+}
+
+/// Whether a client header `name` is never passed on (see the module docs).
+fn dropped(name: &HeaderName, caller: &Caller<'_>, named: &[HeaderName]) -> bool {
+    let n = name.as_str();
+    // `grpc-metadata-x-portico-*` is refused on HTTP backends too: a backend behind both
+    // kinds of API must not see it once as a header and once as metadata.
+    let bare = n.strip_prefix("grpc-metadata-").unwrap_or(n);
+    HOP_BY_HOP.contains(&n)
+        || FRAMING.contains(&n)
+        || bare.starts_with("x-portico-")
+        || matches!(n, "forwarded" | "x-forwarded-for" | "x-forwarded-proto")
+        || (!caller.peer_trusted && FROM_TRUSTED_PROXY.contains(&n))
+        || named.contains(name)
+}
+
+/// The metadata key a request header becomes: `grpc-metadata-<key>` → `<key>`; other
+/// reserved `grpc-*` keys and binary (`-bin`) keys → `None`.
+fn metadata_key(name: &HeaderName) -> Option<HeaderName> {
+    let n = name.as_str();
+    let key = match n.strip_prefix("grpc-metadata-") {
+        Some(rest) => HeaderName::from_bytes(rest.as_bytes()).ok()?,
+        None if n.starts_with("grpc-") => return None,
+        None => name.clone(),
+    };
+    let k = key.as_str();
+    if k.starts_with("grpc-") || k.ends_with("-bin") {
+        return None;
+    }
+    Some(key)
+}
+
+/// The headers named by the request's `Connection` header(s) that it carries. Linear in the
+/// `Connection` values: each token is looked up in `headers` once.
+fn named_by_connection(headers: &HeaderMap) -> Vec<HeaderName> {
+    let mut named: Vec<HeaderName> = Vec::new();
+    for value in headers.get_all(http::header::CONNECTION) {
+        for token in value.as_bytes().split(|&b| b == b',') {
+            let Ok(name) = HeaderName::from_bytes(token.trim_ascii()) else {
+                continue;
+            };
+            if headers.contains_key(&name) && !named.contains(&name) {
+                named.push(name);
+            }
+        }
+    }
+    named
+}
+
+/// `client, proxy, ..., peer`, or `None` when the client's address is unknown.
+fn forwarded_for(caller: &Caller<'_>) -> Option<HeaderValue> {
+    let client = caller.client_ip?;
+    let mut s = client.to_string();
+    for hop in caller.proxies {
+        s.push_str(", ");
+        s.push_str(&hop.to_string());
+    }
+    HeaderValue::from_str(&s).ok()
+}
+
+/// A trusted proxy's `X-Forwarded-Proto`, when it sent exactly one `http` or `https`.
+fn proxy_proto(headers: &HeaderMap) -> Option<&'static str> {
+    let mut values = headers.get_all("x-forwarded-proto").iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let v = value.as_bytes().trim_ascii();
+    if v.eq_ignore_ascii_case(b"https") {
+        Some("https")
+    } else if v.eq_ignore_ascii_case(b"http") {
+        Some("http")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &[u8])]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_bytes(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    fn all<'h>(h: &'h HeaderMap, name: &str) -> Vec<&'h str> {
+        h.get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect()
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    /// What a forging client sends, besides its own business headers.
+    fn forged() -> HeaderMap {
+        headers(&[
+            ("x-portico-app", b"admin"),
+            ("x-portico-appkey", b"merchant-1"),
+            ("x-portico-timestamp", b"1796000000000"),
+            ("x-portico-nonce", b"n0nce-0001"),
+            ("x-portico-signature", b"abc"),
+            ("x-portico-request-id", b"spoofed"),
+            ("x-portico-anything", b"x"),
+            ("grpc-metadata-x-portico-app", b"admin"),
+            ("grpc-metadata-x-portico-appkey", b"other"),
+            ("grpc-metadata-x-forwarded-for", b"6.6.6.6"),
+            ("x-forwarded-for", b"6.6.6.6"),
+            ("x-forwarded-proto", b"https"),
+            ("x-forwarded-host", b"evil.example"),
+            ("x-real-ip", b"6.6.6.6"),
+            ("true-client-ip", b"6.6.6.6"),
+            ("forwarded", b"for=6.6.6.6;proto=https"),
+            ("connection", b"keep-alive, X-Secret, x-gone"),
+            ("x-secret", b"hop"),
+            ("keep-alive", b"timeout=5"),
+            ("te", b"trailers"),
+            ("content-length", b"7"),
+            ("accept", b"application/json"),
+            ("host", b"api.example"),
+            ("x-tenant", b"t1"),
+            ("grpc-metadata-tenant", b"t2"),
+            ("grpc-timeout", b"1S"),
+            ("trace-bin", b"AAAA"),
+        ])
+    }
+
+    fn signed_caller<'a>(proxies: &'a [IpAddr], trusted: bool) -> Caller<'a> {
+        Caller {
+            request_id: "rid-1",
+            app_key: Some("merchant-1"),
+            client_ip: Some(ip("192.0.2.7")),
+            proxies,
+            peer_trusted: trusted,
+            scheme: "http",
+        }
+    }
+
+    #[test]
+    fn an_http_backend_sees_only_what_the_gateway_decided() {
+        let h = backend_headers(&forged(), &signed_caller(&[], false), Target::Http);
+        for gone in [
+            "x-portico-appkey",
+            "x-portico-timestamp",
+            "x-portico-nonce",
+            "x-portico-signature",
+            "x-portico-anything",
+            "x-forwarded-host",
+            "x-real-ip",
+            "true-client-ip",
+            "forwarded",
+            "connection",
+            "x-secret",
+            "keep-alive",
+            "te",
+            "content-length",
+        ] {
+            assert!(all(&h, gone).is_empty(), "{gone} was forwarded: {h:?}");
+        }
+        assert_eq!(all(&h, "x-portico-app"), ["merchant-1"]);
+        assert_eq!(all(&h, "x-portico-request-id"), ["rid-1"]);
+        assert_eq!(all(&h, "x-forwarded-for"), ["192.0.2.7"]);
+        assert_eq!(all(&h, "x-forwarded-proto"), ["http"]);
+        assert_eq!(all(&h, "accept"), ["application/json"]);
+        assert_eq!(all(&h, "host"), ["api.example"]);
+        assert_eq!(all(&h, "x-tenant"), ["t1"]);
+        // Not a gRPC backend: grpc-metadata-* headers are just headers, but never ours.
+        assert_eq!(all(&h, "grpc-metadata-tenant"), ["t2"]);
+        assert!(all(&h, "grpc-metadata-x-portico-app").is_empty());
+        // No app on an `auth: none` API: no X-Portico-App at all, whatever the client sent.
+        let anonymous = Caller {
+            app_key: None,
+            ..signed_caller(&[], false)
+        };
+        let h = backend_headers(&forged(), &anonymous, Target::Http);
+        assert!(all(&h, "x-portico-app").is_empty(), "{h:?}");
+    }
+
+    #[test]
+    fn a_grpc_backend_gets_the_same_rule_as_metadata() {
+        let h = backend_headers(&forged(), &signed_caller(&[], false), Target::Grpc);
+        assert_eq!(all(&h, "x-portico-app"), ["merchant-1"]);
+        assert!(all(&h, "x-portico-appkey").is_empty(), "{h:?}");
+        assert!(all(&h, "x-portico-signature").is_empty());
+        assert_eq!(all(&h, "x-portico-request-id"), ["rid-1"]);
+        assert_eq!(all(&h, "x-forwarded-for"), ["192.0.2.7"]);
+        assert_eq!(all(&h, "x-tenant"), ["t1"]);
+        assert_eq!(all(&h, "tenant"), ["t2"]);
+        for gone in [
+            "host",
+            "grpc-timeout",
+            "trace-bin",
+            "connection",
+            "x-secret",
+            "content-length",
+            "grpc-metadata-tenant",
+            "forwarded",
+        ] {
+            assert!(all(&h, gone).is_empty(), "{gone}: {h:?}");
+        }
+    }
+
+    #[test]
+    fn a_trusted_proxy_is_believed_about_the_connection() {
+        let proxies = [ip("10.0.0.2"), ip("10.0.0.1")];
+        let h = backend_headers(&forged(), &signed_caller(&proxies, true), Target::Http);
+        assert_eq!(
+            all(&h, "x-forwarded-for"),
+            ["192.0.2.7, 10.0.0.2, 10.0.0.1"]
+        );
+        assert_eq!(all(&h, "x-forwarded-proto"), ["https"]);
+        assert_eq!(all(&h, "x-forwarded-host"), ["evil.example"]);
+        assert_eq!(all(&h, "x-real-ip"), ["6.6.6.6"]);
+        // Still never: Forwarded, or the gateway's own headers.
+        assert!(all(&h, "forwarded").is_empty());
+        assert_eq!(all(&h, "x-portico-app"), ["merchant-1"]);
+        // A proxy's proto other than one http/https: the gateway's own.
+        let odd = headers(&[
+            ("x-forwarded-proto", b"https"),
+            ("x-forwarded-proto", b"http"),
+        ]);
+        let h = backend_headers(&odd, &signed_caller(&proxies, true), Target::Http);
+        assert_eq!(all(&h, "x-forwarded-proto"), ["http"]);
+        let h = backend_headers(
+            &headers(&[("x-forwarded-proto", b"gopher")]),
+            &Caller {
+                scheme: "https",
+                ..signed_caller(&proxies, true)
+            },
+            Target::Http,
+        );
+        assert_eq!(all(&h, "x-forwarded-proto"), ["https"]);
+    }
+
+    #[test]
+    fn connection_tokens_are_matched_case_insensitively_and_once() {
+        let long = format!("{}x-a", "x-none, ".repeat(2000));
+        let h = headers(&[
+            ("connection", long.as_bytes()),
+            ("Connection", b"X-B"),
+            ("x-a", b"1"),
+            ("x-b", b"2"),
+            ("x-c", b"3"),
+        ]);
+        assert_eq!(named_by_connection(&h).len(), 2);
+        let out = backend_headers(&h, &Caller::new("r"), Target::Http);
+        assert!(all(&out, "x-a").is_empty() && all(&out, "x-b").is_empty());
+        assert_eq!(all(&out, "x-c"), ["3"]);
+        // No address known: no X-Forwarded-For at all.
+        assert!(all(&out, "x-forwarded-for").is_empty());
+    }
+}

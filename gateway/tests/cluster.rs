@@ -1,0 +1,360 @@
+//! A fleet of real gateways on one ZooKeeper, with Redis (docs/OPERATIONS.md, "Running a
+//! cluster"): a cluster-scope app limit of 300/s admits 300/s in total whether the load is
+//! spread over three nodes or sent to one, with Redis and (Redis killed) on the membership
+//! split; the same signed call sent to two nodes is refused by the second; Redis killed,
+//! requests keep flowing and `/status` says so; a gateway killed, the others re-split.
+//!
+//! Everything runs in one test, phase after phase, so that the rate measurements are not
+//! disturbed by other tests of this file on a small machine.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use portico_testkit::{Redis, ZooKeeper};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::*;
+use zookeeper_client as zk;
+
+const ROOT: &str = "/portico";
+/// The cluster-scope app limit under test, per second.
+const LIMIT: u64 = 300;
+/// The rule's bucket: half a second of the limit. A bucket of a few calls would lose
+/// capacity whenever the load generator stalls on a busy machine (the bucket is full then,
+/// and time passes unused); half a second absorbs such stalls, and once spent it adds
+/// nothing to the steady rate the test measures.
+const BURST: u64 = 150;
+/// Load offered per node when spread evenly (3 nodes: 3× the limit in total).
+const PER_NODE: u64 = 300;
+
+/// Writes the configuration into ZooKeeper (an open tree).
+fn seed(zk_hosts: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = zk::Client::connector().connect(zk_hosts).await.unwrap();
+        let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let docs: Vec<(&str, Value)> = vec![
+            (
+                "clusters/nowhere",
+                json!({"protocol": "http", "endpoints": [{"addr": format!("127.0.0.1:{}", free_port())}]}),
+            ),
+            (
+                "apps/merchant-1",
+                json!({"secret": SECRET, "status": "active", "apis": ["*"],
+                       "rate_limits": [{"limit": LIMIT, "per": "second", "burst": BURST, "scope": "cluster"}]}),
+            ),
+            (
+                "apis/ping.get",
+                json!({"id": "ping.get", "http": {"method": "GET", "path": "/v1/ping"},
+                       "backend": {"cluster": "nowhere", "http": {}}, "auth": "signature"}),
+            ),
+            // The gateway answers itself after the limits (the degrade stage's fallback): the
+            // test measures the edge, not a backend.
+            (
+                "switches/ping.get",
+                json!({"degraded": true, "reason": "answered by the gateway",
+                       "fallback": {"status": 200, "body": {"pong": true}}}),
+            ),
+        ];
+        for dir in ["", "/apis", "/apps", "/clusters", "/switches"] {
+            let _ = client.create(&format!("{ROOT}{dir}"), &[], &open).await;
+        }
+        for (path, doc) in docs {
+            client
+                .create(
+                    &format!("{ROOT}/{path}"),
+                    &serde_json::to_vec(&doc).unwrap(),
+                    &open,
+                )
+                .await
+                .unwrap();
+        }
+    });
+}
+
+fn start_gateway(zk_hosts: &str, redis: &str, node: &str) -> GatewayProcess {
+    GatewayProcess::start_args(vec![
+        "--zk".into(),
+        zk_hosts.into(),
+        "--zk-root".into(),
+        ROOT.into(),
+        "--zk-session-timeout-ms".into(),
+        "4000".into(),
+        "--node-id".into(),
+        node.into(),
+        "--redis".into(),
+        redis.into(),
+    ])
+}
+
+/// Calls admitted (200) and refused (429) over a run, and anything else.
+#[derive(Default)]
+struct Tally {
+    ok: AtomicU64,
+    limited: AtomicU64,
+    other: AtomicU64,
+    /// Counting only between these (set by the measuring thread).
+    counting: AtomicBool,
+}
+
+/// Sends signed calls to `url` at `rate` per second from `threads` threads, each paced on
+/// its own schedule, until `stop`; counts while `tally.counting`.
+fn load(
+    url: String,
+    rate: u64,
+    threads: u64,
+    tally: Arc<Tally>,
+    stop: Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..threads)
+        .map(|i| {
+            let (url, tally, stop) = (url.clone(), tally.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let http = client();
+                let every = Duration::from_secs_f64(threads as f64 / rate as f64);
+                let mut next = Instant::now() + every.mul_f64(i as f64 / threads as f64);
+                while !stop.load(Ordering::Relaxed) {
+                    let now = Instant::now();
+                    if next > now {
+                        std::thread::sleep(next - now);
+                    }
+                    next += every;
+                    // Behind schedule by more than a second (a stalled machine): skip ahead
+                    // rather than bursting.
+                    if Instant::now() > next + Duration::from_secs(1) {
+                        next = Instant::now();
+                    }
+                    let status = signed(&http, "GET", &url, KEY, SECRET, None)
+                        .send()
+                        .map(|r| r.status().as_u16())
+                        .unwrap_or(0);
+                    if tally.counting.load(Ordering::Relaxed) {
+                        let c = match status {
+                            200 => &tally.ok,
+                            429 => &tally.limited,
+                            _ => &tally.other,
+                        };
+                        c.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// Offers `per_node` calls a second to each of `targets` for a warm-up, then counts over
+/// `window`: returns (admitted per second, refused per second, other).
+fn measure(targets: &[&GatewayProcess], per_node: u64, window: Duration) -> (f64, f64, u64) {
+    let tally = Arc::new(Tally::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = targets
+        .iter()
+        .flat_map(|gw| {
+            load(
+                gw.url("/v1/ping"),
+                per_node,
+                (per_node / 50).max(2),
+                tally.clone(),
+                stop.clone(),
+            )
+        })
+        .collect();
+    // Warm-up: the burst is spent and leases follow the demand.
+    std::thread::sleep(Duration::from_secs(3));
+    tally.counting.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    std::thread::sleep(window);
+    tally.counting.store(false, Ordering::Relaxed);
+    let secs = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().unwrap();
+    }
+    (
+        tally.ok.load(Ordering::Relaxed) as f64 / secs,
+        tally.limited.load(Ordering::Relaxed) as f64 / secs,
+        tally.other.load(Ordering::Relaxed),
+    )
+}
+
+fn assert_within(what: &str, admitted: f64, refused: f64, other: u64) {
+    eprintln!("{what}: admitted {admitted:.1}/s, refused {refused:.1}/s, other {other}");
+    let (lo, hi) = (LIMIT as f64 * 0.95, LIMIT as f64 * 1.05);
+    assert!(
+        (lo..=hi).contains(&admitted),
+        "{what}: admitted {admitted:.1}/s, not within ±5% of {LIMIT}/s (refused {refused:.1}/s)"
+    );
+    assert!(refused > 0.0, "{what}: the load never went over the limit");
+    assert_eq!(other, 0, "{what}: calls neither admitted nor refused");
+}
+
+/// The mean time of `n` sequential signed calls (fresh nonces) to `gw`, after a few to warm
+/// the connection up.
+fn mean_signed_call(gw: &GatewayProcess, n: u32) -> Duration {
+    let http = client();
+    let url = gw.url("/v1/ping");
+    for _ in 0..5 {
+        let _ = signed(&http, "GET", &url, KEY, SECRET, None).send();
+    }
+    let started = Instant::now();
+    for _ in 0..n {
+        let r = signed(&http, "GET", &url, KEY, SECRET, None)
+            .send()
+            .unwrap();
+        assert!(r.status() == 200 || r.status() == 429, "{}", r.status());
+    }
+    started.elapsed() / n
+}
+
+fn metric(gw: &GatewayProcess, name: &str) -> Option<f64> {
+    gw.metrics()
+        .lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[test]
+fn a_fleet_shares_its_limits_and_nonces_and_rides_out_losses() {
+    let zk = ZooKeeper::start();
+    let mut redis = Redis::start();
+    seed(&zk.connect_string());
+    let gws: Vec<GatewayProcess> = ["gw-1", "gw-2", "gw-3"]
+        .iter()
+        .map(|n| start_gateway(&zk.connect_string(), &redis.url(), n))
+        .collect();
+    for gw in &gws {
+        assert!(
+            wait_until(Duration::from_secs(15), || {
+                let s = gw.status();
+                s["redis"]["state"] == "ok" && s["cluster_members"] == 3
+            }),
+            "{}",
+            gw.status()
+        );
+        assert_eq!(metric(gw, "portico_redis_up"), Some(1.0));
+    }
+    let all: Vec<&GatewayProcess> = gws.iter().collect();
+
+    // 1. Load spread evenly at 3× the limit, Redis up.
+    let (ok, limited, other) = measure(&all, PER_NODE, Duration::from_secs(8));
+    assert_within("even load, redis", ok, limited, other);
+
+    // 2. All load on one node, Redis up (the others idle: their leases expire).
+    let (ok, limited, other) = measure(&all[..1], 3 * PER_NODE, Duration::from_secs(8));
+    assert_within("one node, redis", ok, limited, other);
+    let refills = metric(&gws[0], "portico_rate_limit_lease_refills_total").unwrap();
+    assert!(refills > 0.0);
+
+    // 3. The same signed call to two nodes: the second is refused as a replay.
+    let http = client();
+    let url1 = gws[0].url("/v1/ping");
+    // Step 2 has just spent the app's limit: the first call of the pair must be admitted,
+    // so try fresh (timestamp, nonce) pairs until the limit lets one through (a refused
+    // call has already recorded its nonce, so it cannot be the one replayed).
+    let mut admitted = None;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while admitted.is_none() && Instant::now() < deadline {
+        let (ts, n) = (now_ms(), nonce());
+        let first = signed_at(&http, "GET", &url1, KEY, SECRET, None, ts, &n)
+            .send()
+            .unwrap();
+        match first.status().as_u16() {
+            200 => admitted = Some((ts, n)),
+            429 => std::thread::sleep(Duration::from_millis(50)),
+            other => panic!("first call of the replay pair: {other}"),
+        }
+    }
+    let (ts, n) = admitted.expect("no call admitted within 5 s of the limit being spent");
+    let url2 = gws[1].url("/v1/ping");
+    let (status, code, _) = code_of(
+        signed_at(&http, "GET", &url2, KEY, SECRET, None, ts, &n)
+            .send()
+            .unwrap(),
+    );
+    assert_eq!((status, code.as_str()), (401, "NONCE_REPLAYED"));
+    // The cost of the cluster-wide nonce record: one Redis round trip per signed call
+    // (compared below with Redis down, where the node's cache alone decides).
+    let with_redis = mean_signed_call(&gws[0], 200);
+
+    // 4. Redis killed: requests keep flowing, /status and /metrics say so, and the limit
+    //    falls back to the membership split (300 / 3 per node).
+    redis.kill();
+    let killed = now_ms();
+    for gw in &gws {
+        assert!(
+            wait_until(Duration::from_secs(5), || gw.status()["redis"]["state"]
+                == "down"),
+            "{}",
+            gw.status()
+        );
+        assert_eq!(metric(gw, "portico_redis_up"), Some(0.0));
+        let since = gw.status()["redis"]["since_unix_ms"].as_u64().unwrap();
+        assert!(since >= killed.saturating_sub(1000), "{since} vs {killed}");
+    }
+    let (ok, limited, other) = measure(&all, PER_NODE, Duration::from_secs(8));
+    assert_within(
+        "even load, redis down (membership split)",
+        ok,
+        limited,
+        other,
+    );
+    // A signed call replayed to another node is now caught only by the node that saw it.
+    let (ts, n) = (now_ms(), nonce());
+    let a = signed_at(&http, "GET", &url1, KEY, SECRET, None, ts, &n)
+        .send()
+        .unwrap();
+    assert!(a.status() == 200 || a.status() == 429, "{}", a.status());
+    let (status, code, _) = code_of(
+        signed_at(&http, "GET", &url1, KEY, SECRET, None, ts, &n)
+            .send()
+            .unwrap(),
+    );
+    assert_eq!((status, code.as_str()), (401, "NONCE_REPLAYED"));
+    assert!(metric(&gws[1], "portico_replay_cluster_unchecked_total").is_some());
+    let without = mean_signed_call(&gws[0], 200);
+    eprintln!("mean signed call: {with_redis:?} with the Redis nonce record, {without:?} without");
+    assert!(metric(&gws[0], "portico_replay_cluster_unchecked_total").unwrap() >= 200.0);
+
+    // 5. One gateway killed: it leaves nodes/ with its session, and the others re-split.
+    let mut gws = gws;
+    let dead = gws.pop().unwrap();
+    let pid = dead.pid();
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
+    let gone = Instant::now();
+    for gw in &gws {
+        assert!(
+            wait_until(Duration::from_secs(15), || gw.status()["cluster_members"]
+                == 2),
+            "{}",
+            gw.status()
+        );
+    }
+    // The node leaves nodes/ when its session expires (4 s asked; ZooKeeper may round it);
+    // the survivors see it within a ZooKeeper round trip of that.
+    eprintln!("re-split to 2 members {:?} after SIGKILL", gone.elapsed());
+    assert!(
+        gone.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        gone.elapsed()
+    );
+    drop(dead);
+
+    // 6. Redis back: the gateways find it again without a restart.
+    redis.start_again();
+    for gw in &gws {
+        assert!(
+            wait_until(Duration::from_secs(10), || gw.status()["redis"]["state"]
+                == "ok"),
+            "{}",
+            gw.status()
+        );
+    }
+}

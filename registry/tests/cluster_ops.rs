@@ -1,0 +1,551 @@
+//! Cluster operations (issue 11) end to end, real processes only: a locked ZooKeeper, registries
+//! on free ports, the gateway binary in ZooKeeper mode, demo backends, and a small HTTP receiver
+//! standing in for the autoscale webhook's and `sleep_url`'s owner (the external party).
+//!
+//! - manual failover through the API and the `portico` CLI: the cluster document's `active`
+//!   changes in ZooKeeper, the gateway applies it within 1 s, bad requests are 400s, the audit
+//!   log says who, from, to and why;
+//! - autoscale: signed requests through the gateway above a rule fire the webhook once per
+//!   cooldown with the documented payload, even with two registries evaluating; a failed
+//!   webhook call is recorded; the events are listed;
+//! - sleep marking: an idle cluster with `sleep.sleep_url` gets it POSTed once per idle period.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::Json;
+use common::{registry, sibling_bin, Proc, Registry, TOKEN};
+use portico_demo::process::BackendProcess;
+use portico_testkit::{free_port, ZooKeeper};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const APP: &str = "merchant-ops";
+const SECRET: &str = "merchant-ops-secret-0123456789";
+
+/// A gateway in ZooKeeper mode on free ports: (process, traffic URL, admin URL).
+fn gateway(zk: &ZooKeeper, work: &Path, node_id: &str) -> (Proc, String, String) {
+    let (listen, admin) = (free_port(), free_port());
+    let proc = Proc::spawn(
+        "gateway",
+        Command::new(sibling_bin("portico-gateway"))
+            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
+            .arg("--zk-auth-file")
+            .arg(zk.credentials().unwrap().gateway_file())
+            .args(["--listen", &format!("127.0.0.1:{listen}")])
+            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+            .arg("--snapshot-dir")
+            .arg(work.join(format!("snapshot-{node_id}")))
+            .args(["--node-id", node_id]),
+        work,
+    );
+    (
+        proc,
+        format!("http://127.0.0.1:{listen}"),
+        format!("http://127.0.0.1:{admin}"),
+    )
+}
+
+/// The gateway's `/status`.
+async fn status(admin: &str) -> Value {
+    match reqwest::get(format!("{admin}/status")).await {
+        Ok(r) => r.json().await.unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    }
+}
+
+/// Waits until the gateway registered and serves the live tree's current generation.
+async fn wait_in_sync(reg: &Registry, admin: &str, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        let tree = reg.get("/nodes").await.body["generation"].as_i64();
+        let served = status(admin).await["config_version"]["generation"].as_i64();
+        if tree.is_some() && served >= tree {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// A live cluster with an HTTP API on it and a live app, as an operator would set it up.
+async fn seed(reg: &Registry, cluster: &str, doc: &Value, api: &str) {
+    reg.put(&format!("/clusters/{cluster}"), doc)
+        .await
+        .expect(201);
+    reg.put(&format!("/sandbox/clusters/{cluster}"), doc)
+        .await
+        .expect(201);
+    reg.post(
+        "/sandbox/apis",
+        &json!({"id": api, "http": {"method": "GET", "path": format!("/v1/{api}")},
+                "backend": {"cluster": cluster, "http": {"path": "/health"}}}),
+    )
+    .await
+    .expect(201);
+    reg.post(&format!("/apis/{api}/publish"), &json!({}))
+        .await
+        .expect(200);
+    let app = json!({"app_key": APP, "secret": SECRET, "name": "ops merchant", "apis": ["*"]});
+    let r = reg.post("/apps", &app).await;
+    assert!(matches!(r.status.as_u16(), 201 | 409), "{:#?}", r.body);
+}
+
+/// A signed GET through the gateway; its status.
+/// Waits until the gateway's traffic listener accepts connections: `/readyz` (and so
+/// `wait_in_sync`) can answer a moment before the traffic listener is bound.
+async fn wait_listening(base: &str) {
+    let addr = base.trim_start_matches("http://").to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(&addr).await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway's traffic listener {addr} did not open"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn signed_get(http: &reqwest::Client, base: &str, path: &str) -> u16 {
+    let ts = portico_control::clock::now_ms();
+    let nonce = format!("ops-{:016x}", fastrand::u64(..));
+    let signed = portico_control::sign::sign_request(
+        SECRET.as_bytes(),
+        "GET",
+        path,
+        None,
+        APP,
+        ts,
+        &nonce,
+        b"",
+    );
+    let mut req = http.get(format!("{base}{path}"));
+    for (k, v) in signed.pairs() {
+        req = req.header(k, v);
+    }
+    req.send().await.map(|r| r.status().as_u16()).unwrap_or(0)
+}
+
+async fn portico_cli(reg: &Registry, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_portico"))
+        .arg("--registry")
+        .arg(reg.base.trim_end_matches("/api/v1"))
+        .args(args)
+        .env("PORTICO_ADMIN_TOKEN", TOKEN)
+        .env("PORTICO_OPERATOR", "sre-cli")
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The set a gateway's `/status` says it serves for `cluster`, if it reports clusters.
+fn served_set(status: &Value, cluster: &str) -> Option<String> {
+    status
+        .pointer(&format!("/clusters/{cluster}/active"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// After a failover: the gateway's `/status` says it serves `set` for `cluster` within 1 s.
+async fn assert_reaches_gateway(admin: &str, cluster: &str, set: &str, since: Instant) {
+    let deadline = since + Duration::from_secs(1);
+    let mut last = Value::Null;
+    while Instant::now() < deadline {
+        last = status(admin).await;
+        if served_set(&last, cluster).as_deref() == Some(set) {
+            println!(
+                "failover to {set} served by the gateway {:?} after the request",
+                since.elapsed()
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "the gateway did not serve {set} within 1 s: {:#}",
+        last.pointer(&format!("/clusters/{cluster}"))
+            .unwrap_or(&last)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failover_through_the_api_and_the_cli() {
+    let work = tempfile::tempdir().unwrap();
+    let zk = ZooKeeper::start_locked();
+    let reg = registry(&zk).await;
+    let primary = BackendProcess::start_http().unwrap();
+    let standby = BackendProcess::start_http().unwrap();
+    let doc = json!({
+        "protocol": "http",
+        "endpoints": [{"addr": primary.http.to_string()}],
+        "balancing": "round_robin",
+        "standby": {"endpoints": [{"addr": standby.http.to_string()}], "failback": "manual"},
+    });
+    seed(&reg, "orders", &doc, "orders.ping").await;
+    reg.put(
+        "/clusters/plain",
+        &json!({"protocol": "http", "endpoints": [{"addr": primary.http.to_string()}]}),
+    )
+    .await
+    .expect(201);
+    let (mut gw, base, admin) = gateway(&zk, work.path(), "gw-failover");
+    let synced = wait_in_sync(&reg, &admin, Duration::from_secs(60)).await;
+    gw.assert_alive();
+    assert!(synced, "the gateway did not come up:\n{}", gw.tail());
+    wait_listening(&base).await;
+    let http = reqwest::Client::new();
+    assert_eq!(signed_get(&http, &base, "/v1/orders.ping").await, 200);
+
+    // Bad requests are 400s and change nothing.
+    let before = reg.get("/clusters/orders").await.expect(200);
+    for (body, why) in [
+        (json!({"to": "standby"}), "reason"),
+        (json!({"to": "standby", "reason": "   "}), "reason"),
+        (json!({"to": "elsewhere", "reason": "x"}), "primary"),
+        (
+            json!({"to": "standby", "reason": "x", "force": true}),
+            "force",
+        ),
+        (json!("standby"), "object"),
+    ] {
+        let r = reg
+            .post("/clusters/orders/failover", &body)
+            .await
+            .expect(400);
+        assert_eq!(r.code(), "BAD_REQUEST");
+        assert!(
+            r.body["message"].as_str().unwrap().contains(why),
+            "{body}: {:#}",
+            r.body
+        );
+    }
+    let r = reg
+        .post(
+            "/clusters/plain/failover",
+            &json!({"to": "standby", "reason": "dc1 down"}),
+        )
+        .await
+        .expect(400);
+    assert!(r.body["message"].as_str().unwrap().contains("no standby"));
+    reg.post(
+        "/clusters/missing/failover",
+        &json!({"to": "standby", "reason": "x"}),
+    )
+    .await
+    .expect(404);
+    let stale = reg
+        .send(
+            reg.request(reqwest::Method::POST, "/clusters/orders/failover")
+                .header("If-Match", "\"999\"")
+                .json(&json!({"to": "standby", "reason": "x"})),
+        )
+        .await;
+    assert_eq!(stale.status.as_u16(), 409, "{:#}", stale.body);
+    assert_eq!(reg.get("/clusters/orders").await.body, before.body);
+
+    // The API: standby serves; every other field is kept; the version moved by one.
+    let sent = Instant::now();
+    let r = reg
+        .send(
+            reg.request(reqwest::Method::POST, "/clusters/orders/failover")
+                .header("X-Portico-Operator", "sre-alice")
+                .json(&json!({"to": "standby", "reason": "dc1 maintenance"})),
+        )
+        .await
+        .expect(200);
+    assert_eq!(r.body["active"], "standby");
+    let stored = reg.get("/clusters/orders").await.expect(200);
+    let mut expected = doc.clone();
+    expected["active"] = json!("standby");
+    assert_eq!(stored.body, expected, "only `active` changes");
+    assert_eq!(
+        stored.version().parse::<i64>().unwrap(),
+        before.version().parse::<i64>().unwrap() + 1
+    );
+    assert_reaches_gateway(&admin, "orders", "standby", sent).await;
+    assert_eq!(signed_get(&http, &base, "/v1/orders.ping").await, 200);
+
+    // The CLI moves it back.
+    let sent = Instant::now();
+    let (ok, out, err) = portico_cli(
+        &reg,
+        &["failover", "orders", "primary", "--reason", "dc1 back"],
+    )
+    .await;
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("primary serves now"), "{out}");
+    assert_eq!(reg.get("/clusters/orders").await.body["active"], "primary");
+    assert_reaches_gateway(&admin, "orders", "primary", sent).await;
+    let (ok, _, err) = portico_cli(&reg, &["failover", "plain", "standby", "--reason", "x"]).await;
+    assert!(!ok && err.contains("no standby"), "{err}");
+    let (ok, _, err) = portico_cli(&reg, &["failover", "orders", "standby"]).await;
+    assert!(!ok && err.contains("--reason"), "{err}");
+
+    // The audit log: who, from, to and why, newest first.
+    let audit = reg.get("/audit?limit=50").await.expect(200);
+    let failovers: Vec<&Value> = audit.body["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "cluster.failover")
+        .collect();
+    assert_eq!(failovers.len(), 2, "{:#}", audit.body);
+    assert_eq!(failovers[0]["actor"], "sre-cli");
+    assert_eq!(failovers[0]["detail"]["from"], "standby");
+    assert_eq!(failovers[0]["detail"]["to"], "primary");
+    assert_eq!(failovers[0]["detail"]["reason"], "dc1 back");
+    assert_eq!(failovers[1]["actor"], "sre-alice");
+    assert_eq!(failovers[1]["detail"]["from"], "primary");
+    assert_eq!(failovers[1]["detail"]["reason"], "dc1 maintenance");
+
+    // The overview shows the sets and the gateway's view.
+    let o = reg.get("/clusters/orders/overview").await.expect(200);
+    assert_eq!(o.body["active"], "primary");
+    assert_eq!(
+        o.body["sets"]["standby"][0]["addr"],
+        standby.http.to_string()
+    );
+    let gws = o.body["gateways"].as_array().unwrap();
+    assert_eq!(gws.len(), 1, "{:#}", o.body);
+    assert_eq!(gws[0]["node_id"], "gw-failover");
+    assert!(gws[0]["error"].is_null(), "{:#}", o.body);
+    assert_eq!(gws[0]["active"], "primary", "{:#}", o.body);
+    let eps = gws[0]["endpoints"].as_array().unwrap();
+    assert_eq!(eps.len(), 2, "{:#}", o.body);
+    assert!(eps
+        .iter()
+        .any(|e| e["set"] == "standby" && e["addr"] == standby.http.to_string()));
+    assert!(eps.iter().all(|e| e["healthy"] == true), "{:#}", o.body);
+    gw.assert_alive();
+}
+
+/// What the receiver got: (when, path, body).
+type Received = Arc<Mutex<Vec<(Instant, String, Value)>>>;
+
+/// The webhook's and sleep_url's owner: records every POST; the first `/scale` call fails
+/// with 500 (a failed webhook is recorded too).
+async fn receiver() -> (String, Received) {
+    let got: Received = Arc::default();
+    async fn take(
+        State(got): State<Received>,
+        uri: axum::http::Uri,
+        Json(body): Json<Value>,
+    ) -> StatusCode {
+        let mut got = got.lock().unwrap();
+        let first_scale = uri.path() == "/scale" && !got.iter().any(|(_, p, _)| p == "/scale");
+        got.push((Instant::now(), uri.path().to_owned(), body));
+        if first_scale {
+            StatusCode::INTERNAL_SERVER_ERROR
+        } else {
+            StatusCode::OK
+        }
+    }
+    let app = axum::Router::new()
+        .route("/scale", post(take))
+        .route("/sleep", post(take))
+        .route("/wake", post(take))
+        .with_state(got.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), got)
+}
+
+fn calls(got: &Received, path: &str) -> Vec<(Instant, Value)> {
+    got.lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, p, _)| p == path)
+        .map(|(t, _, b)| (*t, b.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() {
+    const COOLDOWN_S: u64 = 6;
+    let work = tempfile::tempdir().unwrap();
+    let zk = ZooKeeper::start_locked();
+    // Two registries evaluate the same tree: the webhook must still fire once per cooldown.
+    let reg = registry(&zk).await;
+    let _other = registry(&zk).await;
+    let backend = BackendProcess::start_http().unwrap();
+    let (hook, got) = receiver().await;
+    let doc = json!({
+        "protocol": "http",
+        "endpoints": [{"addr": backend.http.to_string()}],
+        "autoscale": {"webhook": format!("{hook}/scale"), "cooldown_s": COOLDOWN_S,
+                      "rules": [{"rps_above": 5.0, "for_s": 2, "action": "up"}]},
+    });
+    seed(&reg, "shop", &doc, "shop.ping").await;
+    let (mut gw, base, admin) = gateway(&zk, work.path(), "gw-autoscale");
+    let synced = wait_in_sync(&reg, &admin, Duration::from_secs(60)).await;
+    gw.assert_alive();
+    assert!(synced, "the gateway did not come up:\n{}", gw.tail());
+    wait_listening(&base).await;
+
+    // No load, no firing (a gateway idle for a while is below the rule).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(calls(&got, "/scale").is_empty());
+
+    // ~25 signed requests per second for 20 s.
+    let http = reqwest::Client::new();
+    let load_start = Instant::now();
+    let mut failed = 0;
+    let mut sent = 0;
+    while load_start.elapsed() < Duration::from_secs(20) {
+        let tick = Instant::now();
+        if signed_get(&http, &base, "/v1/shop.ping").await != 200 {
+            failed += 1;
+        }
+        sent += 1;
+        tokio::time::sleep(Duration::from_millis(40).saturating_sub(tick.elapsed())).await;
+    }
+    let load_end = Instant::now();
+    assert_eq!(failed, 0, "{failed} of {sent} requests failed");
+    let rps = sent as f64 / load_end.duration_since(load_start).as_secs_f64();
+    println!("load: {sent} signed requests, {rps:.1}/s");
+    // The rate decays over the 10 s window; then nothing fires any more.
+    tokio::time::sleep(Duration::from_secs(14)).await;
+    let quiet_from = Instant::now();
+    tokio::time::sleep(Duration::from_secs(COOLDOWN_S + 3)).await;
+
+    let fired = calls(&got, "/scale");
+    println!(
+        "webhook calls at {:?}",
+        fired
+            .iter()
+            .map(|(t, _)| t.duration_since(load_start))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        fired.len() >= 2,
+        "20 s above the rule with a {COOLDOWN_S} s cooldown fires at least twice: {fired:#?}"
+    );
+    assert!(fired.len() <= 20 / COOLDOWN_S as usize + 3, "{fired:#?}");
+    for pair in fired.windows(2) {
+        let gap = pair[1].0.duration_since(pair[0].0);
+        assert!(
+            gap >= Duration::from_millis(COOLDOWN_S * 1000 - 300),
+            "two firings {gap:?} apart, inside the {COOLDOWN_S} s cooldown: {fired:#?}"
+        );
+    }
+    assert!(
+        fired.iter().all(|(t, _)| *t < quiet_from),
+        "the webhook fired after the load had gone: {fired:#?}"
+    );
+    assert!(fired[0].0 > load_start);
+    for (_, body) in &fired {
+        let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["action", "at", "cluster", "rps", "rule"], "{body}");
+        assert_eq!(body["cluster"], "shop");
+        assert_eq!(body["action"], "up");
+        assert_eq!(body["rule"], 0);
+        assert!(body["rps"].as_f64().unwrap() > 5.0, "{body}");
+        assert!(body["rps"].as_f64().unwrap() < rps * 1.5, "{body}");
+        assert!(body["at"].as_str().unwrap().ends_with('Z'), "{body}");
+    }
+
+    // The events (newest first) and the audit log: the first call failed (500), the rest ok.
+    let events = reg.get("/clusters/shop/autoscale/events").await.expect(200);
+    let items = events.body["items"].as_array().unwrap();
+    assert_eq!(items.len(), fired.len(), "{:#}", events.body);
+    let oldest = items.last().unwrap();
+    assert_eq!(oldest["outcome"], "failed", "{oldest:#}");
+    assert!(oldest["error"].as_str().unwrap().contains("500"));
+    assert!(items[..items.len() - 1]
+        .iter()
+        .all(|e| e["outcome"] == "ok" && e["kind"] == "autoscale"));
+    let audit = reg.get("/audit?limit=200").await.expect(200);
+    let actions: Vec<&str> = audit.body["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|a| **a == "cluster.autoscale")
+            .count(),
+        fired.len()
+    );
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|a| **a == "cluster.autoscale.webhook_failed")
+            .count(),
+        1
+    );
+    let o = reg.get("/clusters/shop/overview").await.expect(200);
+    assert_eq!(o.body["events"].as_array().unwrap().len(), fired.len());
+    assert!(o.body["rps"].as_f64().is_some(), "{:#}", o.body);
+
+    // Sleep marking: with sleep_url and idle_s 3, the idle cluster is put to sleep once.
+    let mut with_sleep = reg.get("/clusters/shop").await.expect(200).body;
+    with_sleep["sleep"] = json!({"wake_url": format!("{hook}/wake"),
+                                 "sleep_url": format!("{hook}/sleep"), "idle_s": 3});
+    // `sleep` needs active health checks (they tell the gateway when the backend is awake).
+    with_sleep["health_check"] = json!({"path": "/healthz", "interval_ms": 500});
+    let put_at = Instant::now();
+    reg.put("/clusters/shop", &with_sleep).await.expect(200);
+    assert!(
+        wait_for_calls(&got, "/sleep", 1, Duration::from_secs(20)).await,
+        "sleep_url was not called"
+    );
+    let slept = calls(&got, "/sleep");
+    assert!(slept[0].0.duration_since(put_at) >= Duration::from_secs(3));
+    assert_eq!(slept[0].1["cluster"], "shop");
+    assert_eq!(slept[0].1["idle_s"], 3);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        calls(&got, "/sleep").len(),
+        1,
+        "called again while still idle"
+    );
+    // Traffic, then idle again: called once more.
+    assert_eq!(signed_get(&http, &base, "/v1/shop.ping").await, 200);
+    assert!(
+        wait_for_calls(&got, "/sleep", 2, Duration::from_secs(20)).await,
+        "sleep_url was not called after the next idle period"
+    );
+    // The audit record is written after the call returns: wait for it.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let sleeps = loop {
+        let audit = reg.get("/audit?limit=200").await.expect(200);
+        let sleeps = audit.body["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["action"] == "cluster.sleep")
+            .count();
+        if sleeps >= 2 || Instant::now() > deadline {
+            break sleeps;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(sleeps, 2);
+    assert!(calls(&got, "/wake").is_empty(), "the registry never wakes");
+    gw.assert_alive();
+}
+
+async fn wait_for_calls(got: &Received, path: &str, n: usize, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if calls(got, path).len() >= n {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
