@@ -55,6 +55,8 @@ ensure_packages cmake zookeeper curl python3
 # redis-server: the shared counters and nonces of gateway/tests/cluster.rs (a fleet of
 # gateways; portico_testkit::Redis starts it on a free port).
 ensure_packages redis-server
+# prometheus: promtool checks ops/prometheus/alerts.yml (registry/tests/prometheus_rules.rs).
+ensure_packages prometheus
 # --- browser tests (console e2e): Debian's Chromium, and the console's npm toolchain ------
 # registry/tests/console_e2e.rs drives /usr/bin/chromium with playwright-core (no browser
 # download) and fails, saying why, when Chromium or admin-ui/node_modules is missing.

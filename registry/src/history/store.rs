@@ -705,6 +705,7 @@ mod tests {
     fn events_are_listed_newest_first_with_their_notifications() {
         let s = HistoryStore::in_memory(Limits::default()).unwrap();
         let mut e = AlertEvent {
+            id: 0,
             at_ms: 1000,
             rule: "slow".into(),
             api: "a".into(),
