@@ -156,7 +156,7 @@ pub async fn deliver(state: &AppState, d: &Delivery, period: Period) -> Result<D
                     r.platform
                         .availability
                         .map(|a| format!("{:.3}%", a * 100.0))
-                        .unwrap_or_else(|| "–".to_owned())
+                        .unwrap_or_else(|| "-".to_owned())
                 );
                 match m
                     .send(&owner, &subject, html::text(&r), Some(html::render(&r)))

@@ -12,19 +12,19 @@ fn esc(s: &str) -> String {
 }
 
 fn ms(v: Option<f64>) -> String {
-    v.map(|v| format!("{v} ms")).unwrap_or_else(|| "–".to_owned())
+    v.map(|v| format!("{v} ms")).unwrap_or_else(|| "-".to_owned())
 }
 
 fn percent(v: Option<f64>) -> String {
     v.map(|v| format!("{:.3}%", v * 100.0))
-        .unwrap_or_else(|| "–".to_owned())
+        .unwrap_or_else(|| "-".to_owned())
 }
 
 fn signed(v: Option<f64>, unit: &str) -> String {
     match v {
         Some(v) if v >= 0.0 => format!("+{v}{unit}"),
         Some(v) => format!("{v}{unit}"),
-        None => "–".to_owned(),
+        None => "-".to_owned(),
     }
 }
 
