@@ -1226,7 +1226,9 @@ pub fn check_alert(name: &str, raw: &[u8]) -> Result<v1::AlertRule, String> {
             return Err("threshold: must be a number of at least 0".to_owned())
         }
         Some(t) if rule.condition == "availability_below" && t > 1.0 => {
-            return Err("threshold: availability is a fraction, 0 to 1 (0.999 for 99.9%)".to_owned())
+            return Err(
+                "threshold: availability is a fraction, 0 to 1 (0.999 for 99.9%)".to_owned(),
+            )
         }
         Some(_) => {}
     }
@@ -1244,8 +1246,9 @@ pub fn check_alert(name: &str, raw: &[u8]) -> Result<v1::AlertRule, String> {
     }
     for (i, r) in rule.receivers.iter().enumerate() {
         match (&r.webhook, &r.email) {
-            (Some(url), None) => check_webhook_url(url)
-                .map_err(|e| format!("receivers[{i}].webhook: {e}"))?,
+            (Some(url), None) => {
+                check_webhook_url(url).map_err(|e| format!("receivers[{i}].webhook: {e}"))?
+            }
             (None, Some(addr)) => {
                 check_email(addr).map_err(|e| format!("receivers[{i}].email: {e}"))?
             }
@@ -1300,10 +1303,29 @@ pub fn check_email(addr: &str) -> Result<(), String> {
     let plain = |s: &str| {
         !s.is_empty()
             && s.bytes().all(|c| {
-                c.is_ascii_graphic() && !matches!(c, b'@' | b'<' | b'>' | b'"' | b'(' | b')' | b',' | b';' | b':' | b'\\' | b'[' | b']')
+                c.is_ascii_graphic()
+                    && !matches!(
+                        c,
+                        b'@' | b'<'
+                            | b'>'
+                            | b'"'
+                            | b'('
+                            | b')'
+                            | b','
+                            | b';'
+                            | b':'
+                            | b'\\'
+                            | b'['
+                            | b']'
+                    )
             })
     };
-    if !plain(local) || !plain(domain) || !domain.contains('.') || domain.starts_with('.') || domain.ends_with('.') {
+    if !plain(local)
+        || !plain(domain)
+        || !domain.contains('.')
+        || domain.starts_with('.')
+        || domain.ends_with('.')
+    {
         return Err(bad());
     }
     Ok(())
@@ -2067,18 +2089,48 @@ mod tests {
             {"email": "sre@example.com"}]});
         t.put("alerts/order-slow", ok)
             .put("alerts/any-breaker", json!({"condition": "breaker_open"}))
-            .put("alerts/cond", json!({"condition": "tp99_above", "threshold": 1}))
+            .put(
+                "alerts/cond",
+                json!({"condition": "tp99_above", "threshold": 1}),
+            )
             .put("alerts/no-threshold", json!({"condition": "qps_below"}))
-            .put("alerts/avail", json!({"condition": "availability_below", "threshold": 99.9}))
-            .put("alerts/neg", json!({"condition": "qps_above", "threshold": -1}))
-            .put("alerts/api", json!({"api": "a b", "condition": "qps_above", "threshold": 1}))
-            .put("alerts/for", json!({"condition": "node_missing", "for_s": 100000}))
-            .put("alerts/recv", json!({"condition": "node_missing", "receivers": [{}]}))
-            .put("alerts/both", json!({"condition": "node_missing",
-                "receivers": [{"webhook": "http://x/", "email": "a@b.c"}]}))
-            .put("alerts/url", json!({"condition": "node_missing", "receivers": [{"webhook": "ftp://x/"}]}))
-            .put("alerts/mail", json!({"condition": "node_missing", "receivers": [{"email": "nobody"}]}))
-            .put("alerts/sev", json!({"condition": "node_missing", "severity": "very bad"}));
+            .put(
+                "alerts/avail",
+                json!({"condition": "availability_below", "threshold": 99.9}),
+            )
+            .put(
+                "alerts/neg",
+                json!({"condition": "qps_above", "threshold": -1}),
+            )
+            .put(
+                "alerts/api",
+                json!({"api": "a b", "condition": "qps_above", "threshold": 1}),
+            )
+            .put(
+                "alerts/for",
+                json!({"condition": "node_missing", "for_s": 100000}),
+            )
+            .put(
+                "alerts/recv",
+                json!({"condition": "node_missing", "receivers": [{}]}),
+            )
+            .put(
+                "alerts/both",
+                json!({"condition": "node_missing",
+                "receivers": [{"webhook": "http://x/", "email": "a@b.c"}]}),
+            )
+            .put(
+                "alerts/url",
+                json!({"condition": "node_missing", "receivers": [{"webhook": "ftp://x/"}]}),
+            )
+            .put(
+                "alerts/mail",
+                json!({"condition": "node_missing", "receivers": [{"email": "nobody"}]}),
+            )
+            .put(
+                "alerts/sev",
+                json!({"condition": "node_missing", "severity": "very bad"}),
+            );
         let mut owned = http_api("owned", "GET", "/owned");
         owned["owner"] = json!("team-orders@example.com");
         let mut badly = http_api("badly", "GET", "/badly");
@@ -2107,7 +2159,10 @@ mod tests {
         );
         assert!(reason(&s, "apis/badly").starts_with("owner:"));
         // A rule may name an API that does not exist (yet, or any more).
-        let rule = check_alert("x", br#"{"api":"gone","condition":"qps_above","threshold":5}"#);
+        let rule = check_alert(
+            "x",
+            br#"{"api":"gone","condition":"qps_above","threshold":5}"#,
+        );
         assert_eq!(rule.unwrap().for_s, 0);
         for good in ["a@b.co", "first.last+tag@mail.example.com"] {
             assert!(check_email(good).is_ok(), "{good}");

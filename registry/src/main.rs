@@ -34,7 +34,11 @@ struct Args {
     console_dir: Option<PathBuf>,
     /// Where this registry keeps what it observed of the gateways (the history store, the
     /// reports), unless --history-db / --reports-dir say otherwise.
-    #[arg(long, env = "PORTICO_REGISTRY_DATA", default_value = "portico-registry-data")]
+    #[arg(
+        long,
+        env = "PORTICO_REGISTRY_DATA",
+        default_value = "portico-registry-data"
+    )]
     data_dir: PathBuf,
     /// The history store (SQLite; default DATA_DIR/history.sqlite): per-API per-minute
     /// rollups and alert events (docs/OPERATIONS.md, "The history store").
@@ -89,7 +93,11 @@ fn webhook_secret(args: &Args) -> anyhow::Result<Option<Vec<u8>>> {
 
 /// Opens the history store and starts what observes the gateways: the recorder, the alert
 /// evaluation and the report scheduler (docs/OPERATIONS.md, "Alerts", "Reports").
-fn start_observing(args: &Args, state: &portico_registry::state::Shared, addr: SocketAddr) -> anyhow::Result<()> {
+fn start_observing(
+    args: &Args,
+    state: &portico_registry::state::Shared,
+    addr: SocketAddr,
+) -> anyhow::Result<()> {
     use portico_registry::{alerts, history, reports};
     let db = args
         .history_db
@@ -105,12 +113,16 @@ fn start_observing(args: &Args, state: &portico_registry::state::Shared, addr: S
     tracing::info!(path = %db.display(), days = limits.retention_days, max_mb = args.history_max_mb, "history store");
     let _ = state.history.set(store.clone());
     let mailer = match &args.smtp {
-        Some(url) => Some(alerts::mail::Mailer::new(url, &args.smtp_from).map_err(|e| anyhow::anyhow!(e))?),
+        Some(url) => {
+            Some(alerts::mail::Mailer::new(url, &args.smtp_from).map_err(|e| anyhow::anyhow!(e))?)
+        }
         None => None,
     };
     let secret = webhook_secret(args)?;
     if secret.is_none() {
-        tracing::warn!("alert webhooks go unsigned: set --webhook-secret-file or PORTICO_WEBHOOK_SECRET");
+        tracing::warn!(
+            "alert webhooks go unsigned: set --webhook-secret-file or PORTICO_WEBHOOK_SECRET"
+        );
     }
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "registry".to_owned());
     history::recorder::start(state, store.clone());

@@ -37,10 +37,12 @@ async fn receiver() -> (String, Calls) {
     let app = axum::Router::new()
         .route(
             "/hook",
-            post(|State(c): State<Calls>, h: HeaderMap, body: Bytes| async move {
-                c.lock().unwrap().push((h, body));
-                StatusCode::NO_CONTENT
-            }),
+            post(
+                |State(c): State<Calls>, h: HeaderMap, body: Bytes| async move {
+                    c.lock().unwrap().push((h, body));
+                    StatusCode::NO_CONTENT
+                },
+            ),
         )
         .with_state(calls.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -133,7 +135,10 @@ fn verify(headers: &HeaderMap, body: &[u8]) -> Value {
     let mut mac = Hmac::<Sha256>::new_from_slice(HOOK_SECRET.as_bytes()).unwrap();
     mac.update(body);
     let want = format!("sha256={}", hex::encode(mac.finalize().into_bytes()));
-    assert_eq!(sig, want, "the webhook's signature is HMAC-SHA256 of the body");
+    assert_eq!(
+        sig, want,
+        "the webhook's signature is HMAC-SHA256 of the body"
+    );
     serde_json::from_slice(body).unwrap()
 }
 
@@ -157,7 +162,10 @@ async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
     // An HTTP API on the demo backend, and an app to call it.
     let cluster = json!({"protocol": "http", "endpoints": [{"addr": backend.http.to_string()}]});
     setup.put("/clusters/slow", &cluster).await.expect(201);
-    setup.put("/sandbox/clusters/slow", &cluster).await.expect(201);
+    setup
+        .put("/sandbox/clusters/slow", &cluster)
+        .await
+        .expect(201);
     setup
         .post(
             "/sandbox/apis",
@@ -166,17 +174,29 @@ async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
         )
         .await
         .expect(201);
-    setup.post("/apis/ops.slow/publish", &json!({})).await.expect(200);
     setup
-        .post("/apps", &json!({"app_key": APP, "secret": SECRET, "name": "alerts", "apis": ["*"]}))
+        .post("/apis/ops.slow/publish", &json!({}))
+        .await
+        .expect(200);
+    setup
+        .post(
+            "/apps",
+            &json!({"app_key": APP, "secret": SECRET, "name": "alerts", "apis": ["*"]}),
+        )
         .await
         .expect(201);
 
     // Two registries evaluate; the first to enroll sends.
     let (mut reg_a, base_a) = registry_process(&zk, work.path(), "registry-a");
     let (mut reg_b, base_b) = registry_process(&zk, work.path(), "registry-b");
-    let a = Registry { base: base_a, http: reqwest::Client::new() };
-    let b = Registry { base: base_b, http: reqwest::Client::new() };
+    let a = Registry {
+        base: base_a,
+        http: reqwest::Client::new(),
+    };
+    let b = Registry {
+        base: base_b,
+        http: reqwest::Client::new(),
+    };
     for r in [&a, &b] {
         wait_until(Duration::from_secs(60), "a registry process", || async {
             r.request(reqwest::Method::GET, "/alerting")
@@ -189,22 +209,34 @@ async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
 
     // Rules are validated (422 naming the field) and audited like the other documents.
     let bad = a
-        .put("/alerts/bad", &json!({"condition": "availability_below", "threshold": 99.9}))
+        .put(
+            "/alerts/bad",
+            &json!({"condition": "availability_below", "threshold": 99.9}),
+        )
         .await
         .expect(422);
-    assert!(bad.body["message"].as_str().unwrap().contains("fraction"), "{:#}", bad.body);
+    assert!(
+        bad.body["message"].as_str().unwrap().contains("fraction"),
+        "{:#}",
+        bad.body
+    );
     let rule = json!({"api": "ops.slow", "condition": "tp99_ms_above", "threshold": 200,
         "for_s": 4, "severity": "page", "receivers": [{"webhook": hook}]});
     a.put("/alerts/order-slow", &rule).await.expect(201);
-    assert_eq!(b.get("/alerts/order-slow").await.expect(200).body["threshold"], 200);
+    assert_eq!(
+        b.get("/alerts/order-slow").await.expect(200).body["threshold"],
+        200
+    );
     let listed = a.get("/alerts").await.expect(200);
     assert_eq!(listed.body["items"][0]["id"], "order-slow");
 
     let (mut gw, base, admin) = gateway(&zk, work.path());
     let http = reqwest::Client::new();
-    wait_until(Duration::from_secs(90), "the gateway serving the API", || async {
-        signed_get(&http, &base, "/v1/ops.slow").await == 200
-    })
+    wait_until(
+        Duration::from_secs(90),
+        "the gateway serving the API",
+        || async { signed_get(&http, &base, "/v1/ops.slow").await == 200 },
+    )
     .await;
     let _ = admin;
 
@@ -222,20 +254,34 @@ async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
     }
 
     // Fast: the alert stays clear (both registries evaluate the rule).
-    wait_until(Duration::from_secs(60), "both registries evaluating", || async {
-        let sa = a.get("/alerting").await.body;
-        let sb = b.get("/alerting").await.body;
-        sa["rules"] == 1 && sb["rules"] == 1 && sa["evaluated_at_ms"].is_i64() && sa["problem"].is_null()
-    })
+    wait_until(
+        Duration::from_secs(60),
+        "both registries evaluating",
+        || async {
+            let sa = a.get("/alerting").await.body;
+            let sb = b.get("/alerting").await.body;
+            sa["rules"] == 1
+                && sb["rules"] == 1
+                && sa["evaluated_at_ms"].is_i64()
+                && sa["problem"].is_null()
+        },
+    )
     .await;
     tokio::time::sleep(Duration::from_secs(4)).await;
-    assert!(calls.lock().unwrap().is_empty(), "no alert while the backend is fast");
+    assert!(
+        calls.lock().unwrap().is_empty(),
+        "no alert while the backend is fast"
+    );
     let leaders: Vec<bool> = [
         a.get("/alerting").await.body["leader"].as_bool().unwrap(),
         b.get("/alerting").await.body["leader"].as_bool().unwrap(),
     ]
     .to_vec();
-    assert_eq!(leaders.iter().filter(|l| **l).count(), 1, "exactly one leader: {leaders:?}");
+    assert_eq!(
+        leaders.iter().filter(|l| **l).count(),
+        1,
+        "exactly one leader: {leaders:?}"
+    );
 
     // Slow the backend: 400 ms a call.
     let faults = format!("{}/__admin/faults?delay_ms=400", backend.http_url());
@@ -275,9 +321,16 @@ async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
         calls.lock().unwrap().len() >= 2
     })
     .await;
-    println!("resolved {:?} after the backend recovered", healed.elapsed());
+    println!(
+        "resolved {:?} after the backend recovered",
+        healed.elapsed()
+    );
     tokio::time::sleep(Duration::from_secs(6)).await;
-    assert_eq!(states(&calls), ["firing", "resolved"], "exactly one call each");
+    assert_eq!(
+        states(&calls),
+        ["firing", "resolved"],
+        "exactly one call each"
+    );
     let (h, body) = calls.lock().unwrap()[1].clone();
     let p = verify(&h, &body);
     assert!(p["resolved_at"].as_str().unwrap().ends_with('Z'));
@@ -298,7 +351,10 @@ async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
         assert_eq!(events, ["resolved", "firing"], "{s:#}");
         assert!(s["alerts"].as_array().unwrap().is_empty(), "{s:#}");
         if s["leader"] == true {
-            assert_eq!(s["events"][1]["notifications"]["receivers"][0]["ok"], true, "{s:#}");
+            assert_eq!(
+                s["events"][1]["notifications"]["receivers"][0]["ok"], true,
+                "{s:#}"
+            );
         }
     }
     stop.store(true, Ordering::Relaxed);

@@ -135,16 +135,33 @@ fn console_alerts_and_reports_in_chromium() {
         "backend": {"cluster": "pay", "http": {}}, "owner": "owner-pay@example.com"});
     let (s, r) = call(&base, reqwest::Method::POST, "/sandbox/apis", Some(api));
     assert_eq!(s, 201, "{r:#}");
-    let (s, r) = call(&base, reqwest::Method::POST, &format!("/apis/{API}/publish"), Some(json!({})));
+    let (s, r) = call(
+        &base,
+        reqwest::Method::POST,
+        &format!("/apis/{API}/publish"),
+        Some(json!({})),
+    );
     assert_eq!(s, 200, "{r:#}");
     let rule = json!({"api": API, "condition": "qps_below", "threshold": 1, "for_s": 0, "severity": "ticket"});
-    let (s, r) = call(&base, reqwest::Method::PUT, &format!("/alerts/{RULE}"), Some(rule));
+    let (s, r) = call(
+        &base,
+        reqwest::Method::PUT,
+        &format!("/alerts/{RULE}"),
+        Some(rule),
+    );
     assert_eq!(s, 201, "{r:#}");
     let firing = wait_for(Duration::from_secs(60), || {
         let (_, a) = call(&base, reqwest::Method::GET, "/alerting", None);
-        a["alerts"].as_array().is_some_and(|l| l.iter().any(|x| x["rule"] == RULE && x["state"] == "firing"))
+        a["alerts"].as_array().is_some_and(|l| {
+            l.iter()
+                .any(|x| x["rule"] == RULE && x["state"] == "firing")
+        })
     });
-    assert!(firing, "the idle API's alert did not fire:\n{}", registry.tail());
+    assert!(
+        firing,
+        "the idle API's alert did not fire:\n{}",
+        registry.tail()
+    );
 
     let started = Instant::now();
     let mut node = Command::new("node")
@@ -192,7 +209,10 @@ fn console_alerts_and_reports_in_chromium() {
     assert_eq!(s, 200, "{doc:#}");
     assert_eq!(doc["condition"], "tp99_ms_above");
     assert_eq!(doc["threshold"], 250);
-    assert_eq!(call(&base, reqwest::Method::GET, "/alerts/e2e-bad", None).0, 404);
+    assert_eq!(
+        call(&base, reqwest::Method::GET, "/alerts/e2e-bad", None).0,
+        404
+    );
     let (_, audit) = call(&base, reqwest::Method::GET, "/audit?limit=20", None);
     let by_console = audit["entries"]
         .as_array()

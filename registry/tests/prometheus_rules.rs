@@ -22,7 +22,11 @@ fn run(args: &[&str]) -> String {
     let Some(tool) = promtool() else {
         panic!("promtool is missing: install Debian's `prometheus` package (./ops/test.sh does)");
     };
-    let out = Command::new(tool).args(args).current_dir(&dir).output().unwrap();
+    let out = Command::new(tool)
+        .args(args)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -30,7 +30,9 @@ async fn smtp_sink() -> (u16, Mails) {
     let kept = mails.clone();
     tokio::spawn(async move {
         loop {
-            let Ok((sock, _)) = listener.accept().await else { return };
+            let Ok((sock, _)) = listener.accept().await else {
+                return;
+            };
             let kept = kept.clone();
             tokio::spawn(async move {
                 let (r, mut w) = sock.into_split();
@@ -139,12 +141,21 @@ fn check_figures(r: &Value) {
         .sum();
     assert_eq!(series_calls, 100_000);
     let q = &apis[1];
-    assert_eq!((q["api"].as_str(), q["calls"].as_u64()), (Some("pay.query"), Some(100)));
+    assert_eq!(
+        (q["api"].as_str(), q["calls"].as_u64()),
+        (Some("pay.query"), Some(100))
+    );
     assert_eq!(q["p99_ms"], 99.0);
-    assert!(q["change"]["calls_pct"].is_null(), "no previous calls: no change");
+    assert!(
+        q["change"]["calls_pct"].is_null(),
+        "no previous calls: no change"
+    );
     assert_eq!(r["platform"]["calls"], 100_100);
     assert_eq!(r["slowest"][0], json!({"api": "pay.query", "p99_ms": 99.0}));
-    assert_eq!(r["slowest"][1], json!({"api": "pay.create", "p99_ms": 50.0}));
+    assert_eq!(
+        r["slowest"][1],
+        json!({"api": "pay.create", "p99_ms": 50.0})
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -156,7 +167,10 @@ async fn a_synthetic_day_gives_exact_figures_and_the_owner_gets_the_report_by_ma
     let setup = registry(&zk).await;
     let cluster = json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:9"}]});
     setup.put("/clusters/pay", &cluster).await.expect(201);
-    setup.put("/sandbox/clusters/pay", &cluster).await.expect(201);
+    setup
+        .put("/sandbox/clusters/pay", &cluster)
+        .await
+        .expect(201);
     for (id, owner) in [("pay.create", Some(OWNER)), ("pay.query", None)] {
         let mut doc = json!({"id": id, "http": {"method": "POST", "path": format!("/v1/{id}")},
             "backend": {"cluster": "pay", "http": {}}});
@@ -164,7 +178,10 @@ async fn a_synthetic_day_gives_exact_figures_and_the_owner_gets_the_report_by_ma
             doc["owner"] = json!(o);
         }
         setup.post("/sandbox/apis", &doc).await.expect(201);
-        setup.post(&format!("/apis/{id}/publish"), &json!({})).await.expect(200);
+        setup
+            .post(&format!("/apis/{id}/publish"), &json!({}))
+            .await
+            .expect(200);
     }
     let live = setup.get("/apis/pay.create").await.expect(200);
     assert_eq!(live.body["owner"], OWNER, "{:#}", live.body);
@@ -187,7 +204,11 @@ async fn a_synthetic_day_gives_exact_figures_and_the_owner_gets_the_report_by_ma
     };
     check_figures(&day);
     // One API; a week holds both days (and so no previous period).
-    let one = reg.get("/reports?period=day&api=pay.query").await.expect(200).body;
+    let one = reg
+        .get("/reports?period=day&api=pay.query")
+        .await
+        .expect(200)
+        .body;
     assert_eq!(one["apis"].as_array().unwrap().len(), 1);
     assert_eq!(one["platform"]["calls"], 100);
     let week = reg.get("/reports?period=week").await.expect(200).body;
@@ -202,9 +223,15 @@ async fn a_synthetic_day_gives_exact_figures_and_the_owner_gets_the_report_by_ma
         .send()
         .await
         .unwrap();
-    assert!(html.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+    assert!(html.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/html"));
     let page = html.text().await.unwrap();
-    assert!(page.contains("pay.create") && page.contains("<svg"), "{page}");
+    assert!(
+        page.contains("pay.create") && page.contains("<svg"),
+        "{page}"
+    );
 
     // The CLI asks the registry for the same report.
     let out = Command::new(env!("CARGO_BIN_EXE_portico"))
@@ -213,7 +240,11 @@ async fn a_synthetic_day_gives_exact_figures_and_the_owner_gets_the_report_by_ma
         .env("PORTICO_ADMIN_TOKEN", TOKEN)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
     check_figures(&cli);
     let out = Command::new(env!("CARGO_BIN_EXE_portico"))
@@ -223,10 +254,17 @@ async fn a_synthetic_day_gives_exact_figures_and_the_owner_gets_the_report_by_ma
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("pay.create") && text.contains("98.000") && text.contains("455ms"), "{text}");
+    assert!(
+        text.contains("pay.create") && text.contains("98.000") && text.contains("455ms"),
+        "{text}"
+    );
 
     // Send now: the owner gets their report (pay.create only), and the files are written.
-    let sent = reg.post("/reports/send?period=day", &json!({})).await.expect(200).body;
+    let sent = reg
+        .post("/reports/send?period=day", &json!({}))
+        .await
+        .expect(200)
+        .body;
     assert_eq!(sent["mails"][0]["to"], OWNER, "{sent:#}");
     assert_eq!(sent["mails"][0]["sent"], true, "{sent:#}");
     assert_eq!(sent["mails"][0]["apis"], json!(["pay.create"]));

@@ -71,7 +71,8 @@ impl Observation {
         for (id, n) in &inner.nodes {
             o.nodes.insert(id.clone(), n.ok);
             if let Some(g) = n.generation.get(PLANE) {
-                o.generations.insert(id.clone(), u64::try_from(*g).unwrap_or(0));
+                o.generations
+                    .insert(id.clone(), u64::try_from(*g).unwrap_or(0));
             }
         }
         o.nodes_error = inner.error.clone();
@@ -214,7 +215,11 @@ pub enum Phase {
     /// Fired at `fired`; the condition began to hold at `started`.
     Firing { started: u64, fired: u64 },
     /// Firing, but the condition is false since `since` (not yet for `for_s`).
-    Resolving { started: u64, fired: u64, since: u64 },
+    Resolving {
+        started: u64,
+        fired: u64,
+        since: u64,
+    },
 }
 
 /// One alert: a rule on one API.
@@ -350,7 +355,9 @@ fn step(alert: &mut Alert, holds: bool, now: u64) -> Option<Transition> {
         (Phase::Clear { since }, false) => (Phase::Clear { since }, None),
         (Phase::Pending { .. }, false) => (Phase::Clear { since: now }, None),
         (Phase::Firing { started, fired }, true)
-        | (Phase::Resolving { started, fired, .. }, true) => (Phase::Firing { started, fired }, None),
+        | (Phase::Resolving { started, fired, .. }, true) => {
+            (Phase::Firing { started, fired }, None)
+        }
         (Phase::Firing { started, fired }, false) => {
             if for_ms == 0 {
                 (
@@ -429,7 +436,8 @@ mod tests {
     fn alerts_fire_after_for_s_and_resolve_after_for_s() {
         let r = rule(Condition::Tp99MsAbove, 200.0, 10);
         let mut t = Tracker::default();
-        let mut at = |secs: u64, v: f64| t.round(secs * 1000, vec![(r.clone(), "a".into(), Some(v))]);
+        let mut at =
+            |secs: u64, v: f64| t.round(secs * 1000, vec![(r.clone(), "a".into(), Some(v))]);
         assert_eq!(at(0, 300.0), vec![]);
         assert_eq!(at(8, 300.0), vec![]);
         // A dip resets the wait.
@@ -522,11 +530,13 @@ mod tests {
         let o = Observation::of(&inner).unwrap();
         assert_eq!(o.secs, 10.0);
         let g = Gateways::default();
-        let v = |c, api: &str| values(&rule(c, 0.0, 0), &o, &g, Some(42), 0)
-            .into_iter()
-            .find(|(a, _)| a == api)
-            .unwrap()
-            .1;
+        let v = |c, api: &str| {
+            values(&rule(c, 0.0, 0), &o, &g, Some(42), 0)
+                .into_iter()
+                .find(|(a, _)| a == api)
+                .unwrap()
+                .1
+        };
         // 100 requests (80 OK, 20 502) in 10 s.
         assert_eq!(v(Condition::QpsAbove, "order.get"), Some(10.0));
         assert_eq!(v(Condition::AvailabilityBelow, "order.get"), Some(0.8));

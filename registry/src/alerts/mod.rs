@@ -110,7 +110,12 @@ async fn run(engine: Arc<Engine>, key: usize) {
 }
 
 /// One evaluation of every rule.
-async fn round(engine: &Arc<Engine>, state: &Shared, tracker: &mut Tracker, gateways: &mut Gateways) {
+async fn round(
+    engine: &Arc<Engine>,
+    state: &Shared,
+    tracker: &mut Tracker,
+    gateways: &mut Gateways,
+) {
     let mut board = AlertBoard {
         evaluating: true,
         ..AlertBoard::default()
@@ -250,7 +255,10 @@ async fn notify_transition(
     let id = tokio::task::spawn_blocking(move || store.add_event(&event))
         .await
         .ok()
-        .and_then(|r| r.map_err(|e| tracing::warn!(error = %e, "alert event not recorded")).ok());
+        .and_then(|r| {
+            r.map_err(|e| tracing::warn!(error = %e, "alert event not recorded"))
+                .ok()
+        });
     if !leader {
         return;
     }
@@ -267,7 +275,9 @@ async fn notify_transition(
         started_at: portico_control::clock::rfc3339_ms(ms_i64(started)),
         fired_at: portico_control::clock::rfc3339_ms(ms_i64(fired)),
         resolved_at: resolved.map(|r| portico_control::clock::rfc3339_ms(ms_i64(r))),
-        summary: rule.condition.describe(&alert.api, alert.value, rule.threshold),
+        summary: rule
+            .condition
+            .describe(&alert.api, alert.value, rule.threshold),
         description: rule.description.clone(),
         registry: engine.leadership.id().to_owned(),
         console_url: engine

@@ -75,11 +75,9 @@ impl Condition {
             None => "no data".to_owned(),
         };
         match self {
-            Condition::Tp99MsAbove => format!(
-                "{api}: TP99 {} above {} ms",
-                v(" ms", 1.0),
-                trim(threshold)
-            ),
+            Condition::Tp99MsAbove => {
+                format!("{api}: TP99 {} above {} ms", v(" ms", 1.0), trim(threshold))
+            }
             Condition::AvailabilityBelow => format!(
                 "{api}: availability {} below {}%",
                 v("%", 100.0),
@@ -152,10 +150,7 @@ impl Rule {
             condition,
             threshold: doc.threshold.unwrap_or(0.0),
             for_s: doc.for_s,
-            severity: doc
-                .severity
-                .clone()
-                .unwrap_or_else(|| "warning".to_owned()),
+            severity: doc.severity.clone().unwrap_or_else(|| "warning".to_owned()),
             receivers: doc.receivers.clone(),
             description: doc.description.clone(),
         })

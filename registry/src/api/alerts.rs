@@ -57,7 +57,13 @@ async fn list(State(state): State<Shared>) -> ApiResult<Response> {
 
 async fn read(State(state): State<Shared>, Path(name): Path<String>) -> ApiResult<Response> {
     check_name("alert rule name", &name)?;
-    get_json(&state, Env::Live, &rel(&name), &format!("alert rule {name:?}")).await
+    get_json(
+        &state,
+        Env::Live,
+        &rel(&name),
+        &format!("alert rule {name:?}"),
+    )
+    .await
 }
 
 async fn set(
@@ -134,6 +140,7 @@ async fn status(
     .map_err(|e| ApiError::internal(e.to_string()))?
     .map_err(|e| ApiError::internal(e.to_string()))?;
     let mut body = serde_json::to_value(&board).map_err(|e| ApiError::internal(e.to_string()))?;
-    body["events"] = serde_json::to_value(&events).map_err(|e| ApiError::internal(e.to_string()))?;
+    body["events"] =
+        serde_json::to_value(&events).map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(json_response(StatusCode::OK, &body, None))
 }

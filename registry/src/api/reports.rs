@@ -52,7 +52,11 @@ async fn report(
     let html = match q.get("format").map(String::as_str) {
         None | Some("json") => false,
         Some("html") => true,
-        Some(f) => return Err(ApiError::bad_request(format!("format: {f:?} is not json or html"))),
+        Some(f) => {
+            return Err(ApiError::bad_request(format!(
+                "format: {f:?} is not json or html"
+            )))
+        }
     };
     let only: Option<BTreeSet<String>> = match q.get("api") {
         Some(api) => {
@@ -65,10 +69,12 @@ async fn report(
     // Owners are decoration: a report is still answered while ZooKeeper is away.
     let owners = deliver::owners(&state).await.unwrap_or_default();
     let now = portico_control::clock::now_ms();
-    let r = tokio::task::spawn_blocking(move || reports::build(&history, period, only.as_ref(), &owners, now))
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let r = tokio::task::spawn_blocking(move || {
+        reports::build(&history, period, only.as_ref(), &owners, now)
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::internal(e.to_string()))?;
     if html {
         return Ok((
             [(header::CONTENT_TYPE, "text/html; charset=utf-8")],

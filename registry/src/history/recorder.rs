@@ -200,10 +200,15 @@ fn node_between(prev: &NodeMetrics, m: &NodeMetrics, out: &mut HashMap<String, R
     for (k, answers) in m.answers.iter().filter(|(k, _)| wanted(k)) {
         let before = prev.answers.get(k);
         // Any counter of the API that went down: the node restarted; count from zero.
-        let reset = before.is_some_and(|b| answers.iter().any(|(a, n)| b.get(a).is_some_and(|o| n < o)));
+        let reset =
+            before.is_some_and(|b| answers.iter().any(|(a, n)| b.get(a).is_some_and(|o| n < o)));
         let r = rollup_of(out, &k.1);
         for (answer, &n) in answers {
-            let old = if reset { None } else { before.and_then(|b| b.get(answer).copied()) };
+            let old = if reset {
+                None
+            } else {
+                before.and_then(|b| b.get(answer).copied())
+            };
             let d = counter_delta(n, old).round();
             if d > 0.0 {
                 *r.answers.entry(answer.clone()).or_default() += d as u64;
@@ -292,7 +297,11 @@ mod tests {
         let mut rec = Recorder::default();
         // The first sample only sets the base.
         let first = rec.step(
-            &[sample(t0, 60_000 * 10 + 1000, &[("a", &closed), ("b", TEST_TEXT)])],
+            &[sample(
+                t0,
+                60_000 * 10 + 1000,
+                &[("a", &closed), ("b", TEST_TEXT)],
+            )],
             Some(BTreeMap::new()),
             60_000 * 10,
         );

@@ -349,9 +349,8 @@ impl HistoryStore {
         let mut conn = lock(&self.conn);
         let tx = conn.transaction()?;
         {
-            let mut read = tx.prepare_cached(
-                "SELECT latency FROM minutes WHERE api = ?1 AND minute = ?2",
-            )?;
+            let mut read =
+                tx.prepare_cached("SELECT latency FROM minutes WHERE api = ?1 AND minute = ?2")?;
             let mut write = tx.prepare_cached(
                 "INSERT INTO minutes (api, minute, calls, latency, breaker_openings, switch_flips)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -691,9 +690,15 @@ mod tests {
         let before = s.size_bytes().unwrap();
         assert!(before > limits.max_bytes, "{before}");
         let p = s.prune(now).unwrap();
-        assert_eq!(p.expired, 24 * 60 - 1, "the third day is past the retention");
+        assert_eq!(
+            p.expired,
+            24 * 60 - 1,
+            "the third day is past the retention"
+        );
         assert!(p.for_size > 0, "then the oldest hours go for the bound");
-        assert!(s.size_bytes().unwrap() <= limits.max_bytes || p.oldest_minute >= Some(now - 24 * 60));
+        assert!(
+            s.size_bytes().unwrap() <= limits.max_bytes || p.oldest_minute >= Some(now - 24 * 60)
+        );
         let (oldest, newest) = s.span().unwrap().unwrap();
         assert_eq!(newest, now);
         assert_eq!(Some(oldest), p.oldest_minute);
@@ -725,11 +730,17 @@ mod tests {
         s.set_notifications(first, &serde_json::json!([{"webhook": "x", "ok": true}]))
             .unwrap();
         let all = s.events(10, None, None, None).unwrap();
-        assert_eq!(all.iter().map(|e| e.id).collect::<Vec<_>>(), [second, first]);
+        assert_eq!(
+            all.iter().map(|e| e.id).collect::<Vec<_>>(),
+            [second, first]
+        );
         assert_eq!(all[1].notifications.as_ref().unwrap()[0]["ok"], true);
         assert_eq!(all[0].value, None);
         assert_eq!(s.events(10, Some(second), None, None).unwrap().len(), 1);
         assert_eq!(s.events(10, None, Some("other"), None).unwrap().len(), 0);
-        assert_eq!(s.events(1, None, Some("slow"), Some("a")).unwrap()[0].id, second);
+        assert_eq!(
+            s.events(1, None, Some("slow"), Some("a")).unwrap()[0].id,
+            second
+        );
     }
 }

@@ -115,7 +115,10 @@ pub async fn deliver(state: &AppState, d: &Delivery, period: Period) -> Result<D
     let day = day.get(..10).unwrap_or("unknown").to_owned();
     let mut by_owner: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (api, owner) in &owners {
-        by_owner.entry(owner.clone()).or_default().insert(api.clone());
+        by_owner
+            .entry(owner.clone())
+            .or_default()
+            .insert(api.clone());
     }
     let store = d.history.clone();
     let dir = d.dir.clone();
@@ -127,7 +130,12 @@ pub async fn deliver(state: &AppState, d: &Delivery, period: Period) -> Result<D
             ..Delivered::default()
         };
         let all = build(&store, period, None, &owners_c, now).map_err(|e| e.to_string())?;
-        write_pair(&dir, &format!("{day}-{}", period.name()), &all, &mut out.files)?;
+        write_pair(
+            &dir,
+            &format!("{day}-{}", period.name()),
+            &all,
+            &mut out.files,
+        )?;
         let mut reports = Vec::new();
         for (owner, apis) in &by_owner_c {
             let r = build(&store, period, Some(apis), &owners_c, now).map_err(|e| e.to_string())?;
@@ -169,11 +177,19 @@ pub async fn deliver(state: &AppState, d: &Delivery, period: Period) -> Result<D
                     }
                 }
             }
-            None => mail.error = Some("no SMTP server (--smtp): written to --reports-dir only".to_owned()),
+            None => {
+                mail.error =
+                    Some("no SMTP server (--smtp): written to --reports-dir only".to_owned())
+            }
         }
         out.mails.push(mail);
     }
-    tracing::info!(period = period.name(), files = out.files.len(), mails = out.mails.len(), "reports delivered");
+    tracing::info!(
+        period = period.name(),
+        files = out.files.len(),
+        mails = out.mails.len(),
+        "reports delivered"
+    );
     Ok(out)
 }
 

@@ -12,7 +12,8 @@ fn esc(s: &str) -> String {
 }
 
 fn ms(v: Option<f64>) -> String {
-    v.map(|v| format!("{v} ms")).unwrap_or_else(|| "-".to_owned())
+    v.map(|v| format!("{v} ms"))
+        .unwrap_or_else(|| "-".to_owned())
 }
 
 fn percent(v: Option<f64>) -> String {

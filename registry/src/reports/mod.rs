@@ -332,7 +332,12 @@ mod tests {
     use super::*;
     use crate::history::Limits;
 
-    fn rollup(api: &str, minute: i64, answers: &[(u16, &str, u64)], latency: &[(f64, u64)]) -> Rollup {
+    fn rollup(
+        api: &str,
+        minute: i64,
+        answers: &[(u16, &str, u64)],
+        latency: &[(f64, u64)],
+    ) -> Rollup {
         Rollup {
             api: api.to_owned(),
             minute,
@@ -352,14 +357,26 @@ mod tests {
         s.add(&[
             // This period: 90 OK, 10 502 in two minutes; 100 observations.
             rollup("a", now_min, &[(200, "OK", 50)], &[(0.01, 50)]),
-            rollup("a", now_min - 100, &[(200, "OK", 40), (502, "UPSTREAM_ERROR", 10)], &[(0.01, 40), (0.1, 10)]),
+            rollup(
+                "a",
+                now_min - 100,
+                &[(200, "OK", 40), (502, "UPSTREAM_ERROR", 10)],
+                &[(0.01, 40), (0.1, 10)],
+            ),
             // The previous period: 40 calls, all OK.
             rollup("a", now_min - 24 * 60, &[(200, "OK", 40)], &[(0.01, 40)]),
             // Older than both: ignored.
             rollup("a", now_min - 2 * 24 * 60, &[(200, "OK", 7)], &[(0.01, 7)]),
         ])
         .unwrap();
-        let r = build(&s, Period::Day, None, &BTreeMap::new(), (now_min as u64) * 60_000 + 5).unwrap();
+        let r = build(
+            &s,
+            Period::Day,
+            None,
+            &BTreeMap::new(),
+            (now_min as u64) * 60_000 + 5,
+        )
+        .unwrap();
         let a = &r.apis[0];
         assert_eq!((a.calls, a.errors), (100, 10));
         assert_eq!(a.availability, Some(0.9));
@@ -367,13 +384,23 @@ mod tests {
         assert_eq!(a.p50_ms, Some(5.556));
         // Rank 99: the 9th of 10 in (10, 100] ms.
         assert_eq!(a.p99_ms, Some(91.0));
-        assert_eq!(a.top_errors, vec![CodeCount { status: 502, code: "UPSTREAM_ERROR".into(), count: 10 }]);
+        assert_eq!(
+            a.top_errors,
+            vec![CodeCount {
+                status: 502,
+                code: "UPSTREAM_ERROR".into(),
+                count: 10
+            }]
+        );
         assert_eq!(a.change.previous_calls, 40);
         assert_eq!(a.change.calls_pct, Some(150.0));
         assert_eq!(a.change.availability_pts, Some(-10.0));
         assert_eq!(a.series.len(), 24);
         assert_eq!(a.series.iter().map(|p| p.calls).sum::<u64>(), 100);
-        assert_eq!(a.series[23].calls, 50, "the current minute is in the last hour");
+        assert_eq!(
+            a.series[23].calls, 50,
+            "the current minute is in the last hour"
+        );
         assert_eq!(r.platform.calls, 100);
         assert_eq!(r.slowest[0].api, "a");
     }

@@ -212,7 +212,12 @@ pub fn sibling_bin(name: &str) -> PathBuf {
 
 /// A history rollup of `api` at Unix minute `minute`: calls by (status, code), and a latency
 /// histogram (non-cumulative counts by upper bound in seconds).
-pub fn rollup(api: &str, minute: i64, answers: &[(u16, &str, u64)], latency: &[(f64, u64)]) -> portico_registry::history::Rollup {
+pub fn rollup(
+    api: &str,
+    minute: i64,
+    answers: &[(u16, &str, u64)],
+    latency: &[(f64, u64)],
+) -> portico_registry::history::Rollup {
     portico_registry::history::Rollup {
         api: api.to_owned(),
         minute,
@@ -238,7 +243,11 @@ pub fn seed_history(path: &Path) {
         let mut r = rollup(
             "pay.create",
             now_min - 60 - i,
-            &[(200, "OK", 97), (502, "UPSTREAM_ERROR", 2), (429, "RATE_LIMITED", 1)],
+            &[
+                (200, "OK", 97),
+                (502, "UPSTREAM_ERROR", 2),
+                (429, "RATE_LIMITED", 1),
+            ],
             &[(0.005, 50), (0.01, 40), (0.05, 9), (0.5, 1)],
         );
         if i < 3 {
@@ -251,12 +260,21 @@ pub fn seed_history(path: &Path) {
     }
     // pay.create, the previous day: 500 minutes of 100 calls, all OK.
     for i in 0..500 {
-        rows.push(rollup("pay.create", now_min - 24 * 60 - 60 - i, &[(200, "OK", 100)], &[(0.005, 100)]));
+        rows.push(rollup(
+            "pay.create",
+            now_min - 24 * 60 - 60 - i,
+            &[(200, "OK", 100)],
+            &[(0.005, 100)],
+        ));
     }
     // pay.query, this day: 10 minutes of 10 calls in (0, 100] ms.
     for i in 0..10 {
-        rows.push(rollup("pay.query", now_min - 120 - i, &[(200, "OK", 10)], &[(0.1, 10)]));
+        rows.push(rollup(
+            "pay.query",
+            now_min - 120 - i,
+            &[(200, "OK", 10)],
+            &[(0.1, 10)],
+        ));
     }
     store.add(&rows).unwrap();
 }
-
