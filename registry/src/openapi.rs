@@ -160,6 +160,14 @@ fn responses(route: &Route) -> Map<String, Value> {
             }
             responses.insert(status.to_string(), success);
         }
+        Reply::JsonOrHtml(schema) => {
+            responses.insert(
+                "200".to_owned(),
+                json!({"description": "success: JSON, or an HTML page with ?format=html", "content": {
+                    "application/json": {"schema": schema_ref(schema)},
+                    "text/html": {"schema": {"type": "string"}}}}),
+            );
+        }
         Reply::Binary => {
             responses.insert(
                 "200".to_owned(),

@@ -22,7 +22,7 @@ pub fn routes() -> Vec<Route> {
     const TAG: &str = "reports";
     vec![
         Route::new(Method::GET, "/reports", TAG, "A report over the rolling 24 h (day) or 7 days (week) up to now, per API and for the platform: calls, availability, TP50/90/99/999, top error codes, slowest APIs, breaker openings, switch flips, change vs the previous period, series for charts", get(report))
-            .reply(Reply::Json(200, "Report"))
+            .reply(Reply::JsonOrHtml("Report"))
             .query_as("period", "day (default) or week", Param::OneOf(&["day", "week"]))
             .query_as("api", "only this API", Param::Name)
             .query_as("format", "json (default) or html", Param::OneOf(&["json", "html"])),
