@@ -148,9 +148,11 @@ if [ "$mode" = zk ]; then
     # The admin token (console sign-in, CLI), kept across runs.
     token_file="$RUN/admin-token"
     [ -s "$token_file" ] || (umask 077 && python3 -c 'import secrets; print(secrets.token_hex(16))' >"$token_file")
+    # Its history store and reports live under .run/ (docs/OPERATIONS.md, "The history store").
     start_bg registry "$RUN/logs/registry.log" \
         "$bindir/portico-registry" --zk "$zk_hosts" --listen "127.0.0.1:$reg_port" \
-        --admin-token-file "$token_file" --zk-auth-file "$zk_auth/registry"
+        --admin-token-file "$token_file" --zk-auth-file "$zk_auth/registry" \
+        --data-dir "$RUN/registry" --history-db "$RUN/registry/history.sqlite"
     if ! wait_http "http://127.0.0.1:$reg_port/api/v1/health" 30 "$RUN/pids/registry.pid"; then
         tail -n 20 "$RUN/logs/registry.log" >&2 || true
         die "the registry did not start (log: $RUN/logs/registry.log)"
@@ -163,7 +165,8 @@ if [ "$mode" = zk ]; then
         log "registry 2 on 127.0.0.1:$reg2_port"
         start_bg registry-2 "$RUN/logs/registry-2.log" \
             "$bindir/portico-registry" --zk "$zk_hosts" --listen "127.0.0.1:$reg2_port" \
-            --admin-token-file "$token_file" --zk-auth-file "$zk_auth/registry"
+            --admin-token-file "$token_file" --zk-auth-file "$zk_auth/registry" \
+            --data-dir "$RUN/registry-2" --history-db "$RUN/registry-2/history.sqlite"
         wait_http "http://127.0.0.1:$reg2_port/api/v1/health" 30 "$RUN/pids/registry-2.pid" ||
             die "registry 2 did not start (log: $RUN/logs/registry-2.log)"
         registry2_url="http://127.0.0.1:$reg2_port"

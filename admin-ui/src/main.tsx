@@ -9,6 +9,8 @@ import { SwitchesPage } from "./pages/Switches";
 import { AppsPage } from "./pages/Apps";
 import { HealthPage } from "./pages/Health";
 import { ClusterPage, ClustersPage } from "./pages/Clusters";
+import { AlertBanner, AlertsPage } from "./pages/Alerts";
+import { ReportsPage } from "./pages/Reports";
 import "./styles.css";
 
 const NAV = [
@@ -17,6 +19,8 @@ const NAV = [
   { to: "/apps", label: "Apps", icon: "M12 3l8 4v6c0 4-3.5 7-8 8-4.5-1-8-4-8-8V7z" },
   { to: "/clusters", label: "Clusters", icon: "M5 5h5v5H5zM14 5h5v5h-5zM5 14h5v5H5zM14 14h5v5h-5z" },
   { to: "/health", label: "Nodes & health", icon: "M3 12h4l3-7 4 14 3-7h4" },
+  { to: "/alerts", label: "Alerts", icon: "M12 4a5 5 0 015 5v4l2 3H5l2-3V9a5 5 0 015-5zM10 19a2 2 0 004 0" },
+  { to: "/reports", label: "Reports", icon: "M5 20V10M10 20V4M15 20v-7M20 20V8" },
 ];
 
 function SignIn({ onDone }: { onDone: () => void }) {
@@ -115,6 +119,8 @@ function Shell() {
   else if (path.startsWith("/switches")) page = <SwitchesPage />;
   else if (path.startsWith("/apps")) page = <AppsPage />;
   else if (path.startsWith("/health")) page = <HealthPage />;
+  else if (path.startsWith("/alerts")) page = <AlertsPage />;
+  else if (path.startsWith("/reports")) page = <ReportsPage />;
   else if (path.match(/^\/clusters\/[^/]+$/)) page = <ClusterPage name={decodeURIComponent(path.slice("/clusters/".length))} />;
   else if (path.startsWith("/clusters")) page = <ClustersPage />;
   else
@@ -163,7 +169,10 @@ function Shell() {
         </div>
         </div>
       </aside>
-      <main class="content">{page}</main>
+      <main class="content">
+        <AlertBanner />
+        {page}
+      </main>
       <Toasts />
     </div>
   );

@@ -369,6 +369,7 @@ mod tests {
                 ("clusters/c", b"{}"),
                 ("ipacl", b"{\"deny\":[]}"),
                 ("descriptors/abc", b"\x00\x01"),
+                ("alerts/slow", b"{\"condition\":\"node_missing\"}"),
             ],
             42,
         );
@@ -384,6 +385,7 @@ mod tests {
         assert_eq!(tree.docs, want);
         assert!(dir.join("apis/order.get.json").is_file());
         assert!(dir.join("descriptors/abc.pb").is_file());
+        assert!(dir.join("alerts/slow.json").is_file());
         let vf: VersionFile =
             serde_json::from_slice(&fs::read(dir.join("VERSION")).unwrap()).unwrap();
         assert_eq!(vf.digest, s1.version.digest);

@@ -1,7 +1,8 @@
 //! A raw configuration tree: document paths relative to the root (`apis/order.get`,
 //! `ipacl`, `descriptors/<sha256>`) mapped to their bytes, as ZooKeeper or a directory hold
-//! them (docs/OPERATIONS.md, "The configuration tree"). Only the kinds a gateway serves are
-//! kept; `sandbox/`, `nodes/`, `history/` and anything unknown are not part of a tree.
+//! them (docs/OPERATIONS.md, "The configuration tree"). Only the kinds of a served tree are
+//! kept (`alerts/` too: gateways validate the rules and ignore them, the registry evaluates
+//! them); `sandbox/`, `nodes/`, `history/` and anything unknown are not part of a tree.
 //!
 //! A source never drops a whole tree because one entry of it cannot be read: that entry goes
 //! to [`Tree::unreadable`] with the reason, and [`crate::build_snapshot`] rejects it alone.
@@ -22,6 +23,8 @@ pub enum DocKind {
     Switch,
     IpAcl,
     Descriptor,
+    /// `alerts/<name>`: an alerting rule (the registry's; gateways only validate it).
+    Alert,
 }
 
 impl DocKind {
@@ -47,6 +50,7 @@ impl DocKind {
             DocKind::Switch => "switches",
             DocKind::IpAcl => "ipacl",
             DocKind::Descriptor => "descriptors",
+            DocKind::Alert => "alerts",
         }
     }
 
@@ -59,6 +63,7 @@ impl DocKind {
             "apps" => Some(DocKind::App),
             "switches" => Some(DocKind::Switch),
             "descriptors" => Some(DocKind::Descriptor),
+            "alerts" => Some(DocKind::Alert),
             _ => None,
         }
     }
@@ -124,6 +129,11 @@ mod tests {
             DocKind::classify("descriptors/ab12"),
             Some((DocKind::Descriptor, "ab12"))
         );
+        assert_eq!(
+            DocKind::classify("alerts/order-slow"),
+            Some((DocKind::Alert, "order-slow"))
+        );
+        assert_eq!(DocKind::Alert.dir(), "alerts");
         assert_eq!(DocKind::classify("nodes/gw-1"), None);
         assert_eq!(DocKind::classify("sandbox/apis/x"), None);
         assert_eq!(DocKind::classify("apis/"), None);

@@ -1,4 +1,5 @@
-//! The v1 documents of the configuration tree (docs/OPERATIONS.md, "The configuration tree"), as serde DTOs.
+//! The v1 documents of the configuration tree (docs/OPERATIONS.md, "The configuration tree"),
+//! as serde DTOs.
 //!
 //! These types are the external contract: fields may be added (always optional), never
 //! renamed or removed. Unknown fields are ignored so that an older gateway can read a newer
@@ -30,6 +31,10 @@ pub struct ApiDefinition {
     /// `request_schema`. gRPC-backed APIs take both from their descriptor instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_schema: Option<serde_json::Value>,
+    /// Who owns the API: an email address, sent the API's daily and weekly reports
+    /// (docs/OPERATIONS.md, "Reports"). Gateways ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// The HTTP mapping of an API, shaped like `google.api.HttpRule`.
@@ -605,4 +610,59 @@ pub struct IpAcl {
     pub allow: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trusted_proxies: Vec<String>,
+}
+
+/// `alerts/<name>`: an alerting rule, evaluated by the registry over the metrics it aggregates
+/// from every gateway (docs/OPERATIONS.md, "Alerts"). Gateways validate it and ignore it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlertRule {
+    /// An API id, or `*`: every API, each on its own. Ignored by `node_missing` and
+    /// `config_lag_above`, which watch the gateways.
+    #[serde(default = "default_alert_api")]
+    pub api: String,
+    /// One of [`ALERT_CONDITIONS`].
+    pub condition: String,
+    /// The bound the condition compares against, in the condition's unit (milliseconds,
+    /// a fraction, requests per second, nodes, seconds). Optional for `breaker_open` and
+    /// `node_missing` (default 0: any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
+    /// Seconds the condition must hold before the alert fires, and be false before it
+    /// resolves (default 0: at the next evaluation).
+    #[serde(default)]
+    pub for_s: u64,
+    /// A free label for the receivers (`page`, `ticket`, `info`, ...; default `warning`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub severity: Option<String>,
+    /// Where firing and resolved notifications go (the console always shows them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub receivers: Vec<AlertReceiver>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+fn default_alert_api() -> String {
+    "*".to_owned()
+}
+
+/// The conditions an [`AlertRule`] may watch.
+pub const ALERT_CONDITIONS: [&str; 7] = [
+    "tp99_ms_above",
+    "availability_below",
+    "qps_above",
+    "qps_below",
+    "breaker_open",
+    "node_missing",
+    "config_lag_above",
+];
+
+/// One receiver of an alert's notifications: exactly one of `webhook` (an `http(s)://` URL,
+/// sent a signed JSON payload) and `email` (an address, sent through the registry's SMTP
+/// server).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AlertReceiver {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
 }

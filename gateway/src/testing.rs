@@ -80,6 +80,7 @@ pub fn api_with(
         description: None,
         request_schema: None,
         response_schema: None,
+        owner: None,
     };
     Api {
         id: id.to_owned(),

@@ -17,20 +17,27 @@
 //!   [`console`] (the built admin UI), [`error`] (the one error type);
 //! - [`autoscale`]: the background task evaluating the clusters' autoscale rules and idle time
 //!   on the rates of [`health`] (it writes the audit log through [`api::audit`]);
+//! - [`alerts`] (rule evaluation every 2 s, notifications), [`history`] (per-minute rollups
+//!   in SQLite and the recorder filling them), [`reports`] (daily and weekly reports, the
+//!   owners' mails): background tasks on [`health`]'s scrapes (docs/OPERATIONS.md, "Alerts",
+//!   "The history store", "Reports");
 //! - [`client`]: a small HTTP client of this API (used by the CLI), apart from the rest.
 
 #![recursion_limit = "1024"]
 
+pub mod alerts;
 pub mod api;
 pub mod autoscale;
 pub mod client;
 pub mod console;
 pub mod error;
 pub mod health;
+pub mod history;
 pub mod input;
 pub mod openapi;
 pub mod portal;
 pub mod protos;
+pub mod reports;
 pub mod route;
 pub mod sandbox_call;
 pub mod server;

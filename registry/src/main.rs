@@ -40,6 +40,122 @@ struct Args {
     /// `https://sandbox.api.example.com` (default: each live node's sandbox listener).
     #[arg(long, env = "PORTICO_PORTAL_SANDBOX_URL")]
     portal_sandbox_url: Option<String>,
+    /// Where this registry keeps what it observed of the gateways (the history store, the
+    /// reports), unless --history-db / --reports-dir say otherwise.
+    #[arg(
+        long,
+        env = "PORTICO_REGISTRY_DATA",
+        default_value = "portico-registry-data"
+    )]
+    data_dir: PathBuf,
+    /// The history store (SQLite; default DATA_DIR/history.sqlite): per-API per-minute
+    /// rollups and alert events (docs/OPERATIONS.md, "The history store").
+    #[arg(long)]
+    history_db: Option<PathBuf>,
+    /// Days of history kept.
+    #[arg(long, default_value_t = portico_registry::history::store::DEFAULT_RETENTION_DAYS,
+        value_parser = clap::value_parser!(u32).range(1..=3650))]
+    history_days: u32,
+    /// The history store's bound, in MiB: above it the oldest minutes are dropped.
+    #[arg(long, default_value_t = portico_registry::history::store::DEFAULT_MAX_MB,
+        value_parser = clap::value_parser!(u64).range(8..=1_048_576))]
+    history_max_mb: u64,
+    /// File holding the secret signing alert webhooks (X-Portico-Signature, HMAC-SHA256 of the
+    /// body; else PORTICO_WEBHOOK_SECRET). Without one, webhooks go unsigned.
+    #[arg(long)]
+    webhook_secret_file: Option<PathBuf>,
+    /// SMTP relay for reports and email receivers: smtp://host[:port] (plain SMTP).
+    #[arg(long)]
+    smtp: Option<String>,
+    /// The From address of mails.
+    #[arg(long, default_value = "Portico <portico@localhost>")]
+    smtp_from: String,
+    /// Where the daily and weekly reports are written (default DATA_DIR/reports).
+    #[arg(long)]
+    reports_dir: Option<PathBuf>,
+    /// The hour (UTC) the daily report is sent (the weekly one on Mondays).
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u8).range(0..=23))]
+    report_hour: u8,
+    /// The console's address as people reach it, for links in notifications.
+    #[arg(long)]
+    public_url: Option<String>,
+}
+
+/// The webhook secret: `--webhook-secret-file`, else `PORTICO_WEBHOOK_SECRET`, else none.
+fn webhook_secret(args: &Args) -> anyhow::Result<Option<Vec<u8>>> {
+    let text = match &args.webhook_secret_file {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!("cannot read --webhook-secret-file {}: {e}", path.display())
+        })?,
+        None => std::env::var("PORTICO_WEBHOOK_SECRET").unwrap_or_default(),
+    };
+    let secret = text.trim();
+    if secret.is_empty() {
+        if args.webhook_secret_file.is_some() {
+            anyhow::bail!("--webhook-secret-file is empty");
+        }
+        return Ok(None);
+    }
+    Ok(Some(secret.as_bytes().to_vec()))
+}
+
+/// Opens the history store and starts what observes the gateways: the recorder, the alert
+/// evaluation and the report scheduler (docs/OPERATIONS.md, "Alerts", "Reports").
+fn start_observing(
+    args: &Args,
+    state: &portico_registry::state::Shared,
+    addr: SocketAddr,
+) -> anyhow::Result<()> {
+    use portico_registry::{alerts, history, reports};
+    let db = args
+        .history_db
+        .clone()
+        .unwrap_or_else(|| args.data_dir.join("history.sqlite"));
+    let limits = history::Limits {
+        retention_days: args.history_days,
+        max_bytes: args.history_max_mb * 1024 * 1024,
+    };
+    let store = std::sync::Arc::new(
+        history::HistoryStore::open(&db, limits).map_err(|e| anyhow::anyhow!("{e}"))?,
+    );
+    tracing::info!(path = %db.display(), days = limits.retention_days, max_mb = args.history_max_mb, "history store");
+    let _ = state.history.set(store.clone());
+    let mailer = match &args.smtp {
+        Some(url) => {
+            Some(alerts::mail::Mailer::new(url, &args.smtp_from).map_err(|e| anyhow::anyhow!(e))?)
+        }
+        None => None,
+    };
+    let secret = webhook_secret(args)?;
+    if secret.is_none() {
+        tracing::warn!(
+            "alert webhooks go unsigned: set --webhook-secret-file or PORTICO_WEBHOOK_SECRET"
+        );
+    }
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "registry".to_owned());
+    history::recorder::start(state, store.clone());
+    alerts::start(
+        state,
+        store.clone(),
+        alerts::Settings {
+            secret,
+            mailer: mailer.clone(),
+            registry_id: format!("{host}:{} {addr}", std::process::id()),
+            public_url: args.public_url.clone(),
+        },
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    let delivery = reports::deliver::Delivery {
+        history: store,
+        dir: args
+            .reports_dir
+            .clone()
+            .unwrap_or_else(|| args.data_dir.join("reports")),
+        mailer,
+    };
+    reports::deliver::configure(delivery.clone());
+    reports::deliver::start(state, delivery, args.report_hour);
+    Ok(())
 }
 
 fn token(args: &Args) -> anyhow::Result<Option<String>> {
@@ -137,6 +253,8 @@ async fn run() -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     tracing::info!(%addr, zk = %args.zk, root = %args.zk_root, "portico-registry listening");
     println!("portico-registry listening on http://{addr}");
-    portico_registry::server::serve(listener, portico_registry::AppState::new(&config)).await?;
+    let state = portico_registry::AppState::new(&config);
+    start_observing(&args, &state, addr)?;
+    portico_registry::server::serve(listener, state).await?;
     Ok(())
 }

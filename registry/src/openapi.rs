@@ -160,6 +160,14 @@ fn responses(route: &Route) -> Map<String, Value> {
             }
             responses.insert(status.to_string(), success);
         }
+        Reply::JsonOrHtml(schema) => {
+            responses.insert(
+                "200".to_owned(),
+                json!({"description": "success: JSON, or an HTML page with ?format=html", "content": {
+                    "application/json": {"schema": schema_ref(schema)},
+                    "text/html": {"schema": {"type": "string"}}}}),
+            );
+        }
         Reply::Binary => {
             responses.insert(
                 "200".to_owned(),
@@ -271,7 +279,7 @@ fn components() -> Value {
             "Error502": error_response("UPSTREAM_ERROR: what the operation calls (a gateway, a backend) could not be reached or read"),
             "Error503": error_response("ZOOKEEPER_UNAVAILABLE; for a sandbox call also NO_SANDBOX_GATEWAY (no live gateway runs a sandbox listener)")
         },
-        "schemas": merged([document_schemas(), message_schemas(), import_and_ops_schemas(), cluster_ops_schemas()]),
+        "schemas": merged([document_schemas(), message_schemas(), import_and_ops_schemas(), cluster_ops_schemas(), observe_schemas()]),
     })
 }
 
@@ -284,6 +292,50 @@ fn merged<const N: usize>(parts: [Value; N]) -> Value {
         }
     }
     Value::Object(all)
+}
+
+/// Alert rules, the alerting state and reports ([`crate::api::alerts`], [`crate::api::reports`];
+/// docs/OPERATIONS.md, "Alerts" and "Reports").
+fn observe_schemas() -> Value {
+    let num = json!({"type": ["number", "null"]});
+    let figures = json!({"type": "object", "properties": {
+        "api": {"type": "string"}, "owner": {"type": "string"}, "calls": {"type": "integer"}, "errors": {"type": "integer"},
+        "availability": num, "p50_ms": num, "p90_ms": num, "p99_ms": num, "p999_ms": num,
+        "top_errors": {"type": "array", "items": {"type": "object", "properties": {"status": {"type": "integer"}, "code": {"type": "string"}, "count": {"type": "integer"}}}},
+        "breaker_openings": {"type": "integer"}, "switch_flips": {"type": "integer"},
+        "change": {"type": "object", "properties": {"previous_calls": {"type": "integer"}, "previous_availability": num, "previous_p99_ms": num,
+            "calls_pct": num, "availability_pts": num, "p99_pct": num}},
+        "series": {"type": "array", "items": {"type": "object", "properties": {"at_ms": {"type": "integer"}, "calls": {"type": "integer"}, "errors": {"type": "integer"}}}}}});
+    json!({
+    "AlertRule": {"type": "object", "required": ["condition"], "properties": {
+        "api": {"type": "string", "pattern": GRANT_PATTERN, "default": "*", "description": "an API id, or * for each API"},
+        "condition": {"type": "string", "enum": portico_control::v1::ALERT_CONDITIONS},
+        "threshold": {"type": "number", "minimum": 0, "description": "ms, a fraction (availability_below, at most 1), requests/s, gateways, or seconds; required but for breaker_open and node_missing"},
+        "for_s": {"type": "integer", "minimum": 0, "maximum": portico_control::validate::MAX_ALERT_FOR_S, "default": 0},
+        "severity": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,32}$", "default": "warning"},
+        "receivers": {"type": "array", "items": {"type": "object", "properties": {
+            "webhook": {"type": "string", "pattern": "^https?://"}, "email": {"type": "string", "format": "email"}}}},
+        "description": {"type": "string", "maxLength": 1000}}},
+    "Alerting": {"type": "object", "properties": {
+        "evaluating": {"type": "boolean"}, "leader": {"type": "boolean", "description": "this registry sends the notifications"},
+        "evaluated_at_ms": {"type": ["integer", "null"]}, "rules": {"type": "integer"}, "problem": {"type": ["string", "null"]},
+        "alerts": {"type": "array", "items": {"type": "object", "properties": {
+            "rule": {"type": "string"}, "api": {"type": "string"}, "condition": {"type": "string"}, "severity": {"type": "string"},
+            "state": {"type": "string", "enum": ["pending", "firing", "resolving"]}, "value": num, "threshold": {"type": "number"},
+            "started_at_ms": {"type": "integer"}, "fired_at_ms": {"type": ["integer", "null"]}, "summary": {"type": "string"}}}},
+        "events": {"type": "array", "items": {"type": "object", "properties": {
+            "id": {"type": "integer"}, "at_ms": {"type": "integer"}, "rule": {"type": "string"}, "api": {"type": "string"},
+            "condition": {"type": "string"}, "severity": {"type": "string"}, "state": {"type": "string", "enum": ["firing", "resolved"]},
+            "value": num, "threshold": {"type": "number"}, "started_at_ms": {"type": "integer"}, "notifications": {}}}}}},
+    "Report": {"type": "object", "properties": {
+        "period": {"type": "string", "enum": ["day", "week"]}, "from_ms": {"type": "integer"}, "to_ms": {"type": "integer"},
+        "generated_at": {"type": "string"}, "platform": figures.clone(), "apis": {"type": "array", "items": figures},
+        "slowest": {"type": "array", "items": {"type": "object", "properties": {"api": {"type": "string"}, "p99_ms": {"type": "number"}}}}}},
+    "ReportsSent": {"type": "object", "properties": {
+        "period": {"type": "string"}, "files": {"type": "array", "items": {"type": "string"}},
+        "mails": {"type": "array", "items": {"type": "object", "properties": {
+            "to": {"type": "string"}, "apis": {"type": "array", "items": {"type": "string"}}, "sent": {"type": "boolean"}, "error": {"type": "string"}}}}}}
+    })
 }
 
 /// Failover, the cluster overview and autoscale events ([`crate::api::cluster_ops`];
@@ -356,7 +408,8 @@ fn document_schemas() -> Value {
         "policy": {"$ref": "#/components/schemas/Policy"},
         "description": {"type": "string"},
         "request_schema": {"type": "object", "description": "HTTP-backed APIs only: a JSON Schema of the request body shown by the developer portal (docs/OPERATIONS.md, \"The configuration tree\"); local $refs only, no $id"},
-        "response_schema": {"type": "object", "description": "HTTP-backed APIs only: a JSON Schema of the successful answer's body, as request_schema"}}},
+        "response_schema": {"type": "object", "description": "HTTP-backed APIs only: a JSON Schema of the successful answer's body, as request_schema",
+        "owner": {"type": "string", "format": "email", "description": "who is sent the API's daily and weekly reports"}}},
     "Cluster": {"type": "object", "required": ["protocol", "endpoints"], "properties": {
         "protocol": {"type": "string", "enum": ["http", "grpc"]},
         "endpoints": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["addr"], "properties": {

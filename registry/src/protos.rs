@@ -431,6 +431,7 @@ pub fn draft_for(
             description: Some(format!("{}.{}", rule.service, rule.method)),
             request_schema: None,
             response_schema: None,
+            owner: None,
         },
     }
 }

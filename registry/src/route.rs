@@ -34,6 +34,8 @@ pub enum Reply {
     Json(u16, &'static str),
     /// `application/octet-stream`.
     Binary,
+    /// 200 with JSON of the named component schema, or `text/html` (`?format=html`).
+    JsonOrHtml(&'static str),
     /// 204 No Content.
     Empty,
 }

@@ -1,12 +1,14 @@
 //! What every request shares: how the registry runs ([`Config`]), the state built from it
 //! ([`AppState`], one ZooKeeper store) and the id of the current request ([`RequestId`]).
 //!
-//! The registry keeps no other state (docs/ARCHITECTURE.md, the control plane): any number can
-//! run side by side against one ZooKeeper.
+//! The registry keeps no other configuration state (docs/ARCHITECTURE.md, the control plane):
+//! any number can run side by side against one ZooKeeper. What a registry observed of the
+//! gateways (the history store, docs/OPERATIONS.md "The history store") is its own.
 
+use crate::history::HistoryStore;
 use crate::zk_store::Store;
 use portico_control::zk::ZkAuth;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The header carrying the request id, as on the gateway (docs/PROTOCOL.md, "Request ids").
 pub const REQUEST_ID_HEADER: &str = "x-portico-request-id";
@@ -31,6 +33,9 @@ pub struct AppState {
     pub store: Store,
     /// The admin bearer token; `None`: every request is accepted.
     pub token: Option<String>,
+    /// The history store, when this registry keeps one (set once at start-up by
+    /// `portico-registry`; absent in a registry embedded without it).
+    pub history: OnceLock<Arc<HistoryStore>>,
 }
 
 /// The state as handlers receive it.
@@ -41,11 +46,17 @@ pub type Shared = Arc<AppState>;
 pub struct RequestId(pub String);
 
 impl AppState {
+    /// The history store, if this registry keeps one.
+    pub fn history(&self) -> Option<&Arc<HistoryStore>> {
+        self.history.get()
+    }
+
     /// The state of a registry running with `config` (ZooKeeper is connected on first use).
     pub fn new(config: &Config) -> Shared {
         Arc::new(AppState {
             store: Store::new(&config.zk_hosts, &config.zk_root).with_auth(config.zk_auth.clone()),
             token: config.token.clone(),
+            history: OnceLock::new(),
         })
     }
 }

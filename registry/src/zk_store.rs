@@ -469,6 +469,29 @@ impl Store {
         }
         Err(ApiError::internal(format!("cannot create {rel_dir}")))
     }
+
+    /// Creates an ephemeral sequential node `<rel_dir>/<prefix>NNNNNNNNNN` on this store's
+    /// session (ZooKeeper removes it when the session ends: leader election); returns its name.
+    pub async fn create_ephemeral(
+        &self,
+        rel_dir: &str,
+        prefix: &str,
+        data: &[u8],
+    ) -> ApiResult<String> {
+        let client = self.client().await?;
+        let policy = self.policy(&client).await?;
+        let acl = self.acl(policy.as_ref(), &format!("{rel_dir}/{prefix}"));
+        let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&acl));
+        let path = self.abs(&format!("{rel_dir}/{prefix}"));
+        for _ in 0..2 {
+            match timed(client.create(&path, data, &options)).await {
+                Ok((_, seq)) => return Ok(format!("{prefix}{seq}")),
+                Err(zk::Error::NoNode) => self.ensure_dir(rel_dir).await?,
+                Err(e) => return Err(ApiError::from_zk(e, rel_dir)),
+            }
+        }
+        Err(ApiError::internal(format!("cannot create {rel_dir}")))
+    }
 }
 
 /// One write of a [`Store::multi`].

@@ -527,6 +527,7 @@ mod tests {
                 description: None,
                 request_schema: None,
                 response_schema: None,
+                owner: None,
             },
         })
     }

@@ -19,6 +19,7 @@
 //! read/write/delete of a document they share. Clusters, switches, the IP ACL, descriptors and
 //! apps are described once and exist live and under `/sandbox` ([`crate::route::in_each_env`]).
 
+pub mod alerts;
 pub mod apis;
 pub mod apps;
 pub mod audit;
@@ -32,6 +33,7 @@ pub mod hot_keys;
 pub mod ipacl;
 pub mod ops;
 pub mod reply;
+pub mod reports;
 pub mod sandbox;
 pub mod switches;
 pub mod tree;
@@ -56,6 +58,8 @@ pub fn routes() -> Vec<Route> {
         sandbox::routes(),
         health::routes(),
         hot_keys::routes(),
+        alerts::routes(),
+        reports::routes(),
         // Live-only cluster operations (failover, overview, autoscale events).
         cluster_ops::routes(),
         in_each_env(&in_both_envs),
@@ -104,7 +108,7 @@ mod tests {
                 "{method} /sandbox{path}"
             );
         }
-        assert_eq!(all.len(), 73);
+        assert_eq!(all.len(), 80);
     }
 
     /// Every route is in the OpenAPI document, and every `$ref` resolves.

@@ -12,6 +12,9 @@ pub type Key = (String, String);
 pub struct NodeMetrics {
     /// Requests by key: (all, 5xx).
     pub requests: HashMap<Key, (f64, f64)>,
+    /// Requests by key, then by answer: (HTTP status, envelope code), for the history's
+    /// per-minute rollups.
+    pub answers: HashMap<Key, HashMap<(u16, String), f64>>,
     /// Latency histogram by key: cumulative (le, count), sorted by le.
     pub buckets: HashMap<Key, Vec<(f64, f64)>>,
     /// Breaker gauge by key: 0 closed, 1 open, 2 half-open.
@@ -124,7 +127,7 @@ fn parse_labels(after: &str) -> Option<(Vec<(String, String)>, &str)> {
     }
 }
 
-/// Reads a node's `/metrics` text: requests (and 5xx) per API, the latency histogram, breaker
+/// Reads a node's `/metrics` text: requests (and 5xx, and by answer) per API, the latency histogram, breaker
 /// states, calls in flight and the applied config generation. Other series are ignored.
 pub fn parse_metrics(text: &str) -> NodeMetrics {
     let mut m = NodeMetrics::default();
@@ -139,6 +142,14 @@ pub fn parse_metrics(text: &str) -> NodeMetrics {
         match line.name.as_str() {
             "portico_requests_total" => {
                 let five = line.label("status").is_some_and(|s| s.starts_with('5'));
+                if let Some(status) = line.label("status").and_then(|s| s.parse::<u16>().ok()) {
+                    let code = line.label("code").unwrap_or("").to_owned();
+                    *m.answers
+                        .entry(k.clone())
+                        .or_default()
+                        .entry((status, code))
+                        .or_default() += line.value;
+                }
                 let e = m.requests.entry(k).or_default();
                 e.0 += line.value;
                 if five {
@@ -205,6 +216,8 @@ mod tests {
         let m = parse_metrics(TEST_TEXT);
         let k = ("live".to_owned(), "order.get".to_owned());
         assert_eq!(m.requests[&k], (100.0, 10.0));
+        assert_eq!(m.answers[&k][&(502, "UPSTREAM_ERROR".to_owned())], 10.0);
+        assert_eq!(m.answers[&k][&(200, "OK".to_owned())], 90.0);
         assert_eq!(m.buckets[&k].len(), 5);
         assert_eq!(m.buckets[&k][4].0, f64::INFINITY);
         assert_eq!(m.breaker[&k], 1);

@@ -211,3 +211,72 @@ pub fn sibling_bin(name: &str) -> PathBuf {
     );
     bin
 }
+
+/// A history rollup of `api` at Unix minute `minute`: calls by (status, code), and a latency
+/// histogram (non-cumulative counts by upper bound in seconds).
+pub fn rollup(
+    api: &str,
+    minute: i64,
+    answers: &[(u16, &str, u64)],
+    latency: &[(f64, u64)],
+) -> portico_registry::history::Rollup {
+    portico_registry::history::Rollup {
+        api: api.to_owned(),
+        minute,
+        answers: answers
+            .iter()
+            .map(|(s, c, n)| ((*s, (*c).to_owned()), *n))
+            .collect::<std::collections::BTreeMap<_, _>>(),
+        latency: latency.to_vec(),
+        ..portico_registry::history::Rollup::default()
+    }
+}
+
+/// Writes the synthetic history: minutes well inside the current and the previous day, so a
+/// minute boundary passing during the test changes nothing.
+pub fn seed_history(path: &Path) {
+    use portico_registry::history::{HistoryStore, Limits};
+    let store = HistoryStore::open(path, Limits::default()).unwrap();
+    let now_min = (portico_control::clock::now_ms() / 60_000) as i64;
+    let mut rows = Vec::new();
+    // pay.create, this day: 1000 minutes of 100 calls (97 OK, 2 502, 1 429), latency
+    // 50 in (0, 5] ms, 40 in (5, 10], 9 in (10, 50], 1 in (50, 500].
+    for i in 0..1000 {
+        let mut r = rollup(
+            "pay.create",
+            now_min - 60 - i,
+            &[
+                (200, "OK", 97),
+                (502, "UPSTREAM_ERROR", 2),
+                (429, "RATE_LIMITED", 1),
+            ],
+            &[(0.005, 50), (0.01, 40), (0.05, 9), (0.5, 1)],
+        );
+        if i < 3 {
+            r.breaker_openings = 1;
+        }
+        if i == 10 {
+            r.switch_flips = 2;
+        }
+        rows.push(r);
+    }
+    // pay.create, the previous day: 500 minutes of 100 calls, all OK.
+    for i in 0..500 {
+        rows.push(rollup(
+            "pay.create",
+            now_min - 24 * 60 - 60 - i,
+            &[(200, "OK", 100)],
+            &[(0.005, 100)],
+        ));
+    }
+    // pay.query, this day: 10 minutes of 10 calls in (0, 100] ms.
+    for i in 0..10 {
+        rows.push(rollup(
+            "pay.query",
+            now_min - 120 - i,
+            &[(200, "OK", 10)],
+            &[(0.1, 10)],
+        ));
+    }
+    store.add(&rows).unwrap();
+}

@@ -57,6 +57,9 @@ pub(crate) enum Command {
     Failover(FailoverArgs),
     /// Show the live gateway nodes, their applied config version and lag.
     Status,
+    /// The daily or weekly report per API (docs/OPERATIONS.md, "Reports"), from the registry's
+    /// history store.
+    Report(ReportArgs),
     /// Write the configuration tree as a directory (usable with `portico-gateway --config-dir`).
     Export(ExportArgs),
     /// Call any registry route: `portico request GET /apps`.
@@ -97,6 +100,32 @@ pub(crate) struct LockdownArgs {
     /// Print what would change; change nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReportArgs {
+    /// The rolling 24 hours (day) or 7 days (week) up to now.
+    #[arg(long, value_enum, default_value = "day")]
+    pub(crate) period: ReportPeriod,
+    /// Only this API.
+    #[arg(long)]
+    pub(crate) api: Option<String>,
+    /// text (a table), json or html (the page owners are mailed).
+    #[arg(long, value_enum, default_value = "text")]
+    pub(crate) format: ReportFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum ReportPeriod {
+    Day,
+    Week,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ReportFormat {
+    Text,
+    Json,
+    Html,
 }
 
 #[derive(Debug, Args)]

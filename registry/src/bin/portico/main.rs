@@ -54,6 +54,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Switch(args) => ops::switch(&cli, args).await,
         Command::Failover(args) => failover::failover(&cli, args).await,
         Command::Status => ops::status(&cli).await,
+        Command::Report(args) => ops::report(&cli, args).await,
         Command::Export(args) => ops::export(&cli, args).await,
         Command::Request(args) => ops::request(&cli, args).await,
         Command::Zk(args::ZkCommand::Lockdown(args)) => zk::lockdown(args).await,

@@ -1,7 +1,10 @@
 //! Operating from the command line: `portico switch`, `status`, `export` and `request` (any
 //! registry route).
 
-use crate::args::{parse_header, parse_method, Cli, ExportArgs, OnOff, RequestArgs, SwitchArgs};
+use crate::args::{
+    parse_header, parse_method, Cli, ExportArgs, OnOff, ReportArgs, ReportFormat, ReportPeriod,
+    RequestArgs, SwitchArgs,
+};
 use base64::Engine as _;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -115,6 +118,92 @@ pub(crate) async fn status(cli: &Cli) -> Result<ExitCode, String> {
     }
     print_nodes(&nodes);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `portico report`: asks the registry for the report and prints it.
+pub(crate) async fn report(cli: &Cli, args: &ReportArgs) -> Result<ExitCode, String> {
+    let c = cli.client()?;
+    let period = match args.period {
+        ReportPeriod::Day => "day",
+        ReportPeriod::Week => "week",
+    };
+    let format = if args.format == ReportFormat::Html {
+        "html"
+    } else {
+        "json"
+    };
+    let mut req = c
+        .request(Method::GET, "/reports")
+        .query(&[("period", period), ("format", format)]);
+    if let Some(api) = &args.api {
+        req = req.query(&[("api", api)]);
+    }
+    let a = c.send_raw(req).await.map_err(|e| e.to_string())?;
+    if !a.status.is_success() {
+        return Err(portico_registry::client::describe_error(&a));
+    }
+    match args.format {
+        ReportFormat::Html => {
+            std::io::stdout()
+                .write_all(&a.bytes)
+                .map_err(|e| e.to_string())?;
+        }
+        ReportFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&a.body).unwrap_or_default()
+        ),
+        ReportFormat::Text => print_report(&a.body),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A report as a table: one line per API, the platform first.
+fn print_report(r: &Value) {
+    let num = |v: &Value, unit: &str| match v.as_f64() {
+        Some(x) => format!("{x}{unit}"),
+        None => "-".to_owned(),
+    };
+    println!(
+        "{} report, {} calls",
+        r["period"].as_str().unwrap_or("?"),
+        r["platform"]["calls"]
+    );
+    println!(
+        "{:<28} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>9}",
+        "API", "CALLS", "AVAIL%", "TP50", "TP90", "TP99", "TP99.9", "BREAKER", "SWITCH", "CALLS Δ%"
+    );
+    let rows = std::iter::once(&r["platform"]).chain(r["apis"].as_array().into_iter().flatten());
+    for f in rows {
+        let avail = f["availability"]
+            .as_f64()
+            .map(|a| format!("{:.3}", a * 100.0))
+            .unwrap_or_else(|| "-".to_owned());
+        let api = match f["api"].as_str() {
+            Some("*") | None => "(all)",
+            Some(a) => a,
+        };
+        println!(
+            "{:<28} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>9}",
+            api,
+            f["calls"],
+            avail,
+            num(&f["p50_ms"], "ms"),
+            num(&f["p90_ms"], "ms"),
+            num(&f["p99_ms"], "ms"),
+            num(&f["p999_ms"], "ms"),
+            f["breaker_openings"],
+            f["switch_flips"],
+            num(&f["change"]["calls_pct"], "")
+        );
+        for e in f["top_errors"].as_array().into_iter().flatten() {
+            println!(
+                "    {} {} x {}",
+                e["status"],
+                e["code"].as_str().unwrap_or(""),
+                e["count"]
+            );
+        }
+    }
 }
 
 /// The nodes as a table, and a line when some are behind.
