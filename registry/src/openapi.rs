@@ -408,7 +408,7 @@ fn document_schemas() -> Value {
         "policy": {"$ref": "#/components/schemas/Policy"},
         "description": {"type": "string"},
         "request_schema": {"type": "object", "description": "HTTP-backed APIs only: a JSON Schema of the request body shown by the developer portal (docs/OPERATIONS.md, \"The configuration tree\"); local $refs only, no $id"},
-        "response_schema": {"type": "object", "description": "HTTP-backed APIs only: a JSON Schema of the successful answer's body, as request_schema",
+        "response_schema": {"type": "object", "description": "HTTP-backed APIs only: a JSON Schema of the successful answer's body, as request_schema"},
         "owner": {"type": "string", "format": "email", "description": "who is sent the API's daily and weekly reports"}}},
     "Cluster": {"type": "object", "required": ["protocol", "endpoints"], "properties": {
         "protocol": {"type": "string", "enum": ["http", "grpc"]},
