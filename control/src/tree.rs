@@ -22,6 +22,7 @@ pub enum DocKind {
     Switch,
     IpAcl,
     Descriptor,
+    Topic,
 }
 
 impl DocKind {
@@ -47,6 +48,7 @@ impl DocKind {
             DocKind::Switch => "switches",
             DocKind::IpAcl => "ipacl",
             DocKind::Descriptor => "descriptors",
+            DocKind::Topic => "topics",
         }
     }
 
@@ -59,6 +61,7 @@ impl DocKind {
             "apps" => Some(DocKind::App),
             "switches" => Some(DocKind::Switch),
             "descriptors" => Some(DocKind::Descriptor),
+            "topics" => Some(DocKind::Topic),
             _ => None,
         }
     }
@@ -131,6 +134,10 @@ mod tests {
         assert_eq!(DocKind::classify("ipacl/x"), None);
         assert_eq!(DocKind::from_dir("switches"), Some(DocKind::Switch));
         assert_eq!(DocKind::from_dir("ipacl"), None);
+        assert_eq!(
+            DocKind::classify("topics/orders"),
+            Some((DocKind::Topic, "orders"))
+        );
     }
 
     #[test]

@@ -105,6 +105,8 @@ pub fn app(
         apis: apis.iter().map(|s| (*s).to_owned()).collect(),
         rate_limits,
         name: None,
+        topics: Vec::new(),
+        callback_url: None,
     })
 }
 

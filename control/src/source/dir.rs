@@ -173,6 +173,7 @@ fn scan(root: &Path) -> io::Result<Scan> {
         DocKind::App,
         DocKind::Switch,
         DocKind::Descriptor,
+        DocKind::Topic,
     ] {
         scan_kind(root, kind, &mut scan);
     }

@@ -3,7 +3,14 @@
 //! registration and the registry.
 
 /// The folders of a served tree, below the root (the `ipacl` document sits at the root).
-pub const KIND_DIRS: [&str; 5] = ["apis", "clusters", "apps", "switches", "descriptors"];
+pub const KIND_DIRS: [&str; 6] = [
+    "apis",
+    "clusters",
+    "apps",
+    "switches",
+    "descriptors",
+    "topics",
+];
 
 /// Normalizes a ZooKeeper root: a leading `/`, no trailing `/` (except for `/` itself).
 pub fn normalize_root(root: &str) -> String {
