@@ -177,6 +177,10 @@ pub fn shared() -> Arc<Shared> {
         replay_bytes_per_app: crate::edge::replay::ReplayCache::DEFAULT_BYTES_PER_APP,
         write_timeout: std::time::Duration::from_secs(5),
         fleet: Arc::new(crate::fleet::Fleet::default()),
+        notify: Arc::new(crate::notify::Notifier::new(
+            crate::notify::Config::default(),
+            Arc::new(crate::fleet::Fleet::default()),
+        )),
     })
 }
 

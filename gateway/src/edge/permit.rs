@@ -4,16 +4,23 @@
 //! `APP_DISABLED`; an app whose `apis` neither contains `"*"` nor the API's id gets 403
 //! `APP_FORBIDDEN`. For `auth: none` APIs there is no app and the stage passes.
 //!
+//! The notification endpoints (`model::NOTIFY_STREAM`, `NOTIFY_ACK`) are granted to an
+//! active app granted at least one topic (`topics/<name>` listing it or `"*"`), else 403
+//! `APP_FORBIDDEN` (docs/PROTOCOL.md, "Notifications").
+//!
 //! The stage reads the app `auth` put in the context (the snapshot's document at the time
-//! the pipeline was built), so it holds no state of its own.
+//! the pipeline was built) and, for notifications, the snapshot's topics.
 
 use crate::edge::{Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
 use portico_control::{v1, Snapshot};
 
 /// Checks the calling app's status and grants.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PermitStage;
+#[derive(Debug, Clone, Default)]
+pub struct PermitStage {
+    /// The snapshot's notification topics, for the notification endpoints.
+    topics: std::collections::BTreeMap<String, std::sync::Arc<v1::Topic>>,
+}
 
 /// Whether `app` is granted the API `api_id`: `"*"` or the id itself in its `apis`.
 pub fn granted(app: &v1::App, api_id: &str) -> bool {
@@ -21,10 +28,12 @@ pub fn granted(app: &v1::App, api_id: &str) -> bool {
 }
 
 impl Stage for PermitStage {
-    /// Reload phase: nothing to prepare (the stage reads the app `auth` found). Carries
-    /// nothing.
-    fn build(_snapshot: &Snapshot, _carried: &Carried) -> Self {
-        PermitStage
+    /// Reload phase: keeps the snapshot's topics (the stage otherwise reads the app `auth`
+    /// found). Carries nothing.
+    fn build(snapshot: &Snapshot, _carried: &Carried) -> Self {
+        PermitStage {
+            topics: snapshot.topics.clone(),
+        }
     }
 
     fn name(&self) -> &'static str {
@@ -46,6 +55,21 @@ impl Stage for PermitStage {
         };
         if app.status == v1::AppStatus::Disabled {
             return GatewayError::new(Code::AppDisabled, "this app is disabled").into();
+        }
+        if crate::model::is_notify_api(&api.id) {
+            let key = ctx.app_key.as_deref().unwrap_or_default();
+            let any = self
+                .topics
+                .values()
+                .any(|t| t.apps.iter().any(|a| a == "*" || a == key));
+            if !any {
+                return GatewayError::new(
+                    Code::AppForbidden,
+                    "this app is not granted any notification topic",
+                )
+                .into();
+            }
+            return Flow::Continue;
         }
         if !granted(app, &api.id) {
             return GatewayError::new(
@@ -123,7 +147,7 @@ mod tests {
         let req = get("/x", &headers, None);
         let mut ctx = EdgeCtx::default();
         assert!(matches!(
-            PermitStage.apply(&req, &mut ctx),
+            PermitStage::default().apply(&req, &mut ctx),
             Flow::Respond(_)
         ));
     }

@@ -37,7 +37,7 @@
 
 use crate::edge::{Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
-use crate::model::RouteMatch;
+use crate::model::{notify_api, RouteMatch, NOTIFY_ACK, NOTIFY_STREAM};
 use portico_control::template::{decode_segment, is_valid_percent_encoding, Segment};
 use portico_control::{Api, BackendKind, Snapshot};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -310,14 +310,21 @@ pub struct RouteStage {
     /// Bindings with method `*` (any method), tried after the exact method.
     any_method: Table,
     apis: BTreeMap<String, Arc<Api>>,
+    /// The notification endpoints (`model::NOTIFY_STREAM`, `NOTIFY_ACK`): method, path, API.
+    notify: Vec<(&'static str, &'static str, Arc<Api>)>,
 }
 
 impl RouteStage {
     /// Indexes every binding of every API in `snapshot` (APIs in id order; validation has
     /// already refused two APIs binding the same method and path shape).
     fn index(snapshot: &Snapshot) -> Self {
+        let notify = [NOTIFY_STREAM, NOTIFY_ACK]
+            .into_iter()
+            .map(|e| (e.0, e.1, Arc::new(notify_api(e))))
+            .collect();
         let mut stage = RouteStage {
             apis: snapshot.apis.clone(),
+            notify,
             ..RouteStage::default()
         };
         for api in snapshot.apis.values() {
@@ -348,6 +355,14 @@ impl RouteStage {
         let checked = check_path(path)?;
         if path == ROUTER_PATH && method == "POST" {
             return self.router_style(query);
+        }
+        if let Some((_, _, api)) = self.notify.iter().find(|(m, p, _)| *p == path && *m == method) {
+            return Ok(RouteMatch {
+                api: Arc::clone(api),
+                binding: None,
+                vars: Vec::new(),
+                router_style: false,
+            });
         }
         if let Some(m) = self.match_method(method, &checked)? {
             if matches!(m.api.backend, BackendKind::Grpc { .. }) {
