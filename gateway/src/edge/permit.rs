@@ -5,7 +5,8 @@
 //! `APP_FORBIDDEN`. For `auth: none` APIs there is no app and the stage passes.
 //!
 //! The notification endpoints (`model::NOTIFY_STREAM`, `NOTIFY_ACK`) are granted to an
-//! active app granted at least one topic (`topics/<name>` listing it or `"*"`), else 403
+//! active app granted at least one topic (`topics/<name>` listing it or `"*"`, or the app
+//! listing an existing topic in its own `topics`), else 403
 //! `APP_FORBIDDEN` (docs/PROTOCOL.md, "Notifications").
 //!
 //! The stage reads the app `auth` put in the context (the snapshot's document at the time
@@ -58,10 +59,11 @@ impl Stage for PermitStage {
         }
         if crate::model::is_notify_api(&api.id) {
             let key = ctx.app_key.as_deref().unwrap_or_default();
-            let any = self
+            let listed = self
                 .topics
                 .values()
                 .any(|t| t.apps.iter().any(|a| a == "*" || a == key));
+            let any = listed || app.topics.iter().any(|t| self.topics.contains_key(t));
             if !any {
                 return GatewayError::new(
                     Code::AppForbidden,

@@ -4,7 +4,9 @@
 //! after `heartbeat` of silence; unacknowledged events again after the ack timeout. The
 //! gateway ends the stream with `event: close` / `data: {"reason", "message"}` when the
 //! app's grant is revoked (`revoked`), a newer stream of the app replaced it (`replaced`),
-//! or more than `max_backlog` events wait for an ack (`slow_consumer`).
+//! or the merchant let `max_backlog` delivered events wait for an ack for longer than the
+//! ack timeout (`slow_consumer`). At most `max_backlog` events are unacknowledged at a
+//! time: the stream sends new ones as acks make room, so nothing buffers without bound.
 
 use super::store::{Event, EventId};
 use super::{granted, Notifier};
@@ -250,9 +252,12 @@ impl Stream<'_> {
         if self.write("retry: 1000\n: connected\n\n".to_owned()).await.is_err() {
             return None;
         }
+        let mut pending = resumed.len() as u64;
         if self.send(resumed, true).await.is_err() {
             return None;
         }
+        let limit = self.n.config.max_backlog;
+        let mut full_since: Option<Instant> = None;
         let waker = self.n.waker(self.app);
         let ack_timeout = self.n.config.ack_timeout.as_millis() as u64;
         loop {
@@ -263,7 +268,8 @@ impl Stream<'_> {
             let woken = waker.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let batch = match self.n.store.poll(self.app, ack_timeout, BATCH).await {
+            let room = usize::try_from(limit.saturating_sub(pending)).unwrap_or(BATCH);
+            let batch = match self.n.store.poll(self.app, ack_timeout, room.min(BATCH)).await {
                 Ok(b) => b,
                 Err(e) => {
                     tracing::warn!(app = self.app, error = %e, "notify: polling the store failed");
@@ -282,12 +288,15 @@ impl Stream<'_> {
             {
                 return None;
             }
-            if batch.pending > self.n.config.max_backlog {
+            pending = batch.pending;
+            if pending < limit {
+                full_since = None;
+            } else if full_since.get_or_insert_with(Instant::now).elapsed() >= self.n.config.ack_timeout {
                 return Some(Close {
                     reason: "slow_consumer",
                     message: format!(
-                        "{} notifications wait for an ack (at most {}); ack as you go, then reconnect",
-                        batch.pending, self.n.config.max_backlog
+                        "{pending} notifications have waited for an ack for more than {} ms (at most {limit} may); ack as you go, then reconnect",
+                        ack_timeout
                     ),
                 });
             }

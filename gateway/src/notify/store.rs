@@ -26,6 +26,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The consumer group (and its one consumer) of every app stream.
 const GROUP: &str = "merchant";
+/// Pending events sent again per poll at most.
+pub const REDELIVER_MAX: usize = 200;
 
 /// An event id: `<unix ms>-<sequence>`, as Redis Streams assign them; ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -125,7 +127,8 @@ impl Store {
         }
     }
 
-    /// Events to send now: pending ones idle for `ack_timeout_ms` and up to `max` new ones.
+    /// Events to send now: pending ones idle for `ack_timeout_ms` (at most [`REDELIVER_MAX`])
+    /// and up to `max` new ones (none when `max` is 0).
     pub async fn poll(&self, app: &str, ack_timeout_ms: u64, max: usize) -> Result<Batch, String> {
         match self {
             Store::Memory(m) => Ok(m.poll(app, ack_timeout_ms, max)),
@@ -259,7 +262,7 @@ impl MemoryStore {
             .iter()
             .filter(|(_, at)| now.saturating_sub(**at) >= ack_timeout_ms)
             .map(|(id, _)| *id)
-            .take(max)
+            .take(REDELIVER_MAX)
             .collect();
         for id in due {
             q.pending.insert(id, now);
@@ -505,27 +508,31 @@ impl RedisStore {
     async fn poll(&self, app: &str, ack_timeout_ms: u64, max: usize) -> Result<Batch, String> {
         let mut c = self.conn()?;
         let key = stream_key(app);
-        let (claimed, fresh, summary): (Value, Value, Value) = redis::pipe()
-            .cmd("XAUTOCLAIM")
+        let mut pipe = redis::pipe();
+        pipe.cmd("XAUTOCLAIM")
             .arg(&key)
             .arg(GROUP)
             .arg(GROUP)
             .arg(ack_timeout_ms)
             .arg("0-0")
             .arg("COUNT")
-            .arg(max)
-            .cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg(GROUP)
-            .arg(GROUP)
-            .arg("COUNT")
-            .arg(max)
-            .arg("STREAMS")
-            .arg(&key)
-            .arg(">")
-            .cmd("XPENDING")
-            .arg(&key)
-            .arg(GROUP)
+            .arg(REDELIVER_MAX);
+        // COUNT 0 would mean "no limit": with no room, no new events are read.
+        if max > 0 {
+            pipe.cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg(GROUP)
+                .arg(GROUP)
+                .arg("COUNT")
+                .arg(max)
+                .arg("STREAMS")
+                .arg(&key)
+                .arg(">");
+        } else {
+            pipe.cmd("PING");
+        }
+        pipe.cmd("XPENDING").arg(&key).arg(GROUP);
+        let (claimed, fresh, summary): (Value, Value, Value) = pipe
             .query_async(&mut c)
             .await
             .map_err(|e| failed(&self.fleet, "poll", &e))?;
