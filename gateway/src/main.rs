@@ -146,6 +146,18 @@ struct Args {
     /// Without Redis: notifications kept per app in memory at most (the oldest dropped).
     #[arg(long, default_value_t = 10_000)]
     notify_memory_events: usize,
+    /// One notification callback POST may take this long, in ms.
+    #[arg(long, default_value_t = 5000)]
+    notify_callback_timeout_ms: u64,
+    /// Tries of one callback (1 s, 2 s, 4 s, … apart) before it becomes a dead letter.
+    #[arg(long, default_value_t = 10)]
+    notify_callback_attempts: u32,
+    /// The longest wait between two tries of a callback, in ms.
+    #[arg(long, default_value_t = 60_000)]
+    notify_callback_max_backoff_ms: u64,
+    /// CA certificates (PEM) that callback URLs over HTTPS are verified against.
+    #[arg(long, default_value = "/etc/ssl/certs/ca-certificates.crt")]
+    notify_callback_ca_file: PathBuf,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -233,6 +245,9 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
         max_backlog: args.notify_max_backlog.max(1),
         max_streams: args.notify_max_streams,
         memory_events: args.notify_memory_events.max(1),
+        callback_timeout: Duration::from_millis(args.notify_callback_timeout_ms.max(1)),
+        callback_attempts: args.notify_callback_attempts.max(1),
+        callback_max_backoff: Duration::from_millis(args.notify_callback_max_backoff_ms.max(1000)),
         ..notify::Config::default()
     };
     let notify = Arc::new(notify::Notifier::new(notify_config, fleet.clone()));
@@ -597,12 +612,35 @@ fn start_internal(
         .block_on(bind_admin(&args.internal_listen))
         .with_context(|| format!("binding the internal listener {}", args.internal_listen))?;
     tracing::info!(internal = %args.internal_listen, store = shared.notify.store.kind(), "notifications: internal listener up");
+    let client = callback_client(&args.notify_callback_ca_file)?;
+    let notifier = shared.notify.clone();
+    control_rt.spawn(async move { notify::callback::start(notifier, client) });
     control_rt.spawn(async move {
         if let Err(e) = axum::serve(listener, notify::internal::router(state)).await {
             tracing::error!(error = %e, "internal listener failed");
         }
     });
     Ok(())
+}
+
+/// The HTTP client of notification callbacks: HTTPS verified against the CA bundle (when the
+/// file exists; else HTTPS callbacks fail and say so in the dead letters).
+fn callback_client(ca_file: &Path) -> anyhow::Result<reqwest::Client> {
+    let mut builder = reqwest::Client::builder()
+        .use_rustls_tls()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none());
+    match std::fs::read(ca_file) {
+        Ok(pem) => {
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .with_context(|| format!("--notify-callback-ca-file {}", ca_file.display()))?;
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        Err(e) => tracing::warn!(file = %ca_file.display(), error = %e, "notify: no CA bundle; HTTPS callbacks will fail"),
+    }
+    builder.build().context("building the callback client")
 }
 
 /// The admin listener, with SO_REUSEPORT so that a gateway started with `--upgrade` can bind

@@ -458,3 +458,150 @@ fn without_a_token_publishing_is_off() {
     assert_eq!((s, c.as_str()), (503, "NOTIFY_UNAVAILABLE"));
     assert!(v["message"].as_str().unwrap().contains("token"));
 }
+
+/// One callback the receiver saw.
+#[derive(Debug, Clone)]
+struct Hook {
+    at: Instant,
+    nonce: String,
+    signature_ok: bool,
+    body: Value,
+}
+
+/// A callback receiver on a free port: answers 500 to the first `fail` POSTs, then 204;
+/// verifies each signature with `secret` (§3.1, the path and query it was sent to).
+fn receiver(secret: &'static str, fail: usize) -> (u16, mpsc::Receiver<Hook>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut seen = 0;
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let (head, body) = loop {
+                let n = conn.read(&mut chunk).unwrap_or(0);
+                if n == 0 {
+                    break (String::new(), Vec::new());
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&buf[..i]).to_string();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            let (k, v) = l.split_once(':')?;
+                            k.eq_ignore_ascii_case("content-length")
+                                .then(|| v.trim().parse().ok())?
+                        })
+                        .unwrap_or(0);
+                    let mut body = buf[i + 4..].to_vec();
+                    while body.len() < len {
+                        let n = conn.read(&mut chunk).unwrap_or(0);
+                        if n == 0 {
+                            break;
+                        }
+                        body.extend_from_slice(&chunk[..n]);
+                    }
+                    break (head, body);
+                }
+            };
+            if head.is_empty() {
+                continue;
+            }
+            let header = |name: &str| {
+                head.lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+                    })
+                    .unwrap_or_default()
+            };
+            let target = head.split(' ').nth(1).unwrap_or_default().to_owned();
+            let (path, query) = match target.split_once('?') {
+                Some((p, q)) => (p.to_owned(), Some(q.to_owned())),
+                None => (target.clone(), None),
+            };
+            let sts = portico_control::sign::string_to_sign(
+                "POST",
+                &path,
+                query.as_deref(),
+                &header("x-portico-appkey"),
+                &header("x-portico-timestamp"),
+                &header("x-portico-nonce"),
+                &body,
+            );
+            let signature_ok = portico_control::sign::verify(
+                secret.as_bytes(),
+                &sts,
+                &header("x-portico-signature"),
+            );
+            seen += 1;
+            let status = if seen <= fail { "500 Oops" } else { "204 No Content" };
+            let _ = conn.write_all(
+                format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .as_bytes(),
+            );
+            let _ = tx.send(Hook {
+                at: Instant::now(),
+                nonce: header("x-portico-nonce"),
+                signature_ok,
+                body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            });
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn callbacks_are_signed_retried_with_backoff_and_dead_lettered() {
+    let redis = Redis::start();
+    let t = tree();
+    let (port, hooks) = receiver("callback-secret-1", 2);
+    t.put(
+        "apps/merchant-cb",
+        &json!({"secret": "callback-secret-1", "apis": [], "topics": ["orders"],
+                "callback_url": format!("http://127.0.0.1:{port}/hooks/portico?src=gw")}),
+    );
+    let closed = free_port();
+    t.put(
+        "apps/merchant-dead",
+        &json!({"secret": "callback-secret-2", "apis": [], "topics": ["orders"],
+                "callback_url": format!("http://127.0.0.1:{closed}/never")}),
+    );
+    let n = node(&t, Some(&redis), &["--notify-callback-attempts", "3"]);
+    let events = publish(&n, Some("merchant-cb"), "orders", json!({"order": 42}));
+    publish(&n, Some("merchant-dead"), "orders", json!({"order": 43}));
+    let tries: Vec<Hook> = (0..3)
+        .map(|_| hooks.recv_timeout(Duration::from_secs(15)).unwrap())
+        .collect();
+    assert!(tries.iter().all(|h| h.signature_ok), "{tries:?}");
+    assert!(tries.iter().all(|h| h.body["id"] == events[0]["id"]));
+    assert_eq!(tries[0].body["payload"]["order"], 42);
+    let nonces: std::collections::HashSet<&str> = tries.iter().map(|h| h.nonce.as_str()).collect();
+    assert_eq!(nonces.len(), 3, "a fresh nonce on every try");
+    let gap1 = tries[1].at - tries[0].at;
+    let gap2 = tries[2].at - tries[1].at;
+    assert!(gap1 >= Duration::from_millis(900), "{gap1:?}");
+    assert!(gap2 >= Duration::from_millis(1900), "{gap2:?}");
+    // Delivered (204): acknowledged, nothing more comes.
+    assert!(hooks.recv_timeout(Duration::from_secs(2)).is_err());
+    assert!(wait_until(Duration::from_secs(10), || {
+        let s = n.gw.status();
+        s["notify"]["backlog"]["merchant-cb"] == 0
+            && s["notify"]["dead_letters"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|x| x["app"] == "merchant-dead"))
+    }));
+    let s = n.gw.status();
+    let dead = &s["notify"]["dead_letters"][0];
+    assert_eq!((dead["attempts"].as_u64(), dead["topic"].as_str()), (Some(3), Some("orders")));
+    assert!(n.gw.metrics().contains("portico_notify_callback_failures_total 5"));
+    // An app receiving callbacks cannot also open a stream.
+    let r = signed(&client(), "GET", &n.gw.url("/notify/v1/stream"), "merchant-cb", "callback-secret-1", None)
+        .send()
+        .unwrap();
+    assert_eq!(code_of(r).1, "APP_FORBIDDEN");
+}

@@ -13,6 +13,7 @@
 //! The notifier reads the live plane's snapshot, handed to it on every reload
 //! ([`Notifier::apply`]), so a revoked grant closes the app's stream within a poll.
 
+pub mod callback;
 pub mod internal;
 pub mod sse;
 pub mod store;
@@ -57,7 +58,16 @@ pub struct Config {
     /// How often a stream looks for events published on other nodes (Redis) and for a
     /// revoked grant.
     pub poll: Duration,
+    /// One callback POST may take this long (`--notify-callback-timeout-ms`).
+    pub callback_timeout: Duration,
+    /// Tries of one callback before it is dead-lettered (`--notify-callback-attempts`).
+    pub callback_attempts: u32,
+    /// The longest wait between two tries (`--notify-callback-max-backoff-ms`).
+    pub callback_max_backoff: Duration,
 }
+
+/// Dead letters kept on this node at most (the oldest forgotten).
+pub const MAX_DEAD_LETTERS: usize = 1000;
 
 impl Default for Config {
     fn default() -> Self {
@@ -68,6 +78,9 @@ impl Default for Config {
             max_streams: 10_000,
             memory_events: 10_000,
             poll: Duration::from_millis(100),
+            callback_timeout: Duration::from_secs(5),
+            callback_attempts: 10,
+            callback_max_backoff: Duration::from_secs(60),
         }
     }
 }
@@ -169,6 +182,8 @@ pub struct Notifier {
     holders: Mutex<HashMap<String, Holder>>,
     fleet: Arc<Fleet>,
     streams: AtomicU64,
+    /// Callbacks that never succeeded, newest last (at most [`MAX_DEAD_LETTERS`]).
+    dead: Mutex<std::collections::VecDeque<callback::DeadLetter>>,
 }
 
 impl std::fmt::Debug for Notifier {
@@ -242,6 +257,7 @@ impl Notifier {
             holders: Mutex::new(HashMap::new()),
             fleet,
             streams: AtomicU64::new(0),
+            dead: Mutex::default(),
         }
     }
 
@@ -453,6 +469,14 @@ impl Notifier {
         }
     }
 
+    fn dead_letter(&self, d: callback::DeadLetter) {
+        let mut dead = lock(&self.dead);
+        if dead.len() >= MAX_DEAD_LETTERS {
+            dead.pop_front();
+        }
+        dead.push_back(d);
+    }
+
     fn release(&self, app: &str, token: u64) {
         let mut holders = lock(&self.holders);
         if holders.get(app).map(|h| h.token) == Some(token) {
@@ -487,6 +511,9 @@ impl Notifier {
             "topics": snap.topics.keys().collect::<Vec<_>>(),
             "ack_timeout_ms": self.config.ack_timeout.as_millis() as u64,
             "max_backlog": self.config.max_backlog,
+            "callbacks": snap.apps.iter().filter(|(_, a)| a.callback_url.is_some()).map(|(k, _)| k).collect::<Vec<_>>(),
+            "dead_letters": lock(&self.dead).iter().rev().take(100).collect::<Vec<_>>(),
+            "dead_letters_total": lock(&self.dead).len(),
         });
         if let (Store::Memory(m), Some(obj)) = (&self.store, out.as_object_mut()) {
             obj.insert("memory_max_events".into(), self.config.memory_events.into());
