@@ -605,3 +605,50 @@ fn callbacks_are_signed_retried_with_backoff_and_dead_lettered() {
         .unwrap();
     assert_eq!(code_of(r).1, "APP_FORBIDDEN");
 }
+
+/// A binary built beside the test's (the `portico` CLI of the registry crate).
+fn sibling_bin(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let profile = if deps.file_name().is_some_and(|n| n == "deps") {
+        deps.parent().unwrap()
+    } else {
+        deps
+    };
+    let bin = profile.join(name);
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does)",
+        bin.display()
+    );
+    bin
+}
+
+#[test]
+fn the_cli_publishes_like_a_backend() {
+    let t = tree();
+    let n = node(&t, None, &[]);
+    let sse = open(&n.gw, None);
+    let token_file = t.path().join("publish.token");
+    let out = std::process::Command::new(sibling_bin("portico"))
+        .args(["notify", "--gateway", &format!("http://{}", n.internal)])
+        .args(["--app", KEY, "--topic", "orders", "--payload", r#"{"seq": 7}"#])
+        .args(["--id", "order-7-paid", "--publish-token-file"])
+        .arg(&token_file)
+        .env_remove("PORTICO_PUBLISH_TOKEN")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let e = sse.next(Duration::from_secs(10));
+    assert_eq!(printed.trim(), format!("{KEY}\t{}", id(&e)));
+    assert_eq!((seq(&e), e["key"].as_str()), (7, Some("order-7-paid")));
+    // A bad token: the envelope on stderr, exit 1.
+    let out = std::process::Command::new(sibling_bin("portico"))
+        .args(["notify", "--gateway", &format!("http://{}", n.internal)])
+        .args(["--topic", "orders", "--payload", "1", "--publish-token", "wrong"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("UNAUTHORIZED"));
+}
