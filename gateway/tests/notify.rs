@@ -652,3 +652,30 @@ fn the_cli_publishes_like_a_backend() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("UNAUTHORIZED"));
 }
+
+#[test]
+fn the_documented_python_client_receives_and_acks() {
+    let t = tree();
+    let n = node(&t, None, &[]);
+    for i in 0..3u64 {
+        publish(&n, Some(KEY), "orders", json!({"seq": i}));
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../docs/examples/notify_client.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .args(["--gateway", &format!("http://{}", n.gw.listen)])
+        .args(["--app", KEY, "--secret", SECRET, "--max-events", "3"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let seqs: Vec<u64> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| seq(&serde_json::from_str(l).unwrap()))
+        .collect();
+    assert_eq!(seqs, vec![0, 1, 2]);
+    assert!(wait_until(Duration::from_secs(5), || {
+        n.gw.status()["notify"]["backlog"][KEY] == 0
+    }));
+}
