@@ -615,11 +615,10 @@ fn start_internal(
     let client = callback_client(&args.notify_callback_ca_file)?;
     let notifier = shared.notify.clone();
     control_rt.spawn(async move { notify::callback::start(notifier, client) });
-    control_rt.spawn(async move {
-        if let Err(e) = axum::serve(listener, notify::internal::router(state)).await {
-            tracing::error!(error = %e, "internal listener failed");
-        }
-    });
+    control_rt.spawn(notify::internal::serve(
+        listener,
+        notify::internal::router(state),
+    ));
     Ok(())
 }
 

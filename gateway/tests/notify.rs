@@ -679,3 +679,56 @@ fn the_documented_python_client_receives_and_acks() {
         n.gw.status()["notify"]["backlog"][KEY] == 0
     }));
 }
+
+#[test]
+fn grpc_publish_on_the_internal_listener() {
+    use portico_gateway::notify::grpc::{PublishRequest, PublishResponse, PUBLISH_PATH};
+    let t = tree();
+    let n = node(&t, None, &[]);
+    let sse = open(&n.gw, None);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let internal = n.internal;
+    let call = |token: &str, msg: PublishRequest| {
+        rt.block_on(async {
+            let channel = tonic::transport::Channel::from_shared(format!("http://{internal}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut grpc = tonic::client::Grpc::new(channel);
+            grpc.ready().await.unwrap();
+            let mut req = tonic::Request::new(msg);
+            req.metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse().unwrap());
+            grpc.unary(
+                req,
+                http::uri::PathAndQuery::from_static(PUBLISH_PATH),
+                tonic_prost::ProstCodec::<PublishRequest, PublishResponse>::default(),
+            )
+            .await
+            .map(tonic::Response::into_inner)
+        })
+    };
+    let msg = PublishRequest {
+        app: KEY.into(),
+        topic: "orders".into(),
+        id: "k-9".into(),
+        payload_json: r#"{"seq": 9}"#.into(),
+        ttl_s: 0,
+    };
+    let answer = call(TOKEN, msg.clone()).unwrap();
+    assert_eq!(answer.events.len(), 1);
+    let e = sse.next(Duration::from_secs(10));
+    assert_eq!((answer.events[0].id.as_str(), seq(&e)), (id(&e).as_str(), 9));
+    assert_eq!(call("wrong", msg.clone()).unwrap_err().code(), tonic::Code::Unauthenticated);
+    let missing = PublishRequest {
+        topic: "nope".into(),
+        ..msg.clone()
+    };
+    assert_eq!(call(TOKEN, missing).unwrap_err().code(), tonic::Code::NotFound);
+    let bad = PublishRequest {
+        payload_json: "{not json".into(),
+        ..msg
+    };
+    assert_eq!(call(TOKEN, bad).unwrap_err().code(), tonic::Code::InvalidArgument);
+}

@@ -1,6 +1,7 @@
 //! The internal listener (`--internal-listen`, default 127.0.0.1:9181; never the merchant
 //! listener): `POST /internal/v1/notifications` for backends (docs/OPERATIONS.md,
-//! "Notifications").
+//! "Notifications") and, over HTTP/2 on the same port, the gRPC
+//! `portico.notify.v1.Notify/Publish` (`grpc.rs`).
 //!
 //! Authenticated by `Authorization: Bearer <publisher token>` (`--publish-token-file` or
 //! `PORTICO_PUBLISH_TOKEN`), compared in constant time; without a token configured the
@@ -33,6 +34,7 @@ pub struct InternalState {
 pub fn router(state: InternalState) -> Router {
     Router::new()
         .route("/internal/v1/notifications", post(publish))
+        .route(super::grpc::PUBLISH_PATH, post(super::grpc::publish))
         .layer(DefaultBodyLimit::max(MAX_PUBLISH_BODY))
         .with_state(state)
 }
@@ -55,7 +57,7 @@ fn envelope(e: &GatewayError, request_id: &str) -> Response {
 
 /// Checks the bearer token: 503 without one configured, 401 `UNAUTHORIZED` when missing or
 /// wrong.
-fn authorize(state: &InternalState, headers: &HeaderMap) -> Result<(), GatewayError> {
+pub(super) fn authorize(state: &InternalState, headers: &HeaderMap) -> Result<(), GatewayError> {
     let Some(token) = &state.token else {
         return Err(GatewayError::new(
             Code::NotifyUnavailable,
@@ -118,4 +120,28 @@ pub fn read_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<Strin
     };
     let token = raw.lines().next().unwrap_or_default().trim().to_owned();
     Ok((!token.is_empty()).then_some(token))
+}
+
+/// Serves `router` on `listener`, HTTP/1.1 and HTTP/2 (prior knowledge, for gRPC) alike,
+/// until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, router: Router) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "internal listener: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let service = TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let _ = Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
 }

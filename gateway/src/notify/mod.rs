@@ -14,6 +14,7 @@
 //! ([`Notifier::apply`]), so a revoked grant closes the app's stream within a poll.
 
 pub mod callback;
+pub mod grpc;
 pub mod internal;
 pub mod sse;
 pub mod store;
