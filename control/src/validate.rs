@@ -1129,7 +1129,9 @@ fn check_topic(name: &str, raw: &[u8]) -> Result<v1::Topic, String> {
 /// spaces or fragment.
 fn check_callback_url(url: &str) -> Result<(), String> {
     if url.len() > MAX_CALLBACK_URL_CHARS {
-        return Err(format!("must be at most {MAX_CALLBACK_URL_CHARS} characters"));
+        return Err(format!(
+            "must be at most {MAX_CALLBACK_URL_CHARS} characters"
+        ));
     }
     let rest = url
         .strip_prefix("https://")

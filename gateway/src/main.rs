@@ -637,7 +637,9 @@ fn callback_client(ca_file: &Path) -> anyhow::Result<reqwest::Client> {
                 builder = builder.add_root_certificate(cert);
             }
         }
-        Err(e) => tracing::warn!(file = %ca_file.display(), error = %e, "notify: no CA bundle; HTTPS callbacks will fail"),
+        Err(e) => {
+            tracing::warn!(file = %ca_file.display(), error = %e, "notify: no CA bundle; HTTPS callbacks will fail")
+        }
     }
     builder.build().context("building the callback client")
 }

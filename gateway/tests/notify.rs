@@ -64,7 +64,8 @@ fn node(tree: &ConfigTree, redis: Option<&Redis>, extra: &[&str]) -> Node {
     }));
     if redis.is_some() {
         assert!(
-            wait_until(Duration::from_secs(10), || gw.status()["redis"]["state"] == "ok"),
+            wait_until(Duration::from_secs(10), || gw.status()["redis"]["state"]
+                == "ok"),
             "redis never up"
         );
     }
@@ -253,9 +254,15 @@ fn a_thousand_events_arrive_in_order_and_none_twice_after_acks() {
     publisher.join().unwrap();
     assert_eq!(got, (0..1000).collect::<Vec<_>>());
     ack(&n.gw, &to_ack);
-    assert!(sse.quiet(Duration::from_secs(2)), "nothing more after the acks");
+    assert!(
+        sse.quiet(Duration::from_secs(2)),
+        "nothing more after the acks"
+    );
     let m = n.gw.metrics();
-    assert!(m.contains("portico_notify_events_published_total 1000"), "{m}");
+    assert!(
+        m.contains("portico_notify_events_published_total 1000"),
+        "{m}"
+    );
     assert!(m.contains("portico_notify_acked_total 1000"), "{m}");
     assert!(m.contains("portico_notify_connections 1"), "{m}");
     let status = n.gw.status();
@@ -308,7 +315,10 @@ fn an_offline_merchant_gets_its_backlog_and_unacked_events_come_again() {
     }
     let sse = open(&n.gw, None);
     let first: Vec<Value> = (0..5).map(|_| sse.next(Duration::from_secs(10))).collect();
-    assert_eq!(first.iter().map(seq).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
+    assert_eq!(
+        first.iter().map(seq).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
     ack(&n.gw, &first[1..].iter().map(id).collect::<Vec<_>>());
     // Seq 0 was never acked: it comes again after the ack timeout, with the same id.
     let started = Instant::now();
@@ -317,10 +327,15 @@ fn an_offline_merchant_gets_its_backlog_and_unacked_events_come_again() {
     assert!(started.elapsed() >= Duration::from_millis(1000));
     ack(&n.gw, &[id(&again)]);
     assert!(sse.quiet(Duration::from_secs(3)));
-    assert!(n.gw.metrics().contains("portico_notify_redelivered_total 1"));
+    assert!(n
+        .gw
+        .metrics()
+        .contains("portico_notify_redelivered_total 1"));
     // The other app's backlog waited for it.
     let other = open_as(&n.gw, OTHER, OTHER_SECRET, None);
-    let got: Vec<u64> = (0..5).map(|_| seq(&other.next(Duration::from_secs(10)))).collect();
+    let got: Vec<u64> = (0..5)
+        .map(|_| seq(&other.next(Duration::from_secs(10))))
+        .collect();
     assert_eq!(got, vec![0, 1, 2, 3, 4]);
 }
 
@@ -333,16 +348,30 @@ fn a_revoked_grant_closes_the_stream() {
     publish(&n, Some(KEY), "orders", json!({"seq": 1}));
     sse.next(Duration::from_secs(10));
     let digest = n.gw.digest();
-    t.put("topics/orders", &json!({"apps": [OTHER], "retention_s": 3600}));
+    t.put(
+        "topics/orders",
+        &json!({"apps": [OTHER], "retention_s": 3600}),
+    );
     assert!(n.gw.wait_for_new_config(&digest));
     let applied = Instant::now();
     let close = sse.closed(Duration::from_secs(5));
     assert_eq!(close["reason"], "revoked");
-    assert!(applied.elapsed() < Duration::from_secs(1), "{:?}", applied.elapsed());
+    assert!(
+        applied.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        applied.elapsed()
+    );
     // And a new stream is refused.
-    let r = signed(&client(), "GET", &n.gw.url("/notify/v1/stream"), KEY, SECRET, None)
-        .send()
-        .unwrap();
+    let r = signed(
+        &client(),
+        "GET",
+        &n.gw.url("/notify/v1/stream"),
+        KEY,
+        SECRET,
+        None,
+    )
+    .send()
+    .unwrap();
     let (status, code, _) = code_of(r);
     assert_eq!((status, code.as_str()), (403, "APP_FORBIDDEN"));
 }
@@ -354,7 +383,12 @@ fn a_slow_consumer_is_cut_and_another_app_is_not() {
     let n = node(
         &t,
         Some(&redis),
-        &["--notify-max-backlog", "20", "--notify-ack-timeout-ms", "2000"],
+        &[
+            "--notify-max-backlog",
+            "20",
+            "--notify-ack-timeout-ms",
+            "2000",
+        ],
     );
     let slow = open(&n.gw, None);
     let fast = open_as(&n.gw, OTHER, OTHER_SECRET, None);
@@ -420,10 +454,16 @@ fn unsigned_replayed_and_unauthorized_requests_are_refused() {
     let (s, c, v) = post(Some(TOKEN), json!({"topic": "nope", "payload": 1}));
     assert_eq!((s, c.as_str()), (404, "TOPIC_NOT_FOUND"), "{v}");
     assert!(v["request_id"].is_string());
-    t.put("apps/merchant-3", &json!({"secret": "third-secret", "apis": []}));
+    t.put(
+        "apps/merchant-3",
+        &json!({"secret": "third-secret", "apis": []}),
+    );
     let digest = n.gw.digest();
     assert!(n.gw.wait_for_new_config(&digest));
-    let (s, c, _) = post(Some(TOKEN), json!({"app": "merchant-3", "topic": "orders", "payload": 1}));
+    let (s, c, _) = post(
+        Some(TOKEN),
+        json!({"app": "merchant-3", "topic": "orders", "payload": 1}),
+    );
     assert_eq!((s, c.as_str()), (403, "APP_FORBIDDEN"));
     let (s, c, _) = post(Some(TOKEN), json!({"topic": "orders"}));
     assert_eq!((s, c.as_str()), (400, "BAD_REQUEST"));
@@ -441,10 +481,7 @@ fn unsigned_replayed_and_unauthorized_requests_are_refused() {
 fn without_a_token_publishing_is_off() {
     let t = tree();
     let internal: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let _gw = GatewayProcess::start(
-        t.path(),
-        &["--internal-listen", &internal.to_string()],
-    );
+    let _gw = GatewayProcess::start(t.path(), &["--internal-listen", &internal.to_string()]);
     assert!(wait_until(Duration::from_secs(10), || {
         std::net::TcpStream::connect(internal).is_ok()
     }));
@@ -539,7 +576,11 @@ fn receiver(secret: &'static str, fail: usize) -> (u16, mpsc::Receiver<Hook>) {
                 &header("x-portico-signature"),
             );
             seen += 1;
-            let status = if seen <= fail { "500 Oops" } else { "204 No Content" };
+            let status = if seen <= fail {
+                "500 Oops"
+            } else {
+                "204 No Content"
+            };
             let _ = conn.write_all(
                 format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
                     .as_bytes(),
@@ -597,12 +638,25 @@ fn callbacks_are_signed_retried_with_backoff_and_dead_lettered() {
     }));
     let s = n.gw.status();
     let dead = &s["notify"]["dead_letters"][0];
-    assert_eq!((dead["attempts"].as_u64(), dead["topic"].as_str()), (Some(3), Some("orders")));
-    assert!(n.gw.metrics().contains("portico_notify_callback_failures_total 5"));
+    assert_eq!(
+        (dead["attempts"].as_u64(), dead["topic"].as_str()),
+        (Some(3), Some("orders"))
+    );
+    assert!(n
+        .gw
+        .metrics()
+        .contains("portico_notify_callback_failures_total 5"));
     // An app receiving callbacks cannot also open a stream.
-    let r = signed(&client(), "GET", &n.gw.url("/notify/v1/stream"), "merchant-cb", "callback-secret-1", None)
-        .send()
-        .unwrap();
+    let r = signed(
+        &client(),
+        "GET",
+        &n.gw.url("/notify/v1/stream"),
+        "merchant-cb",
+        "callback-secret-1",
+        None,
+    )
+    .send()
+    .unwrap();
     assert_eq!(code_of(r).1, "APP_FORBIDDEN");
 }
 
@@ -632,7 +686,14 @@ fn the_cli_publishes_like_a_backend() {
     let token_file = t.path().join("publish.token");
     let out = std::process::Command::new(sibling_bin("portico"))
         .args(["notify", "--gateway", &format!("http://{}", n.internal)])
-        .args(["--app", KEY, "--topic", "orders", "--payload", r#"{"seq": 7}"#])
+        .args([
+            "--app",
+            KEY,
+            "--topic",
+            "orders",
+            "--payload",
+            r#"{"seq": 7}"#,
+        ])
         .args(["--id", "order-7-paid", "--publish-token-file"])
         .arg(&token_file)
         .env_remove("PORTICO_PUBLISH_TOKEN")
@@ -646,7 +707,14 @@ fn the_cli_publishes_like_a_backend() {
     // A bad token: the envelope on stderr, exit 1.
     let out = std::process::Command::new(sibling_bin("portico"))
         .args(["notify", "--gateway", &format!("http://{}", n.internal)])
-        .args(["--topic", "orders", "--payload", "1", "--publish-token", "wrong"])
+        .args([
+            "--topic",
+            "orders",
+            "--payload",
+            "1",
+            "--publish-token",
+            "wrong",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -660,8 +728,8 @@ fn the_documented_python_client_receives_and_acks() {
     for i in 0..3u64 {
         publish(&n, Some(KEY), "orders", json!({"seq": i}));
     }
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../docs/examples/notify_client.py");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/notify_client.py");
     let out = std::process::Command::new("python3")
         .arg(script)
         .args(["--gateway", &format!("http://{}", n.gw.listen)])
@@ -719,16 +787,28 @@ fn grpc_publish_on_the_internal_listener() {
     let answer = call(TOKEN, msg.clone()).unwrap();
     assert_eq!(answer.events.len(), 1);
     let e = sse.next(Duration::from_secs(10));
-    assert_eq!((answer.events[0].id.as_str(), seq(&e)), (id(&e).as_str(), 9));
-    assert_eq!(call("wrong", msg.clone()).unwrap_err().code(), tonic::Code::Unauthenticated);
+    assert_eq!(
+        (answer.events[0].id.as_str(), seq(&e)),
+        (id(&e).as_str(), 9)
+    );
+    assert_eq!(
+        call("wrong", msg.clone()).unwrap_err().code(),
+        tonic::Code::Unauthenticated
+    );
     let missing = PublishRequest {
         topic: "nope".into(),
         ..msg.clone()
     };
-    assert_eq!(call(TOKEN, missing).unwrap_err().code(), tonic::Code::NotFound);
+    assert_eq!(
+        call(TOKEN, missing).unwrap_err().code(),
+        tonic::Code::NotFound
+    );
     let bad = PublishRequest {
         payload_json: "{not json".into(),
         ..msg
     };
-    assert_eq!(call(TOKEN, bad).unwrap_err().code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        call(TOKEN, bad).unwrap_err().code(),
+        tonic::Code::InvalidArgument
+    );
 }

@@ -356,7 +356,11 @@ impl RouteStage {
         if path == ROUTER_PATH && method == "POST" {
             return self.router_style(query);
         }
-        if let Some((_, _, api)) = self.notify.iter().find(|(m, p, _)| *p == path && *m == method) {
+        if let Some((_, _, api)) = self
+            .notify
+            .iter()
+            .find(|(m, p, _)| *p == path && *m == method)
+        {
             return Ok(RouteMatch {
                 api: Arc::clone(api),
                 binding: None,

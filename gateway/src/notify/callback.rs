@@ -137,7 +137,8 @@ async fn worker(n: &Notifier, client: &reqwest::Client, app: &str, node: &str) {
             }
         }
         let Some(event) = queue.pop_front() else {
-            let _ = tokio::time::timeout(n.config.poll.max(Duration::from_millis(200)), woken).await;
+            let _ =
+                tokio::time::timeout(n.config.poll.max(Duration::from_millis(200)), woken).await;
             continue;
         };
         deliver(n, client, app, node, &event).await;
@@ -159,7 +160,17 @@ async fn deliver(n: &Notifier, client: &reqwest::Client, app: &str, node: &str, 
             return;
         };
         attempts += 1;
-        let error = match post(client, &url, app, &secret, e, &body, n.config.callback_timeout).await {
+        let error = match post(
+            client,
+            &url,
+            app,
+            &secret,
+            e,
+            &body,
+            n.config.callback_timeout,
+        )
+        .await
+        {
             Ok(()) => {
                 let _ = n.store.ack(app, &[e.id]).await;
                 n.metrics.delivered.inc();

@@ -62,7 +62,8 @@ struct Unary(InternalState);
 
 impl tonic::server::UnaryService<PublishRequest> for Unary {
     type Response = PublishResponse;
-    type Future = Pin<Box<dyn Future<Output = Result<tonic::Response<PublishResponse>, Status>> + Send>>;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<tonic::Response<PublishResponse>, Status>> + Send>>;
 
     fn call(&mut self, request: tonic::Request<PublishRequest>) -> Self::Future {
         let state = self.0.clone();
@@ -75,9 +76,8 @@ impl tonic::server::UnaryService<PublishRequest> for Unary {
             }
             super::internal::authorize(&state, &headers).map_err(|e| status(&e))?;
             let m = request.into_inner();
-            let payload = serde_json::from_str(&m.payload_json).map_err(|e| {
-                Status::invalid_argument(format!("payload_json: not JSON: {e}"))
-            })?;
+            let payload = serde_json::from_str(&m.payload_json)
+                .map_err(|e| Status::invalid_argument(format!("payload_json: not JSON: {e}")))?;
             let req = Publish {
                 app: (!m.app.is_empty()).then_some(m.app),
                 topic: m.topic,
@@ -101,7 +101,10 @@ impl tonic::server::UnaryService<PublishRequest> for Unary {
 
 /// The axum handler of [`PUBLISH_PATH`] (HTTP/2, served by `internal::serve`).
 pub async fn publish(State(state): State<InternalState>, req: Request) -> Response {
-    let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::<PublishResponse, PublishRequest>::default());
+    let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::<
+        PublishResponse,
+        PublishRequest,
+    >::default());
     grpc.unary(Unary(state), req)
         .await
         .map(axum::body::Body::new)

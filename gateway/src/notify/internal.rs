@@ -42,7 +42,12 @@ pub fn router(state: InternalState) -> Router {
 fn envelope(e: &GatewayError, request_id: &str) -> Response {
     let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     if let Some(detail) = e.log_detail() {
-        tracing::warn!(request_id, code = e.code.as_str(), detail, "notify: publish failed");
+        tracing::warn!(
+            request_id,
+            code = e.code.as_str(),
+            detail,
+            "notify: publish failed"
+        );
     }
     (
         status,
@@ -113,9 +118,8 @@ async fn publish(State(state): State<InternalState>, headers: HeaderMap, body: B
 /// `PORTICO_PUBLISH_TOKEN`; an empty token counts as none.
 pub fn read_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
     let raw = match file {
-        Some(path) => std::fs::read_to_string(path).map_err(|e| {
-            anyhow::anyhow!("--publish-token-file {}: {e}", path.display())
-        })?,
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("--publish-token-file {}: {e}", path.display()))?,
         None => std::env::var("PORTICO_PUBLISH_TOKEN").unwrap_or_default(),
     };
     let token = raw.lines().next().unwrap_or_default().trim().to_owned();

@@ -288,7 +288,10 @@ impl Notifier {
         let Some(topic) = snap.topics.get(&req.topic) else {
             return Err(GatewayError::new(
                 Code::TopicNotFound,
-                format!("no topic {:?} (topics/<name> in the configuration)", req.topic),
+                format!(
+                    "no topic {:?} (topics/<name> in the configuration)",
+                    req.topic
+                ),
             ));
         };
         if let Some(key) = &req.id {
@@ -387,8 +390,9 @@ impl Notifier {
     }
 
     async fn ack(&self, app_key: &str, body: &[u8]) -> Result<Response, GatewayError> {
-        let req: AckRequest = serde_json::from_slice(body)
-            .map_err(|e| GatewayError::bad_request(format!("ack: expected {{\"ids\": [..]}}: {e}")))?;
+        let req: AckRequest = serde_json::from_slice(body).map_err(|e| {
+            GatewayError::bad_request(format!("ack: expected {{\"ids\": [..]}}: {e}"))
+        })?;
         if req.ids.len() > MAX_ACK_IDS {
             return Err(GatewayError::bad_request(format!(
                 "ids: at most {MAX_ACK_IDS} per ack"
@@ -398,8 +402,9 @@ impl Notifier {
             .ids
             .iter()
             .map(|s| {
-                EventId::parse(s)
-                    .ok_or_else(|| GatewayError::bad_request(format!("ids: {s:?} is not an event id")))
+                EventId::parse(s).ok_or_else(|| {
+                    GatewayError::bad_request(format!("ids: {s:?} is not an event id"))
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let n = self.store.ack(app_key, &ids).await.map_err(|e| {

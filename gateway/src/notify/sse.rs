@@ -92,11 +92,7 @@ pub async fn serve(
     request_id: &str,
 ) -> Result<Response, GatewayError> {
     let snap = n.snapshot();
-    if snap
-        .apps
-        .get(app)
-        .is_some_and(|a| a.callback_url.is_some())
-    {
+    if snap.apps.get(app).is_some_and(|a| a.callback_url.is_some()) {
         return Err(GatewayError::new(
             Code::AppForbidden,
             "this app receives its notifications by callback (callback_url); it cannot open a stream",
@@ -142,7 +138,11 @@ pub async fn serve(
         let _ = head.insert_header("transfer-encoding", "chunked");
     }
     session.set_keepalive(None);
-    if session.write_response_header(Box::new(head), false).await.is_err() {
+    if session
+        .write_response_header(Box::new(head), false)
+        .await
+        .is_err()
+    {
         n.release(app, token);
         return Ok(Response::Streamed(200));
     }
@@ -249,7 +249,11 @@ impl Stream<'_> {
     /// The stream's loop; `Some(close)` when the gateway ends it, `None` when the merchant
     /// went away.
     async fn run(&mut self, resumed: Vec<Event>) -> Option<Close> {
-        if self.write("retry: 1000\n: connected\n\n".to_owned()).await.is_err() {
+        if self
+            .write("retry: 1000\n: connected\n\n".to_owned())
+            .await
+            .is_err()
+        {
             return None;
         }
         let mut pending = resumed.len() as u64;
@@ -269,7 +273,12 @@ impl Stream<'_> {
             tokio::pin!(woken);
             woken.as_mut().enable();
             let room = usize::try_from(limit.saturating_sub(pending)).unwrap_or(BATCH);
-            let batch = match self.n.store.poll(self.app, ack_timeout, room.min(BATCH)).await {
+            let batch = match self
+                .n
+                .store
+                .poll(self.app, ack_timeout, room.min(BATCH))
+                .await
+            {
                 Ok(b) => b,
                 Err(e) => {
                     tracing::warn!(app = self.app, error = %e, "notify: polling the store failed");
@@ -291,7 +300,9 @@ impl Stream<'_> {
             pending = batch.pending;
             if pending < limit {
                 full_since = None;
-            } else if full_since.get_or_insert_with(Instant::now).elapsed() >= self.n.config.ack_timeout {
+            } else if full_since.get_or_insert_with(Instant::now).elapsed()
+                >= self.n.config.ack_timeout
+            {
                 return Some(Close {
                     reason: "slow_consumer",
                     message: format!(
@@ -325,7 +336,10 @@ mod tests {
     #[test]
     fn frames_carry_id_topic_time_and_payload() {
         let e = Event {
-            id: EventId { ms: 1_796_000_000_000, seq: 3 },
+            id: EventId {
+                ms: 1_796_000_000_000,
+                seq: 3,
+            },
             topic: "orders".into(),
             payload: r#"{"order":42}"#.into(),
             published_at_ms: 1_796_000_000_000,

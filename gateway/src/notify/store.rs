@@ -646,7 +646,10 @@ mod tests {
         assert_eq!(again.redeliver.len(), 2);
         // A new stream: the pending ones first; Last-Event-ID acks up to it.
         let resumed = m.resume("a", Some(ids[2]));
-        assert_eq!(resumed.iter().map(|e| e.id).collect::<Vec<_>>(), vec![ids[3]]);
+        assert_eq!(
+            resumed.iter().map(|e| e.id).collect::<Vec<_>>(),
+            vec![ids[3]]
+        );
         assert_eq!(m.backlog("a"), 1);
     }
 }

@@ -314,7 +314,11 @@ pub(crate) enum OnOff {
 #[derive(Debug, Args)]
 pub(crate) struct NotifyArgs {
     /// The gateway's internal listener.
-    #[arg(long, env = "PORTICO_INTERNAL", default_value = "http://127.0.0.1:9181")]
+    #[arg(
+        long,
+        env = "PORTICO_INTERNAL",
+        default_value = "http://127.0.0.1:9181"
+    )]
     pub(crate) gateway: String,
     /// The app to notify; without it, every app granted the topic.
     #[arg(long)]

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 
 /// Publishes `args`; exit 0 on 200, 1 with the envelope otherwise.
 pub(crate) async fn notify(args: &NotifyArgs) -> Result<ExitCode, String> {
-    let payload: Value = serde_json::from_str(&args.payload)
-        .map_err(|e| format!("--payload must be JSON: {e}"))?;
+    let payload: Value =
+        serde_json::from_str(&args.payload).map_err(|e| format!("--payload must be JSON: {e}"))?;
     let token = match (&args.publish_token_file, &args.publish_token) {
         (Some(file), _) => std::fs::read_to_string(file)
             .map_err(|e| format!("--publish-token-file {}: {e}", file.display()))?
@@ -67,7 +67,10 @@ pub(crate) async fn notify(args: &NotifyArgs) -> Result<ExitCode, String> {
         );
     }
     if events.is_empty() {
-        eprintln!("no app is granted the topic {:?}: nothing stored", args.topic);
+        eprintln!(
+            "no app is granted the topic {:?}: nothing stored",
+            args.topic
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
