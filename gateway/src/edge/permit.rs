@@ -153,4 +153,50 @@ mod tests {
             Flow::Respond(_)
         ));
     }
+
+    #[test]
+    fn notification_endpoints_need_a_topic_grant() {
+        use crate::model::{notify_api, NOTIFY_STREAM};
+        let mut snap = Snapshot::default();
+        let topic = |apps: &[&str]| {
+            std::sync::Arc::new(v1::Topic {
+                owner: None,
+                description: None,
+                apps: apps.iter().map(|a| (*a).to_owned()).collect(),
+                retention_s: 60,
+            })
+        };
+        snap.topics.insert("orders".into(), topic(&["m1"]));
+        snap.topics.insert("coupons".into(), topic(&[]));
+        let stage = PermitStage::build(&snap, &Carried::default());
+        let api = std::sync::Arc::new(notify_api(NOTIFY_STREAM));
+        let headers = HeaderMap::new();
+        let req = get("/notify/v1/stream", &headers, None);
+        let check = |key: &str, caller: std::sync::Arc<v1::App>| {
+            let mut ctx = routed(&api);
+            ctx.app_key = Some(key.to_owned());
+            ctx.app = Some(caller);
+            match stage.apply(&req, &mut ctx) {
+                Flow::Continue => "OK",
+                Flow::Respond(Err(e)) => e.code.as_str(),
+                other => panic!("unexpected {other:?}"),
+            }
+        };
+        // Granted by the topic's list, not by `apis`.
+        assert_eq!(check("m1", app("s", AppStatus::Active, &[], vec![])), "OK");
+        assert_eq!(
+            check("m2", app("s", AppStatus::Active, &["*"], vec![])),
+            "APP_FORBIDDEN"
+        );
+        // Granted by the app's own `topics` (an existing topic only).
+        let mut own = (*app("s", AppStatus::Active, &[], vec![])).clone();
+        own.topics = vec!["coupons".into()];
+        assert_eq!(check("m2", std::sync::Arc::new(own.clone())), "OK");
+        own.topics = vec!["nope".into()];
+        assert_eq!(check("m2", std::sync::Arc::new(own)), "APP_FORBIDDEN");
+        assert_eq!(
+            check("m1", app("s", AppStatus::Disabled, &[], vec![])),
+            "APP_DISABLED"
+        );
+    }
 }

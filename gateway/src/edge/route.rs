@@ -611,6 +611,24 @@ mod tests {
     }
 
     #[test]
+    fn notification_endpoints_are_built_in() {
+        let s = stage(vec![]);
+        let m = s.route("GET", "/notify/v1/stream", None).unwrap();
+        assert_eq!(m.api.id, "portico.notify.stream");
+        assert_eq!(m.api.auth, v1::AuthMode::Signature);
+        let m = s.route("POST", "/notify/v1/ack", None).unwrap();
+        assert_eq!(m.api.id, "portico.notify.ack");
+        assert_eq!(
+            s.route("POST", "/notify/v1/stream", None).unwrap_err().code,
+            Code::ApiNotFound
+        );
+        // Not reachable in the router style.
+        assert!(s
+            .route("POST", "/router", Some("method=portico.notify.stream"))
+            .is_err());
+    }
+
+    #[test]
     fn matches_and_extracts() {
         let s = demo();
         assert_eq!(
