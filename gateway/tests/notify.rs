@@ -812,3 +812,39 @@ fn grpc_publish_on_the_internal_listener() {
         tonic::Code::InvalidArgument
     );
 }
+
+#[test]
+fn an_idle_stream_gets_heartbeats() {
+    let t = tree();
+    let n = node(&t, None, &["--notify-heartbeat-ms", "300"]);
+    let resp = signed(
+        &stream_client(),
+        "GET",
+        &n.gw.url("/notify/v1/stream"),
+        KEY,
+        SECRET,
+        None,
+    )
+    .send()
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["cache-control"], "no-store");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(resp).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let started = Instant::now();
+    let mut beats = 0;
+    while beats < 3 {
+        let line = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        if line == ": heartbeat" {
+            beats += 1;
+        }
+    }
+    assert!(started.elapsed() >= Duration::from_millis(600));
+}
