@@ -35,28 +35,20 @@ pub fn is_notify_api(api_id: &str) -> bool {
 }
 
 /// The built-in API of a notification endpoint `(method, path, id)`: signed, no backend.
-pub fn notify_api((method, path, id): (&str, &str, &str)) -> Api {
-    let definition = portico_control::v1::ApiDefinition {
-        id: id.to_owned(),
-        version: 1,
-        http: portico_control::v1::HttpRule {
-            method: method.to_owned(),
-            path: path.to_owned(),
-            body: None,
-            response_body: None,
-            additional_bindings: Vec::new(),
-        },
-        backend: portico_control::v1::Backend {
-            cluster: String::new(),
-            timeout_ms: portico_control::v1::DEFAULT_TIMEOUT_MS,
-            grpc: None,
-            http: None,
-        },
-        auth: portico_control::v1::AuthMode::Signature,
-        policy: portico_control::v1::Policy::default(),
-        description: Some("notifications (served by the gateway)".to_owned()),
-    };
-    Api {
+/// `None` only if the v1 document could not hold it (a bug: the endpoint is then not routed).
+pub fn notify_api((method, path, id): (&str, &str, &str)) -> Option<Api> {
+    // Read as a v1 document, so that optional fields the contract gains take their defaults.
+    let definition: portico_control::v1::ApiDefinition =
+        serde_json::from_value(serde_json::json!({
+            "id": id,
+            "version": 1,
+            "http": {"method": method, "path": path},
+            "backend": {"cluster": ""},
+            "auth": "signature",
+            "description": "notifications (served by the gateway)",
+        }))
+        .ok()?;
+    Some(Api {
         id: id.to_owned(),
         version: 1,
         bindings: Vec::new(),
@@ -66,7 +58,7 @@ pub fn notify_api((method, path, id): (&str, &str, &str)) -> Api {
         auth: portico_control::v1::AuthMode::Signature,
         policy: portico_control::v1::Policy::default(),
         definition,
-    }
+    })
 }
 
 /// How a request is answered when it is not refused.

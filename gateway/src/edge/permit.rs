@@ -169,7 +169,7 @@ mod tests {
         snap.topics.insert("orders".into(), topic(&["m1"]));
         snap.topics.insert("coupons".into(), topic(&[]));
         let stage = PermitStage::build(&snap, &Carried::default());
-        let api = std::sync::Arc::new(notify_api(NOTIFY_STREAM));
+        let api = std::sync::Arc::new(notify_api(NOTIFY_STREAM).unwrap());
         let headers = HeaderMap::new();
         let req = get("/notify/v1/stream", &headers, None);
         let check = |key: &str, caller: std::sync::Arc<v1::App>| {

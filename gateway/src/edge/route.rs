@@ -320,7 +320,7 @@ impl RouteStage {
     fn index(snapshot: &Snapshot) -> Self {
         let notify = [NOTIFY_STREAM, NOTIFY_ACK]
             .into_iter()
-            .map(|e| (e.0, e.1, Arc::new(notify_api(e))))
+            .filter_map(|e| notify_api(e).map(|api| (e.0, e.1, Arc::new(api))))
             .collect();
         let mut stage = RouteStage {
             apis: snapshot.apis.clone(),
