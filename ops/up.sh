@@ -186,8 +186,13 @@ gw_port="$(pick_port "${PORTICO_LISTEN_PORT:-8080}")"
 admin_port="$(pick_port "${PORTICO_ADMIN_PORT:-9180}")"
 sandbox_port="$(pick_port "${PORTICO_SANDBOX_PORT:-8081}")"
 [ -x "$bindir/portico-gateway" ] || die "$bindir/portico-gateway is missing (build failed?)"
+internal_port="$(pick_port "${PORTICO_INTERNAL_PORT:-9181}")"
+# The notification publisher token (docs/OPERATIONS.md, "Notifications"), made once.
+publish_token_file="$RUN/publish-token"
+[ -s "$publish_token_file" ] || (umask 077 && python3 -c 'import secrets; print(secrets.token_hex(16))' >"$publish_token_file")
 gw_args=(--listen "127.0.0.1:$gw_port" --admin-listen "127.0.0.1:$admin_port"
-    --sandbox-listen "127.0.0.1:$sandbox_port" --access-log "$RUN/logs/access.log")
+    --sandbox-listen "127.0.0.1:$sandbox_port" --access-log "$RUN/logs/access.log"
+    --internal-listen "127.0.0.1:$internal_port" --publish-token-file "$publish_token_file")
 if [ "$mode" = zk ]; then
     gw_args+=(--zk "$zk_hosts" --zk-auth-file "$zk_auth/gateway" --snapshot-dir "$RUN/snapshot" --node-id local-1)
 else
@@ -224,7 +229,8 @@ if [ "$cluster" = 1 ]; then
             --listen "127.0.0.1:$p" --admin-listen "127.0.0.1:$a" \
             --access-log "$RUN/logs/access-$n.log" --zk "$zk_hosts" \
             --zk-auth-file "$zk_auth/gateway" --snapshot-dir "$RUN/snapshot-$n" \
-            --node-id "local-$n" --redis "$redis_url"
+            --node-id "local-$n" --redis "$redis_url" \
+            --internal-listen "127.0.0.1:$(free_port)" --publish-token-file "$publish_token_file"
         wait_http "http://127.0.0.1:$a/readyz" 60 "$RUN/pids/gateway-$n.pid" || {
             tail -n 40 "$RUN/logs/gateway-$n.log" >&2 || true
             die "gateway-$n did not become ready (log: $RUN/logs/gateway-$n.log)"
@@ -243,6 +249,8 @@ PORTICO_GATEWAY=$gateway_url
 PORTICO_GATEWAY_TLS=$tls_url
 PORTICO_SANDBOX=http://127.0.0.1:$sandbox_port
 PORTICO_ADMIN=$admin_url
+PORTICO_INTERNAL=http://127.0.0.1:$internal_port
+PORTICO_PUBLISH_TOKEN_FILE=$publish_token_file
 PORTICO_REGISTRY=$registry_url
 PORTICO_ADMIN_TOKEN_FILE=${registry_url:+$RUN/admin-token}
 PORTICO_ZK=$zk_hosts
@@ -286,6 +294,7 @@ Portico is up ($profile build, $mode mode$( [ "$cluster" = 1 ] && echo ", cluste
   gateway TLS    ${tls_url:-off (--no-tls)}${tls_url:+   (HTTP/2 and HTTP/1.1; certificate $RUN/tls/cert.pem)}
   sandbox        http://127.0.0.1:$sandbox_port   (drafts, sandbox apps)
   admin          $admin_url   (/metrics /healthz /readyz /status)
+  notifications  http://127.0.0.1:$internal_port/internal/v1/notifications   (publisher token in $publish_token_file)
   registry       ${registry_url:-not running (standalone mode)}
   console        ${registry_url:+$registry_url/   (sign in with the token in $RUN/admin-token)}
   portal         ${registry_url:+$registry_url/portal/   (merchants: API catalogue, code, try it; no token)}
@@ -304,6 +313,8 @@ ${tls_url:+  curl -s --cacert $RUN/tls/cert.pem $tls_url/v1/health
 }  python3 ops/sign.py --key merchant-1 --secret s3cr3t-value GET $gateway_url/v1/orders/42
   python3 ops/sign.py --key merchant-1 --secret s3cr3t-value --body '{"item":"book","qty":2}' POST $gateway_url/v1/orders
   python3 ops/sign.py --key merchant-1 --secret s3cr3t-value --curl GET $gateway_url/v1/orders/42
+  python3 docs/examples/notify_client.py --gateway $gateway_url --app merchant-1 --secret s3cr3t-value &
+  ./target/$profile/portico notify --gateway http://127.0.0.1:$internal_port --publish-token-file $publish_token_file --app merchant-1 --topic orders --payload '{"order_id":"42","status":"paid"}'
   curl -s $admin_url/status
   curl -s $admin_url/metrics | grep portico_
   PORTICO_REGISTRY=$registry_url PORTICO_ADMIN_TOKEN=\$(cat $RUN/admin-token) ./target/$profile/portico status

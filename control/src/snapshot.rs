@@ -88,6 +88,8 @@ pub struct Snapshot {
     pub apps: BTreeMap<String, Arc<v1::App>>,
     pub switches: BTreeMap<String, Arc<v1::Switch>>,
     pub ipacl: Arc<IpAclRules>,
+    /// Notification topics (`topics/<name>`).
+    pub topics: BTreeMap<String, Arc<v1::Topic>>,
     /// Descriptor sha256 → the FileDescriptorSet bytes (already checked to decode).
     pub descriptors: BTreeMap<String, Arc<Vec<u8>>>,
     /// Every accepted document (path → bytes), including last-good versions kept in place of
@@ -101,6 +103,25 @@ pub struct Snapshot {
     pub key_switches: BTreeMap<String, Vec<Arc<KeySwitch>>>,
     /// API id → its parsed cache and hot-key policy, for APIs that have either.
     pub hot: BTreeMap<String, Arc<HotPolicy>>,
+}
+
+impl Snapshot {
+    /// Whether `app_key` (whose document is `app`) is granted `topic`: the topic's `apps`
+    /// lists it or `"*"` (docs/OPERATIONS.md, "Notifications").
+    pub fn topic_granted(&self, app_key: &str, topic: &str) -> bool {
+        self.topics
+            .get(topic)
+            .is_some_and(|t| t.apps.iter().any(|a| a == "*" || a == app_key))
+    }
+
+    /// The topics `app_key` is granted, by name.
+    pub fn granted_topics(&self, app_key: &str) -> Vec<String> {
+        self.topics
+            .keys()
+            .filter(|t| self.topic_granted(app_key, t))
+            .cloned()
+            .collect()
+    }
 }
 
 /// A validated key-level switch `switches/<api_id>@<label>`.

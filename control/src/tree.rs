@@ -25,6 +25,7 @@ pub enum DocKind {
     Descriptor,
     /// `alerts/<name>`: an alerting rule (the registry's; gateways only validate it).
     Alert,
+    Topic,
 }
 
 impl DocKind {
@@ -51,6 +52,7 @@ impl DocKind {
             DocKind::IpAcl => "ipacl",
             DocKind::Descriptor => "descriptors",
             DocKind::Alert => "alerts",
+            DocKind::Topic => "topics",
         }
     }
 
@@ -64,6 +66,7 @@ impl DocKind {
             "switches" => Some(DocKind::Switch),
             "descriptors" => Some(DocKind::Descriptor),
             "alerts" => Some(DocKind::Alert),
+            "topics" => Some(DocKind::Topic),
             _ => None,
         }
     }
@@ -141,6 +144,10 @@ mod tests {
         assert_eq!(DocKind::classify("ipacl/x"), None);
         assert_eq!(DocKind::from_dir("switches"), Some(DocKind::Switch));
         assert_eq!(DocKind::from_dir("ipacl"), None);
+        assert_eq!(
+            DocKind::classify("topics/orders"),
+            Some((DocKind::Topic, "orders"))
+        );
     }
 
     #[test]

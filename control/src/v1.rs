@@ -545,6 +545,37 @@ pub struct App {
     pub rate_limits: Vec<AppRateLimit>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Notification topics the app subscribes to itself (granted only if the topic's own
+    /// `apps` also grants it; docs/OPERATIONS.md, "Notifications").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topics: Vec<String>,
+    /// Where the gateway POSTs the app's notifications, signed with its secret, when the
+    /// merchant does not hold a stream (docs/PROTOCOL.md, "Notifications").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
+}
+
+/// `topics/<name>`: a notification topic backends publish to (docs/OPERATIONS.md,
+/// "Notifications").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Topic {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The app keys granted the topic, or `["*"]` for every app.
+    #[serde(default)]
+    pub apps: Vec<String>,
+    /// How long an undelivered event is kept, in seconds.
+    #[serde(default = "default_retention_s")]
+    pub retention_s: u64,
+}
+
+/// Default retention of a topic's events: one day.
+pub const DEFAULT_RETENTION_S: u64 = 86_400;
+
+fn default_retention_s() -> u64 {
+    DEFAULT_RETENTION_S
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

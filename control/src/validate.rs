@@ -79,6 +79,11 @@ pub fn build_snapshot(tree: &Tree, previous: Option<&Snapshot>) -> Snapshot {
             b.snap.apps.insert(name.to_owned(), Arc::new(app));
         }
     }
+    for (path, name, bytes) in docs(DocKind::Topic) {
+        if let Some((topic, _)) = b.consider(path, bytes, |_, raw| check_topic(name, raw)) {
+            b.snap.topics.insert(name.to_owned(), Arc::new(topic));
+        }
+    }
     for (path, name, bytes) in docs(DocKind::Switch) {
         if let Some(((sw, key), _)) = b.consider(path, bytes, |_, raw| check_switch(name, raw)) {
             let sw = Arc::new(sw);
@@ -1156,6 +1161,12 @@ fn check_app(name: &str, raw: &[u8]) -> Result<v1::App, String> {
             check_name(a).map_err(|e| format!("apis[{i}]: must be \"*\" or an API id: {e}"))?;
         }
     }
+    for (i, t) in app.topics.iter().enumerate() {
+        check_name(t).map_err(|e| format!("topics[{i}]: must be a topic name: {e}"))?;
+    }
+    if let Some(url) = &app.callback_url {
+        check_callback_url(url).map_err(|e| format!("callback_url: {e}"))?;
+    }
     for (i, rl) in app.rate_limits.iter().enumerate() {
         if rl.limit == 0 {
             return Err(format!("rate_limits[{i}].limit: must be at least 1"));
@@ -1165,6 +1176,50 @@ fn check_app(name: &str, raw: &[u8]) -> Result<v1::App, String> {
         }
     }
     Ok(app)
+}
+
+/// The longest topic retention: 30 days.
+pub const MAX_RETENTION_S: u64 = 30 * 86_400;
+/// The longest app callback URL.
+pub const MAX_CALLBACK_URL_CHARS: usize = 2048;
+
+/// `topics/<name>`: a notification topic (docs/OPERATIONS.md, "Notifications").
+fn check_topic(name: &str, raw: &[u8]) -> Result<v1::Topic, String> {
+    check_name(name).map_err(|e| format!("name: {e}"))?;
+    let topic: v1::Topic = parse_json(raw)?;
+    for (i, a) in topic.apps.iter().enumerate() {
+        if a != "*" {
+            check_name(a).map_err(|e| format!("apps[{i}]: must be \"*\" or an app key: {e}"))?;
+        }
+    }
+    if !(1..=MAX_RETENTION_S).contains(&topic.retention_s) {
+        return Err(format!(
+            "retention_s: must be between 1 and {MAX_RETENTION_S}"
+        ));
+    }
+    Ok(topic)
+}
+
+/// An app's `callback_url`: an absolute `http://` or `https://` URL with a host and no
+/// spaces or fragment.
+fn check_callback_url(url: &str) -> Result<(), String> {
+    if url.len() > MAX_CALLBACK_URL_CHARS {
+        return Err(format!(
+            "must be at most {MAX_CALLBACK_URL_CHARS} characters"
+        ));
+    }
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or("must start with http:// or https://")?;
+    if url.bytes().any(|b| !b.is_ascii_graphic()) || url.contains('#') {
+        return Err("must be visible ASCII without spaces or a fragment".into());
+    }
+    let host = rest.split(['/', '?']).next().unwrap_or_default();
+    if host.is_empty() || host.contains('@') {
+        return Err("must name a host (and no user info)".into());
+    }
+    Ok(())
 }
 
 /// A key-level switch's API id, label and parsed `match`.
@@ -2151,6 +2206,44 @@ mod tests {
             t.put("clusters/c", doc);
             assert!(t.build(None).clusters.contains_key("c"), "{key}");
         }
+    }
+
+    #[test]
+    fn topics_and_the_app_notification_fields() {
+        let mut t = T::new();
+        t.put(
+            "topics/orders",
+            json!({"owner": "order-team", "apps": ["m1"], "retention_s": 3600}),
+        )
+        .put("topics/all", json!({"apps": ["*"]}))
+        .put("topics/bad-app", json!({"apps": ["a b"]}))
+        .put("topics/forever", json!({"apps": ["*"], "retention_s": 0}))
+        .put(
+            "apps/m1",
+            json!({"secret": "12345678", "topics": ["orders"], "callback_url": "https://m1.example/cb?x=1"}),
+        )
+        .put("apps/m2", json!({"secret": "12345678"}))
+        .put(
+            "apps/badcb",
+            json!({"secret": "12345678", "callback_url": "ftp://x/"}),
+        )
+        .put(
+            "apps/badtopic",
+            json!({"secret": "12345678", "topics": ["no spaces"]}),
+        );
+        let s = t.build(None);
+        assert_eq!(s.topics["orders"].retention_s, 3600);
+        assert_eq!(s.topics["all"].retention_s, v1::DEFAULT_RETENTION_S);
+        assert!(reason(&s, "topics/bad-app").starts_with("apps[0]:"));
+        assert!(reason(&s, "topics/forever").starts_with("retention_s:"));
+        assert!(reason(&s, "apps/badcb").starts_with("callback_url:"));
+        assert!(reason(&s, "apps/badtopic").starts_with("topics[0]:"));
+        assert!(s.topic_granted("m1", "orders") && s.topic_granted("m2", "all"));
+        assert!(!s.topic_granted("m2", "orders") && !s.topic_granted("m1", "nope"));
+        assert_eq!(s.granted_topics("m2"), vec!["all".to_owned()]);
+        assert!(check_callback_url("http://h:1/p").is_ok());
+        assert!(check_callback_url("https://u@h/").is_err());
+        assert!(check_callback_url("https:///p").is_err());
     }
 
     #[test]

@@ -359,6 +359,8 @@ async fn status(State(s): State<AdminState>) -> Json<serde_json::Value> {
         if let Some(redis) = fleet.redis_status() {
             obj.insert("redis".into(), redis);
         }
+        // Notifications (docs/OPERATIONS.md, "Notifications").
+        obj.insert("notify".into(), s.live.shared.notify.status().await);
     }
     Json(body)
 }

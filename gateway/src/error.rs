@@ -61,6 +61,14 @@ pub enum Code {
     UpstreamError,
     UpstreamTimeout,
     Internal,
+    /// The internal publishing API (docs/OPERATIONS.md, "Notifications"): a missing or wrong
+    /// publisher token.
+    Unauthorized,
+    /// A notification names a topic the configuration does not have.
+    TopicNotFound,
+    /// Notifications cannot be served: no publisher token configured, or the store (Redis)
+    /// is unreachable.
+    NotifyUnavailable,
     /// A gRPC backend's non-OK status, by name (`NOT_FOUND`), with its mapped HTTP status.
     Grpc {
         name: &'static str,
@@ -95,6 +103,9 @@ impl Code {
             Code::UpstreamError => 502,
             Code::UpstreamTimeout => 504,
             Code::Internal => 500,
+            Code::Unauthorized => 401,
+            Code::TopicNotFound => 404,
+            Code::NotifyUnavailable => 503,
             Code::Grpc { http_status, .. } => *http_status,
         }
     }
@@ -127,6 +138,9 @@ impl Code {
             Code::UpstreamError => "UPSTREAM_ERROR",
             Code::UpstreamTimeout => "UPSTREAM_TIMEOUT",
             Code::Internal => "INTERNAL",
+            Code::Unauthorized => "UNAUTHORIZED",
+            Code::TopicNotFound => "TOPIC_NOT_FOUND",
+            Code::NotifyUnavailable => "NOTIFY_UNAVAILABLE",
             Code::Grpc { name, .. } => name,
         }
     }

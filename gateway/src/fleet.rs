@@ -353,6 +353,18 @@ impl Fleet {
         }
     }
 
+    /// The shared Redis connection while Redis is configured and answering (the
+    /// notifications store, `notify/store.rs`, runs its commands on it); `None` otherwise.
+    pub fn redis_conn(&self) -> Option<ConnectionManager> {
+        self.conn()
+    }
+
+    /// Records a failed Redis command of another module (the notifications store): counted
+    /// in `portico_redis_errors_total` and shown as `/status`'s `redis.last_error`.
+    pub fn redis_failed(&self, error: String) {
+        self.mark(false, Some(error));
+    }
+
     fn conn(&self) -> Option<ConnectionManager> {
         let r = self.redis.as_ref()?;
         if !r.up.load(Ordering::Relaxed) {

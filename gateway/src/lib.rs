@@ -4,7 +4,7 @@
 //! certificate of the traffic listeners (`tls`).
 //!
 //! Modules only import modules below them (docs/ARCHITECTURE.md, "Gateway layers"):
-//! `listener → proxy → pipeline → runtime → edge | invoke → model, fleet → observe, error,
+//! `listener → proxy → pipeline → runtime → edge | invoke | notify → model, fleet → observe, error,
 //! request_id, tls`, with `admin` and `reload` beside `listener`, over `runtime`. `fleet`
 //! is what the node knows of the other gateways (membership, Redis).
 
@@ -15,6 +15,7 @@ pub mod fleet;
 pub mod invoke;
 pub mod listener;
 pub mod model;
+pub mod notify;
 pub mod observe;
 pub mod pipeline;
 pub mod proxy;

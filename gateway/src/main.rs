@@ -10,6 +10,7 @@ use portico_gateway::admin::{self, AdminState};
 use portico_gateway::fleet::Fleet;
 use portico_gateway::invoke::Clients;
 use portico_gateway::listener;
+use portico_gateway::notify;
 use portico_gateway::observe::access_log::{AccessLog, LogTarget};
 use portico_gateway::observe::metrics::Metrics;
 use portico_gateway::proxy::Gateway;
@@ -120,6 +121,43 @@ struct Args {
     /// once the gateway stops accepting connections, in seconds; the process exits after it.
     #[arg(long, default_value_t = 5)]
     drain_seconds: u64,
+    /// Internal listener for backends: `POST /internal/v1/notifications` (docs/OPERATIONS.md,
+    /// "Notifications"); `off` disables it. Never expose it to merchants.
+    #[arg(long, default_value = "127.0.0.1:9181")]
+    internal_listen: String,
+    /// File holding the publisher token backends send as `Authorization: Bearer <token>`
+    /// (else the PORTICO_PUBLISH_TOKEN environment variable). Without one, publishing answers
+    /// 503.
+    #[arg(long)]
+    publish_token_file: Option<PathBuf>,
+    /// Notifications delivered and not acknowledged within this are sent again, in ms.
+    #[arg(long, default_value_t = 30_000)]
+    notify_ack_timeout_ms: u64,
+    /// A notification stream sends a heartbeat (an SSE comment) after this much silence, in ms.
+    #[arg(long, default_value_t = 15_000)]
+    notify_heartbeat_ms: u64,
+    /// A stream with more notifications delivered and unacknowledged than this is closed as
+    /// a slow consumer.
+    #[arg(long, default_value_t = 1000)]
+    notify_max_backlog: u64,
+    /// Notification streams this node holds at most; beyond, 503 `CONNECTION_LIMIT`.
+    #[arg(long, default_value_t = 10_000)]
+    notify_max_streams: u64,
+    /// Without Redis: notifications kept per app in memory at most (the oldest dropped).
+    #[arg(long, default_value_t = 10_000)]
+    notify_memory_events: usize,
+    /// One notification callback POST may take this long, in ms.
+    #[arg(long, default_value_t = 5000)]
+    notify_callback_timeout_ms: u64,
+    /// Tries of one callback (1 s, 2 s, 4 s, … apart) before it becomes a dead letter.
+    #[arg(long, default_value_t = 10)]
+    notify_callback_attempts: u32,
+    /// The longest wait between two tries of a callback, in ms.
+    #[arg(long, default_value_t = 60_000)]
+    notify_callback_max_backoff_ms: u64,
+    /// CA certificates (PEM) that callback URLs over HTTPS are verified against.
+    #[arg(long, default_value = "/etc/ssl/certs/ca-certificates.crt")]
+    notify_callback_ca_file: PathBuf,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -167,6 +205,7 @@ fn main() -> anyhow::Result<()> {
     shared
         .fleet
         .start(control_rt.handle(), sources.members.clone());
+    start_internal(&control_rt, &args, &shared)?;
     spawn_reload_loops(&control_rt, &sources, args.snapshot_dir.as_ref());
     control_rt.spawn(housekeeping(planes, sources.live_source));
     tracing::info!(node_id = %node_id, listen = %args.listen, admin = %args.admin_listen, sandbox = ?args.sandbox_listen, tls = ?args.tls_listen, sandbox_tls = ?args.sandbox_tls_listen, "portico-gateway starting");
@@ -200,6 +239,22 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
         .metrics
         .register(&metrics.registry)
         .context("registering fleet metrics")?;
+    let notify_config = notify::Config {
+        ack_timeout: Duration::from_millis(args.notify_ack_timeout_ms.max(1)),
+        heartbeat: Duration::from_millis(args.notify_heartbeat_ms.max(100)),
+        max_backlog: args.notify_max_backlog.max(1),
+        max_streams: args.notify_max_streams,
+        memory_events: args.notify_memory_events.max(1),
+        callback_timeout: Duration::from_millis(args.notify_callback_timeout_ms.max(1)),
+        callback_attempts: args.notify_callback_attempts.max(1),
+        callback_max_backoff: Duration::from_millis(args.notify_callback_max_backoff_ms.max(1000)),
+        ..notify::Config::default()
+    };
+    let notify = Arc::new(notify::Notifier::new(notify_config, fleet.clone()));
+    notify
+        .metrics
+        .register(&metrics.registry)
+        .context("registering notification metrics")?;
     Ok(Arc::new(Shared {
         metrics,
         access_log,
@@ -210,6 +265,7 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
         replay_bytes_per_app: args.replay_cache_mib.saturating_mul(1 << 20),
         write_timeout: Duration::from_millis(args.write_timeout_ms),
         fleet,
+        notify,
     }))
 }
 
@@ -537,6 +593,61 @@ fn upgrade_sock(args: &Args) -> PathBuf {
             .collect();
         PathBuf::from(format!("/tmp/portico-gateway-upgrade-{name}.sock"))
     })
+}
+
+/// The internal listener for backends (`--internal-listen`, `off`: none): notifications are
+/// published there (docs/OPERATIONS.md, "Notifications").
+fn start_internal(
+    control_rt: &tokio::runtime::Runtime,
+    args: &Args,
+    shared: &Arc<Shared>,
+) -> anyhow::Result<()> {
+    if args.internal_listen.trim() == "off" {
+        tracing::info!("internal listener off: notifications cannot be published on this node");
+        return Ok(());
+    }
+    let token = notify::internal::read_token(args.publish_token_file.as_deref())?;
+    if token.is_none() {
+        tracing::warn!("no publisher token (--publish-token-file, PORTICO_PUBLISH_TOKEN): publishing notifications answers 503");
+    }
+    let state = notify::internal::InternalState {
+        notifier: shared.notify.clone(),
+        token: token.map(Arc::new),
+    };
+    let listener = control_rt
+        .block_on(bind_admin(&args.internal_listen))
+        .with_context(|| format!("binding the internal listener {}", args.internal_listen))?;
+    tracing::info!(internal = %args.internal_listen, store = shared.notify.store.kind(), "notifications: internal listener up");
+    let client = callback_client(&args.notify_callback_ca_file)?;
+    let notifier = shared.notify.clone();
+    control_rt.spawn(async move { notify::callback::start(notifier, client) });
+    control_rt.spawn(notify::internal::serve(
+        listener,
+        notify::internal::router(state),
+    ));
+    Ok(())
+}
+
+/// The HTTP client of notification callbacks: HTTPS verified against the CA bundle (when the
+/// file exists; else HTTPS callbacks fail and say so in the dead letters).
+fn callback_client(ca_file: &Path) -> anyhow::Result<reqwest::Client> {
+    let mut builder = reqwest::Client::builder()
+        .use_rustls_tls()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none());
+    match std::fs::read(ca_file) {
+        Ok(pem) => {
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .with_context(|| format!("--notify-callback-ca-file {}", ca_file.display()))?;
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        Err(e) => {
+            tracing::warn!(file = %ca_file.display(), error = %e, "notify: no CA bundle; HTTPS callbacks will fail")
+        }
+    }
+    builder.build().context("building the callback client")
 }
 
 /// The admin listener, with SO_REUSEPORT so that a gateway started with `--upgrade` can bind

@@ -23,6 +23,44 @@ pub struct RouteMatch {
     pub router_style: bool,
 }
 
+/// The gateway's own notification endpoints (docs/PROTOCOL.md, "Notifications"): signed
+/// and permitted like any API (the `route` stage matches them before the configured APIs,
+/// `/notify/v1/` is reserved), then served by `notify/` instead of a backend.
+pub const NOTIFY_STREAM: (&str, &str, &str) = ("GET", "/notify/v1/stream", "portico.notify.stream");
+pub const NOTIFY_ACK: (&str, &str, &str) = ("POST", "/notify/v1/ack", "portico.notify.ack");
+
+/// Whether `api_id` is one of the notification endpoints.
+pub fn is_notify_api(api_id: &str) -> bool {
+    api_id == NOTIFY_STREAM.2 || api_id == NOTIFY_ACK.2
+}
+
+/// The built-in API of a notification endpoint `(method, path, id)`: signed, no backend.
+/// `None` only if the v1 document could not hold it (a bug: the endpoint is then not routed).
+pub fn notify_api((method, path, id): (&str, &str, &str)) -> Option<Api> {
+    // Read as a v1 document, so that optional fields the contract gains take their defaults.
+    let definition: portico_control::v1::ApiDefinition =
+        serde_json::from_value(serde_json::json!({
+            "id": id,
+            "version": 1,
+            "http": {"method": method, "path": path},
+            "backend": {"cluster": ""},
+            "auth": "signature",
+            "description": "notifications (served by the gateway)",
+        }))
+        .ok()?;
+    Some(Api {
+        id: id.to_owned(),
+        version: 1,
+        bindings: Vec::new(),
+        backend: portico_control::BackendKind::Http { path: None },
+        cluster: String::new(),
+        timeout_ms: portico_control::v1::DEFAULT_TIMEOUT_MS,
+        auth: portico_control::v1::AuthMode::Signature,
+        policy: portico_control::v1::Policy::default(),
+        definition,
+    })
+}
+
 /// How a request is answered when it is not refused.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Response {

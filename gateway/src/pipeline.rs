@@ -19,6 +19,9 @@
 //!     N -->|NONCE_REPLAYED 401| R
 //!     N --> F[permit]
 //!     F -->|APP_DISABLED / APP_FORBIDDEN 403| R
+//!     F -->|/notify/v1/stream, /notify/v1/ack| NT[notify: SSE stream or ack]
+//!     NT -->|ack: Response::Whole| W
+//!     NT -->|stream: written until closed| S
 //!     F --> G[rate_limit]
 //!     G -->|RATE_LIMITED 429| R
 //!     G --> H[degrade]
@@ -44,9 +47,9 @@
 use crate::edge::{EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
 use crate::invoke::{self, CacheHint, Call, Caller, Upstream};
-use crate::model::Response;
+use crate::model::{is_notify_api, Response};
 use crate::observe::metrics::ApiMetrics;
-use crate::runtime::Plane;
+use crate::runtime::{Plane, PlaneKind};
 use bytes::{Bytes, BytesMut};
 use pingora_proxy::Session;
 use std::net::IpAddr;
@@ -151,6 +154,24 @@ pub async fn handle(
             plane.shared.fleet.claim_nonce(&claim).await?;
         }
         stage!(rt.edge.permit, &req, &mut ctx.edge);
+    }
+    // Notifications (docs/PROTOCOL.md, "Notifications"): a signed, permitted stream or ack
+    // is served by the notify module instead of a backend (live plane only).
+    if is_notify_api(&route.api.id) {
+        let app = ctx.edge.app_key.clone().unwrap_or_default();
+        if plane.kind != PlaneKind::Live {
+            return Err(GatewayError::new(
+                Code::ApiNotFound,
+                "notifications are served on the live listener only",
+            ));
+        }
+        let notify = &plane.shared.notify;
+        return notify
+            .serve(&route.api.id, session, &app, &body, &ctx.request_id)
+            .await;
+    }
+    {
+        let req = edge_request(session, &body, now);
         stage!(rt.edge.rate_limit, &req, &mut ctx.edge);
         stage!(rt.edge.degrade, &req, &mut ctx.edge);
         stage!(rt.edge.cache, &req, &mut ctx.edge);

@@ -58,6 +58,8 @@ pub struct Shared {
     pub write_timeout: std::time::Duration,
     /// The other gateways: membership and Redis (cluster-scope limits, nonces).
     pub fleet: Arc<Fleet>,
+    /// Notifications (the live plane's streams and acks, the internal listener).
+    pub notify: Arc<crate::notify::Notifier>,
 }
 
 /// Everything one request reads, from one snapshot.
@@ -191,6 +193,9 @@ impl Plane {
             if !runtime.metrics.contains_key(id) {
                 ApiMetrics::forget(m, plane, id);
             }
+        }
+        if self.kind == PlaneKind::Live {
+            self.shared.notify.apply(Arc::clone(&runtime.snapshot));
         }
         self.current.store(Arc::new(runtime));
         self.reload.build_failure.store(None);

@@ -108,6 +108,8 @@ pub fn app(
         apis: apis.iter().map(|s| (*s).to_owned()).collect(),
         rate_limits,
         name: None,
+        topics: Vec::new(),
+        callback_url: None,
     })
 }
 
@@ -178,6 +180,10 @@ pub fn shared() -> Arc<Shared> {
         replay_bytes_per_app: crate::edge::replay::ReplayCache::DEFAULT_BYTES_PER_APP,
         write_timeout: std::time::Duration::from_secs(5),
         fleet: Arc::new(crate::fleet::Fleet::default()),
+        notify: Arc::new(crate::notify::Notifier::new(
+            crate::notify::Config::default(),
+            Arc::new(crate::fleet::Fleet::default()),
+        )),
     })
 }
 

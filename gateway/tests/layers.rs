@@ -17,6 +17,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("fleet", 1),
     ("edge", 2),
     ("invoke", 2),
+    ("notify", 2),
     ("runtime", 3),
     ("pipeline", 4),
     ("proxy", 5),

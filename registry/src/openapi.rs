@@ -448,6 +448,10 @@ fn document_schemas() -> Value {
             "status": {"type": "integer", "minimum": 100, "maximum": 599, "default": 200}, "headers": {"type": "object", "additionalProperties": {"type": "string"}}, "body": {}}},
         "match": {"type": "object", "description": "only on <api_id>@<label>: selector (path:<var>, query:<name>, header:<Name>, app, ip) -> values; all selectors must match",
             "additionalProperties": {"type": "array", "items": {"type": "string"}}}}},
+    "Topic": {"type": "object", "properties": {
+        "owner": {"type": "string"}, "description": {"type": "string"},
+        "apps": {"type": "array", "items": {"type": "string", "pattern": GRANT_PATTERN}, "description": "app keys granted the topic, or [\"*\"]"},
+        "retention_s": {"type": "integer", "minimum": 1, "maximum": 2_592_000, "default": 86400}}},
     "IpAcl": {"type": "object", "properties": {
         "deny": {"type": "array", "items": {"type": "string"}}, "allow": {"type": "array", "items": {"type": "string"}},
         "trusted_proxies": {"type": "array", "items": {"type": "string"}}}},
@@ -470,16 +474,22 @@ fn message_schemas() -> Value {
     "AppView": {"type": "object", "description": "an app without its secret", "properties": {
         "name": {"type": "string"}, "status": {"type": "string", "enum": ["active", "disabled"]},
         "apis": {"type": "array", "items": {"type": "string"}},
-        "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}}}},
+        "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}},
+        "topics": {"type": "array", "items": {"type": "string", "pattern": NAME_PATTERN}},
+        "callback_url": {"type": "string", "pattern": "^https?://[A-Za-z0-9.:_-]+(/[A-Za-z0-9._~/?&=%:-]*)?$", "maxLength": 2048}}},
     "AppCreate": {"type": "object", "properties": {
         "app_key": {"type": "string", "pattern": NAME_PATTERN}, "name": {"type": "string"}, "secret": {"type": "string", "minLength": 8},
         "status": {"type": "string", "enum": ["active", "disabled"]},
         "apis": {"type": "array", "items": {"type": "string", "pattern": GRANT_PATTERN}},
-        "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}}}},
+        "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}},
+        "topics": {"type": "array", "items": {"type": "string", "pattern": NAME_PATTERN}},
+        "callback_url": {"type": "string", "pattern": "^https?://[A-Za-z0-9.:_-]+(/[A-Za-z0-9._~/?&=%:-]*)?$", "maxLength": 2048}}},
     "AppPatch": {"type": "object", "properties": {
         "name": {"type": "string"}, "status": {"type": "string", "enum": ["active", "disabled"]},
         "apis": {"type": "array", "items": {"type": "string", "pattern": GRANT_PATTERN}},
-        "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}}}},
+        "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/AppRateLimit"}},
+        "topics": {"type": "array", "items": {"type": "string", "pattern": NAME_PATTERN}},
+        "callback_url": {"type": "string", "pattern": "^https?://[A-Za-z0-9.:_-]+(/[A-Za-z0-9._~/?&=%:-]*)?$", "maxLength": 2048}}},
     "AppCredentials": {"type": "object", "required": ["app_key", "secret"], "properties": {
         "app_key": {"type": "string"}, "secret": {"type": "string", "description": "shown only in this response"},
         "etag": {"type": "string"}, "app": {"$ref": "#/components/schemas/AppView"}}},

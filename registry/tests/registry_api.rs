@@ -941,3 +941,71 @@ async fn zookeeper_down_is_503_and_the_registry_recovers() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notification_topics_and_the_app_fields() {
+    let zk = ZooKeeper::start_locked();
+    let reg = registry(&zk).await;
+    let topic = json!({"owner": "order-team", "description": "orders paid", "apps": ["merchant-1"], "retention_s": 3600});
+    reg.put("/topics/orders", &topic).await.expect(201);
+    let r = reg.get("/topics/orders").await.expect(200);
+    assert_eq!(r.body, topic);
+    let list = reg.get("/topics").await.expect(200);
+    assert_eq!(list.body["items"][0]["id"], "orders");
+    let r = reg
+        .put("/topics/orders", &json!({"apps": ["*"], "retention_s": 0}))
+        .await
+        .expect(422);
+    assert_eq!(r.body["details"][0]["path"], "topics/orders");
+    assert!(r.body["message"].as_str().unwrap().contains("retention_s"));
+    reg.send(
+        reg.request(Method::PUT, "/topics/orders")
+            .header("If-Match", "\"7\"")
+            .json(&json!({"apps": ["*"]})),
+    )
+    .await
+    .expect(409);
+    reg.put("/sandbox/topics/drafts", &json!({"apps": ["*"]}))
+        .await
+        .expect(201);
+    reg.get("/topics/drafts").await.expect(404);
+
+    // An app's topics and callback URL, on create and patch; a bad URL is refused.
+    reg.post(
+        "/apps",
+        &json!({"app_key": "m-cb", "topics": ["orders"], "callback_url": "https://m.example/hooks"}),
+    )
+    .await
+    .expect(201);
+    let r = reg.get("/apps/m-cb").await.expect(200);
+    assert_eq!(r.body["topics"], json!(["orders"]));
+    assert_eq!(r.body["callback_url"], "https://m.example/hooks");
+    let r = reg
+        .send(
+            reg.request(Method::PATCH, "/apps/m-cb")
+                .json(&json!({"callback_url": "ftp://nope"})),
+        )
+        .await
+        .expect(422);
+    assert!(r.body["message"].as_str().unwrap().contains("callback_url"));
+    reg.send(
+        reg.request(Method::PATCH, "/apps/m-cb")
+            .json(&json!({"callback_url": "http://127.0.0.1:1/cb"})),
+    )
+    .await
+    .expect(200);
+
+    reg.delete("/topics/orders").await.expect(204);
+    reg.get("/topics/orders").await.expect(404);
+    let audit = reg.get("/audit?limit=100").await.expect(200);
+    let actions: Vec<&str> = audit.body["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert!(
+        actions.contains(&"topic.put") && actions.contains(&"topic.delete"),
+        "{actions:?}"
+    );
+}

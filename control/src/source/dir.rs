@@ -174,6 +174,7 @@ fn scan(root: &Path) -> io::Result<Scan> {
         DocKind::Switch,
         DocKind::Descriptor,
         DocKind::Alert,
+        DocKind::Topic,
     ] {
         scan_kind(root, kind, &mut scan);
     }

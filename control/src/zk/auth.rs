@@ -227,7 +227,7 @@ fn classify(rel: &str) -> NodeClass {
         ("switches", true) => NodeClass::Switch,
         ("nodes", false) => NodeClass::NodesDir,
         ("nodes", true) => NodeClass::Node,
-        ("apis" | "clusters" | "descriptors" | "alerts", _) => NodeClass::Served,
+        ("apis" | "clusters" | "descriptors" | "alerts" | "topics", _) => NodeClass::Served,
         ("history", _) => NodeClass::History,
         _ => NodeClass::Registry,
     }

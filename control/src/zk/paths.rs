@@ -3,13 +3,14 @@
 //! registration and the registry.
 
 /// The folders of a served tree, below the root (the `ipacl` document sits at the root).
-pub const KIND_DIRS: [&str; 6] = [
+pub const KIND_DIRS: [&str; 7] = [
     "apis",
     "clusters",
     "apps",
     "switches",
     "descriptors",
     "alerts",
+    "topics",
 ];
 
 /// Normalizes a ZooKeeper root: a leading `/`, no trailing `/` (except for `/` itself).

@@ -4,16 +4,24 @@
 //! `APP_DISABLED`; an app whose `apis` neither contains `"*"` nor the API's id gets 403
 //! `APP_FORBIDDEN`. For `auth: none` APIs there is no app and the stage passes.
 //!
+//! The notification endpoints (`model::NOTIFY_STREAM`, `NOTIFY_ACK`) are granted to an
+//! active app granted at least one topic (`topics/<name>` listing it or `"*"`, or the app
+//! listing an existing topic in its own `topics`), else 403
+//! `APP_FORBIDDEN` (docs/PROTOCOL.md, "Notifications").
+//!
 //! The stage reads the app `auth` put in the context (the snapshot's document at the time
-//! the pipeline was built), so it holds no state of its own.
+//! the pipeline was built) and, for notifications, the snapshot's topics.
 
 use crate::edge::{Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
 use portico_control::{v1, Snapshot};
 
 /// Checks the calling app's status and grants.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PermitStage;
+#[derive(Debug, Clone, Default)]
+pub struct PermitStage {
+    /// The snapshot's notification topics, for the notification endpoints.
+    topics: std::collections::BTreeMap<String, std::sync::Arc<v1::Topic>>,
+}
 
 /// Whether `app` is granted the API `api_id`: `"*"` or the id itself in its `apis`.
 pub fn granted(app: &v1::App, api_id: &str) -> bool {
@@ -21,10 +29,12 @@ pub fn granted(app: &v1::App, api_id: &str) -> bool {
 }
 
 impl Stage for PermitStage {
-    /// Reload phase: nothing to prepare (the stage reads the app `auth` found). Carries
-    /// nothing.
-    fn build(_snapshot: &Snapshot, _carried: &Carried) -> Self {
-        PermitStage
+    /// Reload phase: keeps the snapshot's topics (the stage otherwise reads the app `auth`
+    /// found). Carries nothing.
+    fn build(snapshot: &Snapshot, _carried: &Carried) -> Self {
+        PermitStage {
+            topics: snapshot.topics.clone(),
+        }
     }
 
     fn name(&self) -> &'static str {
@@ -46,6 +56,22 @@ impl Stage for PermitStage {
         };
         if app.status == v1::AppStatus::Disabled {
             return GatewayError::new(Code::AppDisabled, "this app is disabled").into();
+        }
+        if crate::model::is_notify_api(&api.id) {
+            let key = ctx.app_key.as_deref().unwrap_or_default();
+            let listed = self
+                .topics
+                .values()
+                .any(|t| t.apps.iter().any(|a| a == "*" || a == key));
+            let any = listed || app.topics.iter().any(|t| self.topics.contains_key(t));
+            if !any {
+                return GatewayError::new(
+                    Code::AppForbidden,
+                    "this app is not granted any notification topic",
+                )
+                .into();
+            }
+            return Flow::Continue;
         }
         if !granted(app, &api.id) {
             return GatewayError::new(
@@ -123,8 +149,54 @@ mod tests {
         let req = get("/x", &headers, None);
         let mut ctx = EdgeCtx::default();
         assert!(matches!(
-            PermitStage.apply(&req, &mut ctx),
+            PermitStage::default().apply(&req, &mut ctx),
             Flow::Respond(_)
         ));
+    }
+
+    #[test]
+    fn notification_endpoints_need_a_topic_grant() {
+        use crate::model::{notify_api, NOTIFY_STREAM};
+        let mut snap = Snapshot::default();
+        let topic = |apps: &[&str]| {
+            std::sync::Arc::new(v1::Topic {
+                owner: None,
+                description: None,
+                apps: apps.iter().map(|a| (*a).to_owned()).collect(),
+                retention_s: 60,
+            })
+        };
+        snap.topics.insert("orders".into(), topic(&["m1"]));
+        snap.topics.insert("coupons".into(), topic(&[]));
+        let stage = PermitStage::build(&snap, &Carried::default());
+        let api = std::sync::Arc::new(notify_api(NOTIFY_STREAM).unwrap());
+        let headers = HeaderMap::new();
+        let req = get("/notify/v1/stream", &headers, None);
+        let check = |key: &str, caller: std::sync::Arc<v1::App>| {
+            let mut ctx = routed(&api);
+            ctx.app_key = Some(key.to_owned());
+            ctx.app = Some(caller);
+            match stage.apply(&req, &mut ctx) {
+                Flow::Continue => "OK",
+                Flow::Respond(Err(e)) => e.code.as_str(),
+                other => panic!("unexpected {other:?}"),
+            }
+        };
+        // Granted by the topic's list, not by `apis`.
+        assert_eq!(check("m1", app("s", AppStatus::Active, &[], vec![])), "OK");
+        assert_eq!(
+            check("m2", app("s", AppStatus::Active, &["*"], vec![])),
+            "APP_FORBIDDEN"
+        );
+        // Granted by the app's own `topics` (an existing topic only).
+        let mut own = (*app("s", AppStatus::Active, &[], vec![])).clone();
+        own.topics = vec!["coupons".into()];
+        assert_eq!(check("m2", std::sync::Arc::new(own.clone())), "OK");
+        own.topics = vec!["nope".into()];
+        assert_eq!(check("m2", std::sync::Arc::new(own)), "APP_FORBIDDEN");
+        assert_eq!(
+            check("m1", app("s", AppStatus::Disabled, &[], vec![])),
+            "APP_DISABLED"
+        );
     }
 }

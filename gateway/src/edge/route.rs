@@ -37,7 +37,7 @@
 
 use crate::edge::{Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
-use crate::model::RouteMatch;
+use crate::model::{notify_api, RouteMatch, NOTIFY_ACK, NOTIFY_STREAM};
 use portico_control::template::{decode_segment, is_valid_percent_encoding, Segment};
 use portico_control::{Api, BackendKind, Snapshot};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -310,14 +310,21 @@ pub struct RouteStage {
     /// Bindings with method `*` (any method), tried after the exact method.
     any_method: Table,
     apis: BTreeMap<String, Arc<Api>>,
+    /// The notification endpoints (`model::NOTIFY_STREAM`, `NOTIFY_ACK`): method, path, API.
+    notify: Vec<(&'static str, &'static str, Arc<Api>)>,
 }
 
 impl RouteStage {
     /// Indexes every binding of every API in `snapshot` (APIs in id order; validation has
     /// already refused two APIs binding the same method and path shape).
     fn index(snapshot: &Snapshot) -> Self {
+        let notify = [NOTIFY_STREAM, NOTIFY_ACK]
+            .into_iter()
+            .filter_map(|e| notify_api(e).map(|api| (e.0, e.1, Arc::new(api))))
+            .collect();
         let mut stage = RouteStage {
             apis: snapshot.apis.clone(),
+            notify,
             ..RouteStage::default()
         };
         for api in snapshot.apis.values() {
@@ -348,6 +355,18 @@ impl RouteStage {
         let checked = check_path(path)?;
         if path == ROUTER_PATH && method == "POST" {
             return self.router_style(query);
+        }
+        if let Some((_, _, api)) = self
+            .notify
+            .iter()
+            .find(|(m, p, _)| *p == path && *m == method)
+        {
+            return Ok(RouteMatch {
+                api: Arc::clone(api),
+                binding: None,
+                vars: Vec::new(),
+                router_style: false,
+            });
         }
         if let Some(m) = self.match_method(method, &checked)? {
             if matches!(m.api.backend, BackendKind::Grpc { .. }) {
@@ -592,6 +611,24 @@ mod tests {
             .iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn notification_endpoints_are_built_in() {
+        let s = stage(vec![]);
+        let m = s.route("GET", "/notify/v1/stream", None).unwrap();
+        assert_eq!(m.api.id, "portico.notify.stream");
+        assert_eq!(m.api.auth, v1::AuthMode::Signature);
+        let m = s.route("POST", "/notify/v1/ack", None).unwrap();
+        assert_eq!(m.api.id, "portico.notify.ack");
+        assert_eq!(
+            s.route("POST", "/notify/v1/stream", None).unwrap_err().code,
+            Code::ApiNotFound
+        );
+        // Not reachable in the router style.
+        assert!(s
+            .route("POST", "/router", Some("method=portico.notify.stream"))
+            .is_err());
     }
 
     #[test]

@@ -16,8 +16,8 @@
 //!   ([`audit`]).
 //!
 //! One file (or folder) per resource, each with its routes; [`documents`] holds the generic
-//! read/write/delete of a document they share. Clusters, switches, the IP ACL, descriptors and
-//! apps are described once and exist live and under `/sandbox` ([`crate::route::in_each_env`]).
+//! read/write/delete of a document they share. Clusters, switches, the IP ACL, descriptors,
+//! apps and notification topics are described once and exist live and under `/sandbox` ([`crate::route::in_each_env`]).
 
 pub mod alerts;
 pub mod apis;
@@ -36,6 +36,7 @@ pub mod reply;
 pub mod reports;
 pub mod sandbox;
 pub mod switches;
+pub mod topics;
 pub mod tree;
 pub mod validation;
 
@@ -49,6 +50,7 @@ pub fn routes() -> Vec<Route> {
         ipacl::routes(),
         descriptors::routes(),
         apps::routes(),
+        topics::routes(),
     ]
     .concat();
     [
@@ -108,7 +110,7 @@ mod tests {
                 "{method} /sandbox{path}"
             );
         }
-        assert_eq!(all.len(), 80);
+        assert_eq!(all.len(), 88);
     }
 
     /// Every route is in the OpenAPI document, and every `$ref` resolves.

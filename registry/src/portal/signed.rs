@@ -155,6 +155,8 @@ mod tests {
             apis: vec!["*".into()],
             rate_limits: vec![],
             name: None,
+            topics: Vec::new(),
+            callback_url: None,
         }
     }
 

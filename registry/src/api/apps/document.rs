@@ -57,6 +57,10 @@ pub struct AppCreate {
     apis: Option<Vec<String>>,
     #[serde(default)]
     rate_limits: Option<Vec<v1::AppRateLimit>>,
+    #[serde(default)]
+    topics: Option<Vec<String>>,
+    #[serde(default)]
+    callback_url: Option<String>,
 }
 
 impl AppCreate {
@@ -77,6 +81,8 @@ impl AppCreate {
             apis: self.apis.unwrap_or_default(),
             rate_limits: self.rate_limits.unwrap_or_default(),
             name: self.name,
+            topics: self.topics.unwrap_or_default(),
+            callback_url: self.callback_url,
         };
         Ok((key, app))
     }
@@ -94,6 +100,10 @@ pub struct AppPatch {
     apis: Option<Vec<String>>,
     #[serde(default)]
     rate_limits: Option<Vec<v1::AppRateLimit>>,
+    #[serde(default)]
+    topics: Option<Vec<String>>,
+    #[serde(default)]
+    callback_url: Option<String>,
 }
 
 impl AppPatch {
@@ -111,6 +121,12 @@ impl AppPatch {
         }
         if let Some(limits) = self.rate_limits {
             app.insert("rate_limits".to_owned(), json!(limits));
+        }
+        if let Some(topics) = self.topics {
+            app.insert("topics".to_owned(), json!(topics));
+        }
+        if let Some(url) = self.callback_url {
+            app.insert("callback_url".to_owned(), json!(url));
         }
     }
 }

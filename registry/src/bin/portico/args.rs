@@ -64,6 +64,9 @@ pub(crate) enum Command {
     Export(ExportArgs),
     /// Call any registry route: `portico request GET /apps`.
     Request(RequestArgs),
+    /// Publish a notification on a gateway's internal listener (docs/OPERATIONS.md,
+    /// "Notifications"), as a backend would; prints `app<TAB>event id` per app.
+    Notify(NotifyArgs),
     /// Talk to ZooKeeper directly (credentials and ACLs, docs/OPERATIONS.md).
     #[command(subcommand)]
     Zk(ZkCommand),
@@ -335,6 +338,38 @@ pub(crate) struct HistoryArgs {
 pub(crate) enum OnOff {
     On,
     Off,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct NotifyArgs {
+    /// The gateway's internal listener.
+    #[arg(
+        long,
+        env = "PORTICO_INTERNAL",
+        default_value = "http://127.0.0.1:9181"
+    )]
+    pub(crate) gateway: String,
+    /// The app to notify; without it, every app granted the topic.
+    #[arg(long)]
+    pub(crate) app: Option<String>,
+    /// The topic (`topics/<name>`).
+    #[arg(long)]
+    pub(crate) topic: String,
+    /// The payload, JSON.
+    #[arg(long)]
+    pub(crate) payload: String,
+    /// Your own id of the event (delivered as `key`).
+    #[arg(long)]
+    pub(crate) id: Option<String>,
+    /// Drop the event if undelivered after this many seconds.
+    #[arg(long)]
+    pub(crate) ttl_s: Option<u64>,
+    /// The publisher token (`Authorization: Bearer`).
+    #[arg(long, env = "PORTICO_PUBLISH_TOKEN", hide_env_values = true)]
+    pub(crate) publish_token: Option<String>,
+    /// A file holding the publisher token (first line).
+    #[arg(long)]
+    pub(crate) publish_token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -7,11 +7,13 @@
 //! - [`publish`]: `publish`, `rollback`, `history`;
 //! - [`ops`]: `switch`, `status`, `export`, `request`;
 //! - [`failover`]: `failover` (a cluster's serving set);
+//! - [`notify`]: `notify` (publish a notification on a gateway's internal listener);
 //! - [`zk`]: `zk lockdown` (ZooKeeper ACLs, docs/OPERATIONS.md).
 
 mod args;
 mod failover;
 mod import;
+mod notify;
 mod ops;
 mod publish;
 mod sign;
@@ -57,6 +59,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Report(args) => ops::report(&cli, args).await,
         Command::Export(args) => ops::export(&cli, args).await,
         Command::Request(args) => ops::request(&cli, args).await,
+        Command::Notify(args) => notify::notify(args).await,
         Command::Zk(args::ZkCommand::Lockdown(args)) => zk::lockdown(args).await,
     }
 }

@@ -1,0 +1,247 @@
+//! Callbacks (docs/PROTOCOL.md, "Notifications: callbacks"): for an app with a
+//! `callback_url`, the gateway POSTs each event, in order, signed with the app's secret by
+//! the §3.1 scheme (a fresh timestamp and nonce on every try, the path and query of the
+//! URL), and acknowledges it on a 2xx answer. A failed try is retried after 1 s, 2 s, 4 s, …
+//! (capped at `callback_max_backoff`); after `callback_attempts` tries the event becomes a
+//! dead letter (kept, bounded, on `/status`) and the next one is sent.
+//!
+//! One node delivers an app's callbacks: with Redis, the node holding the lock
+//! `portico:notify:{app}:callback` (renewed while it works, expiring after
+//! [`LOCK_TTL_MS`] when the node dies); without Redis, each node its own queue.
+
+use super::store::Event;
+use super::Notifier;
+use portico_control::sign;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long a node's claim on an app's callbacks lasts without renewal.
+pub const LOCK_TTL_MS: u64 = 10_000;
+/// How often the supervisor looks for apps with a callback URL.
+const SUPERVISE_EVERY: Duration = Duration::from_secs(1);
+
+/// A callback that never succeeded.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DeadLetter {
+    pub app: String,
+    pub id: String,
+    pub topic: String,
+    pub attempts: u32,
+    pub last_error: String,
+    pub at_ms: u64,
+}
+
+fn lock_key(app: &str) -> String {
+    format!("portico:notify:{{{app}}}:callback")
+}
+
+/// Starts the supervisor on the current runtime: it runs one worker per app with a
+/// `callback_url` this node may deliver for.
+pub fn start(n: Arc<Notifier>, client: reqwest::Client) {
+    let running: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let node = fastrand::u64(1..).to_string();
+    tokio::spawn(async move {
+        loop {
+            let snap = n.snapshot();
+            for (app, doc) in &snap.apps {
+                let Some(url) = doc.callback_url.clone() else {
+                    continue;
+                };
+                if super::granted_topics(&snap, app).is_empty() {
+                    continue;
+                }
+                if super::lock(&running).contains(app) {
+                    continue;
+                }
+                if !claim(&n, app, &node).await {
+                    continue;
+                }
+                super::lock(&running).insert(app.clone());
+                let (n2, running2, app2, node2, client2) = (
+                    Arc::clone(&n),
+                    Arc::clone(&running),
+                    app.clone(),
+                    node.clone(),
+                    client.clone(),
+                );
+                tokio::spawn(async move {
+                    tracing::info!(app = %app2, url = %url, "notify: delivering callbacks");
+                    worker(&n2, &client2, &app2, &node2).await;
+                    super::lock(&running2).remove(&app2);
+                });
+            }
+            tokio::time::sleep(SUPERVISE_EVERY).await;
+        }
+    });
+}
+
+/// Takes (or renews) this node's claim on `app`'s callbacks; without Redis always true.
+async fn claim(n: &Notifier, app: &str, node: &str) -> bool {
+    if !n.fleet.has_redis() {
+        return true;
+    }
+    let Some(mut c) = n.fleet.redis_conn() else {
+        return false;
+    };
+    // Renew if ours, else take it if free.
+    let script = redis::Script::new(
+        r"local v = redis.call('GET', KEYS[1])
+          if v == ARGV[1] or not v then
+            redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end
+          return 0",
+    );
+    let mut inv = script.key(lock_key(app));
+    inv.arg(node).arg(LOCK_TTL_MS);
+    matches!(inv.invoke_async::<i64>(&mut c).await, Ok(1))
+}
+
+/// The app's callback URL and secret in force, if it still has one and may receive.
+fn target(n: &Notifier, app: &str) -> Option<(String, String)> {
+    let snap = n.snapshot();
+    let doc = snap.apps.get(app)?;
+    if doc.status != portico_control::v1::AppStatus::Active
+        || super::granted_topics(&snap, app).is_empty()
+    {
+        return None;
+    }
+    Some((doc.callback_url.clone()?, doc.secret.clone()))
+}
+
+async fn worker(n: &Notifier, client: &reqwest::Client, app: &str, node: &str) {
+    let mut queue: std::collections::VecDeque<Event> = match n.store.resume(app, None).await {
+        Ok(pending) => pending.into(),
+        Err(e) => {
+            tracing::warn!(app, error = %e, "notify: callbacks could not resume");
+            return;
+        }
+    };
+    let waker = n.waker(app);
+    loop {
+        if target(n, app).is_none() || !claim(n, app, node).await {
+            return;
+        }
+        let woken = waker.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        if queue.is_empty() {
+            // Never reclaimed by the ack timeout: this worker sends each event until it is
+            // acknowledged or dead.
+            match n.store.poll(app, u64::MAX / 4, 50).await {
+                Ok(b) => queue.extend(b.fresh),
+                Err(e) => {
+                    tracing::warn!(app, error = %e, "notify: polling for callbacks failed");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            }
+        }
+        let Some(event) = queue.pop_front() else {
+            let _ =
+                tokio::time::timeout(n.config.poll.max(Duration::from_millis(200)), woken).await;
+            continue;
+        };
+        deliver(n, client, app, node, &event).await;
+    }
+}
+
+/// Sends one event until it succeeds or is dead; acknowledges it either way.
+async fn deliver(n: &Notifier, client: &reqwest::Client, app: &str, node: &str, e: &Event) {
+    let now = portico_control::clock::now_ms();
+    if e.expires_at_ms > 0 && e.expires_at_ms <= now {
+        let _ = n.store.ack(app, &[e.id]).await;
+        return;
+    }
+    let body = super::sse::event_json(e);
+    let mut backoff = Duration::from_secs(1);
+    let mut attempts = 0;
+    let last_error = loop {
+        let Some((url, secret)) = target(n, app) else {
+            return;
+        };
+        attempts += 1;
+        let error = match post(
+            client,
+            &url,
+            app,
+            &secret,
+            e,
+            &body,
+            n.config.callback_timeout,
+        )
+        .await
+        {
+            Ok(()) => {
+                let _ = n.store.ack(app, &[e.id]).await;
+                n.metrics.delivered.inc();
+                n.metrics.acked.inc();
+                return;
+            }
+            Err(error) => error,
+        };
+        n.metrics.callback_failures.inc();
+        tracing::info!(app, id = %e.id, attempts, error = %error, "notify: callback failed");
+        if attempts >= n.config.callback_attempts {
+            break error;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(n.config.callback_max_backoff);
+        if !claim(n, app, node).await {
+            return;
+        }
+    };
+    tracing::warn!(app, id = %e.id, attempts, "notify: callback dead-lettered");
+    n.dead_letter(DeadLetter {
+        app: app.to_owned(),
+        id: e.id.to_string(),
+        topic: e.topic.clone(),
+        attempts,
+        last_error,
+        at_ms: portico_control::clock::now_ms(),
+    });
+    let _ = n.store.ack(app, &[e.id]).await;
+}
+
+/// One signed POST; `Err` with why unless the answer is 2xx.
+async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    app: &str,
+    secret: &str,
+    e: &Event,
+    body: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|err| format!("callback_url: {err}"))?;
+    let ts = portico_control::clock::now_ms().to_string();
+    let nonce = format!("cb{:030x}", fastrand::u128(..) >> 8);
+    let sts = sign::string_to_sign(
+        "POST",
+        parsed.path(),
+        parsed.query(),
+        app,
+        &ts,
+        &nonce,
+        body.as_bytes(),
+    );
+    let signature = sign::sign(secret.as_bytes(), &sts);
+    let answer = client
+        .post(parsed)
+        .timeout(timeout)
+        .header("content-type", "application/json")
+        .header(sign::HEADER_APP_KEY, app)
+        .header(sign::HEADER_TIMESTAMP, ts)
+        .header(sign::HEADER_NONCE, nonce)
+        .header(sign::HEADER_SIGNATURE, signature)
+        .header("x-portico-event-id", e.id.to_string())
+        .body(body.to_owned())
+        .send()
+        .await
+        .map_err(|err| format!("no answer: {err}"))?;
+    let status = answer.status();
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(format!("answered {}", status.as_u16()))
+    }
+}

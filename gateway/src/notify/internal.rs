@@ -1,0 +1,151 @@
+//! The internal listener (`--internal-listen`, default 127.0.0.1:9181; never the merchant
+//! listener): `POST /internal/v1/notifications` for backends (docs/OPERATIONS.md,
+//! "Notifications") and, over HTTP/2 on the same port, the gRPC
+//! `portico.notify.v1.Notify/Publish` (`grpc.rs`).
+//!
+//! Authenticated by `Authorization: Bearer <publisher token>` (`--publish-token-file` or
+//! `PORTICO_PUBLISH_TOKEN`), compared in constant time; without a token configured the
+//! endpoint answers 503 `NOTIFY_UNAVAILABLE` saying so. Errors are the envelope of
+//! docs/PROTOCOL.md with the request id of `X-Portico-Request-Id` (kept or made).
+
+use super::{Notifier, PublishRequest};
+use crate::error::{Code, GatewayError};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use std::sync::Arc;
+use subtle::ConstantTimeEq;
+
+/// The largest publish request body.
+pub const MAX_PUBLISH_BODY: usize = 1024 * 1024;
+
+/// What the internal listener serves with.
+#[derive(Clone)]
+pub struct InternalState {
+    pub notifier: Arc<Notifier>,
+    /// The publisher token; `None`: publishing is refused with 503.
+    pub token: Option<Arc<String>>,
+}
+
+/// The internal listener's routes.
+pub fn router(state: InternalState) -> Router {
+    Router::new()
+        .route("/internal/v1/notifications", post(publish))
+        .route(super::grpc::PUBLISH_PATH, post(super::grpc::publish))
+        .layer(DefaultBodyLimit::max(MAX_PUBLISH_BODY))
+        .with_state(state)
+}
+
+fn envelope(e: &GatewayError, request_id: &str) -> Response {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if let Some(detail) = e.log_detail() {
+        tracing::warn!(
+            request_id,
+            code = e.code.as_str(),
+            detail,
+            "notify: publish failed"
+        );
+    }
+    (
+        status,
+        [
+            ("content-type", "application/json"),
+            (crate::request_id::HEADER, request_id),
+        ],
+        e.envelope(request_id),
+    )
+        .into_response()
+}
+
+/// Checks the bearer token: 503 without one configured, 401 `UNAUTHORIZED` when missing or
+/// wrong.
+pub(super) fn authorize(state: &InternalState, headers: &HeaderMap) -> Result<(), GatewayError> {
+    let Some(token) = &state.token else {
+        return Err(GatewayError::new(
+            Code::NotifyUnavailable,
+            "publishing is off: no publisher token is configured (--publish-token-file or PORTICO_PUBLISH_TOKEN)",
+        ));
+    };
+    let given = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if given.is_empty() || !bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
+        return Err(GatewayError::new(
+            Code::Unauthorized,
+            "Authorization: Bearer <publisher token> is missing or wrong",
+        ));
+    }
+    Ok(())
+}
+
+/// `POST /internal/v1/notifications`: `{app?, topic, id?, payload, ttl_s?}` → 200
+/// `{"events": [{"app", "id"}]}`.
+async fn publish(State(state): State<InternalState>, headers: HeaderMap, body: Bytes) -> Response {
+    let request_id = crate::request_id::keep_or_make(&headers);
+    let answer = async {
+        authorize(&state, &headers)?;
+        let req: PublishRequest = serde_json::from_slice(&body).map_err(|e| {
+            GatewayError::bad_request(format!(
+                "expected {{\"app\"?, \"topic\", \"id\"?, \"payload\", \"ttl_s\"?}}: {e}"
+            ))
+        })?;
+        state.notifier.publish(req).await
+    }
+    .await;
+    match answer {
+        Ok(events) => {
+            let events: Vec<serde_json::Value> = events
+                .into_iter()
+                .map(|(app, id)| serde_json::json!({"app": app, "id": id.to_string()}))
+                .collect();
+            (
+                StatusCode::OK,
+                [(crate::request_id::HEADER, request_id.as_str())],
+                axum::Json(serde_json::json!({ "events": events })),
+            )
+                .into_response()
+        }
+        Err(e) => envelope(&e, &request_id),
+    }
+}
+
+/// Reads the publisher token: the file's first line (trimmed) when given, else
+/// `PORTICO_PUBLISH_TOKEN`; an empty token counts as none.
+pub fn read_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
+    let raw = match file {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("--publish-token-file {}: {e}", path.display()))?,
+        None => std::env::var("PORTICO_PUBLISH_TOKEN").unwrap_or_default(),
+    };
+    let token = raw.lines().next().unwrap_or_default().trim().to_owned();
+    Ok((!token.is_empty()).then_some(token))
+}
+
+/// Serves `router` on `listener`, HTTP/1.1 and HTTP/2 (prior knowledge, for gRPC) alike,
+/// until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, router: Router) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "internal listener: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let service = TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let _ = Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}

@@ -1,0 +1,540 @@
+//! Notifications: a downlink from backends to merchants (docs/PROTOCOL.md, "Notifications";
+//! docs/OPERATIONS.md, "Notifications").
+//!
+//! - Backends publish on the internal listener (`internal.rs`, `POST
+//!   /internal/v1/notifications`, a bearer token), for one app or every app granted a topic.
+//! - Events wait in the [`store::Store`]: Redis Streams with `--redis` (any node serves any
+//!   app), else a bounded queue per app on this node.
+//! - A merchant holds a signed Server-Sent Events stream (`GET /notify/v1/stream`): the
+//!   opening request goes through the edge (`ip_acl`, `route`, `auth`, the nonce,
+//!   `permit`) like any call, then [`Notifier::serve`] serves it (`sse.rs`) instead of a
+//!   backend. Acks are signed `POST /notify/v1/ack` calls to any node.
+//!
+//! The notifier reads the live plane's snapshot, handed to it on every reload
+//! ([`Notifier::apply`]), so a revoked grant closes the app's stream within a poll.
+
+pub mod callback;
+pub mod grpc;
+pub mod internal;
+pub mod sse;
+pub mod store;
+
+use crate::error::{Code, GatewayError};
+use crate::fleet::Fleet;
+use crate::model::{Response, Whole};
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use pingora_proxy::Session;
+use portico_control::{v1, Snapshot};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use store::{EventId, NewEvent, Store};
+use tokio::sync::Notify;
+
+/// The largest payload of one notification, as JSON text.
+pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
+/// The most ids one ack may carry.
+pub const MAX_ACK_IDS: usize = 10_000;
+/// The longest publisher id (`id` in the publish body).
+pub const MAX_KEY_CHARS: usize = 128;
+
+/// The notifier's settings (command-line flags, docs/OPERATIONS.md "Notifications").
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Unacknowledged events are sent again after this (`--notify-ack-timeout-ms`).
+    pub ack_timeout: Duration,
+    /// An SSE comment line is sent after this much silence (`--notify-heartbeat-ms`).
+    pub heartbeat: Duration,
+    /// A stream with more events delivered and unacknowledged than this is closed as a slow
+    /// consumer (`--notify-max-backlog`).
+    pub max_backlog: u64,
+    /// Streams this node holds at most (`--notify-max-streams`).
+    pub max_streams: u64,
+    /// Without Redis: events kept per app at most (`--notify-memory-events`).
+    pub memory_events: usize,
+    /// How often a stream looks for events published on other nodes (Redis) and for a
+    /// revoked grant.
+    pub poll: Duration,
+    /// One callback POST may take this long (`--notify-callback-timeout-ms`).
+    pub callback_timeout: Duration,
+    /// Tries of one callback before it is dead-lettered (`--notify-callback-attempts`).
+    pub callback_attempts: u32,
+    /// The longest wait between two tries (`--notify-callback-max-backoff-ms`).
+    pub callback_max_backoff: Duration,
+}
+
+/// Dead letters kept on this node at most (the oldest forgotten).
+pub const MAX_DEAD_LETTERS: usize = 1000;
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            ack_timeout: Duration::from_secs(30),
+            heartbeat: Duration::from_secs(15),
+            max_backlog: 1000,
+            max_streams: 10_000,
+            memory_events: 10_000,
+            poll: Duration::from_millis(100),
+            callback_timeout: Duration::from_secs(5),
+            callback_attempts: 10,
+            callback_max_backoff: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The notification metrics (`portico_notify_*`).
+#[derive(Clone)]
+pub struct NotifyMetrics {
+    pub connections: IntGauge,
+    pub published: IntCounter,
+    pub delivered: IntCounter,
+    pub acked: IntCounter,
+    pub redelivered: IntCounter,
+    pub backlog: IntGaugeVec,
+    pub callback_failures: IntCounter,
+    pub closed: IntCounterVec,
+}
+
+impl NotifyMetrics {
+    fn new() -> NotifyMetrics {
+        // The names and help texts are constants: these cannot fail.
+        let gauge = |n: &str, h: &str| IntGauge::new(n, h).unwrap_or_else(|_| unreachable!());
+        let counter = |n: &str, h: &str| IntCounter::new(n, h).unwrap_or_else(|_| unreachable!());
+        NotifyMetrics {
+            connections: gauge(
+                "portico_notify_connections",
+                "Notification streams open on this node",
+            ),
+            published: counter(
+                "portico_notify_events_published_total",
+                "Notifications stored by this node (one per app)",
+            ),
+            delivered: counter(
+                "portico_notify_delivered_total",
+                "Notifications sent to merchants for the first time (streams and callbacks)",
+            ),
+            acked: counter(
+                "portico_notify_acked_total",
+                "Notifications acknowledged by merchants through this node",
+            ),
+            redelivered: counter(
+                "portico_notify_redelivered_total",
+                "Notifications sent again after the ack timeout or on a new stream",
+            ),
+            backlog: IntGaugeVec::new(
+                Opts::new(
+                    "portico_notify_backlog",
+                    "Notifications not acknowledged yet, by app (as last seen by this node)",
+                ),
+                &["app"],
+            )
+            .unwrap_or_else(|_| unreachable!()),
+            callback_failures: counter(
+                "portico_notify_callback_failures_total",
+                "Callback POSTs that failed (non-2xx or no answer)",
+            ),
+            closed: IntCounterVec::new(
+                Opts::new(
+                    "portico_notify_streams_closed_total",
+                    "Notification streams closed by the gateway, by reason",
+                ),
+                &["reason"],
+            )
+            .unwrap_or_else(|_| unreachable!()),
+        }
+    }
+
+    /// Registers every series on `registry`.
+    pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        registry.register(Box::new(self.connections.clone()))?;
+        registry.register(Box::new(self.published.clone()))?;
+        registry.register(Box::new(self.delivered.clone()))?;
+        registry.register(Box::new(self.acked.clone()))?;
+        registry.register(Box::new(self.redelivered.clone()))?;
+        registry.register(Box::new(self.backlog.clone()))?;
+        registry.register(Box::new(self.callback_failures.clone()))?;
+        registry.register(Box::new(self.closed.clone()))?;
+        Ok(())
+    }
+}
+
+/// The stream an app holds on this node: its token (a newer stream replaces it).
+#[derive(Debug, Clone)]
+struct Holder {
+    token: u64,
+    since_ms: u64,
+}
+
+/// The notifications of one gateway process (shared by the live plane's pipeline, the
+/// internal listener and `/status`).
+pub struct Notifier {
+    pub config: Config,
+    pub store: Store,
+    pub metrics: NotifyMetrics,
+    /// The live plane's snapshot (topics and apps), replaced on every reload.
+    snapshot: ArcSwap<Snapshot>,
+    /// Per app: woken when this node stores an event for it.
+    wakers: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Per app: the stream this node serves.
+    holders: Mutex<HashMap<String, Holder>>,
+    fleet: Arc<Fleet>,
+    streams: AtomicU64,
+    /// Callbacks that never succeeded, newest last (at most [`MAX_DEAD_LETTERS`]).
+    dead: Mutex<std::collections::VecDeque<callback::DeadLetter>>,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("store", &self.store.kind())
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The body of `POST /internal/v1/notifications`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishRequest {
+    /// One app; absent: every app granted the topic.
+    #[serde(default)]
+    pub app: Option<String>,
+    pub topic: String,
+    /// The publisher's own id of the event (kept as `key`).
+    #[serde(default)]
+    pub id: Option<String>,
+    pub payload: serde_json::Value,
+    #[serde(default)]
+    pub ttl_s: Option<u64>,
+}
+
+/// The body of `POST /notify/v1/ack`.
+#[derive(Debug, Deserialize)]
+struct AckRequest {
+    ids: Vec<String>,
+}
+
+/// Whether `app_key` (document `app`) may receive `topic`: the topic lists it or `"*"`, or
+/// the app lists the topic in its own `topics` (docs/OPERATIONS.md, "Notifications").
+pub fn granted(snapshot: &Snapshot, app_key: &str, app: &v1::App, topic: &str) -> bool {
+    snapshot.topics.contains_key(topic)
+        && (snapshot.topic_granted(app_key, topic) || app.topics.iter().any(|t| t == topic))
+}
+
+/// The topics `app_key` may receive.
+pub fn granted_topics(snapshot: &Snapshot, app_key: &str) -> Vec<String> {
+    let Some(app) = snapshot.apps.get(app_key) else {
+        return Vec::new();
+    };
+    snapshot
+        .topics
+        .keys()
+        .filter(|t| granted(snapshot, app_key, app, t))
+        .cloned()
+        .collect()
+}
+
+impl Notifier {
+    /// A notifier on Redis Streams when the fleet has Redis, else on this node's memory.
+    pub fn new(config: Config, fleet: Arc<Fleet>) -> Notifier {
+        let store = if fleet.has_redis() {
+            Store::Redis(store::RedisStore::new(Arc::clone(&fleet)))
+        } else {
+            Store::Memory(store::MemoryStore::new(config.memory_events))
+        };
+        Notifier {
+            config,
+            store,
+            metrics: NotifyMetrics::new(),
+            snapshot: ArcSwap::from_pointee(Snapshot::default()),
+            wakers: Mutex::new(HashMap::new()),
+            holders: Mutex::new(HashMap::new()),
+            fleet,
+            streams: AtomicU64::new(0),
+            dead: Mutex::default(),
+        }
+    }
+
+    /// Reload phase (the live plane's `apply`): the snapshot grants are read from.
+    pub fn apply(&self, snapshot: Arc<Snapshot>) {
+        self.snapshot.store(snapshot);
+    }
+
+    /// The snapshot in force.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    fn waker(&self, app: &str) -> Arc<Notify> {
+        Arc::clone(lock(&self.wakers).entry(app.to_owned()).or_default())
+    }
+
+    /// Publishes `req` (internal listener): validates it against the snapshot, stores one
+    /// event per app, and answers `[{app, id}]` in app order. Errors are the envelope's:
+    /// 400 `BAD_REQUEST`, 404 `TOPIC_NOT_FOUND`, 403 `APP_FORBIDDEN`, 413 `BODY_TOO_LARGE`,
+    /// 503 `NOTIFY_UNAVAILABLE` (the store failed).
+    pub async fn publish(
+        &self,
+        req: PublishRequest,
+    ) -> Result<Vec<(String, EventId)>, GatewayError> {
+        let snap = self.snapshot();
+        let Some(topic) = snap.topics.get(&req.topic) else {
+            return Err(GatewayError::new(
+                Code::TopicNotFound,
+                format!(
+                    "no topic {:?} (topics/<name> in the configuration)",
+                    req.topic
+                ),
+            ));
+        };
+        if let Some(key) = &req.id {
+            if key.is_empty() || key.chars().count() > MAX_KEY_CHARS {
+                return Err(GatewayError::bad_request(format!(
+                    "id: must be 1 to {MAX_KEY_CHARS} characters"
+                )));
+            }
+        }
+        let retention_s = topic.retention_s;
+        if let Some(ttl) = req.ttl_s {
+            if ttl == 0 || ttl > retention_s {
+                return Err(GatewayError::bad_request(format!(
+                    "ttl_s: must be between 1 and the topic's retention_s ({retention_s})"
+                )));
+            }
+        }
+        let payload = serde_json::to_string(&req.payload)
+            .map_err(|e| GatewayError::bad_request(format!("payload: {e}")))?;
+        if payload.len() > MAX_PAYLOAD_BYTES {
+            return Err(GatewayError::new(
+                Code::BodyTooLarge,
+                format!("payload: larger than {MAX_PAYLOAD_BYTES} bytes"),
+            ));
+        }
+        let apps: Vec<String> = match &req.app {
+            Some(app) => {
+                let Some(doc) = snap.apps.get(app) else {
+                    return Err(GatewayError::bad_request(format!("app: no app {app:?}")));
+                };
+                if !granted(&snap, app, doc, &req.topic) {
+                    return Err(GatewayError::new(
+                        Code::AppForbidden,
+                        format!("app {app:?} is not granted the topic {:?}", req.topic),
+                    ));
+                }
+                vec![app.clone()]
+            }
+            None => snap
+                .apps
+                .iter()
+                .filter(|(k, doc)| granted(&snap, k, doc, &req.topic))
+                .map(|(k, _)| k.clone())
+                .collect(),
+        };
+        let now = portico_control::clock::now_ms();
+        let mut out = Vec::with_capacity(apps.len());
+        for app in apps {
+            let event = NewEvent {
+                topic: req.topic.clone(),
+                payload: payload.clone(),
+                published_at_ms: now,
+                expires_at_ms: req.ttl_s.map_or(0, |t| now.saturating_add(t * 1000)),
+                key: req.id.clone(),
+                retention_ms: self.retention_ms(&snap, &app),
+            };
+            let id = self.store.publish(&app, event).await.map_err(|e| {
+                GatewayError::new(Code::NotifyUnavailable, "the notification store failed")
+                    .with_detail(e)
+            })?;
+            self.metrics.published.inc();
+            self.waker(&app).notify_waiters();
+            out.push((app, id));
+        }
+        Ok(out)
+    }
+
+    /// The longest retention of the topics `app` may receive (its queue is trimmed by it).
+    fn retention_ms(&self, snap: &Snapshot, app: &str) -> u64 {
+        granted_topics(snap, app)
+            .iter()
+            .filter_map(|t| snap.topics.get(t))
+            .map(|t| t.retention_s)
+            .max()
+            .unwrap_or(v1::DEFAULT_RETENTION_S)
+            .saturating_mul(1000)
+    }
+
+    /// Request phase, after `permit`: serves a notification endpoint for the authenticated
+    /// `app_key`: the stream (`sse.rs`; `Response::Streamed` once it ends) or an ack
+    /// (`Response::Whole` `{"acked": n}`). Refusals: 400 (a bad body or `Last-Event-ID`), 403
+    /// `APP_FORBIDDEN` (an app that receives callbacks), 503 `CONNECTION_LIMIT`,
+    /// `NOTIFY_UNAVAILABLE`.
+    pub async fn serve(
+        &self,
+        api_id: &str,
+        session: &mut Session,
+        app_key: &str,
+        body: &[u8],
+        request_id: &str,
+    ) -> Result<Response, GatewayError> {
+        if api_id == crate::model::NOTIFY_ACK.2 {
+            return self.ack(app_key, body).await;
+        }
+        sse::serve(self, session, app_key, request_id).await
+    }
+
+    async fn ack(&self, app_key: &str, body: &[u8]) -> Result<Response, GatewayError> {
+        let req: AckRequest = serde_json::from_slice(body).map_err(|e| {
+            GatewayError::bad_request(format!("ack: expected {{\"ids\": [..]}}: {e}"))
+        })?;
+        if req.ids.len() > MAX_ACK_IDS {
+            return Err(GatewayError::bad_request(format!(
+                "ids: at most {MAX_ACK_IDS} per ack"
+            )));
+        }
+        let ids = req
+            .ids
+            .iter()
+            .map(|s| {
+                EventId::parse(s).ok_or_else(|| {
+                    GatewayError::bad_request(format!("ids: {s:?} is not an event id"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let n = self.store.ack(app_key, &ids).await.map_err(|e| {
+            GatewayError::new(Code::NotifyUnavailable, "the notification store failed")
+                .with_detail(e)
+        })?;
+        self.metrics.acked.inc_by(n);
+        self.waker(app_key).notify_waiters();
+        let body = serde_json::json!({"acked": n}).to_string();
+        Ok(Response::Whole(Whole {
+            status: 200,
+            headers: Vec::new(),
+            body: Bytes::from(body),
+        }))
+    }
+
+    /// Takes the app's stream slot on this node (and, with Redis, cluster-wide): a stream
+    /// already open for the app is closed as `replaced` at its next poll.
+    async fn hold(&self, app: &str) -> u64 {
+        let token = fastrand::u64(1..);
+        lock(&self.holders).insert(
+            app.to_owned(),
+            Holder {
+                token,
+                since_ms: portico_control::clock::now_ms(),
+            },
+        );
+        if let Some(mut c) = self.fleet.redis_conn() {
+            let _: redis::RedisResult<()> = redis::cmd("SET")
+                .arg(owner_key(app))
+                .arg(token)
+                .arg("PX")
+                .arg(OWNER_TTL_MS)
+                .query_async(&mut c)
+                .await;
+        }
+        self.waker(app).notify_waiters();
+        token
+    }
+
+    /// Whether the stream `token` still holds the app (on this node, and in Redis when it
+    /// answers); refreshes the Redis claim.
+    async fn holds(&self, app: &str, token: u64) -> bool {
+        if lock(&self.holders).get(app).map(|h| h.token) != Some(token) {
+            return false;
+        }
+        let Some(mut c) = self.fleet.redis_conn() else {
+            return true;
+        };
+        let current: redis::RedisResult<Option<u64>> = redis::cmd("GET")
+            .arg(owner_key(app))
+            .query_async(&mut c)
+            .await;
+        match current {
+            Ok(Some(t)) if t != token => false,
+            Ok(_) => {
+                let _: redis::RedisResult<()> = redis::cmd("SET")
+                    .arg(owner_key(app))
+                    .arg(token)
+                    .arg("PX")
+                    .arg(OWNER_TTL_MS)
+                    .query_async(&mut c)
+                    .await;
+                true
+            }
+            // Redis unsure: keep serving; the store's own calls will tell.
+            Err(_) => true,
+        }
+    }
+
+    fn dead_letter(&self, d: callback::DeadLetter) {
+        let mut dead = lock(&self.dead);
+        if dead.len() >= MAX_DEAD_LETTERS {
+            dead.pop_front();
+        }
+        dead.push_back(d);
+    }
+
+    fn release(&self, app: &str, token: u64) {
+        let mut holders = lock(&self.holders);
+        if holders.get(app).map(|h| h.token) == Some(token) {
+            holders.remove(app);
+        }
+    }
+
+    /// `/status`'s `notify`: the store, the streams on this node, the backlogs known.
+    pub async fn status(&self) -> serde_json::Value {
+        let held: Vec<serde_json::Value> = lock(&self.holders)
+            .iter()
+            .map(|(app, h)| serde_json::json!({"app": app, "since_ms": h.since_ms}))
+            .collect();
+        let snap = self.snapshot();
+        let mut backlog = serde_json::Map::new();
+        for app in snap.apps.keys() {
+            if granted_topics(&snap, app).is_empty() {
+                continue;
+            }
+            if let Ok(n) = self.store.backlog(app).await {
+                self.metrics
+                    .backlog
+                    .with_label_values(&[app.as_str()])
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+                backlog.insert(app.clone(), n.into());
+            }
+        }
+        let mut out = serde_json::json!({
+            "store": self.store.kind(),
+            "streams": held,
+            "backlog": backlog,
+            "topics": snap.topics.keys().collect::<Vec<_>>(),
+            "ack_timeout_ms": self.config.ack_timeout.as_millis() as u64,
+            "max_backlog": self.config.max_backlog,
+            "callbacks": snap.apps.iter().filter(|(_, a)| a.callback_url.is_some()).map(|(k, _)| k).collect::<Vec<_>>(),
+            "dead_letters": lock(&self.dead).iter().rev().take(100).collect::<Vec<_>>(),
+            "dead_letters_total": lock(&self.dead).len(),
+        });
+        if let (Store::Memory(m), Some(obj)) = (&self.store, out.as_object_mut()) {
+            obj.insert("memory_max_events".into(), self.config.memory_events.into());
+            obj.insert(
+                "memory_dropped".into(),
+                m.dropped.load(Ordering::Relaxed).into(),
+            );
+        }
+        out
+    }
+}
+
+/// How long a stream's cluster-wide claim on its app lasts without a refresh.
+const OWNER_TTL_MS: u64 = 30_000;
+
+fn owner_key(app: &str) -> String {
+    format!("portico:notify:{{{app}}}:owner")
+}

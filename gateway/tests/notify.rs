@@ -1,0 +1,851 @@
+//! Notifications end to end (docs/PROTOCOL.md, "Notifications"; docs/OPERATIONS.md,
+//! "Notifications"): real gateways on one configuration directory, real Redis, backends
+//! publishing on the internal listener, merchants holding signed SSE streams and acking.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use portico_testkit::Redis;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use support::*;
+
+const TOKEN: &str = "publisher-token-0123456789";
+const OTHER: &str = "merchant-2";
+const OTHER_SECRET: &str = "other-secret-value";
+
+/// Two apps, both granted the topic `orders`.
+fn tree() -> ConfigTree {
+    let t = ConfigTree::new();
+    t.put(
+        "apps/merchant-1",
+        &json!({"secret": SECRET, "status": "active", "apis": []}),
+    );
+    t.put(
+        &format!("apps/{OTHER}"),
+        &json!({"secret": OTHER_SECRET, "status": "active", "apis": [], "topics": ["orders"]}),
+    );
+    t.put(
+        "topics/orders",
+        &json!({"owner": "order-team", "apps": ["merchant-1"], "retention_s": 3600}),
+    );
+    t
+}
+
+/// A gateway on `tree` with an internal listener of its own (and Redis when given).
+struct Node {
+    gw: GatewayProcess,
+    internal: SocketAddr,
+}
+
+fn node(tree: &ConfigTree, redis: Option<&Redis>, extra: &[&str]) -> Node {
+    let internal: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let token_file = tree.path().join("publish.token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let mut args: Vec<String> = vec![
+        "--config-dir".into(),
+        tree.path().display().to_string(),
+        "--internal-listen".into(),
+        internal.to_string(),
+        "--publish-token-file".into(),
+        token_file.display().to_string(),
+    ];
+    if let Some(r) = redis {
+        args.extend(["--redis".into(), r.url()]);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let gw = GatewayProcess::start_args(args);
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(internal).is_ok()
+    }));
+    if redis.is_some() {
+        assert!(
+            wait_until(Duration::from_secs(10), || gw.status()["redis"]["state"]
+                == "ok"),
+            "redis never up"
+        );
+    }
+    Node { gw, internal }
+}
+
+/// Publishes `payload` on `topic` (to `app`, or every granted app); the answer's events.
+fn publish(n: &Node, app: Option<&str>, topic: &str, payload: Value) -> Vec<Value> {
+    publish_to(n.internal, app, topic, payload)
+}
+
+fn publish_to(internal: SocketAddr, app: Option<&str>, topic: &str, payload: Value) -> Vec<Value> {
+    let mut body = json!({"topic": topic, "payload": payload});
+    if let Some(app) = app {
+        body["app"] = app.into();
+    }
+    let r = client()
+        .post(format!("http://{internal}/internal/v1/notifications"))
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().unwrap();
+    v["events"].as_array().unwrap().clone()
+}
+
+/// What a stream delivered.
+#[derive(Debug)]
+enum Msg {
+    Event(Value),
+    Close(Value),
+}
+
+/// An open SSE stream, read on a thread.
+struct Sse {
+    rx: mpsc::Receiver<Msg>,
+}
+
+/// A client without an overall timeout (streams last).
+fn stream_client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(None::<Duration>)
+        .no_proxy()
+        .build()
+        .unwrap()
+}
+
+fn open_as(gw: &GatewayProcess, key: &str, secret: &str, last: Option<&str>) -> Sse {
+    let mut req = signed(
+        &stream_client(),
+        "GET",
+        &gw.url("/notify/v1/stream"),
+        key,
+        secret,
+        None,
+    );
+    if let Some(id) = last {
+        req = req.header("Last-Event-ID", id);
+    }
+    let resp = req.send().unwrap();
+    assert_eq!(resp.status(), 200, "{:?}", resp.text());
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut event = String::new();
+        let mut data = String::new();
+        for line in BufReader::new(resp).lines() {
+            let Ok(line) = line else { return };
+            if line.is_empty() {
+                let v: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+                let msg = match event.as_str() {
+                    "notification" => Some(Msg::Event(v)),
+                    "close" => Some(Msg::Close(v)),
+                    _ => None,
+                };
+                if let Some(m) = msg {
+                    if tx.send(m).is_err() {
+                        return;
+                    }
+                }
+                event.clear();
+                data.clear();
+            } else if let Some(e) = line.strip_prefix("event: ") {
+                event = e.to_owned();
+            } else if let Some(d) = line.strip_prefix("data: ") {
+                data.push_str(d);
+            }
+        }
+    });
+    Sse { rx }
+}
+
+fn open(gw: &GatewayProcess, last: Option<&str>) -> Sse {
+    open_as(gw, KEY, SECRET, last)
+}
+
+impl Sse {
+    /// The next event, within `wait`; panics on a close or silence.
+    fn next(&self, wait: Duration) -> Value {
+        match self.rx.recv_timeout(wait) {
+            Ok(Msg::Event(v)) => v,
+            other => panic!("expected an event, got {other:?}"),
+        }
+    }
+
+    /// Waits for the gateway's close; its `{reason, message}`.
+    fn closed(&self, wait: Duration) -> Value {
+        let end = Instant::now() + wait;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(Msg::Close(v)) => return v,
+                Ok(Msg::Event(_)) => continue,
+                Err(e) => panic!("no close: {e:?}"),
+            }
+        }
+    }
+
+    /// Nothing more arrives within `wait`.
+    fn quiet(&self, wait: Duration) -> bool {
+        self.rx.recv_timeout(wait).is_err()
+    }
+}
+
+fn ack_as(gw: &GatewayProcess, key: &str, secret: &str, ids: &[String]) -> u64 {
+    let body = serde_json::to_vec(&json!({ "ids": ids })).unwrap();
+    let r = signed(
+        &client(),
+        "POST",
+        &gw.url("/notify/v1/ack"),
+        key,
+        secret,
+        Some(&body),
+    )
+    .send()
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().unwrap();
+    v["acked"].as_u64().unwrap()
+}
+
+fn ack(gw: &GatewayProcess, ids: &[String]) -> u64 {
+    ack_as(gw, KEY, SECRET, ids)
+}
+
+fn seq(e: &Value) -> u64 {
+    e["payload"]["seq"].as_u64().unwrap()
+}
+
+fn id(e: &Value) -> String {
+    e["id"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_thousand_events_arrive_in_order_and_none_twice_after_acks() {
+    let redis = Redis::start();
+    let t = tree();
+    let n = node(&t, Some(&redis), &[]);
+    let sse = open(&n.gw, None);
+    let publisher = {
+        let internal = n.internal;
+        std::thread::spawn(move || {
+            for i in 0..1000u64 {
+                let events = publish_to(internal, Some(KEY), "orders", json!({"seq": i}));
+                assert_eq!(events.len(), 1);
+            }
+        })
+    };
+    let mut got = Vec::new();
+    let mut to_ack = Vec::new();
+    while got.len() < 1000 {
+        let e = sse.next(Duration::from_secs(30));
+        assert_eq!(e["topic"], "orders");
+        assert!(e["published_at"].as_str().unwrap().contains('T'));
+        to_ack.push(id(&e));
+        got.push(seq(&e));
+        if to_ack.len() >= 50 {
+            assert_eq!(ack(&n.gw, &to_ack), to_ack.len() as u64);
+            to_ack.clear();
+        }
+    }
+    publisher.join().unwrap();
+    assert_eq!(got, (0..1000).collect::<Vec<_>>());
+    ack(&n.gw, &to_ack);
+    assert!(
+        sse.quiet(Duration::from_secs(2)),
+        "nothing more after the acks"
+    );
+    let m = n.gw.metrics();
+    assert!(
+        m.contains("portico_notify_events_published_total 1000"),
+        "{m}"
+    );
+    assert!(m.contains("portico_notify_acked_total 1000"), "{m}");
+    assert!(m.contains("portico_notify_connections 1"), "{m}");
+    let status = n.gw.status();
+    assert_eq!(status["notify"]["store"], "redis");
+    assert_eq!(status["notify"]["backlog"][KEY], 0);
+}
+
+#[test]
+fn killing_the_node_holding_the_stream_loses_nothing() {
+    let redis = Redis::start();
+    let t = tree();
+    let a = node(&t, Some(&redis), &[]);
+    let b = node(&t, Some(&redis), &[]);
+    let sse = open(&a.gw, None);
+    for i in 0..100u64 {
+        publish(&b, Some(KEY), "orders", json!({"seq": i}));
+    }
+    let mut seen = Vec::new();
+    for _ in 0..60 {
+        seen.push(sse.next(Duration::from_secs(20)));
+    }
+    // Ack the first 40 only; the node dies with 20 delivered and unacked, 40 undelivered.
+    let acked: Vec<String> = seen[..40].iter().map(id).collect();
+    assert_eq!(ack(&b.gw, &acked), 40);
+    let last_acked = acked.last().unwrap().clone();
+    drop(a);
+    for i in 100..150u64 {
+        publish(&b, Some(KEY), "orders", json!({"seq": i}));
+    }
+    let sse = open(&b.gw, Some(&last_acked));
+    let mut after = Vec::new();
+    while after.len() < 110 {
+        let e = sse.next(Duration::from_secs(20));
+        after.push(seq(&e));
+        ack(&b.gw, &[id(&e)]);
+    }
+    assert_eq!(after, (40..150).collect::<Vec<_>>());
+    assert!(sse.quiet(Duration::from_secs(1)));
+}
+
+#[test]
+fn an_offline_merchant_gets_its_backlog_and_unacked_events_come_again() {
+    let redis = Redis::start();
+    let t = tree();
+    let n = node(&t, Some(&redis), &["--notify-ack-timeout-ms", "1500"]);
+    // Every granted app: merchant-1 by the topic's list, merchant-2 by its own `topics`.
+    for i in 0..5u64 {
+        let events = publish(&n, None, "orders", json!({"seq": i}));
+        assert_eq!(events.len(), 2, "{events:?}");
+    }
+    let sse = open(&n.gw, None);
+    let first: Vec<Value> = (0..5).map(|_| sse.next(Duration::from_secs(10))).collect();
+    let received = Instant::now();
+    assert_eq!(
+        first.iter().map(seq).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
+    ack(&n.gw, &first[1..].iter().map(id).collect::<Vec<_>>());
+    // Seq 0 was never acked: it comes again after the ack timeout (1.5 s after it was
+    // sent), with the same id.
+    let again = sse.next(Duration::from_secs(10));
+    assert_eq!(id(&again), id(&first[0]));
+    assert!(received.elapsed() >= Duration::from_millis(1000));
+    ack(&n.gw, &[id(&again)]);
+    assert!(sse.quiet(Duration::from_secs(3)));
+    assert!(n
+        .gw
+        .metrics()
+        .contains("portico_notify_redelivered_total 1"));
+    // The other app's backlog waited for it.
+    let other = open_as(&n.gw, OTHER, OTHER_SECRET, None);
+    let got: Vec<u64> = (0..5)
+        .map(|_| seq(&other.next(Duration::from_secs(10))))
+        .collect();
+    assert_eq!(got, vec![0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn a_revoked_grant_closes_the_stream() {
+    let t = tree();
+    let n = node(&t, None, &[]);
+    assert_eq!(n.gw.status()["notify"]["store"], "memory");
+    let sse = open(&n.gw, None);
+    publish(&n, Some(KEY), "orders", json!({"seq": 1}));
+    sse.next(Duration::from_secs(10));
+    let digest = n.gw.digest();
+    t.put(
+        "topics/orders",
+        &json!({"apps": [OTHER], "retention_s": 3600}),
+    );
+    assert!(n.gw.wait_for_new_config(&digest));
+    let applied = Instant::now();
+    let close = sse.closed(Duration::from_secs(5));
+    assert_eq!(close["reason"], "revoked");
+    assert!(
+        applied.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        applied.elapsed()
+    );
+    // And a new stream is refused.
+    let r = signed(
+        &client(),
+        "GET",
+        &n.gw.url("/notify/v1/stream"),
+        KEY,
+        SECRET,
+        None,
+    )
+    .send()
+    .unwrap();
+    let (status, code, _) = code_of(r);
+    assert_eq!((status, code.as_str()), (403, "APP_FORBIDDEN"));
+}
+
+#[test]
+fn a_slow_consumer_is_cut_and_another_app_is_not() {
+    let redis = Redis::start();
+    let t = tree();
+    let n = node(
+        &t,
+        Some(&redis),
+        &[
+            "--notify-max-backlog",
+            "20",
+            "--notify-ack-timeout-ms",
+            "2000",
+        ],
+    );
+    let slow = open(&n.gw, None);
+    let fast = open_as(&n.gw, OTHER, OTHER_SECRET, None);
+    for i in 0..50u64 {
+        assert_eq!(publish(&n, None, "orders", json!({"seq": i})).len(), 2);
+    }
+    let mut fast_seen = Vec::new();
+    while fast_seen.len() < 50 {
+        let e = fast.next(Duration::from_secs(10));
+        fast_seen.push(seq(&e));
+        ack_as(&n.gw, OTHER, OTHER_SECRET, &[id(&e)]);
+    }
+    assert_eq!(fast_seen, (0..50).collect::<Vec<_>>());
+    // The slow one got its window of 20 and no more, then was cut.
+    let mut slow_seen = 0;
+    let close = loop {
+        match slow.rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+            Msg::Event(_) => slow_seen += 1,
+            Msg::Close(v) => break v,
+        }
+    };
+    assert_eq!(close["reason"], "slow_consumer", "{close}");
+    assert!(slow_seen >= 20, "{slow_seen}");
+    assert!(n
+        .gw
+        .metrics()
+        .contains("portico_notify_streams_closed_total{reason=\"slow_consumer\"} 1"));
+    assert!(fast.quiet(Duration::from_millis(500)));
+}
+
+#[test]
+fn unsigned_replayed_and_unauthorized_requests_are_refused() {
+    let t = tree();
+    let n = node(&t, None, &[]);
+    let r = client().get(n.gw.url("/notify/v1/stream")).send().unwrap();
+    let (status, code, _) = code_of(r);
+    assert_eq!((status, code.as_str()), (401, "SIGNATURE_MISSING"));
+    // The same signed opening request twice: the second is a replay.
+    let url = n.gw.url("/notify/v1/stream");
+    let ts = now_ms();
+    let nonce = nonce();
+    let first = signed_at(&stream_client(), "GET", &url, KEY, SECRET, None, ts, &nonce)
+        .send()
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    let again = signed_at(&client(), "GET", &url, KEY, SECRET, None, ts, &nonce)
+        .send()
+        .unwrap();
+    let (status, code, _) = code_of(again);
+    assert_eq!((status, code.as_str()), (401, "NONCE_REPLAYED"));
+    drop(first);
+    // Publishing: the token, the topic, the grant, the body.
+    let post = |token: Option<&str>, body: Value| {
+        let mut r = client().post(format!("http://{}/internal/v1/notifications", n.internal));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        code_of(r.json(&body).send().unwrap())
+    };
+    let ok = json!({"app": KEY, "topic": "orders", "payload": {}});
+    assert_eq!(post(None, ok.clone()).1, "UNAUTHORIZED");
+    assert_eq!(post(Some("wrong"), ok.clone()).0, 401);
+    let (s, c, v) = post(Some(TOKEN), json!({"topic": "nope", "payload": 1}));
+    assert_eq!((s, c.as_str()), (404, "TOPIC_NOT_FOUND"), "{v}");
+    assert!(v["request_id"].is_string());
+    t.put(
+        "apps/merchant-3",
+        &json!({"secret": "third-secret", "apis": []}),
+    );
+    let digest = n.gw.digest();
+    assert!(n.gw.wait_for_new_config(&digest));
+    let (s, c, _) = post(
+        Some(TOKEN),
+        json!({"app": "merchant-3", "topic": "orders", "payload": 1}),
+    );
+    assert_eq!((s, c.as_str()), (403, "APP_FORBIDDEN"));
+    let (s, c, _) = post(Some(TOKEN), json!({"topic": "orders"}));
+    assert_eq!((s, c.as_str()), (400, "BAD_REQUEST"));
+    // The merchant listener does not serve the internal API.
+    let r = client()
+        .post(n.gw.url("/internal/v1/notifications"))
+        .bearer_auth(TOKEN)
+        .json(&ok)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+#[test]
+fn without_a_token_publishing_is_off() {
+    let t = tree();
+    let internal: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let _gw = GatewayProcess::start(t.path(), &["--internal-listen", &internal.to_string()]);
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(internal).is_ok()
+    }));
+    let r = client()
+        .post(format!("http://{internal}/internal/v1/notifications"))
+        .bearer_auth("anything")
+        .json(&json!({"topic": "orders", "payload": 1}))
+        .send()
+        .unwrap();
+    let (s, c, v) = code_of(r);
+    assert_eq!((s, c.as_str()), (503, "NOTIFY_UNAVAILABLE"));
+    assert!(v["message"].as_str().unwrap().contains("token"));
+}
+
+/// One callback the receiver saw.
+#[derive(Debug, Clone)]
+struct Hook {
+    at: Instant,
+    nonce: String,
+    signature_ok: bool,
+    body: Value,
+}
+
+/// A callback receiver on a free port: answers 500 to the first `fail` POSTs, then 204;
+/// verifies each signature with `secret` (§3.1, the path and query it was sent to).
+fn receiver(secret: &'static str, fail: usize) -> (u16, mpsc::Receiver<Hook>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut seen = 0;
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let (head, body) = loop {
+                let n = conn.read(&mut chunk).unwrap_or(0);
+                if n == 0 {
+                    break (String::new(), Vec::new());
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&buf[..i]).to_string();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            let (k, v) = l.split_once(':')?;
+                            k.eq_ignore_ascii_case("content-length")
+                                .then(|| v.trim().parse().ok())?
+                        })
+                        .unwrap_or(0);
+                    let mut body = buf[i + 4..].to_vec();
+                    while body.len() < len {
+                        let n = conn.read(&mut chunk).unwrap_or(0);
+                        if n == 0 {
+                            break;
+                        }
+                        body.extend_from_slice(&chunk[..n]);
+                    }
+                    break (head, body);
+                }
+            };
+            if head.is_empty() {
+                continue;
+            }
+            let header = |name: &str| {
+                head.lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+                    })
+                    .unwrap_or_default()
+            };
+            let target = head.split(' ').nth(1).unwrap_or_default().to_owned();
+            let (path, query) = match target.split_once('?') {
+                Some((p, q)) => (p.to_owned(), Some(q.to_owned())),
+                None => (target.clone(), None),
+            };
+            let sts = portico_control::sign::string_to_sign(
+                "POST",
+                &path,
+                query.as_deref(),
+                &header("x-portico-appkey"),
+                &header("x-portico-timestamp"),
+                &header("x-portico-nonce"),
+                &body,
+            );
+            let signature_ok = portico_control::sign::verify(
+                secret.as_bytes(),
+                &sts,
+                &header("x-portico-signature"),
+            );
+            seen += 1;
+            let status = if seen <= fail {
+                "500 Oops"
+            } else {
+                "204 No Content"
+            };
+            let _ = conn.write_all(
+                format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .as_bytes(),
+            );
+            let _ = tx.send(Hook {
+                at: Instant::now(),
+                nonce: header("x-portico-nonce"),
+                signature_ok,
+                body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            });
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn callbacks_are_signed_retried_with_backoff_and_dead_lettered() {
+    let redis = Redis::start();
+    let t = tree();
+    let (port, hooks) = receiver("callback-secret-1", 2);
+    t.put(
+        "apps/merchant-cb",
+        &json!({"secret": "callback-secret-1", "apis": [], "topics": ["orders"],
+                "callback_url": format!("http://127.0.0.1:{port}/hooks/portico?src=gw")}),
+    );
+    let closed = free_port();
+    t.put(
+        "apps/merchant-dead",
+        &json!({"secret": "callback-secret-2", "apis": [], "topics": ["orders"],
+                "callback_url": format!("http://127.0.0.1:{closed}/never")}),
+    );
+    let n = node(&t, Some(&redis), &["--notify-callback-attempts", "3"]);
+    let events = publish(&n, Some("merchant-cb"), "orders", json!({"order": 42}));
+    publish(&n, Some("merchant-dead"), "orders", json!({"order": 43}));
+    let tries: Vec<Hook> = (0..3)
+        .map(|_| hooks.recv_timeout(Duration::from_secs(15)).unwrap())
+        .collect();
+    assert!(tries.iter().all(|h| h.signature_ok), "{tries:?}");
+    assert!(tries.iter().all(|h| h.body["id"] == events[0]["id"]));
+    assert_eq!(tries[0].body["payload"]["order"], 42);
+    let nonces: std::collections::HashSet<&str> = tries.iter().map(|h| h.nonce.as_str()).collect();
+    assert_eq!(nonces.len(), 3, "a fresh nonce on every try");
+    let gap1 = tries[1].at - tries[0].at;
+    let gap2 = tries[2].at - tries[1].at;
+    assert!(gap1 >= Duration::from_millis(900), "{gap1:?}");
+    assert!(gap2 >= Duration::from_millis(1900), "{gap2:?}");
+    // Delivered (204): acknowledged, nothing more comes.
+    assert!(hooks.recv_timeout(Duration::from_secs(2)).is_err());
+    assert!(wait_until(Duration::from_secs(10), || {
+        let s = n.gw.status();
+        s["notify"]["backlog"]["merchant-cb"] == 0
+            && s["notify"]["dead_letters"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|x| x["app"] == "merchant-dead"))
+    }));
+    let s = n.gw.status();
+    let dead = &s["notify"]["dead_letters"][0];
+    assert_eq!(
+        (dead["attempts"].as_u64(), dead["topic"].as_str()),
+        (Some(3), Some("orders"))
+    );
+    assert!(n
+        .gw
+        .metrics()
+        .contains("portico_notify_callback_failures_total 5"));
+    // An app receiving callbacks cannot also open a stream.
+    let r = signed(
+        &client(),
+        "GET",
+        &n.gw.url("/notify/v1/stream"),
+        "merchant-cb",
+        "callback-secret-1",
+        None,
+    )
+    .send()
+    .unwrap();
+    assert_eq!(code_of(r).1, "APP_FORBIDDEN");
+}
+
+/// A binary built beside the test's (the `portico` CLI of the registry crate).
+fn sibling_bin(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let profile = if deps.file_name().is_some_and(|n| n == "deps") {
+        deps.parent().unwrap()
+    } else {
+        deps
+    };
+    let bin = profile.join(name);
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does)",
+        bin.display()
+    );
+    bin
+}
+
+#[test]
+fn the_cli_publishes_like_a_backend() {
+    let t = tree();
+    let n = node(&t, None, &[]);
+    let sse = open(&n.gw, None);
+    let token_file = t.path().join("publish.token");
+    let out = std::process::Command::new(sibling_bin("portico"))
+        .args(["notify", "--gateway", &format!("http://{}", n.internal)])
+        .args([
+            "--app",
+            KEY,
+            "--topic",
+            "orders",
+            "--payload",
+            r#"{"seq": 7}"#,
+        ])
+        .args(["--id", "order-7-paid", "--publish-token-file"])
+        .arg(&token_file)
+        .env_remove("PORTICO_PUBLISH_TOKEN")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let e = sse.next(Duration::from_secs(10));
+    assert_eq!(printed.trim(), format!("{KEY}\t{}", id(&e)));
+    assert_eq!((seq(&e), e["key"].as_str()), (7, Some("order-7-paid")));
+    // A bad token: the envelope on stderr, exit 1.
+    let out = std::process::Command::new(sibling_bin("portico"))
+        .args(["notify", "--gateway", &format!("http://{}", n.internal)])
+        .args([
+            "--topic",
+            "orders",
+            "--payload",
+            "1",
+            "--publish-token",
+            "wrong",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("UNAUTHORIZED"));
+}
+
+#[test]
+fn the_documented_python_client_receives_and_acks() {
+    let t = tree();
+    let n = node(&t, None, &[]);
+    for i in 0..3u64 {
+        publish(&n, Some(KEY), "orders", json!({"seq": i}));
+    }
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/notify_client.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .args(["--gateway", &format!("http://{}", n.gw.listen)])
+        .args(["--app", KEY, "--secret", SECRET, "--max-events", "3"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let seqs: Vec<u64> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| seq(&serde_json::from_str(l).unwrap()))
+        .collect();
+    assert_eq!(seqs, vec![0, 1, 2]);
+    assert!(wait_until(Duration::from_secs(5), || {
+        n.gw.status()["notify"]["backlog"][KEY] == 0
+    }));
+}
+
+#[test]
+fn grpc_publish_on_the_internal_listener() {
+    use portico_gateway::notify::grpc::{PublishRequest, PublishResponse, PUBLISH_PATH};
+    let t = tree();
+    let n = node(&t, None, &[]);
+    let sse = open(&n.gw, None);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let internal = n.internal;
+    let call = |token: &str, msg: PublishRequest| {
+        rt.block_on(async {
+            let channel = tonic::transport::Channel::from_shared(format!("http://{internal}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut grpc = tonic::client::Grpc::new(channel);
+            grpc.ready().await.unwrap();
+            let mut req = tonic::Request::new(msg);
+            req.metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse().unwrap());
+            grpc.unary(
+                req,
+                http::uri::PathAndQuery::from_static(PUBLISH_PATH),
+                tonic_prost::ProstCodec::<PublishRequest, PublishResponse>::default(),
+            )
+            .await
+            .map(tonic::Response::into_inner)
+        })
+    };
+    let msg = PublishRequest {
+        app: KEY.into(),
+        topic: "orders".into(),
+        id: "k-9".into(),
+        payload_json: r#"{"seq": 9}"#.into(),
+        ttl_s: 0,
+    };
+    let answer = call(TOKEN, msg.clone()).unwrap();
+    assert_eq!(answer.events.len(), 1);
+    let e = sse.next(Duration::from_secs(10));
+    assert_eq!(
+        (answer.events[0].id.as_str(), seq(&e)),
+        (id(&e).as_str(), 9)
+    );
+    assert_eq!(
+        call("wrong", msg.clone()).unwrap_err().code(),
+        tonic::Code::Unauthenticated
+    );
+    let missing = PublishRequest {
+        topic: "nope".into(),
+        ..msg.clone()
+    };
+    assert_eq!(
+        call(TOKEN, missing).unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+    let bad = PublishRequest {
+        payload_json: "{not json".into(),
+        ..msg
+    };
+    assert_eq!(
+        call(TOKEN, bad).unwrap_err().code(),
+        tonic::Code::InvalidArgument
+    );
+}
+
+#[test]
+fn an_idle_stream_gets_heartbeats() {
+    let t = tree();
+    let n = node(&t, None, &["--notify-heartbeat-ms", "300"]);
+    let resp = signed(
+        &stream_client(),
+        "GET",
+        &n.gw.url("/notify/v1/stream"),
+        KEY,
+        SECRET,
+        None,
+    )
+    .send()
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["cache-control"], "no-store");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(resp).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let started = Instant::now();
+    let mut beats = 0;
+    while beats < 3 {
+        let line = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        if line == ": heartbeat" {
+            beats += 1;
+        }
+    }
+    assert!(started.elapsed() >= Duration::from_millis(600));
+}
