@@ -13,55 +13,17 @@
 
 mod common;
 
+use common::browser::{build_console, run_script, screenshot_dir};
 use common::{seed_history, Proc};
 use portico_testkit::{free_port, wait_for, ZooKeeper};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+
+use std::process::Command;
+use std::time::Duration;
 
 const TOKEN: &str = "alerts-e2e-admin-token";
 const RULE: &str = "pay-idle";
 const API: &str = "pay.create";
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// Checks node, the npm dependencies and Chromium, and builds the console into `out`.
-fn build_console(out: &Path) -> PathBuf {
-    let ui = workspace().join("admin-ui");
-    let node_ok = Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(node_ok, "node is not installed (./ops/test.sh installs it)");
-    for dep in ["playwright-core", "vite", "preact", "typescript"] {
-        assert!(
-            ui.join("node_modules").join(dep).is_dir(),
-            "admin-ui/node_modules/{dep} is missing: `cd admin-ui && npm ci`"
-        );
-    }
-    let chromium =
-        std::env::var("PORTICO_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_owned());
-    assert!(
-        Path::new(&chromium).is_file(),
-        "{chromium} is missing (apt-get install chromium), or set PORTICO_CHROMIUM"
-    );
-    let status = Command::new("npm")
-        .args(["run", "build", "--", "--outDir"])
-        .arg(out)
-        .arg("--emptyOutDir")
-        .current_dir(&ui)
-        .status()
-        .expect("running npm");
-    assert!(status.success(), "`npm run build` of admin-ui failed");
-    PathBuf::from(chromium)
-}
 
 fn call(base: &str, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
     let http = reqwest::blocking::Client::builder()
@@ -93,10 +55,6 @@ fn console_alerts_and_reports_in_chromium() {
         .unwrap();
     let logs = work.path().join("logs");
     std::fs::create_dir_all(&logs).unwrap();
-    let shots = std::env::var_os("PORTICO_SCREENSHOT_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("target/console-screenshots"));
-    std::fs::create_dir_all(&shots).unwrap();
     let console_dir = work.path().join("console");
     let chromium = build_console(&console_dir);
     let db = work.path().join("history.sqlite");
@@ -163,44 +121,18 @@ fn console_alerts_and_reports_in_chromium() {
         registry.tail()
     );
 
-    let started = Instant::now();
-    let mut node = Command::new("node")
-        .arg(workspace().join("admin-ui/e2e/alerts.e2e.mjs"))
-        .current_dir(workspace().join("admin-ui"))
-        .env("CONSOLE_URL", &base)
-        .env("ADMIN_TOKEN", TOKEN)
-        .env("RULE", RULE)
-        .env("API", API)
-        .env("SCREENSHOT_DIR", &shots)
-        .env("CHROMIUM", &chromium)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("running node");
-    let stdout = node.stdout.take().unwrap();
-    let echo = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            println!("{line}");
-        }
-    });
-    let status = loop {
-        if let Some(status) = node.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(180) {
-            let _ = node.kill();
-            let _ = node.wait();
-            panic!("the browser run took more than 180 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let _ = echo.join();
+    let env = std::collections::BTreeMap::from([
+        ("CONSOLE_URL", base.clone()),
+        ("ADMIN_TOKEN", TOKEN.to_owned()),
+        ("RULE", RULE.to_owned()),
+        ("API", API.to_owned()),
+    ]);
+    let passed = run_script("alerts.e2e.mjs", &chromium, &env, Duration::from_secs(180));
     registry.assert_alive();
     assert!(
-        status.success(),
-        "the browser run failed ({status}); screenshots in {}\n--- registry log ---\n{}",
-        shots.display(),
+        passed,
+        "the browser run failed; screenshots in {}\n--- registry log ---\n{}",
+        screenshot_dir().display(),
         registry.tail()
     );
 
