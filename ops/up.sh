@@ -284,7 +284,7 @@ awk -v targets="$prom_targets" -v rules="$ROOT/ops/prometheus/" '
     /^      - targets:/ { print; printf "%s", targets; skip = 1; next }
     skip && /^          [-#]/ { next }
     { skip = 0 }
-    /^  - "alerts\*\.yml"/ { sub(/"alerts/, "\"" rules "alerts") }
+    /^  - "alerts\.yml"/ { sub(/"alerts/, "\"" rules "alerts") }
     { print }' "$ROOT/ops/prometheus/prometheus.yml" >"$RUN/prometheus.yml"
 
 cat <<EOF

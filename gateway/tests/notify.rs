@@ -396,10 +396,15 @@ fn a_slow_consumer_is_cut_and_another_app_is_not() {
     for i in 0..50u64 {
         assert_eq!(publish(&n, None, "orders", json!({"seq": i})).len(), 2);
     }
-    let mut fast_seen = Vec::new();
+    // At least once: on a loaded machine an ack may come after the ack timeout and the event
+    // is sent again; every event arrives, first in publish order.
+    let mut fast_seen: Vec<u64> = Vec::new();
     while fast_seen.len() < 50 {
         let e = fast.next(Duration::from_secs(10));
-        fast_seen.push(seq(&e));
+        let s = seq(&e);
+        if !fast_seen.contains(&s) {
+            fast_seen.push(s);
+        }
         ack_as(&n.gw, OTHER, OTHER_SECRET, &[id(&e)]);
     }
     assert_eq!(fast_seen, (0..50).collect::<Vec<_>>());

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 /// The gateway's own error codes (docs/PROTOCOL.md, "The error envelope"): status, code,
 /// meaning.
-pub const ERROR_CODES: [(u16, &str, &str); 21] = [
+pub const ERROR_CODES: [(u16, &str, &str); 22] = [
     (
         400,
         "BAD_REQUEST",
@@ -115,6 +115,11 @@ pub const ERROR_CODES: [(u16, &str, &str); 21] = [
         503,
         "BACKEND_LOADING",
         "the backend was asleep and is starting; retry after Retry-After seconds",
+    ),
+    (
+        503,
+        "NOTIFY_UNAVAILABLE",
+        "notifications cannot be served right now (their store is unreachable); retry",
     ),
     (
         503,
