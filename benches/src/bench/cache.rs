@@ -81,16 +81,7 @@ pub fn run(ctx: &Ctx, plan: CgPlan) -> anyhow::Result<()> {
         if let (Some(p), Some(e)) = (policy.as_object_mut(), extra.as_object()) {
             p.extend(e.clone());
         }
-        trees::write_http_api(
-            &dir,
-            id,
-            "GET",
-            &format!("/v1/{prefix}/orders/{{order_id}}"),
-            "bench-http",
-            "/orders/{order_id}",
-            1000,
-            policy,
-        )?;
+        trees::write_order_get(&dir, id, prefix, "bench-http", policy)?;
     }
     let path = |prefix: &str| format!("/v1/{prefix}/orders/42");
     let unique = vec!["--unique-header".to_owned(), UNIQUE.to_owned()];

@@ -76,14 +76,11 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
             json!({"key": "api", "limit": LIMIT, "per": "second", "scope": "cluster"}),
         ),
     ] {
-        trees::write_http_api(
+        trees::write_order_get(
             &dir,
             id,
-            "GET",
-            &format!("/v1/{prefix}/orders/{{order_id}}"),
+            prefix,
             "bench-http",
-            "/orders/{order_id}",
-            1000,
             json!({"rate_limits": [limit]}),
         )?;
     }

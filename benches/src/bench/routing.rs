@@ -72,16 +72,7 @@ pub fn run(ctx: &Ctx, plan: CgPlan) -> anyhow::Result<()> {
         ("route.rr", "rr", "bench-rr"),
         ("route.smart", "smart", "bench-smart"),
     ] {
-        trees::write_http_api(
-            &dir,
-            id,
-            "GET",
-            &format!("/v1/{prefix}/orders/{{order_id}}"),
-            cluster,
-            "/orders/{order_id}",
-            1000,
-            trees::bench_policy(),
-        )?;
+        trees::write_order_get(&dir, id, prefix, cluster, trees::bench_policy())?;
     }
     let rr_path = "/v1/rr/orders/42";
     let smart_path = "/v1/smart/orders/42";

@@ -142,6 +142,27 @@ pub fn write_http_api(
     )
 }
 
+/// `GET /v1/<prefix>/orders/{order_id}` → the demo backend's `/orders/{order_id}` on
+/// `cluster`: the API shape the cache, routing and fleet suites compare variants of.
+pub fn write_order_get(
+    root: &Path,
+    id: &str,
+    prefix: &str,
+    cluster: &str,
+    policy: Value,
+) -> anyhow::Result<()> {
+    write_http_api(
+        root,
+        id,
+        "GET",
+        &format!("/v1/{prefix}/orders/{{order_id}}"),
+        cluster,
+        "/orders/{order_id}",
+        1000,
+        policy,
+    )
+}
+
 /// A transcoded gRPC API `id` (`service/method` of the demo descriptor set).
 #[allow(clippy::too_many_arguments)]
 pub fn write_grpc_api(
