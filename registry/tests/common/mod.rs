@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod procs;
 
 use portico_control::zk::ZkAuth;
 use portico_registry::Config;
@@ -174,10 +175,9 @@ impl Proc {
         Proc { name, child, log }
     }
 
+    /// The last 40 lines of its log.
     pub fn tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        tail_of(&self.log, 40)
     }
 
     pub fn assert_alive(&mut self) {
@@ -194,8 +194,20 @@ impl Drop for Proc {
     }
 }
 
-/// `target/<profile>/<name>`, next to this test's `deps/` directory.
+/// The last `n` lines of a file (empty if it cannot be read).
+pub fn tail_of(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// `target/<profile>/<name>`, next to this test's `deps/` directory, unless
+/// `$<NAME>_BIN` (`PORTICO_GATEWAY_BIN` for `portico-gateway`) names another one.
 pub fn sibling_bin(name: &str) -> PathBuf {
+    let env_override = format!("{}_BIN", name.to_uppercase().replace('-', "_"));
+    if let Some(p) = std::env::var_os(&env_override) {
+        return PathBuf::from(p);
+    }
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
     let profile = if deps.file_name().is_some_and(|n| n == "deps") {
@@ -206,7 +218,8 @@ pub fn sibling_bin(name: &str) -> PathBuf {
     let bin = profile.join(name);
     assert!(
         bin.is_file(),
-        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does)",
+        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does), \
+         or set {env_override}",
         bin.display()
     );
     bin
