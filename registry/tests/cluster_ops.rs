@@ -17,40 +17,16 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Json;
-use common::{registry, sibling_bin, Proc, Registry, TOKEN};
+use common::procs::{spawn_gateway, GatewayProc};
+use common::{registry, Registry, TOKEN};
 use portico_demo::process::BackendProcess;
-use portico_testkit::{free_port, ZooKeeper};
+use portico_testkit::ZooKeeper;
 use serde_json::{json, Value};
-use std::path::Path;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const APP: &str = "merchant-ops";
 const SECRET: &str = "merchant-ops-secret-0123456789";
-
-/// A gateway in ZooKeeper mode on free ports: (process, traffic URL, admin URL).
-fn gateway(zk: &ZooKeeper, work: &Path, node_id: &str) -> (Proc, String, String) {
-    let (listen, admin) = (free_port(), free_port());
-    let proc = Proc::spawn(
-        "gateway",
-        Command::new(sibling_bin("portico-gateway"))
-            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-            .arg("--zk-auth-file")
-            .arg(zk.credentials().unwrap().gateway_file())
-            .args(["--listen", &format!("127.0.0.1:{listen}")])
-            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-            .arg("--snapshot-dir")
-            .arg(work.join(format!("snapshot-{node_id}")))
-            .args(["--node-id", node_id]),
-        work,
-    );
-    (
-        proc,
-        format!("http://127.0.0.1:{listen}"),
-        format!("http://127.0.0.1:{admin}"),
-    )
-}
 
 /// The gateway's `/status`.
 async fn status(admin: &str) -> Value {
@@ -199,7 +175,11 @@ async fn failover_through_the_api_and_the_cli() {
     )
     .await
     .expect(201);
-    let (mut gw, base, admin) = gateway(&zk, work.path(), "gw-failover");
+    let GatewayProc {
+        proc: mut gw,
+        url: base,
+        admin,
+    } = spawn_gateway(&zk, "gw-failover", work.path(), |_| {});
     let synced = wait_in_sync(&reg, &admin, Duration::from_secs(60)).await;
     gw.assert_alive();
     assert!(synced, "the gateway did not come up:\n{}", gw.tail());
@@ -388,7 +368,11 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
                       "rules": [{"rps_above": 5.0, "for_s": 2, "action": "up"}]},
     });
     seed(&reg, "shop", &doc, "shop.ping").await;
-    let (mut gw, base, admin) = gateway(&zk, work.path(), "gw-autoscale");
+    let GatewayProc {
+        proc: mut gw,
+        url: base,
+        admin,
+    } = spawn_gateway(&zk, "gw-autoscale", work.path(), |_| {});
     let synced = wait_in_sync(&reg, &admin, Duration::from_secs(60)).await;
     gw.assert_alive();
     assert!(synced, "the gateway did not come up:\n{}", gw.tail());
