@@ -14,7 +14,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use common::procs::{registry_command, spawn_gateway, GatewayProc};
-use common::{registry, Proc, Registry, TOKEN};
+use common::{registry, signed_get, Proc, Registry, TOKEN};
 use hmac::{Hmac, Mac};
 use portico_demo::process::BackendProcess;
 use portico_testkit::{free_port, write_private, ZooKeeper};
@@ -82,26 +82,6 @@ where
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-async fn signed_get(http: &reqwest::Client, base: &str, path: &str) -> u16 {
-    let ts = portico_control::clock::now_ms();
-    let nonce = format!("al-{:016x}", fastrand::u64(..));
-    let signed = portico_control::sign::sign_request(
-        SECRET.as_bytes(),
-        "GET",
-        path,
-        None,
-        APP,
-        ts,
-        &nonce,
-        b"",
-    );
-    let mut req = http.get(format!("{base}{path}"));
-    for (k, v) in signed.pairs() {
-        req = req.header(k, v);
-    }
-    req.send().await.map(|r| r.status().as_u16()).unwrap_or(0)
 }
 
 fn verify(headers: &HeaderMap, body: &[u8]) -> Value {
@@ -213,7 +193,7 @@ async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
     wait_until(
         Duration::from_secs(90),
         "the gateway serving the API",
-        || async { signed_get(&http, &base, "/v1/ops.slow").await == 200 },
+        || async { signed_get(&http, &base, "/v1/ops.slow", (APP, SECRET)).await == 200 },
     )
     .await;
     let _ = admin;
@@ -225,7 +205,7 @@ async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
         let (stop, http, base) = (stop.clone(), http.clone(), base.clone());
         load.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                signed_get(&http, &base, "/v1/ops.slow").await;
+                signed_get(&http, &base, "/v1/ops.slow", (APP, SECRET)).await;
                 tokio::time::sleep(Duration::from_millis(30)).await;
             }
         }));

@@ -18,7 +18,7 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Json;
 use common::procs::{spawn_gateway, GatewayProc};
-use common::{registry, Registry, TOKEN};
+use common::{registry, signed_get, Registry, TOKEN};
 use portico_demo::process::BackendProcess;
 use portico_testkit::ZooKeeper;
 use serde_json::{json, Value};
@@ -73,7 +73,6 @@ async fn seed(reg: &Registry, cluster: &str, doc: &Value, api: &str) {
     assert!(matches!(r.status.as_u16(), 201 | 409), "{:#?}", r.body);
 }
 
-/// A signed GET through the gateway; its status.
 /// Waits until the gateway's traffic listener accepts connections: `/readyz` (and so
 /// `wait_in_sync`) can answer a moment before the traffic listener is bound.
 async fn wait_listening(base: &str) {
@@ -86,26 +85,6 @@ async fn wait_listening(base: &str) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-async fn signed_get(http: &reqwest::Client, base: &str, path: &str) -> u16 {
-    let ts = portico_control::clock::now_ms();
-    let nonce = format!("ops-{:016x}", fastrand::u64(..));
-    let signed = portico_control::sign::sign_request(
-        SECRET.as_bytes(),
-        "GET",
-        path,
-        None,
-        APP,
-        ts,
-        &nonce,
-        b"",
-    );
-    let mut req = http.get(format!("{base}{path}"));
-    for (k, v) in signed.pairs() {
-        req = req.header(k, v);
-    }
-    req.send().await.map(|r| r.status().as_u16()).unwrap_or(0)
 }
 
 async fn portico_cli(reg: &Registry, args: &[&str]) -> (bool, String, String) {
@@ -185,7 +164,10 @@ async fn failover_through_the_api_and_the_cli() {
     assert!(synced, "the gateway did not come up:\n{}", gw.tail());
     wait_listening(&base).await;
     let http = reqwest::Client::new();
-    assert_eq!(signed_get(&http, &base, "/v1/orders.ping").await, 200);
+    assert_eq!(
+        signed_get(&http, &base, "/v1/orders.ping", (APP, SECRET)).await,
+        200
+    );
 
     // Bad requests are 400s and change nothing.
     let before = reg.get("/clusters/orders").await.expect(200);
@@ -254,7 +236,10 @@ async fn failover_through_the_api_and_the_cli() {
         before.version().parse::<i64>().unwrap() + 1
     );
     assert_reaches_gateway(&admin, "orders", "standby", sent).await;
-    assert_eq!(signed_get(&http, &base, "/v1/orders.ping").await, 200);
+    assert_eq!(
+        signed_get(&http, &base, "/v1/orders.ping", (APP, SECRET)).await,
+        200
+    );
 
     // The CLI moves it back.
     let sent = Instant::now();
@@ -389,7 +374,7 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
     let mut sent = 0;
     while load_start.elapsed() < Duration::from_secs(20) {
         let tick = Instant::now();
-        if signed_get(&http, &base, "/v1/shop.ping").await != 200 {
+        if signed_get(&http, &base, "/v1/shop.ping", (APP, SECRET)).await != 200 {
             failed += 1;
         }
         sent += 1;
@@ -458,10 +443,7 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
         .map(|e| e["action"].as_str().unwrap())
         .collect();
     assert_eq!(
-        actions
-            .iter()
-            .filter(|a| **a == "cluster.autoscale")
-            .count(),
+        actions.iter().filter(|a| **a == "cluster.autoscale").count(),
         fired.len()
     );
     assert_eq!(
@@ -498,7 +480,10 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
         "called again while still idle"
     );
     // Traffic, then idle again: called once more.
-    assert_eq!(signed_get(&http, &base, "/v1/shop.ping").await, 200);
+    assert_eq!(
+        signed_get(&http, &base, "/v1/shop.ping", (APP, SECRET)).await,
+        200
+    );
     assert!(
         wait_for_calls(&got, "/sleep", 2, Duration::from_secs(20)).await,
         "sleep_url was not called after the next idle period"

@@ -151,6 +151,28 @@ impl Registry {
     }
 }
 
+/// A GET of `base` + `path` signed as `app` (key, secret) with a fresh nonce: the status, or
+/// 0 when the gateway cannot be reached.
+pub async fn signed_get(http: &reqwest::Client, base: &str, path: &str, app: (&str, &str)) -> u16 {
+    let (key, secret) = app;
+    let nonce = format!("test-{:016x}", fastrand::u64(..));
+    let signed = portico_control::sign::sign_request(
+        secret.as_bytes(),
+        "GET",
+        path,
+        None,
+        key,
+        portico_control::clock::now_ms(),
+        &nonce,
+        b"",
+    );
+    let mut req = http.get(format!("{base}{path}"));
+    for (k, v) in signed.pairs() {
+        req = req.header(k, v);
+    }
+    req.send().await.map(|r| r.status().as_u16()).unwrap_or(0)
+}
+
 /// The demo order service's .proto source (from the demo crate).
 pub const ORDER_PROTO: &str = include_str!("../../../protos/demo/order.proto");
 
