@@ -435,21 +435,15 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
     assert!(items[..items.len() - 1]
         .iter()
         .all(|e| e["outcome"] == "ok" && e["kind"] == "autoscale"));
-    let audit = reg.get("/audit?limit=200").await.expect(200);
-    let actions: Vec<&str> = audit.body["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["action"].as_str().unwrap())
-        .collect();
+    let actions = reg.audit_actions(200).await;
     assert_eq!(
-        actions.iter().filter(|a| **a == "cluster.autoscale").count(),
+        actions.iter().filter(|a| *a == "cluster.autoscale").count(),
         fired.len()
     );
     assert_eq!(
         actions
             .iter()
-            .filter(|a| **a == "cluster.autoscale.webhook_failed")
+            .filter(|a| *a == "cluster.autoscale.webhook_failed")
             .count(),
         1
     );

@@ -149,6 +149,17 @@ impl Registry {
     pub async fn delete(&self, path: &str) -> Reply {
         self.send(self.request(Method::DELETE, path)).await
     }
+
+    /// The actions of the audit log's newest `limit` entries, newest first.
+    pub async fn audit_actions(&self, limit: u32) -> Vec<String> {
+        let audit = self.get(&format!("/audit?limit={limit}")).await.expect(200);
+        audit.body["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["action"].as_str().unwrap().to_owned())
+            .collect()
+    }
 }
 
 /// A GET of `base` + `path` signed as `app` (key, secret) with a fresh nonce: the status, or
