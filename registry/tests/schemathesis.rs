@@ -26,9 +26,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use base64::Engine;
+mod common;
+
+use common::example_tree;
 use portico_testkit::{free_port, wait_for, ZooKeeper};
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -125,39 +127,6 @@ fn http() -> reqwest::blocking::Client {
         .unwrap()
 }
 
-/// `ops/examples/standalone` in the export's shape (file path → content), for `POST /import`.
-fn standalone_tree() -> Value {
-    let root = workspace().join("ops/examples/standalone");
-    let mut files = Map::new();
-    let mut dirs = vec![root.clone()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-                continue;
-            }
-            let rel = path
-                .strip_prefix(&root)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
-            let bytes = std::fs::read(&path).unwrap();
-            let content = if rel.ends_with(".pb") {
-                json!({"encoding": "base64",
-                       "content": base64::engine::general_purpose::STANDARD.encode(&bytes)})
-            } else if rel.ends_with(".json") {
-                json!({"encoding": "utf-8", "content": String::from_utf8(bytes).unwrap()})
-            } else {
-                continue;
-            };
-            files.insert(rel, content);
-        }
-    }
-    assert!(files.len() > 20, "the standalone example tree: {files:?}");
-    json!({ "files": files })
-}
-
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     match std::env::var(name) {
         Ok(v) => v
@@ -205,7 +174,11 @@ fn schemathesis_finds_no_server_error_and_no_route_open_without_the_token() {
     );
 
     // A realistic tree in both planes, so the fuzzer meets existing documents.
-    let tree = standalone_tree();
+    let tree = example_tree(|text| text);
+    assert!(
+        tree["files"].as_object().unwrap().len() > 20,
+        "the standalone example tree: {tree}"
+    );
     for env in ["live", "sandbox"] {
         let resp = http
             .post(format!("{base}/api/v1/import?env={env}"))

@@ -184,6 +184,41 @@ pub async fn signed_get(http: &reqwest::Client, base: &str, path: &str, app: (&s
     req.send().await.map(|r| r.status().as_u16()).unwrap_or(0)
 }
 
+/// `ops/examples/standalone` as an import body (`{"files": {path: {encoding, content}}}`):
+/// its JSON documents as text passed through `rewrite`, its descriptor sets in base64.
+pub fn example_tree(rewrite: impl Fn(String) -> String) -> Value {
+    use base64::Engine as _;
+    let root = browser::workspace().join("ops/examples/standalone");
+    let mut files = serde_json::Map::new();
+    let mut dirs = vec![root.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let rel = path
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            let bytes = std::fs::read(&path).unwrap();
+            let content = if rel.ends_with(".pb") {
+                serde_json::json!({"encoding": "base64",
+                       "content": base64::engine::general_purpose::STANDARD.encode(&bytes)})
+            } else if rel.ends_with(".json") {
+                serde_json::json!({"encoding": "utf-8",
+                       "content": rewrite(String::from_utf8(bytes).unwrap())})
+            } else {
+                continue;
+            };
+            files.insert(rel, content);
+        }
+    }
+    serde_json::json!({ "files": files })
+}
+
 /// The demo order service's .proto source (from the demo crate).
 pub const ORDER_PROTO: &str = include_str!("../../../protos/demo/order.proto");
 

@@ -5,14 +5,12 @@
 //! the live and the sandbox trees, pointed at the demo backend.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use crate::common::browser::workspace;
 use crate::common::procs::{
     http_with_timeout, spawn_gateway, spawn_registry, wait_registered, GatewayProc, RegistryProc,
 };
-use crate::common::Proc;
+use crate::common::{example_tree, Proc};
 use portico_demo::process::BackendProcess;
 use portico_testkit::ZooKeeper;
-use serde_json::{json, Map, Value};
 use std::path::Path;
 use std::time::Duration;
 
@@ -39,41 +37,6 @@ pub struct World {
     pub http: reqwest::blocking::Client,
 }
 
-/// The example tree as an import body (`{"files": {...}}`), its clusters pointed at `http`
-/// and `grpc`.
-fn example_import(http_addr: &str, grpc_addr: &str) -> Value {
-    let root = workspace().join("ops/examples/standalone");
-    let mut files = Map::new();
-    let mut stack = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            let rel = path
-                .strip_prefix(&root)
-                .unwrap()
-                .to_string_lossy()
-                .replace('\\', "/");
-            let bytes = std::fs::read(&path).unwrap();
-            let entry = if rel.ends_with(".pb") {
-                use base64::Engine as _;
-                json!({"encoding": "base64", "content": base64::engine::general_purpose::STANDARD.encode(&bytes)})
-            } else {
-                let text = String::from_utf8(bytes)
-                    .unwrap()
-                    .replace("127.0.0.1:18081", http_addr)
-                    .replace("127.0.0.1:50051", grpc_addr);
-                json!({"encoding": "utf-8", "content": text})
-            };
-            files.insert(rel, entry);
-        }
-    }
-    json!({ "files": files })
-}
-
 impl World {
     /// Starts everything; `console_dir` is the console build the registry serves (the
     /// portal's pages are in its `portal/`), if any.
@@ -98,7 +61,12 @@ impl World {
         });
         let http = http();
 
-        let import = example_import(&backend.http.to_string(), &grpc.to_string());
+        // The example tree, its clusters pointed at the demo backend.
+        let (http_addr, grpc_addr) = (backend.http.to_string(), grpc.to_string());
+        let import = example_tree(|text| {
+            text.replace("127.0.0.1:18081", &http_addr)
+                .replace("127.0.0.1:50051", &grpc_addr)
+        });
         for env in ["live", "sandbox"] {
             let resp = http
                 .post(format!("{registry_url}/api/v1/import?env={env}"))
