@@ -18,7 +18,7 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Json;
 use common::procs::{spawn_gateway, GatewayProc};
-use common::{registry, signed_get, Registry, TOKEN};
+use common::{cli_outcome, registry, signed_get, Registry};
 use portico_demo::process::BackendProcess;
 use portico_testkit::ZooKeeper;
 use serde_json::{json, Value};
@@ -87,21 +87,10 @@ async fn wait_listening(base: &str) {
     }
 }
 
-async fn portico_cli(reg: &Registry, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_portico"))
-        .arg("--registry")
-        .arg(reg.base.trim_end_matches("/api/v1"))
-        .args(args)
-        .env("PORTICO_ADMIN_TOKEN", TOKEN)
-        .env("PORTICO_OPERATOR", "sre-cli")
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// The `portico` CLI against `reg`, as operator `sre-cli`: (success, stdout, stderr).
+async fn portico(reg: &Registry, args: &[&str]) -> (bool, String, String) {
+    let cmd = common::portico_cli(&reg.base, "sre-cli", args);
+    cli_outcome(tokio::process::Command::from(cmd).output().await.unwrap())
 }
 
 /// The set a gateway's `/status` says it serves for `cluster`, if it reports clusters.
@@ -243,7 +232,7 @@ async fn failover_through_the_api_and_the_cli() {
 
     // The CLI moves it back.
     let sent = Instant::now();
-    let (ok, out, err) = portico_cli(
+    let (ok, out, err) = portico(
         &reg,
         &["failover", "orders", "primary", "--reason", "dc1 back"],
     )
@@ -252,9 +241,9 @@ async fn failover_through_the_api_and_the_cli() {
     assert!(out.contains("primary serves now"), "{out}");
     assert_eq!(reg.get("/clusters/orders").await.body["active"], "primary");
     assert_reaches_gateway(&admin, "orders", "primary", sent).await;
-    let (ok, _, err) = portico_cli(&reg, &["failover", "plain", "standby", "--reason", "x"]).await;
+    let (ok, _, err) = portico(&reg, &["failover", "plain", "standby", "--reason", "x"]).await;
     assert!(!ok && err.contains("no standby"), "{err}");
-    let (ok, _, err) = portico_cli(&reg, &["failover", "orders", "standby"]).await;
+    let (ok, _, err) = portico(&reg, &["failover", "orders", "standby"]).await;
     assert!(!ok && err.contains("--reason"), "{err}");
 
     // The audit log: who, from, to and why, newest first.

@@ -11,10 +11,9 @@ use common::procs::{
     admin_call as call, http_with_timeout, spawn_gateway, spawn_registry, GatewayProc,
     RegistryProc,
 };
-use common::TOKEN;
+use common::{cli_outcome, portico_cli};
 use portico_testkit::{free_port, wait_for, ZooKeeper};
 use serde_json::{json, Value};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// How long a switch flipped through the surviving registry may take to reach the gateway.
@@ -22,18 +21,10 @@ const SWITCH_BOUND: Duration = Duration::from_secs(5);
 
 /// The `portico` CLI against registry `base`: (success, stdout, stderr).
 fn portico(base: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_portico"))
-        .arg("--registry")
-        .arg(base)
-        .args(args)
-        .env("PORTICO_ADMIN_TOKEN", TOKEN)
-        .env("PORTICO_OPERATOR", "registry-killed-test")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    cli_outcome(
+        portico_cli(base, "registry-killed-test", args)
+            .output()
+            .unwrap(),
     )
 }
 

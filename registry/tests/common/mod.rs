@@ -162,6 +162,27 @@ impl Registry {
     }
 }
 
+/// The `portico` CLI's command against registry `base` (with or without its `/api/v1`), with
+/// [`TOKEN`], acting as `operator`; the caller adds how it runs.
+pub fn portico_cli(base: &str, operator: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_portico"));
+    cmd.arg("--registry")
+        .arg(base.trim_end_matches("/api/v1"))
+        .args(args)
+        .env("PORTICO_ADMIN_TOKEN", TOKEN)
+        .env("PORTICO_OPERATOR", operator);
+    cmd
+}
+
+/// What a CLI run answered: (success, stdout, stderr).
+pub fn cli_outcome(out: std::process::Output) -> (bool, String, String) {
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// A GET of `base` + `path` signed as `app` (key, secret) with a fresh nonce: the status, or
 /// 0 when the gateway cannot be reached.
 pub async fn signed_get(http: &reqwest::Client, base: &str, path: &str, app: (&str, &str)) -> u16 {
