@@ -18,8 +18,8 @@ mod common;
 
 use common::browser::{build_console, run_script, screenshot_dir};
 use common::procs::{
-    admin_call as call, http, in_sync, spawn_gateway, spawn_registry, wait_registered,
-    GatewayProc, RegistryProc,
+    admin_call as call, http, in_sync, spawn_gateway, spawn_registry, wait_registered, GatewayProc,
+    RegistryProc,
 };
 use common::TOKEN;
 use portico_demo::process::BackendProcess;

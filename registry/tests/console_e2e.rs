@@ -352,9 +352,6 @@ fn console_routes_explain_what_is_missing() {
     let doc = reg.get("/openapi.json");
     assert!(doc["paths"]["/sandbox/call"]["post"].is_object());
     assert!(doc["paths"]["/health/apis"]["get"].is_object());
-    let resp = http()
-        .get(format!("{}/switches", reg.base))
-        .send()
-        .unwrap();
+    let resp = http().get(format!("{}/switches", reg.base)).send().unwrap();
     assert_eq!(resp.status().as_u16(), 200);
 }

@@ -73,12 +73,8 @@ fn portal_end_to_end_in_chromium() {
         ("SCREENSHOT_DIR", shots.display().to_string()),
     ]);
     let started = Instant::now();
-    let (passed, lines) = run_script_output(
-        "portal.e2e.mjs",
-        &chromium,
-        &env,
-        Duration::from_secs(240),
-    );
+    let (passed, lines) =
+        run_script_output("portal.e2e.mjs", &chromium, &env, Duration::from_secs(240));
     world.registry.assert_alive();
     world.gateway.assert_alive();
     assert!(

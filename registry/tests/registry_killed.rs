@@ -8,8 +8,7 @@
 mod common;
 
 use common::procs::{
-    admin_call as call, http_with_timeout, spawn_gateway, spawn_registry, GatewayProc,
-    RegistryProc,
+    admin_call as call, http_with_timeout, spawn_gateway, spawn_registry, GatewayProc, RegistryProc,
 };
 use common::{cli_outcome, portico_cli};
 use portico_testkit::{free_port, wait_for, ZooKeeper};
@@ -85,10 +84,7 @@ fn a_registry_killed_leaves_the_other_serving_the_console_and_the_cli() {
         cmd.args(["--access-log", "off"]);
     });
     let served = || -> Option<u64> {
-        let r = http()
-            .get(format!("{gw}/v1/ping"))
-            .send()
-            .ok()?;
+        let r = http().get(format!("{gw}/v1/ping")).send().ok()?;
         r.json::<Value>().ok()?["v"].as_u64()
     };
     assert!(
