@@ -13,14 +13,14 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
-use common::{registry, sibling_bin, Proc, Registry, TOKEN};
+use common::procs::{registry_command, spawn_gateway, GatewayProc};
+use common::{registry, signed_get, Proc, Registry, TOKEN};
 use hmac::{Hmac, Mac};
 use portico_demo::process::BackendProcess;
 use portico_testkit::{free_port, write_private, ZooKeeper};
 use serde_json::{json, Value};
 use sha2::Sha256;
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -60,11 +60,7 @@ fn registry_process(zk: &ZooKeeper, work: &Path, name: &'static str) -> (Proc, S
     write_private(&secret, HOOK_SECRET);
     let proc = Proc::spawn(
         name,
-        Command::new(env!("CARGO_BIN_EXE_portico-registry"))
-            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-            .arg("--zk-auth-file")
-            .arg(zk.credentials().unwrap().registry_file())
-            .args(["--listen", &format!("127.0.0.1:{port}")])
+        registry_command(zk, port)
             .arg("--admin-token-file")
             .arg(&token)
             .arg("--data-dir")
@@ -74,28 +70,6 @@ fn registry_process(zk: &ZooKeeper, work: &Path, name: &'static str) -> (Proc, S
         work,
     );
     (proc, format!("http://127.0.0.1:{port}/api/v1"))
-}
-
-fn gateway(zk: &ZooKeeper, work: &Path) -> (Proc, String, String) {
-    let (listen, admin) = (free_port(), free_port());
-    let proc = Proc::spawn(
-        "gateway",
-        Command::new(sibling_bin("portico-gateway"))
-            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-            .arg("--zk-auth-file")
-            .arg(zk.credentials().unwrap().gateway_file())
-            .args(["--listen", &format!("127.0.0.1:{listen}")])
-            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-            .arg("--snapshot-dir")
-            .arg(work.join("snapshot"))
-            .args(["--node-id", "gw-alerts"]),
-        work,
-    );
-    (
-        proc,
-        format!("http://127.0.0.1:{listen}"),
-        format!("http://127.0.0.1:{admin}"),
-    )
 }
 
 async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut f: F)
@@ -108,26 +82,6 @@ where
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-async fn signed_get(http: &reqwest::Client, base: &str, path: &str) -> u16 {
-    let ts = portico_control::clock::now_ms();
-    let nonce = format!("al-{:016x}", fastrand::u64(..));
-    let signed = portico_control::sign::sign_request(
-        SECRET.as_bytes(),
-        "GET",
-        path,
-        None,
-        APP,
-        ts,
-        &nonce,
-        b"",
-    );
-    let mut req = http.get(format!("{base}{path}"));
-    for (k, v) in signed.pairs() {
-        req = req.header(k, v);
-    }
-    req.send().await.map(|r| r.status().as_u16()).unwrap_or(0)
 }
 
 fn verify(headers: &HeaderMap, body: &[u8]) -> Value {
@@ -230,12 +184,16 @@ async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
     let listed = a.get("/alerts").await.expect(200);
     assert_eq!(listed.body["items"][0]["id"], "order-slow");
 
-    let (mut gw, base, admin) = gateway(&zk, work.path());
+    let GatewayProc {
+        proc: mut gw,
+        url: base,
+        admin,
+    } = spawn_gateway(&zk, "gw-alerts", work.path(), |_| {});
     let http = reqwest::Client::new();
     wait_until(
         Duration::from_secs(90),
         "the gateway serving the API",
-        || async { signed_get(&http, &base, "/v1/ops.slow").await == 200 },
+        || async { signed_get(&http, &base, "/v1/ops.slow", (APP, SECRET)).await == 200 },
     )
     .await;
     let _ = admin;
@@ -247,7 +205,7 @@ async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
         let (stop, http, base) = (stop.clone(), http.clone(), base.clone());
         load.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                signed_get(&http, &base, "/v1/ops.slow").await;
+                signed_get(&http, &base, "/v1/ops.slow", (APP, SECRET)).await;
                 tokio::time::sleep(Duration::from_millis(30)).await;
             }
         }));

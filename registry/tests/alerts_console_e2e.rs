@@ -14,38 +14,14 @@
 mod common;
 
 use common::browser::{build_console, run_script, screenshot_dir};
-use common::{seed_history, Proc};
-use portico_testkit::{free_port, wait_for, ZooKeeper};
-use serde_json::{json, Value};
-
-use std::process::Command;
+use common::procs::{admin_call as call, spawn_registry, RegistryProc};
+use common::{seed_history, TOKEN};
+use portico_testkit::{wait_for, ZooKeeper};
+use serde_json::json;
 use std::time::Duration;
 
-const TOKEN: &str = "alerts-e2e-admin-token";
 const RULE: &str = "pay-idle";
 const API: &str = "pay.create";
-
-fn call(base: &str, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let http = reqwest::blocking::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap();
-    let mut req = http
-        .request(method, format!("{base}/api/v1{path}"))
-        .bearer_auth(TOKEN)
-        .header("X-Portico-Operator", "alerts-e2e-seed");
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    match req.send() {
-        Ok(resp) => {
-            let status = resp.status().as_u16();
-            (status, resp.json().unwrap_or(Value::Null))
-        }
-        Err(_) => (0, Value::Null),
-    }
-}
 
 #[test]
 fn console_alerts_and_reports_in_chromium() {
@@ -61,28 +37,16 @@ fn console_alerts_and_reports_in_chromium() {
     seed_history(&db);
 
     let zk = ZooKeeper::start_locked();
-    let reg_port = free_port();
-    let mut registry = Proc::spawn(
-        "registry",
-        Command::new(env!("CARGO_BIN_EXE_portico-registry"))
-            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-            .args(["--listen", &format!("127.0.0.1:{reg_port}")])
-            .arg("--zk-auth-file")
-            .arg(zk.credentials().unwrap().registry_file())
-            .arg("--history-db")
+    let RegistryProc {
+        proc: mut registry,
+        base,
+    } = spawn_registry(&zk, "registry", &logs, |cmd| {
+        cmd.arg("--history-db")
             .arg(&db)
             .arg("--data-dir")
             .arg(work.path().join("data"))
-            .env("PORTICO_ADMIN_TOKEN", TOKEN)
-            .env("PORTICO_CONSOLE_DIR", &console_dir),
-        &logs,
-    );
-    let base = format!("http://127.0.0.1:{reg_port}");
-    let up = wait_for(Duration::from_secs(30), || {
-        call(&base, reqwest::Method::GET, "/health", None).0 == 200
+            .env("PORTICO_CONSOLE_DIR", &console_dir);
     });
-    registry.assert_alive();
-    assert!(up, "the registry did not come up:\n{}", registry.tail());
 
     let cluster = json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:9"}]});
     for path in ["/clusters/pay", "/sandbox/clusters/pay"] {

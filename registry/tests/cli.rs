@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{registry, TOKEN};
+use common::{cli_outcome, portico_cli, registry};
 use portico_testkit::ZooKeeper;
 use serde_json::json;
 use std::path::Path;
@@ -15,21 +15,12 @@ struct Run {
 }
 
 async fn portico(registry_base: &str, args: &[&str]) -> Run {
-    let base = registry_base.trim_end_matches("/api/v1");
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_portico"))
-        .arg("--registry")
-        .arg(base)
-        .args(args)
-        .env("PORTICO_ADMIN_TOKEN", TOKEN)
-        .env("PORTICO_OPERATOR", "cli-tester")
+    let out = tokio::process::Command::from(portico_cli(registry_base, "cli-tester", args))
         .output()
         .await
         .unwrap();
-    Run {
-        ok: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let (ok, stdout, stderr) = cli_outcome(out);
+    Run { ok, stdout, stderr }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

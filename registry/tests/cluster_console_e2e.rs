@@ -17,38 +17,19 @@
 mod common;
 
 use common::browser::{build_console, run_script, screenshot_dir};
-use common::{sibling_bin, Proc};
+use common::procs::{
+    admin_call as call, http, in_sync, spawn_gateway, spawn_registry, wait_registered, GatewayProc,
+    RegistryProc,
+};
+use common::TOKEN;
 use portico_demo::process::BackendProcess;
-use portico_testkit::{free_port, wait_for, ZooKeeper};
+use portico_testkit::ZooKeeper;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
 
-const TOKEN: &str = "cluster-e2e-admin-token";
 const CLUSTER: &str = "orders-dc";
 const NODE_ID: &str = "gw-cluster-e2e";
-
-fn http() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap()
-}
-
-fn call(base: &str, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = http()
-        .request(method, format!("{base}/api/v1{path}"))
-        .bearer_auth(TOKEN)
-        .header("X-Portico-Operator", "cluster-e2e-seed");
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().unwrap_or(Value::Null))
-}
 
 #[test]
 fn console_cluster_view_fails_over_in_chromium() {
@@ -60,32 +41,16 @@ fn console_cluster_view_fails_over_in_chromium() {
     std::fs::create_dir_all(&logs).unwrap();
     let console_dir = work.path().join("console");
     let chromium = build_console(&console_dir);
-    let gateway_bin = sibling_bin("portico-gateway");
 
     let zk = ZooKeeper::start_locked();
     let primary = BackendProcess::start_http().unwrap();
     let standby = BackendProcess::start_http().unwrap();
-    let reg_port = free_port();
-    let mut registry = Proc::spawn(
-        "registry",
-        Command::new(env!("CARGO_BIN_EXE_portico-registry"))
-            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-            .args(["--listen", &format!("127.0.0.1:{reg_port}")])
-            .arg("--zk-auth-file")
-            .arg(zk.credentials().unwrap().registry_file())
-            .env("PORTICO_ADMIN_TOKEN", TOKEN)
-            .env("PORTICO_CONSOLE_DIR", &console_dir),
-        &logs,
-    );
-    let base = format!("http://127.0.0.1:{reg_port}");
-    let up = wait_for(Duration::from_secs(30), || {
-        http()
-            .get(format!("{base}/api/v1/health"))
-            .send()
-            .is_ok_and(|r| r.status().is_success())
+    let RegistryProc {
+        proc: mut registry,
+        base,
+    } = spawn_registry(&zk, "registry", &logs, |cmd| {
+        cmd.env("PORTICO_CONSOLE_DIR", &console_dir);
     });
-    registry.assert_alive();
-    assert!(up, "the registry did not come up:\n{}", registry.tail());
 
     let cluster = json!({
         "name": CLUSTER,
@@ -98,28 +63,12 @@ fn console_cluster_view_fails_over_in_chromium() {
     let (status, reply) = call(&base, reqwest::Method::POST, "/clusters", Some(cluster));
     assert_eq!(status, 201, "{reply:#}");
 
-    let (listen, admin) = (free_port(), free_port());
-    let mut gateway = Proc::spawn(
-        "gateway",
-        Command::new(&gateway_bin)
-            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-            .arg("--zk-auth-file")
-            .arg(zk.credentials().unwrap().gateway_file())
-            .args(["--listen", &format!("127.0.0.1:{listen}")])
-            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-            .arg("--snapshot-dir")
-            .arg(work.path().join("snapshot"))
-            .args(["--node-id", NODE_ID]),
-        &logs,
-    );
-    let in_sync = || {
-        let (_, nodes) = call(&base, reqwest::Method::GET, "/nodes", None);
-        nodes["nodes"].as_array().is_some_and(|n| {
-            n.iter()
-                .any(|n| n["node_id"] == NODE_ID && n["in_sync"] == true)
-        })
-    };
-    let registered = wait_for(Duration::from_secs(60), in_sync);
+    let GatewayProc {
+        proc: mut gateway,
+        admin,
+        ..
+    } = spawn_gateway(&zk, NODE_ID, &logs, |_| {});
+    let registered = wait_registered(&base, Duration::from_secs(60), in_sync(NODE_ID));
     gateway.assert_alive();
     assert!(
         registered,
@@ -157,11 +106,11 @@ fn console_cluster_view_fails_over_in_chromium() {
     assert_eq!(doc["active"], "primary", "{doc:#}");
     assert_eq!(doc["standby"]["failback"], "manual", "other fields kept");
     assert!(
-        wait_for(Duration::from_secs(5), in_sync),
+        wait_registered(&base, Duration::from_secs(5), in_sync(NODE_ID)),
         "the gateway is behind the tree"
     );
     let served = http()
-        .get(format!("http://127.0.0.1:{admin}/status"))
+        .get(format!("{admin}/status"))
         .send()
         .unwrap()
         .json::<Value>()

@@ -17,40 +17,16 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Json;
-use common::{registry, sibling_bin, Proc, Registry, TOKEN};
+use common::procs::{spawn_gateway, GatewayProc};
+use common::{cli_outcome, registry, signed_get, Registry};
 use portico_demo::process::BackendProcess;
-use portico_testkit::{free_port, ZooKeeper};
+use portico_testkit::ZooKeeper;
 use serde_json::{json, Value};
-use std::path::Path;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const APP: &str = "merchant-ops";
 const SECRET: &str = "merchant-ops-secret-0123456789";
-
-/// A gateway in ZooKeeper mode on free ports: (process, traffic URL, admin URL).
-fn gateway(zk: &ZooKeeper, work: &Path, node_id: &str) -> (Proc, String, String) {
-    let (listen, admin) = (free_port(), free_port());
-    let proc = Proc::spawn(
-        "gateway",
-        Command::new(sibling_bin("portico-gateway"))
-            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-            .arg("--zk-auth-file")
-            .arg(zk.credentials().unwrap().gateway_file())
-            .args(["--listen", &format!("127.0.0.1:{listen}")])
-            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-            .arg("--snapshot-dir")
-            .arg(work.join(format!("snapshot-{node_id}")))
-            .args(["--node-id", node_id]),
-        work,
-    );
-    (
-        proc,
-        format!("http://127.0.0.1:{listen}"),
-        format!("http://127.0.0.1:{admin}"),
-    )
-}
 
 /// The gateway's `/status`.
 async fn status(admin: &str) -> Value {
@@ -97,7 +73,6 @@ async fn seed(reg: &Registry, cluster: &str, doc: &Value, api: &str) {
     assert!(matches!(r.status.as_u16(), 201 | 409), "{:#?}", r.body);
 }
 
-/// A signed GET through the gateway; its status.
 /// Waits until the gateway's traffic listener accepts connections: `/readyz` (and so
 /// `wait_in_sync`) can answer a moment before the traffic listener is bound.
 async fn wait_listening(base: &str) {
@@ -112,41 +87,10 @@ async fn wait_listening(base: &str) {
     }
 }
 
-async fn signed_get(http: &reqwest::Client, base: &str, path: &str) -> u16 {
-    let ts = portico_control::clock::now_ms();
-    let nonce = format!("ops-{:016x}", fastrand::u64(..));
-    let signed = portico_control::sign::sign_request(
-        SECRET.as_bytes(),
-        "GET",
-        path,
-        None,
-        APP,
-        ts,
-        &nonce,
-        b"",
-    );
-    let mut req = http.get(format!("{base}{path}"));
-    for (k, v) in signed.pairs() {
-        req = req.header(k, v);
-    }
-    req.send().await.map(|r| r.status().as_u16()).unwrap_or(0)
-}
-
-async fn portico_cli(reg: &Registry, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_portico"))
-        .arg("--registry")
-        .arg(reg.base.trim_end_matches("/api/v1"))
-        .args(args)
-        .env("PORTICO_ADMIN_TOKEN", TOKEN)
-        .env("PORTICO_OPERATOR", "sre-cli")
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// The `portico` CLI against `reg`, as operator `sre-cli`: (success, stdout, stderr).
+async fn portico(reg: &Registry, args: &[&str]) -> (bool, String, String) {
+    let cmd = common::portico_cli(&reg.base, "sre-cli", args);
+    cli_outcome(tokio::process::Command::from(cmd).output().await.unwrap())
 }
 
 /// The set a gateway's `/status` says it serves for `cluster`, if it reports clusters.
@@ -199,13 +143,20 @@ async fn failover_through_the_api_and_the_cli() {
     )
     .await
     .expect(201);
-    let (mut gw, base, admin) = gateway(&zk, work.path(), "gw-failover");
+    let GatewayProc {
+        proc: mut gw,
+        url: base,
+        admin,
+    } = spawn_gateway(&zk, "gw-failover", work.path(), |_| {});
     let synced = wait_in_sync(&reg, &admin, Duration::from_secs(60)).await;
     gw.assert_alive();
     assert!(synced, "the gateway did not come up:\n{}", gw.tail());
     wait_listening(&base).await;
     let http = reqwest::Client::new();
-    assert_eq!(signed_get(&http, &base, "/v1/orders.ping").await, 200);
+    assert_eq!(
+        signed_get(&http, &base, "/v1/orders.ping", (APP, SECRET)).await,
+        200
+    );
 
     // Bad requests are 400s and change nothing.
     let before = reg.get("/clusters/orders").await.expect(200);
@@ -274,11 +225,14 @@ async fn failover_through_the_api_and_the_cli() {
         before.version().parse::<i64>().unwrap() + 1
     );
     assert_reaches_gateway(&admin, "orders", "standby", sent).await;
-    assert_eq!(signed_get(&http, &base, "/v1/orders.ping").await, 200);
+    assert_eq!(
+        signed_get(&http, &base, "/v1/orders.ping", (APP, SECRET)).await,
+        200
+    );
 
     // The CLI moves it back.
     let sent = Instant::now();
-    let (ok, out, err) = portico_cli(
+    let (ok, out, err) = portico(
         &reg,
         &["failover", "orders", "primary", "--reason", "dc1 back"],
     )
@@ -287,9 +241,9 @@ async fn failover_through_the_api_and_the_cli() {
     assert!(out.contains("primary serves now"), "{out}");
     assert_eq!(reg.get("/clusters/orders").await.body["active"], "primary");
     assert_reaches_gateway(&admin, "orders", "primary", sent).await;
-    let (ok, _, err) = portico_cli(&reg, &["failover", "plain", "standby", "--reason", "x"]).await;
+    let (ok, _, err) = portico(&reg, &["failover", "plain", "standby", "--reason", "x"]).await;
     assert!(!ok && err.contains("no standby"), "{err}");
-    let (ok, _, err) = portico_cli(&reg, &["failover", "orders", "standby"]).await;
+    let (ok, _, err) = portico(&reg, &["failover", "orders", "standby"]).await;
     assert!(!ok && err.contains("--reason"), "{err}");
 
     // The audit log: who, from, to and why, newest first.
@@ -388,7 +342,11 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
                       "rules": [{"rps_above": 5.0, "for_s": 2, "action": "up"}]},
     });
     seed(&reg, "shop", &doc, "shop.ping").await;
-    let (mut gw, base, admin) = gateway(&zk, work.path(), "gw-autoscale");
+    let GatewayProc {
+        proc: mut gw,
+        url: base,
+        admin,
+    } = spawn_gateway(&zk, "gw-autoscale", work.path(), |_| {});
     let synced = wait_in_sync(&reg, &admin, Duration::from_secs(60)).await;
     gw.assert_alive();
     assert!(synced, "the gateway did not come up:\n{}", gw.tail());
@@ -405,7 +363,7 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
     let mut sent = 0;
     while load_start.elapsed() < Duration::from_secs(20) {
         let tick = Instant::now();
-        if signed_get(&http, &base, "/v1/shop.ping").await != 200 {
+        if signed_get(&http, &base, "/v1/shop.ping", (APP, SECRET)).await != 200 {
             failed += 1;
         }
         sent += 1;
@@ -466,24 +424,15 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
     assert!(items[..items.len() - 1]
         .iter()
         .all(|e| e["outcome"] == "ok" && e["kind"] == "autoscale"));
-    let audit = reg.get("/audit?limit=200").await.expect(200);
-    let actions: Vec<&str> = audit.body["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["action"].as_str().unwrap())
-        .collect();
+    let actions = reg.audit_actions(200).await;
     assert_eq!(
-        actions
-            .iter()
-            .filter(|a| **a == "cluster.autoscale")
-            .count(),
+        actions.iter().filter(|a| *a == "cluster.autoscale").count(),
         fired.len()
     );
     assert_eq!(
         actions
             .iter()
-            .filter(|a| **a == "cluster.autoscale.webhook_failed")
+            .filter(|a| *a == "cluster.autoscale.webhook_failed")
             .count(),
         1
     );
@@ -514,7 +463,10 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
         "called again while still idle"
     );
     // Traffic, then idle again: called once more.
-    assert_eq!(signed_get(&http, &base, "/v1/shop.ping").await, 200);
+    assert_eq!(
+        signed_get(&http, &base, "/v1/shop.ping", (APP, SECRET)).await,
+        200
+    );
     assert!(
         wait_for_calls(&got, "/sleep", 2, Duration::from_secs(20)).await,
         "sleep_url was not called after the next idle period"

@@ -19,122 +19,32 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::browser::{build_console, run_script, screenshot_dir, workspace};
+use common::procs::{
+    admin_call, http, spawn_gateway, spawn_registry, wait_registered, GatewayProc, RegistryProc,
+};
+use common::{tail_of, TOKEN};
 use portico_demo::process::BackendProcess;
-use portico_testkit::{free_port, wait_for, ZooKeeper};
+use portico_testkit::{free_port, ZooKeeper};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-const TOKEN: &str = "console-e2e-admin-token";
 const LIVE_APP: &str = "merchant-e2e";
 const LIVE_SECRET: &str = "merchant-e2e-secret-0123456789";
 const CLUSTER: &str = "demo-grpc";
 const API: &str = "order.getorder";
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// A child process killed (with its output kept in a log file) when dropped.
-struct Proc {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn spawn(name: &'static str, cmd: &mut Command, logdir: &Path) -> Proc {
-        let log = logdir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).unwrap();
-        let err = out.try_clone().unwrap();
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
-        Proc { name, child, log }
-    }
-
-    fn tail(&self) -> String {
-        tail_of(&self.log, 40)
-    }
-
-    fn assert_alive(&mut self) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("{} exited ({status}):\n{}", self.name, self.tail());
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The last `n` lines of a file.
-fn tail_of(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// `target/<profile>/<name>`, next to this test's own `deps/` directory.
-fn sibling_bin(name: &str, env_override: &str) -> PathBuf {
-    if let Some(p) = std::env::var_os(env_override) {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let profile = if deps.file_name().is_some_and(|n| n == "deps") {
-        deps.parent().unwrap()
-    } else {
-        deps
-    };
-    let bin = profile.join(name);
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does), \
-         or set {env_override}",
-        bin.display()
-    );
-    bin
-}
-
-fn http() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap()
-}
-
+/// The registry under test, through its admin API.
 struct Registry {
     base: String,
-    http: reqwest::blocking::Client,
 }
 
 impl Registry {
     fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req = self
-            .http
-            .request(method, format!("{}/api/v1{path}", self.base))
-            .bearer_auth(TOKEN)
-            .header("X-Portico-Operator", "console-e2e-seed");
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().unwrap();
-        let status = resp.status().as_u16();
-        let text = resp.text().unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+        admin_call(&self.base, method, path, body)
     }
 
     fn post(&self, path: &str, body: Value) -> Value {
@@ -151,47 +61,6 @@ impl Registry {
         assert_eq!(status, 200, "GET {path}: {reply:#}");
         reply
     }
-}
-
-/// Checks node, the npm dependencies and Chromium, and builds the console into `out`.
-fn build_console(out: &Path) -> PathBuf {
-    let ui = workspace().join("admin-ui");
-    let node_ok = Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        node_ok,
-        "node is not installed: the console end-to-end test needs Node.js and npm \
-         (./ops/test.sh installs them)"
-    );
-    for dep in ["playwright-core", "vite", "preact", "typescript"] {
-        assert!(
-            ui.join("node_modules").join(dep).is_dir(),
-            "admin-ui/node_modules/{dep} is missing: run ./ops/test.sh (it runs `npm ci` in \
-             admin-ui/), or `cd admin-ui && npm ci`"
-        );
-    }
-    let chromium =
-        std::env::var("PORTICO_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_owned());
-    assert!(
-        Path::new(&chromium).is_file(),
-        "{chromium} is missing: the console end-to-end test drives Debian's Chromium \
-         (./ops/test.sh installs it: apt-get install chromium), or set PORTICO_CHROMIUM"
-    );
-    let status = Command::new("npm")
-        .args(["run", "build", "--", "--outDir"])
-        .arg(out)
-        .arg("--emptyOutDir")
-        .current_dir(&ui)
-        .status()
-        .expect("running npm");
-    assert!(
-        status.success(),
-        "`npm run build` of admin-ui failed ({status})"
-    );
-    assert!(out.join("index.html").is_file());
-    PathBuf::from(chromium)
 }
 
 /// A signed call to the gateway, with the contract's signer.
@@ -232,9 +101,7 @@ fn console_end_to_end_in_chromium() {
         .unwrap();
     let logs = work.path().join("logs");
     std::fs::create_dir_all(&logs).unwrap();
-    let shots = std::env::var_os("PORTICO_SCREENSHOT_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("target/console-screenshots"));
+    let shots = screenshot_dir();
     let _ = std::fs::remove_dir_all(&shots);
     std::fs::create_dir_all(&shots).unwrap();
     println!("console screenshots: {}", shots.display());
@@ -243,37 +110,20 @@ fn console_end_to_end_in_chromium() {
     // Prerequisites first: fail fast, and clearly, when the browser toolchain is missing.
     let console_dir = work.path().join("console");
     let chromium = build_console(&console_dir);
-    let gateway_bin = sibling_bin("portico-gateway", "PORTICO_GATEWAY_BIN");
+    assert!(console_dir.join("index.html").is_file());
 
     // ZooKeeper, the demo backend, the registry.
     let zk = ZooKeeper::start_locked();
     let backend = BackendProcess::start_http_grpc().unwrap();
     let grpc = backend.grpc.expect("the demo backend's gRPC address");
-    let reg_port = free_port();
-    let mut registry = Proc::spawn(
-        "registry",
-        Command::new(env!("CARGO_BIN_EXE_portico-registry"))
-            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-            .args(["--listen", &format!("127.0.0.1:{reg_port}")])
-            .arg("--zk-auth-file")
-            .arg(zk.credentials().unwrap().registry_file())
-            .env("PORTICO_ADMIN_TOKEN", TOKEN)
-            .env("PORTICO_CONSOLE_DIR", &console_dir)
-            .env("RUST_LOG", "info"),
-        &logs,
-    );
-    let reg = Registry {
-        base: format!("http://127.0.0.1:{reg_port}"),
-        http: http(),
-    };
-    let up = wait_for(Duration::from_secs(30), || {
-        reg.http
-            .get(format!("{}/api/v1/health", reg.base))
-            .send()
-            .is_ok_and(|r| r.status().is_success())
+    let RegistryProc {
+        proc: mut registry,
+        base,
+    } = spawn_registry(&zk, "registry", &logs, |cmd| {
+        cmd.env("PORTICO_CONSOLE_DIR", &console_dir)
+            .env("RUST_LOG", "info");
     });
-    registry.assert_alive();
-    assert!(up, "the registry did not come up:\n{}", registry.tail());
+    let reg = Registry { base };
 
     // What an operator set up before: the cluster (live and sandbox) and two apps.
     let cluster =
@@ -290,29 +140,18 @@ fn console_end_to_end_in_chromium() {
     );
 
     // The gateway, in ZooKeeper mode, with a sandbox listener.
-    let (listen, sandbox, admin) = (free_port(), free_port(), free_port());
-    let mut gateway = Proc::spawn(
-        "gateway",
-        Command::new(&gateway_bin)
-            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-            .arg("--zk-auth-file")
-            .arg(zk.credentials().unwrap().gateway_file())
-            .args(["--listen", &format!("127.0.0.1:{listen}")])
-            .args(["--sandbox-listen", &format!("127.0.0.1:{sandbox}")])
-            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-            .arg("--snapshot-dir")
-            .arg(work.path().join("snapshot"))
+    let sandbox = free_port();
+    let GatewayProc {
+        proc: mut gateway,
+        url: gateway_url,
+        ..
+    } = spawn_gateway(&zk, "gw-console-e2e", &logs, |cmd| {
+        cmd.args(["--sandbox-listen", &format!("127.0.0.1:{sandbox}")])
             .arg("--access-log")
-            .arg(logs.join("access.log"))
-            .args(["--node-id", "gw-console-e2e"]),
-        &logs,
-    );
-    let registered = wait_for(Duration::from_secs(60), || {
-        reg.get("/nodes")["nodes"].as_array().is_some_and(|n| {
-            n.iter().any(|n| {
-                n["sandbox_addr"] == format!("127.0.0.1:{sandbox}") && n["in_sync"] == true
-            })
-        })
+            .arg(logs.join("access.log"));
+    });
+    let registered = wait_registered(&reg.base, Duration::from_secs(60), |n| {
+        n["sandbox_addr"] == format!("127.0.0.1:{sandbox}") && n["in_sync"] == true
     });
     gateway.assert_alive();
     assert!(
@@ -320,55 +159,25 @@ fn console_end_to_end_in_chromium() {
         "the gateway did not register in ZooKeeper:\n{}",
         gateway.tail()
     );
-    let gateway_url = format!("http://127.0.0.1:{listen}");
 
     // The browser run.
-    let script = workspace().join("admin-ui/e2e/console.e2e.mjs");
     let proto = workspace().join("protos/demo/order.proto");
+    let env = BTreeMap::from([
+        ("CONSOLE_URL", reg.base.clone()),
+        ("ADMIN_TOKEN", TOKEN.to_owned()),
+        ("GATEWAY_URL", gateway_url.clone()),
+        ("LIVE_APP_KEY", LIVE_APP.to_owned()),
+        ("LIVE_APP_SECRET", LIVE_SECRET.to_owned()),
+        ("PROTO_FILE", proto.display().to_string()),
+        ("CLUSTER", CLUSTER.to_owned()),
+    ]);
     let started = Instant::now();
-    let mut node = Command::new("node")
-        .arg(&script)
-        .current_dir(workspace().join("admin-ui"))
-        .env("CONSOLE_URL", &reg.base)
-        .env("ADMIN_TOKEN", TOKEN)
-        .env("GATEWAY_URL", &gateway_url)
-        .env("LIVE_APP_KEY", LIVE_APP)
-        .env("LIVE_APP_SECRET", LIVE_SECRET)
-        .env("PROTO_FILE", &proto)
-        .env("CLUSTER", CLUSTER)
-        .env("SCREENSHOT_DIR", &shots)
-        .env("CHROMIUM", &chromium)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("running node");
-    let stdout = node.stdout.take().unwrap();
-    let echo = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            println!("{line}");
-        }
-    });
-    let status = loop {
-        if let Some(status) = node.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(240) {
-            let _ = node.kill();
-            let _ = node.wait();
-            panic!(
-                "the browser run took more than 240 s; screenshots in {}",
-                shots.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let _ = echo.join();
+    let passed = run_script("console.e2e.mjs", &chromium, &env, Duration::from_secs(240));
     registry.assert_alive();
     gateway.assert_alive();
     assert!(
-        status.success(),
-        "the browser run failed ({status}); screenshots in {}\n--- registry log ---\n{}\n--- gateway log ---\n{}\n--- gateway access log ---\n{}",
+        passed,
+        "the browser run failed; screenshots in {}\n--- registry log ---\n{}\n--- gateway log ---\n{}\n--- gateway access log ---\n{}",
         shots.display(),
         registry.tail(),
         gateway.tail(),
@@ -476,23 +285,9 @@ fn console_end_to_end_in_chromium() {
 fn console_routes_explain_what_is_missing() {
     let zk = ZooKeeper::start_locked();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let config = portico_registry::Config {
-        zk_hosts: zk.connect_string(),
-        zk_root: "/portico".to_owned(),
-        token: Some(TOKEN.to_owned()),
-        zk_auth: zk
-            .credentials()
-            .map(|c| portico_control::zk::ZkAuth::parse(&c.registry).unwrap()),
-    };
-    let (addr, _task) = rt
-        .block_on(portico_registry::spawn(
-            &config,
-            std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-        ))
-        .unwrap();
+    let api = rt.block_on(common::registry(&zk)).base;
     let reg = Registry {
-        base: format!("http://{addr}"),
-        http: http(),
+        base: api.trim_end_matches("/api/v1").to_owned(),
     };
     let call = |body: Value| reg.call(reqwest::Method::POST, "/sandbox/call", Some(body));
 
@@ -557,10 +352,6 @@ fn console_routes_explain_what_is_missing() {
     let doc = reg.get("/openapi.json");
     assert!(doc["paths"]["/sandbox/call"]["post"].is_object());
     assert!(doc["paths"]["/health/apis"]["get"].is_object());
-    let resp = reg
-        .http
-        .get(format!("{}/switches", reg.base))
-        .send()
-        .unwrap();
+    let resp = http().get(format!("{}/switches", reg.base)).send().unwrap();
     assert_eq!(resp.status().as_u16(), 200);
 }

@@ -16,41 +16,21 @@
 mod common;
 
 use common::browser::{build_console, run_script, screenshot_dir};
-use common::{sibling_bin, Proc};
+use common::procs::{
+    admin_call as call, http, spawn_gateway, spawn_registry, GatewayProc, RegistryProc,
+};
+use common::TOKEN;
 use portico_demo::process::BackendProcess;
-use portico_testkit::{free_port, wait_for, ZooKeeper};
+use portico_testkit::{wait_for, ZooKeeper};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const TOKEN: &str = "hotkeys-e2e-admin-token";
 const NODE_ID: &str = "gw-hotkeys-e2e";
 const API: &str = "sku.get";
 const HOT: &str = "BK-1";
-
-fn http() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap()
-}
-
-fn call(base: &str, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = http()
-        .request(method, format!("{base}/api/v1{path}"))
-        .bearer_auth(TOKEN)
-        .header("X-Portico-Operator", "hotkeys-e2e-seed");
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().unwrap_or(Value::Null))
-}
 
 /// Sends `GET /v1/skus/<sku>` at about `per_s` requests a second until `stop`; counts answers.
 fn load(
@@ -96,27 +76,12 @@ fn console_hot_keys_view_blocks_a_key_in_chromium() {
 
     let zk = ZooKeeper::start_locked();
     let backend = BackendProcess::start_http().unwrap();
-    let reg_port = free_port();
-    let mut registry = Proc::spawn(
-        "registry",
-        Command::new(env!("CARGO_BIN_EXE_portico-registry"))
-            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-            .args(["--listen", &format!("127.0.0.1:{reg_port}")])
-            .arg("--zk-auth-file")
-            .arg(zk.credentials().unwrap().registry_file())
-            .env("PORTICO_ADMIN_TOKEN", TOKEN)
-            .env("PORTICO_CONSOLE_DIR", &console_dir),
-        &logs,
-    );
-    let base = format!("http://127.0.0.1:{reg_port}");
-    let up = wait_for(Duration::from_secs(30), || {
-        http()
-            .get(format!("{base}/api/v1/health"))
-            .send()
-            .is_ok_and(|r| r.status().is_success())
+    let RegistryProc {
+        proc: mut registry,
+        base,
+    } = spawn_registry(&zk, "registry", &logs, |cmd| {
+        cmd.env("PORTICO_CONSOLE_DIR", &console_dir);
     });
-    registry.assert_alive();
-    assert!(up, "the registry did not come up:\n{}", registry.tail());
 
     // sku.get through the registry, as a backend team would: the cluster, a draft, publish.
     let cluster = json!({"protocol": "http", "endpoints": [{"addr": backend.http.to_string()}]});
@@ -151,21 +116,11 @@ fn console_hot_keys_view_blocks_a_key_in_chromium() {
     );
     assert_eq!(status, 200, "{reply:#}");
 
-    let (listen, admin) = (free_port(), free_port());
-    let mut gateway = Proc::spawn(
-        "gateway",
-        Command::new(sibling_bin("portico-gateway"))
-            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-            .arg("--zk-auth-file")
-            .arg(zk.credentials().unwrap().gateway_file())
-            .args(["--listen", &format!("127.0.0.1:{listen}")])
-            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-            .arg("--snapshot-dir")
-            .arg(work.path().join("snapshot"))
-            .args(["--node-id", NODE_ID]),
-        &logs,
-    );
-    let gw = format!("http://127.0.0.1:{listen}");
+    let GatewayProc {
+        proc: mut gateway,
+        url: gw,
+        ..
+    } = spawn_gateway(&zk, NODE_ID, &logs, |_| {});
     let serving = wait_for(Duration::from_secs(60), || {
         http()
             .get(format!("{gw}/v1/skus/BK-2"))

@@ -12,9 +12,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
 mod portal_world;
 
-use portal_world::{call, http, workspace, World, M1, M2};
+use common::browser::workspace;
+use portal_world::{call, http, World, M1, M2};
 use portico_registry::portal::snippets::{self, Snippet};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};

@@ -15,64 +15,25 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
 mod portal_world;
 
-use portal_world::{workspace, World, M1, M2};
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use common::browser::{build_console, run_script_output, workspace};
+use portal_world::{World, M1, M2};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// Checks node, the npm dependencies and Chromium, and builds the console (and the portal)
-/// into `out`; the Chromium to drive.
-fn build_ui(out: &Path) -> PathBuf {
-    let ui = workspace().join("admin-ui");
-    let node_ok = Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        node_ok,
-        "node is not installed: the portal end-to-end test needs Node.js and npm \
-         (./ops/test.sh installs them)"
-    );
-    for dep in ["playwright-core", "vite", "preact", "typescript"] {
-        assert!(
-            ui.join("node_modules").join(dep).is_dir(),
-            "admin-ui/node_modules/{dep} is missing: run ./ops/test.sh (it runs `npm ci` in \
-             admin-ui/), or `cd admin-ui && npm ci`"
-        );
-    }
-    let chromium =
-        std::env::var("PORTICO_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_owned());
-    assert!(
-        Path::new(&chromium).is_file(),
-        "{chromium} is missing: the portal end-to-end test drives Debian's Chromium \
-         (./ops/test.sh installs it: apt-get install chromium), or set PORTICO_CHROMIUM"
-    );
-    let status = Command::new("npm")
-        .args(["run", "build", "--", "--outDir"])
-        .arg(out)
-        .arg("--emptyOutDir")
-        .current_dir(&ui)
-        .status()
-        .expect("running npm");
-    assert!(
-        status.success(),
-        "`npm run build` of admin-ui failed ({status})"
-    );
-    assert!(
-        out.join("portal/index.html").is_file(),
-        "the build has no portal/index.html"
-    );
-    PathBuf::from(chromium)
-}
 
 #[test]
 fn portal_end_to_end_in_chromium() {
     let build = tempfile::tempdir().unwrap();
     let ui = build.path().join("dist");
-    let chromium = build_ui(&ui);
+    let chromium = build_console(&ui);
+    assert!(
+        ui.join("portal/index.html").is_file(),
+        "the build has no portal/index.html"
+    );
     let mut world = World::start(Some(&ui));
     let shots = std::env::var_os("PORTICO_SCREENSHOT_DIR")
         .map(PathBuf::from)
@@ -101,53 +62,24 @@ fn portal_end_to_end_in_chromium() {
         .collect();
     ids.sort();
 
+    let env = BTreeMap::from([
+        ("PORTAL_URL", world.registry_url.clone()),
+        ("GATEWAY_URL", world.gateway_url.clone()),
+        ("APP_KEY", M1.0.to_owned()),
+        ("APP_SECRET", M1.1.to_owned()),
+        ("APP2_KEY", M2.0.to_owned()),
+        ("APP2_SECRET", M2.1.to_owned()),
+        ("EXPECT_APIS", ids.join(",")),
+        ("SCREENSHOT_DIR", shots.display().to_string()),
+    ]);
     let started = Instant::now();
-    let mut node = Command::new("node")
-        .arg(workspace().join("admin-ui/e2e/portal.e2e.mjs"))
-        .current_dir(workspace().join("admin-ui"))
-        .env("PORTAL_URL", &world.registry_url)
-        .env("GATEWAY_URL", &world.gateway_url)
-        .env("APP_KEY", M1.0)
-        .env("APP_SECRET", M1.1)
-        .env("APP2_KEY", M2.0)
-        .env("APP2_SECRET", M2.1)
-        .env("EXPECT_APIS", ids.join(","))
-        .env("SCREENSHOT_DIR", &shots)
-        .env("CHROMIUM", &chromium)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("running node");
-    let stdout = node.stdout.take().unwrap();
-    let echo = std::thread::spawn(move || {
-        let mut lines = Vec::new();
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            println!("{line}");
-            lines.push(line);
-        }
-        lines
-    });
-    let status = loop {
-        if let Some(status) = node.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(240) {
-            let _ = node.kill();
-            let _ = node.wait();
-            panic!(
-                "the browser run took more than 240 s; screenshots in {}",
-                shots.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let lines = echo.join().unwrap();
+    let (passed, lines) =
+        run_script_output("portal.e2e.mjs", &chromium, &env, Duration::from_secs(240));
     world.registry.assert_alive();
     world.gateway.assert_alive();
     assert!(
-        status.success(),
-        "the browser run failed ({status}); screenshots in {}\n{}",
+        passed,
+        "the browser run failed; screenshots in {}\n{}",
         shots.display(),
         world.logs()
     );

@@ -544,13 +544,7 @@ async fn publish_flow_with_the_demo_proto() {
     assert_eq!(r.body["version"], 2);
 
     // The audit log shows the workflow.
-    let audit = reg.get("/audit?limit=1000").await.expect(200);
-    let actions: Vec<&str> = audit.body["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["action"].as_str().unwrap())
-        .collect();
+    let actions = reg.audit_actions(1000).await;
     for a in [
         "api.import",
         "api.publish",
@@ -558,7 +552,10 @@ async fn publish_flow_with_the_demo_proto() {
         "draft.put",
         "api.unpublish",
     ] {
-        assert!(actions.contains(&a), "{a} missing from {actions:?}");
+        assert!(
+            actions.iter().any(|x| x == a),
+            "{a} missing from {actions:?}"
+        );
     }
 }
 
@@ -997,15 +994,9 @@ async fn notification_topics_and_the_app_fields() {
 
     reg.delete("/topics/orders").await.expect(204);
     reg.get("/topics/orders").await.expect(404);
-    let audit = reg.get("/audit?limit=100").await.expect(200);
-    let actions: Vec<&str> = audit.body["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["action"].as_str().unwrap())
-        .collect();
+    let actions = reg.audit_actions(100).await;
     assert!(
-        actions.contains(&"topic.put") && actions.contains(&"topic.delete"),
+        actions.iter().any(|a| a == "topic.put") && actions.iter().any(|a| a == "topic.delete"),
         "{actions:?}"
     );
 }

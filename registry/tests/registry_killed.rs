@@ -7,77 +7,23 @@
 
 mod common;
 
-use common::{sibling_bin, Proc, TOKEN};
+use common::procs::{
+    admin_call as call, http_with_timeout, spawn_gateway, spawn_registry, GatewayProc, RegistryProc,
+};
+use common::{cli_outcome, portico_cli};
 use portico_testkit::{free_port, wait_for, ZooKeeper};
 use serde_json::{json, Value};
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// How long a switch flipped through the surviving registry may take to reach the gateway.
 const SWITCH_BOUND: Duration = Duration::from_secs(5);
 
-fn http() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .no_proxy()
-        .build()
-        .unwrap()
-}
-
-/// An admin API call on registry `base` (`http://host:port`): status and JSON body.
-fn call(base: &str, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = http()
-        .request(method, format!("{base}/api/v1{path}"))
-        .bearer_auth(TOKEN)
-        .header("X-Portico-Operator", "registry-killed-test");
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    match req.send() {
-        Ok(r) => {
-            let status = r.status().as_u16();
-            (status, r.json().unwrap_or(Value::Null))
-        }
-        Err(_) => (0, Value::Null),
-    }
-}
-
-fn start_registry(zk: &ZooKeeper, name: &'static str, logs: &Path) -> (Proc, String) {
-    let port = free_port();
-    let mut proc = Proc::spawn(
-        name,
-        Command::new(env!("CARGO_BIN_EXE_portico-registry"))
-            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .arg("--zk-auth-file")
-            .arg(zk.credentials().unwrap().registry_file())
-            .env("PORTICO_ADMIN_TOKEN", TOKEN),
-        logs,
-    );
-    let base = format!("http://127.0.0.1:{port}");
-    let up = wait_for(Duration::from_secs(30), || {
-        call(&base, reqwest::Method::GET, "/health", None).0 == 200
-    });
-    proc.assert_alive();
-    assert!(up, "{name} did not come up:\n{}", proc.tail());
-    (proc, base)
-}
-
 /// The `portico` CLI against registry `base`: (success, stdout, stderr).
 fn portico(base: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_portico"))
-        .arg("--registry")
-        .arg(base)
-        .args(args)
-        .env("PORTICO_ADMIN_TOKEN", TOKEN)
-        .env("PORTICO_OPERATOR", "registry-killed-test")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    cli_outcome(
+        portico_cli(base, "registry-killed-test", args)
+            .output()
+            .unwrap(),
     )
 }
 
@@ -85,8 +31,15 @@ fn portico(base: &str, args: &[&str]) -> (bool, String, String) {
 fn a_registry_killed_leaves_the_other_serving_the_console_and_the_cli() {
     let logs = tempfile::tempdir().unwrap();
     let zk = ZooKeeper::start_locked();
-    let (mut first, base1) = start_registry(&zk, "registry-1", logs.path());
-    let (mut second, base2) = start_registry(&zk, "registry-2", logs.path());
+    let RegistryProc {
+        proc: mut first,
+        base: base1,
+    } = spawn_registry(&zk, "registry-1", logs.path(), |_| {});
+    let RegistryProc {
+        proc: mut second,
+        base: base2,
+    } = spawn_registry(&zk, "registry-2", logs.path(), |_| {});
+    let http = || http_with_timeout(Duration::from_secs(10));
 
     // An API answered by its switch's fallback (its backend is nowhere), set up through the
     // first registry.
@@ -123,23 +76,15 @@ fn a_registry_killed_leaves_the_other_serving_the_console_and_the_cli() {
     );
     assert!(ok, "{out}{err}");
 
-    let (listen, admin) = (free_port(), free_port());
-    let _gateway = Proc::spawn(
-        "gateway",
-        Command::new(sibling_bin("portico-gateway"))
-            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-            .arg("--zk-auth-file")
-            .arg(zk.credentials().unwrap().gateway_file())
-            .args(["--listen", &format!("127.0.0.1:{listen}")])
-            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-            .args(["--node-id", "gw-1", "--access-log", "off"]),
-        logs.path(),
-    );
+    let GatewayProc {
+        proc: _gateway,
+        url: gw,
+        ..
+    } = spawn_gateway(&zk, "gw-1", logs.path(), |cmd| {
+        cmd.args(["--access-log", "off"]);
+    });
     let served = || -> Option<u64> {
-        let r = http()
-            .get(format!("http://127.0.0.1:{listen}/v1/ping"))
-            .send()
-            .ok()?;
+        let r = http().get(format!("{gw}/v1/ping")).send().ok()?;
         r.json::<Value>().ok()?["v"].as_u64()
     };
     assert!(

@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::procs::registry_command;
 use common::{registry, seed_history, Proc, Registry, TOKEN};
 use portico_testkit::{free_port, write_private, ZooKeeper};
 use serde_json::{json, Value};
@@ -77,11 +78,7 @@ fn registry_process(zk: &ZooKeeper, work: &Path, db: &Path, smtp: u16) -> (Proc,
     write_private(&token, TOKEN);
     let proc = Proc::spawn(
         "registry",
-        Command::new(env!("CARGO_BIN_EXE_portico-registry"))
-            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-            .arg("--zk-auth-file")
-            .arg(zk.credentials().unwrap().registry_file())
-            .args(["--listen", &format!("127.0.0.1:{port}")])
+        registry_command(zk, port)
             .arg("--admin-token-file")
             .arg(&token)
             .arg("--data-dir")

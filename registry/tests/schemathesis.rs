@@ -26,23 +26,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use base64::Engine;
+mod common;
+
+use common::browser::workspace;
+use common::procs::{http_with_timeout, registry_command};
+use common::{example_tree, tail_of, Proc};
 use portico_testkit::{free_port, wait_for, ZooKeeper};
-use serde_json::{json, Map, Value};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "schemathesis-admin-token-0123456789";
 const DEFAULT_EXAMPLES: u32 = 12;
 const DEFAULT_SEED: u64 = 20_261_130;
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
 
 /// The pinned version `./ops/test.sh` installs (`SCHEMATHESIS_VERSION` in ops/lib.sh).
 fn pinned_version() -> String {
@@ -80,84 +77,6 @@ fn schemathesis() -> PathBuf {
     );
 }
 
-/// A child process killed when dropped, its output in a log file.
-struct Proc {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn spawn(cmd: &mut Command, log: PathBuf) -> Proc {
-        let out = std::fs::File::create(&log).unwrap();
-        let err = out.try_clone().unwrap();
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-        Proc { child, log }
-    }
-
-    fn output(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn tail(&self, n: usize) -> String {
-        let text = self.output();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn http() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
-
-/// `ops/examples/standalone` in the export's shape (file path → content), for `POST /import`.
-fn standalone_tree() -> Value {
-    let root = workspace().join("ops/examples/standalone");
-    let mut files = Map::new();
-    let mut dirs = vec![root.clone()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-                continue;
-            }
-            let rel = path
-                .strip_prefix(&root)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
-            let bytes = std::fs::read(&path).unwrap();
-            let content = if rel.ends_with(".pb") {
-                json!({"encoding": "base64",
-                       "content": base64::engine::general_purpose::STANDARD.encode(&bytes)})
-            } else if rel.ends_with(".json") {
-                json!({"encoding": "utf-8", "content": String::from_utf8(bytes).unwrap()})
-            } else {
-                continue;
-            };
-            files.insert(rel, content);
-        }
-    }
-    assert!(files.len() > 20, "the standalone example tree: {files:?}");
-    json!({ "files": files })
-}
-
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     match std::env::var(name) {
         Ok(v) => v
@@ -185,14 +104,13 @@ fn schemathesis_finds_no_server_error_and_no_route_open_without_the_token() {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let mut registry = Proc::spawn(
-        Command::new(env!("CARGO_BIN_EXE_portico-registry"))
-            .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-            .args(["--listen", &format!("127.0.0.1:{port}")])
+        "registry",
+        registry_command(&zk, port)
             .env("PORTICO_ADMIN_TOKEN", TOKEN)
             .env("RUST_LOG", "info"),
-        work.path().join("registry.log"),
+        work.path(),
     );
-    let http = http();
+    let http = http_with_timeout(Duration::from_secs(30));
     let healthy = |http: &reqwest::blocking::Client| {
         http.get(format!("{base}/api/v1/health"))
             .send()
@@ -201,11 +119,15 @@ fn schemathesis_finds_no_server_error_and_no_route_open_without_the_token() {
     assert!(
         wait_for(Duration::from_secs(60), || healthy(&http)),
         "the registry did not become healthy:\n{}",
-        registry.tail(40)
+        tail_of(&registry.log, 40)
     );
 
     // A realistic tree in both planes, so the fuzzer meets existing documents.
-    let tree = standalone_tree();
+    let tree = example_tree(|text| text);
+    assert!(
+        tree["files"].as_object().unwrap().len() > 20,
+        "the standalone example tree: {tree}"
+    );
     for env in ["live", "sandbox"] {
         let resp = http
             .post(format!("{base}/api/v1/import?env={env}"))
@@ -280,11 +202,10 @@ fn schemathesis_finds_no_server_error_and_no_route_open_without_the_token() {
     }
     println!("schemathesis: seed {seed}, {examples} examples per operation: {cmd:?}");
     let started = Instant::now();
-    let run = Proc::spawn(&mut cmd, work.path().join("schemathesis.log"));
-    let mut run = run;
+    let mut run = Proc::spawn("schemathesis", &mut cmd, work.path());
     let status = run.child.wait().unwrap();
     let took = started.elapsed();
-    let out = run.output();
+    let out = std::fs::read_to_string(&run.log).unwrap_or_default();
     // Its report, for the test log (and for measuring how long a run takes).
     println!(
         "schemathesis finished in {:.0}s ({status}):\n{out}",
@@ -296,18 +217,18 @@ fn schemathesis_finds_no_server_error_and_no_route_open_without_the_token() {
     assert!(
         exited.is_none(),
         "the registry exited during the fuzz run ({exited:?}):\n{}",
-        registry.tail(60)
+        tail_of(&registry.log, 60)
     );
     assert!(
         healthy(&http),
         "the registry is not healthy after the fuzz run:\n{}",
-        registry.tail(60)
+        tail_of(&registry.log, 60)
     );
-    let log = registry.output();
+    let log = std::fs::read_to_string(&registry.log).unwrap_or_default();
     assert!(
         !log.contains("panicked"),
         "the registry panicked during the fuzz run:\n{}",
-        registry.tail(80)
+        tail_of(&registry.log, 80)
     );
 
     assert!(
@@ -315,7 +236,7 @@ fn schemathesis_finds_no_server_error_and_no_route_open_without_the_token() {
         "schemathesis found failures (seed {seed}; reproduce with PORTICO_SCHEMATHESIS_SEED={seed} \
          cargo test -p portico-registry --test schemathesis -- --nocapture):\n{out}\n\
          --- registry log (tail) ---\n{}",
-        registry.tail(40)
+        tail_of(&registry.log, 40)
     );
     // It really ran every operation: the summary names the operations it tested.
     assert!(

@@ -59,21 +59,32 @@ pub fn build_console(out: &Path) -> PathBuf {
     PathBuf::from(chromium)
 }
 
-/// Runs `admin-ui/e2e/<script>` with `env` (plus `SCREENSHOT_DIR` and `CHROMIUM`), echoing
-/// its output, and says whether every step passed; panics after `limit`.
+/// Runs `admin-ui/e2e/<script>` with `env` (plus `SCREENSHOT_DIR` and `CHROMIUM`, unless
+/// `env` sets them), echoing its output, and says whether every step passed; panics after
+/// `limit`.
 pub fn run_script(
     script: &str,
     chromium: &Path,
     env: &BTreeMap<&str, String>,
     limit: Duration,
 ) -> bool {
+    run_script_output(script, chromium, env, limit).0
+}
+
+/// As [`run_script`], also answering the lines the script printed on its standard output.
+pub fn run_script_output(
+    script: &str,
+    chromium: &Path,
+    env: &BTreeMap<&str, String>,
+    limit: Duration,
+) -> (bool, Vec<String>) {
     let started = Instant::now();
     let mut node = Command::new("node")
         .arg(workspace().join("admin-ui/e2e").join(script))
         .current_dir(workspace().join("admin-ui"))
-        .envs(env)
         .env("SCREENSHOT_DIR", screenshot_dir())
         .env("CHROMIUM", chromium)
+        .envs(env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -81,9 +92,12 @@ pub fn run_script(
         .expect("running node");
     let stdout = node.stdout.take().expect("piped stdout");
     let echo = std::thread::spawn(move || {
+        let mut lines = Vec::new();
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             println!("{line}");
+            lines.push(line);
         }
+        lines
     });
     let status = loop {
         if let Some(status) = node.try_wait().expect("waiting for node") {
@@ -96,6 +110,6 @@ pub fn run_script(
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    let _ = echo.join();
-    status.success()
+    let lines = echo.join().unwrap_or_default();
+    (status.success(), lines)
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod procs;
 
 use portico_control::zk::ZkAuth;
 use portico_registry::Config;
@@ -148,6 +149,95 @@ impl Registry {
     pub async fn delete(&self, path: &str) -> Reply {
         self.send(self.request(Method::DELETE, path)).await
     }
+
+    /// The actions of the audit log's newest `limit` entries, newest first.
+    pub async fn audit_actions(&self, limit: u32) -> Vec<String> {
+        let audit = self.get(&format!("/audit?limit={limit}")).await.expect(200);
+        audit.body["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["action"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+/// The `portico` CLI's command against registry `base` (with or without its `/api/v1`), with
+/// [`TOKEN`], acting as `operator`; the caller adds how it runs.
+pub fn portico_cli(base: &str, operator: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_portico"));
+    cmd.arg("--registry")
+        .arg(base.trim_end_matches("/api/v1"))
+        .args(args)
+        .env("PORTICO_ADMIN_TOKEN", TOKEN)
+        .env("PORTICO_OPERATOR", operator);
+    cmd
+}
+
+/// What a CLI run answered: (success, stdout, stderr).
+pub fn cli_outcome(out: std::process::Output) -> (bool, String, String) {
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A GET of `base` + `path` signed as `app` (key, secret) with a fresh nonce: the status, or
+/// 0 when the gateway cannot be reached.
+pub async fn signed_get(http: &reqwest::Client, base: &str, path: &str, app: (&str, &str)) -> u16 {
+    let (key, secret) = app;
+    let nonce = format!("test-{:016x}", fastrand::u64(..));
+    let signed = portico_control::sign::sign_request(
+        secret.as_bytes(),
+        "GET",
+        path,
+        None,
+        key,
+        portico_control::clock::now_ms(),
+        &nonce,
+        b"",
+    );
+    let mut req = http.get(format!("{base}{path}"));
+    for (k, v) in signed.pairs() {
+        req = req.header(k, v);
+    }
+    req.send().await.map(|r| r.status().as_u16()).unwrap_or(0)
+}
+
+/// `ops/examples/standalone` as an import body (`{"files": {path: {encoding, content}}}`):
+/// its JSON documents as text passed through `rewrite`, its descriptor sets in base64.
+pub fn example_tree(rewrite: impl Fn(String) -> String) -> Value {
+    use base64::Engine as _;
+    let root = browser::workspace().join("ops/examples/standalone");
+    let mut files = serde_json::Map::new();
+    let mut dirs = vec![root.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let rel = path
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            let bytes = std::fs::read(&path).unwrap();
+            let content = if rel.ends_with(".pb") {
+                serde_json::json!({"encoding": "base64",
+                       "content": base64::engine::general_purpose::STANDARD.encode(&bytes)})
+            } else if rel.ends_with(".json") {
+                serde_json::json!({"encoding": "utf-8",
+                       "content": rewrite(String::from_utf8(bytes).unwrap())})
+            } else {
+                continue;
+            };
+            files.insert(rel, content);
+        }
+    }
+    serde_json::json!({ "files": files })
 }
 
 /// The demo order service's .proto source (from the demo crate).
@@ -174,10 +264,9 @@ impl Proc {
         Proc { name, child, log }
     }
 
+    /// The last 40 lines of its log.
     pub fn tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        tail_of(&self.log, 40)
     }
 
     pub fn assert_alive(&mut self) {
@@ -194,8 +283,20 @@ impl Drop for Proc {
     }
 }
 
-/// `target/<profile>/<name>`, next to this test's `deps/` directory.
+/// The last `n` lines of a file (empty if it cannot be read).
+pub fn tail_of(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// `target/<profile>/<name>`, next to this test's `deps/` directory, unless
+/// `$<NAME>_BIN` (`PORTICO_GATEWAY_BIN` for `portico-gateway`) names another one.
 pub fn sibling_bin(name: &str) -> PathBuf {
+    let env_override = format!("{}_BIN", name.to_uppercase().replace('-', "_"));
+    if let Some(p) = std::env::var_os(&env_override) {
+        return PathBuf::from(p);
+    }
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
     let profile = if deps.file_name().is_some_and(|n| n == "deps") {
@@ -206,7 +307,8 @@ pub fn sibling_bin(name: &str) -> PathBuf {
     let bin = profile.join(name);
     assert!(
         bin.is_file(),
-        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does)",
+        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does), \
+         or set {env_override}",
         bin.display()
     );
     bin

@@ -5,95 +5,24 @@
 //! the live and the sandbox trees, pointed at the demo backend.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use crate::common::procs::{
+    http_with_timeout, spawn_gateway, spawn_registry, wait_registered, GatewayProc, RegistryProc,
+};
+use crate::common::{example_tree, Proc};
 use portico_demo::process::BackendProcess;
-use portico_testkit::{free_port, wait_for, ZooKeeper};
-use serde_json::{json, Map, Value};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use portico_testkit::ZooKeeper;
+use std::path::Path;
 use std::time::Duration;
 
-pub const TOKEN: &str = "portal-test-admin-token";
+/// The blocking client of the portal's tests (30 s per request).
+pub fn http() -> reqwest::blocking::Client {
+    http_with_timeout(Duration::from_secs(30))
+}
+
+pub use crate::common::TOKEN;
 /// The example tree's apps (ops/examples/standalone/apps).
 pub const M1: (&str, &str) = ("merchant-1", "s3cr3t-value");
 pub const M2: (&str, &str) = ("merchant-2", "m2-secret-value");
-
-pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// A child process killed when dropped; its output goes to a log file.
-pub struct Proc {
-    pub name: &'static str,
-    child: Child,
-    pub log: PathBuf,
-}
-
-impl Proc {
-    pub fn spawn(name: &'static str, cmd: &mut Command, logdir: &Path) -> Proc {
-        let log = logdir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).unwrap();
-        let err = out.try_clone().unwrap();
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
-        Proc { name, child, log }
-    }
-
-    pub fn tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
-    }
-
-    pub fn assert_alive(&mut self) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("{} exited ({status}):\n{}", self.name, self.tail());
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `target/<profile>/<name>`, next to this test's `deps/` directory.
-pub fn sibling_bin(name: &str, env_override: &str) -> PathBuf {
-    if let Some(p) = std::env::var_os(env_override) {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let profile = if deps.file_name().is_some_and(|n| n == "deps") {
-        deps.parent().unwrap()
-    } else {
-        deps
-    };
-    let bin = profile.join(name);
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does), \
-         or set {env_override}",
-        bin.display()
-    );
-    bin
-}
-
-pub fn http() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
 
 pub struct World {
     pub work: tempfile::TempDir,
@@ -108,41 +37,6 @@ pub struct World {
     pub http: reqwest::blocking::Client,
 }
 
-/// The example tree as an import body (`{"files": {...}}`), its clusters pointed at `http`
-/// and `grpc`.
-fn example_import(http_addr: &str, grpc_addr: &str) -> Value {
-    let root = workspace().join("ops/examples/standalone");
-    let mut files = Map::new();
-    let mut stack = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            let rel = path
-                .strip_prefix(&root)
-                .unwrap()
-                .to_string_lossy()
-                .replace('\\', "/");
-            let bytes = std::fs::read(&path).unwrap();
-            let entry = if rel.ends_with(".pb") {
-                use base64::Engine as _;
-                json!({"encoding": "base64", "content": base64::engine::general_purpose::STANDARD.encode(&bytes)})
-            } else {
-                let text = String::from_utf8(bytes)
-                    .unwrap()
-                    .replace("127.0.0.1:18081", http_addr)
-                    .replace("127.0.0.1:50051", grpc_addr);
-                json!({"encoding": "utf-8", "content": text})
-            };
-            files.insert(rel, entry);
-        }
-    }
-    json!({ "files": files })
-}
-
 impl World {
     /// Starts everything; `console_dir` is the console build the registry serves (the
     /// portal's pages are in its `portal/`), if any.
@@ -153,37 +47,26 @@ impl World {
             .unwrap();
         let logs = work.path().join("logs");
         std::fs::create_dir_all(&logs).unwrap();
-        let gateway_bin = sibling_bin("portico-gateway", "PORTICO_GATEWAY_BIN");
         let zk = ZooKeeper::start();
         let backend = BackendProcess::start_http_grpc().unwrap();
         let grpc = backend.grpc.expect("the demo backend's gRPC address");
 
-        let reg_port = free_port();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_portico-registry"));
-        cmd.args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-            .args(["--listen", &format!("127.0.0.1:{reg_port}")])
-            .env("PORTICO_ADMIN_TOKEN", TOKEN)
-            .env("RUST_LOG", "info");
-        match console_dir {
-            Some(dir) => {
-                cmd.env("PORTICO_CONSOLE_DIR", dir);
-            }
-            None => {
-                cmd.env("PORTICO_CONSOLE_DIR", work.path().join("no-console"));
-            }
-        }
-        let mut registry = Proc::spawn("registry", &mut cmd, &logs);
-        let registry_url = format!("http://127.0.0.1:{reg_port}");
-        let http = http();
-        let up = wait_for(Duration::from_secs(30), || {
-            http.get(format!("{registry_url}/api/v1/health"))
-                .send()
-                .is_ok_and(|r| r.status().is_success())
+        let no_console = work.path().join("no-console");
+        let RegistryProc {
+            proc: registry,
+            base: registry_url,
+        } = spawn_registry(&zk, "registry", &logs, |cmd| {
+            cmd.env("PORTICO_CONSOLE_DIR", console_dir.unwrap_or(&no_console))
+                .env("RUST_LOG", "info");
         });
-        registry.assert_alive();
-        assert!(up, "the registry did not come up:\n{}", registry.tail());
+        let http = http();
 
-        let import = example_import(&backend.http.to_string(), &grpc.to_string());
+        // The example tree, its clusters pointed at the demo backend.
+        let (http_addr, grpc_addr) = (backend.http.to_string(), grpc.to_string());
+        let import = example_tree(|text| {
+            text.replace("127.0.0.1:18081", &http_addr)
+                .replace("127.0.0.1:50051", &grpc_addr)
+        });
         for env in ["live", "sandbox"] {
             let resp = http
                 .post(format!("{registry_url}/api/v1/import?env={env}"))
@@ -196,34 +79,17 @@ impl World {
             assert!(status.is_success(), "import {env}: {status} {text}");
         }
 
-        let (listen, sandbox, admin) = (free_port(), free_port(), free_port());
-        let mut gateway = Proc::spawn(
-            "gateway",
-            Command::new(&gateway_bin)
-                .args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
-                .args(["--listen", &format!("127.0.0.1:{listen}")])
-                .args(["--sandbox-listen", &format!("127.0.0.1:{sandbox}")])
-                .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-                .arg("--snapshot-dir")
-                .arg(work.path().join("snapshot"))
-                .args(["--access-log", "off"])
-                .args(["--node-id", "gw-portal"]),
-            &logs,
-        );
-        let registered = wait_for(Duration::from_secs(60), || {
-            http.get(format!("{registry_url}/api/v1/nodes"))
-                .bearer_auth(TOKEN)
-                .send()
-                .ok()
-                .and_then(|r| r.json::<Value>().ok())
-                .is_some_and(|v| {
-                    v["nodes"].as_array().is_some_and(|n| {
-                        n.iter().any(|n| {
-                            n["sandbox_addr"] == format!("127.0.0.1:{sandbox}")
-                                && n["in_sync"] == true
-                        })
-                    })
-                })
+        let sandbox = portico_testkit::free_port();
+        let GatewayProc {
+            proc: mut gateway,
+            url: gateway_url,
+            ..
+        } = spawn_gateway(&zk, "gw-portal", &logs, |cmd| {
+            cmd.args(["--sandbox-listen", &format!("127.0.0.1:{sandbox}")])
+                .args(["--access-log", "off"]);
+        });
+        let registered = wait_registered(&registry_url, Duration::from_secs(60), |n| {
+            n["sandbox_addr"] == format!("127.0.0.1:{sandbox}") && n["in_sync"] == true
         });
         gateway.assert_alive();
         assert!(
@@ -238,7 +104,7 @@ impl World {
             registry,
             gateway,
             registry_url,
-            gateway_url: format!("http://127.0.0.1:{listen}"),
+            gateway_url,
             sandbox_url: format!("http://127.0.0.1:{sandbox}"),
             http,
         }
