@@ -13,7 +13,7 @@ use portico_testkit::{Redis, ZooKeeper};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::*;
 use zookeeper_client as zk;
@@ -542,15 +542,6 @@ fn scrape_config(targets: &[String]) -> String {
         }
     }
     out
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn prometheus_answers_every_panel(bin: &Path, gw: &GatewayProcess, dash: &Value) {

@@ -188,6 +188,36 @@ impl Drop for GatewayProcess {
     }
 }
 
+/// A child process killed when dropped (also when an assertion fails).
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A configuration with one API, `GET /v1/ping` (`ping.get`, no auth), switched off with a
+/// `200 {"pong": true}` fallback: answered by the gateway alone, its backend never reached.
+pub fn degraded_ping_tree() -> ConfigTree {
+    let tree = ConfigTree::new();
+    tree.put(
+        "clusters/nowhere",
+        &serde_json::json!({"protocol": "http", "endpoints": [{"addr": format!("127.0.0.1:{}", free_port())}]}),
+    );
+    tree.put(
+        "apis/ping.get",
+        &serde_json::json!({"id": "ping.get", "http": {"method": "GET", "path": "/v1/ping"},
+                "backend": {"cluster": "nowhere", "http": {}}, "auth": "none"}),
+    );
+    tree.put(
+        "switches/ping.get",
+        &serde_json::json!({"degraded": true, "fallback": {"status": 200, "body": {"pong": true}}}),
+    );
+    tree
+}
+
 pub fn client() -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(30))
