@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::*;
-use zookeeper_client as zk;
 
 const ROOT: &str = "/portico";
 
@@ -337,66 +336,46 @@ fn the_dashboard_is_importable_and_covers_the_fleet() {
 
 /// Writes the test's documents into ZooKeeper (an open tree).
 fn seed(zk_hosts: &str, backend: &str) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let dead = format!("127.0.0.1:{}", free_port());
-    rt.block_on(async {
-        let client = zk::Client::connector().connect(zk_hosts).await.unwrap();
-        let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        let docs: Vec<(&str, Value)> = vec![
-            (
-                "clusters/demo",
-                json!({"protocol": "http", "endpoints": [{"addr": backend}]}),
-            ),
-            (
-                "clusters/dead",
-                json!({"protocol": "http", "endpoints": [{"addr": dead}]}),
-            ),
-            (
-                "apps/merchant-1",
-                json!({"secret": SECRET, "status": "active", "apis": ["*"]}),
-            ),
-            (
-                "apis/echo.get",
-                json!({"id": "echo.get", "http": {"method": "GET", "path": "/v1/echo"},
-                       "backend": {"cluster": "demo", "http": {"path": "/echo"}},
-                       "policy": {"breaker": {"consecutive_failures": 5, "open_ms": 10000},
-                                  "rate_limits": [{"limit": 2, "per": "minute", "burst": 2}]}}),
-            ),
-            (
-                "apis/dead.get",
-                json!({"id": "dead.get", "http": {"method": "GET", "path": "/v1/dead"},
-                       "backend": {"cluster": "dead", "timeout_ms": 2000, "http": {}},
-                       "policy": {"breaker": {"consecutive_failures": 2, "open_ms": 60000}},
-                       "auth": "none"}),
-            ),
-            (
-                "apis/promo.get",
-                json!({"id": "promo.get", "http": {"method": "GET", "path": "/v1/promo"},
-                       "backend": {"cluster": "dead", "http": {}}, "auth": "none"}),
-            ),
-            (
-                "switches/promo.get",
-                json!({"degraded": true, "reason": "sale over",
-                       "fallback": {"status": 200, "body": {"promo": false}}}),
-            ),
-        ];
-        for dir in ["", "/apis", "/apps", "/clusters", "/switches"] {
-            let _ = client.create(&format!("{ROOT}{dir}"), &[], &open).await;
-        }
-        for (path, doc) in docs {
-            client
-                .create(
-                    &format!("{ROOT}/{path}"),
-                    &serde_json::to_vec(&doc).unwrap(),
-                    &open,
-                )
-                .await
-                .unwrap();
-        }
-    });
+    let docs: Vec<(&str, Value)> = vec![
+        (
+            "clusters/demo",
+            json!({"protocol": "http", "endpoints": [{"addr": backend}]}),
+        ),
+        (
+            "clusters/dead",
+            json!({"protocol": "http", "endpoints": [{"addr": dead}]}),
+        ),
+        (
+            "apps/merchant-1",
+            json!({"secret": SECRET, "status": "active", "apis": ["*"]}),
+        ),
+        (
+            "apis/echo.get",
+            json!({"id": "echo.get", "http": {"method": "GET", "path": "/v1/echo"},
+                   "backend": {"cluster": "demo", "http": {"path": "/echo"}},
+                   "policy": {"breaker": {"consecutive_failures": 5, "open_ms": 10000},
+                              "rate_limits": [{"limit": 2, "per": "minute", "burst": 2}]}}),
+        ),
+        (
+            "apis/dead.get",
+            json!({"id": "dead.get", "http": {"method": "GET", "path": "/v1/dead"},
+                   "backend": {"cluster": "dead", "timeout_ms": 2000, "http": {}},
+                   "policy": {"breaker": {"consecutive_failures": 2, "open_ms": 60000}},
+                   "auth": "none"}),
+        ),
+        (
+            "apis/promo.get",
+            json!({"id": "promo.get", "http": {"method": "GET", "path": "/v1/promo"},
+                   "backend": {"cluster": "dead", "http": {}}, "auth": "none"}),
+        ),
+        (
+            "switches/promo.get",
+            json!({"degraded": true, "reason": "sale over",
+                   "fallback": {"status": 200, "body": {"promo": false}}}),
+        ),
+    ];
+    support::zk::put(zk_hosts, ROOT, &docs);
 }
 
 /// OK answers, a 401, 429s, 502s that open a breaker, a degraded switch's fallback.

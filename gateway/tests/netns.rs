@@ -21,7 +21,6 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use support::*;
-use zookeeper_client as zk;
 
 const ROOT: &str = "/portico";
 /// Inside the lab's namespaces every port is free: the well-known ones are used.
@@ -42,32 +41,7 @@ fn fallback(version: u64) -> Value {
 
 /// Creates or replaces documents under `ROOT` (an open tree), through `hosts`.
 fn put(hosts: &str, docs: &[(&str, Value)]) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = zk::Client::connector()
-            .with_session_timeout(Duration::from_secs(10))
-            .connect(hosts)
-            .await
-            .unwrap();
-        let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        for dir in ["", "/apis", "/apps", "/clusters", "/switches"] {
-            let _ = client.create(&format!("{ROOT}{dir}"), &[], &open).await;
-        }
-        for (rel, doc) in docs {
-            let path = format!("{ROOT}/{rel}");
-            let data = serde_json::to_vec(doc).unwrap();
-            match client.create(&path, &data, &open).await {
-                Ok(_) => {}
-                Err(zk::Error::NodeExists) => {
-                    client.set_data(&path, &data, None).await.unwrap();
-                }
-                Err(e) => panic!("create {path}: {e}"),
-            }
-        }
-    });
+    support::zk::put(hosts, ROOT, docs);
 }
 
 /// A ZooKeeper four-letter command's answer (`srvr`, `cons`), `None` if the server is away.

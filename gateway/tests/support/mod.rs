@@ -349,3 +349,4 @@ pub fn zkcli_utf8(connect: &str, args: &[&str]) -> portico_testkit::ZkCliOutput 
     }
 }
 pub mod routing;
+pub mod zk;
