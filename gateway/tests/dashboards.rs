@@ -99,6 +99,19 @@ const GROUPING: &[&str] = &[
     "group_right",
 ];
 
+/// The index just past the quoted string that opens at `s[i]` (a backslash escapes the
+/// character after it).
+fn skip_quoted(s: &[char], mut i: usize) -> usize {
+    let quote = s[i];
+    i += 1;
+    while i < s.len() && s[i] != quote {
+        if s[i] == '\\' {
+            i += 1;
+        }
+        i += 1;
+    }
+    i + 1
+}
 /// A small PromQL scanner: enough to tell metric names from functions, aggregations,
 /// keywords, strings, numbers, durations and label lists.
 fn uses(expr: &str) -> Uses {
@@ -115,14 +128,7 @@ fn uses(expr: &str) -> Uses {
         while i < s.len() && s[i] != close {
             let c = s[i];
             if c == '"' || c == '\'' {
-                i += 1;
-                while i < s.len() && s[i] != c {
-                    if s[i] == '\\' {
-                        i += 1;
-                    }
-                    i += 1;
-                }
-                i += 1;
+                i = skip_quoted(s, i);
             } else if expect_name && (c.is_ascii_alphabetic() || c == '_') {
                 let start = i;
                 while i < s.len() && (s[i].is_ascii_alphanumeric() || s[i] == '_') {
@@ -142,14 +148,7 @@ fn uses(expr: &str) -> Uses {
     while i < s.len() {
         let c = s[i];
         if c == '"' || c == '\'' {
-            i += 1;
-            while i < s.len() && s[i] != c {
-                if s[i] == '\\' {
-                    i += 1;
-                }
-                i += 1;
-            }
-            i += 1;
+            i = skip_quoted(&s, i);
         } else if c == '[' {
             while i < s.len() && s[i] != ']' {
                 i += 1;
