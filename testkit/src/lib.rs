@@ -58,6 +58,26 @@ pub fn wait_for(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool 
     }
 }
 
+/// `target/<profile>/<name>`: a binary of the workspace built beside the running test's
+/// (`deps/`) directory, such as `portico-registry` or the `portico` CLI. Panics, saying how to
+/// build it, when it is missing.
+pub fn sibling_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let deps = exe.parent().expect("the test's directory");
+    let profile = if deps.file_name().is_some_and(|n| n == "deps") {
+        deps.parent().expect("the profile directory")
+    } else {
+        deps
+    };
+    let bin = profile.join(name);
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does)",
+        bin.display()
+    );
+    bin
+}
+
 /// A ZooKeeper server process owned by a test. Killed (and its data directory removed) on drop.
 pub struct ZooKeeper {
     dir: tempfile::TempDir,

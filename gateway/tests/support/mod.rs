@@ -16,7 +16,15 @@ pub const KEY: &str = "merchant-1";
 pub const SECRET: &str = "s3cr3t-value";
 
 /// Free loopback ports and condition polling come from the shared test kit.
-pub use portico_testkit::{free_port, wait_for as wait_until};
+pub use portico_testkit::{free_port, sibling_bin, wait_for as wait_until};
+
+/// The registry's binary: `PORTICO_REGISTRY_BIN`, else `portico-registry` built beside the
+/// test (`cargo build --workspace`).
+pub fn registry_bin() -> PathBuf {
+    std::env::var_os("PORTICO_REGISTRY_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| sibling_bin("portico-registry"))
+}
 
 /// A temporary §3.3 configuration directory.
 pub struct ConfigTree {
