@@ -65,12 +65,11 @@ fn start_zk(lab: &mut NetLab, n: usize, servers: &[Ipv4Addr], dir: &std::path::P
         .enumerate()
         .map(|(i, a)| format!("server.{}={a}:2888:3888\n", i + 1))
         .collect();
-    let cfg = format!(
-        "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={}\nclientPort={ZK_PORT}\n\
-         clientPortAddress={}\nadmin.enableServer=false\nminSessionTimeout=1000\n\
-         maxSessionTimeout=60000\nmaxClientCnxns=0\n4lw.commands.whitelist=ruok,srvr,cons\n{members}",
-        data.display(),
-        servers[n - 1]
+    let cfg = portico_testkit::ensemble_member_config(
+        &data,
+        &servers[n - 1].to_string(),
+        ZK_PORT,
+        &members,
     );
     std::fs::write(dir.join("zoo.cfg"), cfg).unwrap();
     let out = std::fs::File::create(dir.join("zookeeper.out")).unwrap();
@@ -78,21 +77,8 @@ fn start_zk(lab: &mut NetLab, n: usize, servers: &[Ipv4Addr], dir: &std::path::P
         &format!("zk{n}"),
         portico_testkit::zk_home().join("bin/zkServer.sh"),
     );
-    cmd.arg("start-foreground")
-        .arg(dir.join("zoo.cfg"))
-        .env("ZOOCFGDIR", dir)
-        .env("ZOO_LOG_DIR", dir)
-        .env("JMXDISABLE", "true")
-        .env(
-            "JVMFLAGS",
-            format!(
-                "-Xmx128m -XX:+UseSerialGC -Dzookeeper.log.dir={} -Dzookeeper.root.logger=INFO,CONSOLE",
-                dir.display()
-            ),
-        )
-        .current_dir(dir)
-        .stdout(out.try_clone().unwrap())
-        .stderr(out);
+    portico_testkit::zk_server_command(&mut cmd, dir, 128);
+    cmd.stdout(out.try_clone().unwrap()).stderr(out);
     lab.spawn(cmd)
 }
 
