@@ -144,7 +144,9 @@ pub async fn handle(
         .unwrap_or(plane.shared.default_max_body);
     let body = read_body(session, limit).await?;
 
-    // Edge, with the body: who is calling, may they, how often, is the API switched off.
+    // Edge, with the body: who is calling, may they, how often, is the API switched off. The
+    // notification endpoints leave after `permit` (docs/PROTOCOL.md, "Notifications").
+    let notify = is_notify_api(&route.api.id);
     {
         let req = edge_request(session, &body, now);
         stage!(rt.edge.auth, &req, &mut ctx.edge);
@@ -154,27 +156,27 @@ pub async fn handle(
             plane.shared.fleet.claim_nonce(&claim).await?;
         }
         stage!(rt.edge.permit, &req, &mut ctx.edge);
+        if !notify {
+            stage!(rt.edge.rate_limit, &req, &mut ctx.edge);
+            stage!(rt.edge.degrade, &req, &mut ctx.edge);
+            stage!(rt.edge.cache, &req, &mut ctx.edge);
+        }
     }
-    // Notifications (docs/PROTOCOL.md, "Notifications"): a signed, permitted stream or ack
-    // is served by the notify module instead of a backend (live plane only).
-    if is_notify_api(&route.api.id) {
-        let app = ctx.edge.app_key.clone().unwrap_or_default();
+    // Notifications: a signed, permitted stream or ack is served by the notify module
+    // instead of a backend (live plane only).
+    if notify {
         if plane.kind != PlaneKind::Live {
             return Err(GatewayError::new(
                 Code::ApiNotFound,
                 "notifications are served on the live listener only",
             ));
         }
-        let notify = &plane.shared.notify;
-        return notify
-            .serve(&route.api.id, session, &app, &body, &ctx.request_id)
+        let app = ctx.edge.app_key.as_deref().unwrap_or_default();
+        return plane
+            .shared
+            .notify
+            .serve(&route.api.id, session, app, &body, &ctx.request_id)
             .await;
-    }
-    {
-        let req = edge_request(session, &body, now);
-        stage!(rt.edge.rate_limit, &req, &mut ctx.edge);
-        stage!(rt.edge.degrade, &req, &mut ctx.edge);
-        stage!(rt.edge.cache, &req, &mut ctx.edge);
     }
     let ticket = ctx.edge.cache.take();
     let cache = CacheHint {

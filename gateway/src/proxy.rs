@@ -18,8 +18,9 @@ use crate::pipeline::{self, RequestCtx};
 use crate::request_id;
 use crate::runtime::Plane;
 use async_trait::async_trait;
+use bytes::Bytes;
 use pingora_core::upstreams::peer::HttpPeer;
-use pingora_error::{Error, ErrorType, OrErr};
+use pingora_error::{Error, ErrorType};
 use pingora_http::ResponseHeader;
 use pingora_proxy::{ProxyHttp, Session};
 use portico_control::clock::now_rfc3339;
@@ -100,7 +101,7 @@ impl ProxyHttp for Gateway {
             }
             Ok(Response::Whole(whole)) => {
                 ctx.status = whole.status;
-                write_whole(session, &whole, &ctx.request_id).await
+                write_whole(session, whole, &ctx.request_id).await
             }
             Err(e) => rescue(session, ctx, e).await,
         };
@@ -251,26 +252,28 @@ async fn rescue(
     }
     write_whole(
         session,
-        &Whole::envelope(&e, &ctx.request_id),
+        Whole::envelope(&e, &ctx.request_id),
         &ctx.request_id,
     )
     .await
 }
 
 /// The response head of a whole response: its status and headers, `content-type:
-/// application/json` unless it sets a content type, `content-length`, and the request id.
-/// Names are parsed once into `HeaderName`s (the standard ones cost no allocation) and written
-/// lower-case: no case map is kept (HTTP/1.1 names are case-insensitive, RFC 9110 §5.1).
-fn whole_head(whole: &Whole, request_id: &str) -> pingora_error::Result<ResponseHeader> {
-    let mut head = ResponseHeader::build_no_case(whole.status, Some(whole.headers.len() + 3))?;
+/// application/json` unless it sets a content type, `content-length`, and the request id;
+/// returned with the body. The names and values are handed over as they are (a `String`
+/// becomes `Bytes` without a copy) and parsed once, by Pingora, and written lower-case: no case
+/// map is kept (HTTP/1.1 names are case-insensitive, RFC 9110 §5.1).
+fn whole_head(whole: Whole, request_id: &str) -> pingora_error::Result<(ResponseHeader, Bytes)> {
+    let Whole {
+        status,
+        headers,
+        body,
+    } = whole;
+    let mut head = ResponseHeader::build_no_case(status, Some(headers.len() + 3))?;
     let mut has_type = false;
-    for (name, value) in &whole.headers {
-        let name = http::HeaderName::from_bytes(name.as_bytes()).or_err(
-            ErrorType::InvalidHTTPHeader,
-            "header name of a whole response",
-        )?;
-        has_type |= name == http::header::CONTENT_TYPE;
-        head.append_header(name, value.as_str())?;
+    for (name, value) in headers {
+        has_type |= name.eq_ignore_ascii_case("content-type");
+        head.append_header(Bytes::from(name), value)?;
     }
     if !has_type {
         head.insert_header(
@@ -278,19 +281,19 @@ fn whole_head(whole: &Whole, request_id: &str) -> pingora_error::Result<Response
             http::HeaderValue::from_static("application/json"),
         )?;
     }
-    head.insert_header(http::header::CONTENT_LENGTH, whole.body.len())?;
+    head.insert_header(http::header::CONTENT_LENGTH, body.len())?;
     head.insert_header(request_id::HEADER, request_id)?;
-    Ok(head)
+    Ok((head, body))
 }
 
 /// Writes a whole response with the request id (its head only, for a `HEAD` request), each
 /// write within the session's write timeout.
 async fn write_whole(
     session: &mut Session,
-    whole: &Whole,
+    whole: Whole,
     request_id: &str,
 ) -> pingora_error::Result<()> {
-    let head = whole_head(whole, request_id)?;
+    let (head, body) = whole_head(whole, request_id)?;
     let head_only = session.req_header().method == http::Method::HEAD;
     let limit = session.get_write_timeout();
     bounded(
@@ -299,8 +302,7 @@ async fn write_whole(
     )
     .await?;
     if !head_only {
-        let body = Some(whole.body.clone());
-        bounded(limit, session.write_response_body(body, true)).await?;
+        bounded(limit, session.write_response_body(Some(body), true)).await?;
     }
     Ok(())
 }
@@ -380,7 +382,7 @@ mod tests {
             headers: vec![("x-extra".to_owned(), "1".to_owned())],
             body: Bytes::from_static(b"{}"),
         };
-        let head = whole_head(&json, "rid-1").unwrap();
+        let (head, _) = whole_head(json, "rid-1").unwrap();
         assert_eq!(head.status.as_u16(), 200);
         assert_eq!(header(&head, "content-type"), ["application/json"]);
         assert_eq!(header(&head, "content-length"), ["2"]);
@@ -391,7 +393,7 @@ mod tests {
             headers: vec![("Content-Type".to_owned(), "text/plain".to_owned())],
             body: Bytes::from_static(b"busy"),
         };
-        let head = whole_head(&text, "rid-2").unwrap();
+        let (head, _) = whole_head(text, "rid-2").unwrap();
         assert_eq!(header(&head, "content-type"), ["text/plain"]);
         assert_eq!(header(&head, "content-length"), ["4"]);
     }
@@ -404,7 +406,7 @@ mod tests {
             headers: Vec::new(),
             body: Bytes::from_static(b"{\"a\":1}"),
         };
-        write_whole(&mut s, &whole, "rid-3").await.unwrap();
+        write_whole(&mut s, whole, "rid-3").await.unwrap();
         let out = written(s, client).await;
         assert!(out.starts_with("HTTP/1.1 200"), "{out}");
         assert!(

@@ -17,7 +17,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::*;
-use zookeeper_client as zk;
 
 const ROOT: &str = "/portico";
 /// The cluster-scope app limit under test, per second.
@@ -32,50 +31,30 @@ const PER_NODE: u64 = 300;
 
 /// Writes the configuration into ZooKeeper (an open tree).
 fn seed(zk_hosts: &str) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = zk::Client::connector().connect(zk_hosts).await.unwrap();
-        let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        let docs: Vec<(&str, Value)> = vec![
-            (
-                "clusters/nowhere",
-                json!({"protocol": "http", "endpoints": [{"addr": format!("127.0.0.1:{}", free_port())}]}),
-            ),
-            (
-                "apps/merchant-1",
-                json!({"secret": SECRET, "status": "active", "apis": ["*"],
-                       "rate_limits": [{"limit": LIMIT, "per": "second", "burst": BURST, "scope": "cluster"}]}),
-            ),
-            (
-                "apis/ping.get",
-                json!({"id": "ping.get", "http": {"method": "GET", "path": "/v1/ping"},
-                       "backend": {"cluster": "nowhere", "http": {}}, "auth": "signature"}),
-            ),
-            // The gateway answers itself after the limits (the degrade stage's fallback): the
-            // test measures the edge, not a backend.
-            (
-                "switches/ping.get",
-                json!({"degraded": true, "reason": "answered by the gateway",
-                       "fallback": {"status": 200, "body": {"pong": true}}}),
-            ),
-        ];
-        for dir in ["", "/apis", "/apps", "/clusters", "/switches"] {
-            let _ = client.create(&format!("{ROOT}{dir}"), &[], &open).await;
-        }
-        for (path, doc) in docs {
-            client
-                .create(
-                    &format!("{ROOT}/{path}"),
-                    &serde_json::to_vec(&doc).unwrap(),
-                    &open,
-                )
-                .await
-                .unwrap();
-        }
-    });
+    let docs: Vec<(&str, Value)> = vec![
+        (
+            "clusters/nowhere",
+            json!({"protocol": "http", "endpoints": [{"addr": format!("127.0.0.1:{}", free_port())}]}),
+        ),
+        (
+            "apps/merchant-1",
+            json!({"secret": SECRET, "status": "active", "apis": ["*"],
+                   "rate_limits": [{"limit": LIMIT, "per": "second", "burst": BURST, "scope": "cluster"}]}),
+        ),
+        (
+            "apis/ping.get",
+            json!({"id": "ping.get", "http": {"method": "GET", "path": "/v1/ping"},
+                   "backend": {"cluster": "nowhere", "http": {}}, "auth": "signature"}),
+        ),
+        // The gateway answers itself after the limits (the degrade stage's fallback): the
+        // test measures the edge, not a backend.
+        (
+            "switches/ping.get",
+            json!({"degraded": true, "reason": "answered by the gateway",
+                   "fallback": {"status": 200, "body": {"pong": true}}}),
+        ),
+    ];
+    support::zk::put(zk_hosts, ROOT, &docs);
 }
 
 fn start_gateway(zk_hosts: &str, redis: &str, node: &str) -> GatewayProcess {

@@ -13,10 +13,9 @@ use portico_testkit::{Redis, ZooKeeper};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::*;
-use zookeeper_client as zk;
 
 const ROOT: &str = "/portico";
 
@@ -100,6 +99,19 @@ const GROUPING: &[&str] = &[
     "group_right",
 ];
 
+/// The index just past the quoted string that opens at `s[i]` (a backslash escapes the
+/// character after it).
+fn skip_quoted(s: &[char], mut i: usize) -> usize {
+    let quote = s[i];
+    i += 1;
+    while i < s.len() && s[i] != quote {
+        if s[i] == '\\' {
+            i += 1;
+        }
+        i += 1;
+    }
+    i + 1
+}
 /// A small PromQL scanner: enough to tell metric names from functions, aggregations,
 /// keywords, strings, numbers, durations and label lists.
 fn uses(expr: &str) -> Uses {
@@ -116,14 +128,7 @@ fn uses(expr: &str) -> Uses {
         while i < s.len() && s[i] != close {
             let c = s[i];
             if c == '"' || c == '\'' {
-                i += 1;
-                while i < s.len() && s[i] != c {
-                    if s[i] == '\\' {
-                        i += 1;
-                    }
-                    i += 1;
-                }
-                i += 1;
+                i = skip_quoted(s, i);
             } else if expect_name && (c.is_ascii_alphabetic() || c == '_') {
                 let start = i;
                 while i < s.len() && (s[i].is_ascii_alphanumeric() || s[i] == '_') {
@@ -143,14 +148,7 @@ fn uses(expr: &str) -> Uses {
     while i < s.len() {
         let c = s[i];
         if c == '"' || c == '\'' {
-            i += 1;
-            while i < s.len() && s[i] != c {
-                if s[i] == '\\' {
-                    i += 1;
-                }
-                i += 1;
-            }
-            i += 1;
+            i = skip_quoted(&s, i);
         } else if c == '[' {
             while i < s.len() && s[i] != ']' {
                 i += 1;
@@ -337,66 +335,46 @@ fn the_dashboard_is_importable_and_covers_the_fleet() {
 
 /// Writes the test's documents into ZooKeeper (an open tree).
 fn seed(zk_hosts: &str, backend: &str) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let dead = format!("127.0.0.1:{}", free_port());
-    rt.block_on(async {
-        let client = zk::Client::connector().connect(zk_hosts).await.unwrap();
-        let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        let docs: Vec<(&str, Value)> = vec![
-            (
-                "clusters/demo",
-                json!({"protocol": "http", "endpoints": [{"addr": backend}]}),
-            ),
-            (
-                "clusters/dead",
-                json!({"protocol": "http", "endpoints": [{"addr": dead}]}),
-            ),
-            (
-                "apps/merchant-1",
-                json!({"secret": SECRET, "status": "active", "apis": ["*"]}),
-            ),
-            (
-                "apis/echo.get",
-                json!({"id": "echo.get", "http": {"method": "GET", "path": "/v1/echo"},
-                       "backend": {"cluster": "demo", "http": {"path": "/echo"}},
-                       "policy": {"breaker": {"consecutive_failures": 5, "open_ms": 10000},
-                                  "rate_limits": [{"limit": 2, "per": "minute", "burst": 2}]}}),
-            ),
-            (
-                "apis/dead.get",
-                json!({"id": "dead.get", "http": {"method": "GET", "path": "/v1/dead"},
-                       "backend": {"cluster": "dead", "timeout_ms": 2000, "http": {}},
-                       "policy": {"breaker": {"consecutive_failures": 2, "open_ms": 60000}},
-                       "auth": "none"}),
-            ),
-            (
-                "apis/promo.get",
-                json!({"id": "promo.get", "http": {"method": "GET", "path": "/v1/promo"},
-                       "backend": {"cluster": "dead", "http": {}}, "auth": "none"}),
-            ),
-            (
-                "switches/promo.get",
-                json!({"degraded": true, "reason": "sale over",
-                       "fallback": {"status": 200, "body": {"promo": false}}}),
-            ),
-        ];
-        for dir in ["", "/apis", "/apps", "/clusters", "/switches"] {
-            let _ = client.create(&format!("{ROOT}{dir}"), &[], &open).await;
-        }
-        for (path, doc) in docs {
-            client
-                .create(
-                    &format!("{ROOT}/{path}"),
-                    &serde_json::to_vec(&doc).unwrap(),
-                    &open,
-                )
-                .await
-                .unwrap();
-        }
-    });
+    let docs: Vec<(&str, Value)> = vec![
+        (
+            "clusters/demo",
+            json!({"protocol": "http", "endpoints": [{"addr": backend}]}),
+        ),
+        (
+            "clusters/dead",
+            json!({"protocol": "http", "endpoints": [{"addr": dead}]}),
+        ),
+        (
+            "apps/merchant-1",
+            json!({"secret": SECRET, "status": "active", "apis": ["*"]}),
+        ),
+        (
+            "apis/echo.get",
+            json!({"id": "echo.get", "http": {"method": "GET", "path": "/v1/echo"},
+                   "backend": {"cluster": "demo", "http": {"path": "/echo"}},
+                   "policy": {"breaker": {"consecutive_failures": 5, "open_ms": 10000},
+                              "rate_limits": [{"limit": 2, "per": "minute", "burst": 2}]}}),
+        ),
+        (
+            "apis/dead.get",
+            json!({"id": "dead.get", "http": {"method": "GET", "path": "/v1/dead"},
+                   "backend": {"cluster": "dead", "timeout_ms": 2000, "http": {}},
+                   "policy": {"breaker": {"consecutive_failures": 2, "open_ms": 60000}},
+                   "auth": "none"}),
+        ),
+        (
+            "apis/promo.get",
+            json!({"id": "promo.get", "http": {"method": "GET", "path": "/v1/promo"},
+                   "backend": {"cluster": "dead", "http": {}}, "auth": "none"}),
+        ),
+        (
+            "switches/promo.get",
+            json!({"degraded": true, "reason": "sale over",
+                   "fallback": {"status": 200, "body": {"promo": false}}}),
+        ),
+    ];
+    support::zk::put(zk_hosts, ROOT, &docs);
 }
 
 /// OK answers, a 401, 429s, 502s that open a breaker, a degraded switch's fallback.
@@ -542,15 +520,6 @@ fn scrape_config(targets: &[String]) -> String {
         }
     }
     out
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn prometheus_answers_every_panel(bin: &Path, gw: &GatewayProcess, dash: &Value) {

@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::*;
-use zookeeper_client as zk;
 
 const ROOT: &str = "/portico";
 
@@ -22,36 +21,7 @@ fn fallback(version: u64) -> Value {
 
 /// Creates or replaces `<root>/<rel>` in an open tree.
 fn put(hosts: &str, rel: &str, doc: &Value) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = zk::Client::connector().connect(hosts).await.unwrap();
-        let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        let path = format!("{ROOT}/{rel}");
-        let mut parent = String::new();
-        for part in path
-            .trim_start_matches('/')
-            .split('/')
-            .collect::<Vec<_>>()
-            .split_last()
-            .unwrap()
-            .1
-        {
-            parent.push('/');
-            parent.push_str(part);
-            let _ = client.create(&parent, &[], &open).await;
-        }
-        let data = serde_json::to_vec(doc).unwrap();
-        match client.create(&path, &data, &open).await {
-            Ok(_) => {}
-            Err(zk::Error::NodeExists) => {
-                client.set_data(&path, &data, None).await.unwrap();
-            }
-            Err(e) => panic!("create {path}: {e}"),
-        }
-    });
+    support::zk::put(hosts, ROOT, &[(rel, doc.clone())]);
 }
 
 #[test]

@@ -9,7 +9,6 @@ mod support;
 
 use portico_testkit::ZooKeeper;
 use serde_json::{json, Value};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -502,26 +501,6 @@ fn the_bandwidth_rule_finds_a_large_answer_at_a_modest_rate() {
     let k = found.expect("PHOTO never reported hot");
     assert!(k["bytes_per_s"].as_f64().unwrap() > 300_000.0, "{k}");
     assert!(k["rate"].as_f64().unwrap() < 100.0, "{k}");
-}
-
-/// `target/<profile>/portico-registry`, built by `cargo build --workspace`.
-fn registry_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("PORTICO_REGISTRY_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("portico-registry");
-    assert!(
-        bin.is_file(),
-        "{} not found: run `cargo build --workspace --all-targets` first",
-        bin.display()
-    );
-    bin
 }
 
 const TOKEN: &str = "test-admin-token-0123456789";

@@ -21,7 +21,6 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use support::*;
-use zookeeper_client as zk;
 
 const ROOT: &str = "/portico";
 /// Inside the lab's namespaces every port is free: the well-known ones are used.
@@ -42,32 +41,7 @@ fn fallback(version: u64) -> Value {
 
 /// Creates or replaces documents under `ROOT` (an open tree), through `hosts`.
 fn put(hosts: &str, docs: &[(&str, Value)]) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = zk::Client::connector()
-            .with_session_timeout(Duration::from_secs(10))
-            .connect(hosts)
-            .await
-            .unwrap();
-        let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        for dir in ["", "/apis", "/apps", "/clusters", "/switches"] {
-            let _ = client.create(&format!("{ROOT}{dir}"), &[], &open).await;
-        }
-        for (rel, doc) in docs {
-            let path = format!("{ROOT}/{rel}");
-            let data = serde_json::to_vec(doc).unwrap();
-            match client.create(&path, &data, &open).await {
-                Ok(_) => {}
-                Err(zk::Error::NodeExists) => {
-                    client.set_data(&path, &data, None).await.unwrap();
-                }
-                Err(e) => panic!("create {path}: {e}"),
-            }
-        }
-    });
+    support::zk::put(hosts, ROOT, docs);
 }
 
 /// A ZooKeeper four-letter command's answer (`srvr`, `cons`), `None` if the server is away.
@@ -91,12 +65,11 @@ fn start_zk(lab: &mut NetLab, n: usize, servers: &[Ipv4Addr], dir: &std::path::P
         .enumerate()
         .map(|(i, a)| format!("server.{}={a}:2888:3888\n", i + 1))
         .collect();
-    let cfg = format!(
-        "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={}\nclientPort={ZK_PORT}\n\
-         clientPortAddress={}\nadmin.enableServer=false\nminSessionTimeout=1000\n\
-         maxSessionTimeout=60000\nmaxClientCnxns=0\n4lw.commands.whitelist=ruok,srvr,cons\n{members}",
-        data.display(),
-        servers[n - 1]
+    let cfg = portico_testkit::ensemble_member_config(
+        &data,
+        &servers[n - 1].to_string(),
+        ZK_PORT,
+        &members,
     );
     std::fs::write(dir.join("zoo.cfg"), cfg).unwrap();
     let out = std::fs::File::create(dir.join("zookeeper.out")).unwrap();
@@ -104,21 +77,8 @@ fn start_zk(lab: &mut NetLab, n: usize, servers: &[Ipv4Addr], dir: &std::path::P
         &format!("zk{n}"),
         portico_testkit::zk_home().join("bin/zkServer.sh"),
     );
-    cmd.arg("start-foreground")
-        .arg(dir.join("zoo.cfg"))
-        .env("ZOOCFGDIR", dir)
-        .env("ZOO_LOG_DIR", dir)
-        .env("JMXDISABLE", "true")
-        .env(
-            "JVMFLAGS",
-            format!(
-                "-Xmx128m -XX:+UseSerialGC -Dzookeeper.log.dir={} -Dzookeeper.root.logger=INFO,CONSOLE",
-                dir.display()
-            ),
-        )
-        .current_dir(dir)
-        .stdout(out.try_clone().unwrap())
-        .stderr(out);
+    portico_testkit::zk_server_command(&mut cmd, dir, 128);
+    cmd.stdout(out.try_clone().unwrap()).stderr(out);
     lab.spawn(cmd)
 }
 

@@ -666,24 +666,6 @@ fn callbacks_are_signed_retried_with_backoff_and_dead_lettered() {
     assert_eq!(code_of(r).1, "APP_FORBIDDEN");
 }
 
-/// A binary built beside the test's (the `portico` CLI of the registry crate).
-fn sibling_bin(name: &str) -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let profile = if deps.file_name().is_some_and(|n| n == "deps") {
-        deps.parent().unwrap()
-    } else {
-        deps
-    };
-    let bin = profile.join(name);
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does)",
-        bin.display()
-    );
-    bin
-}
-
 #[test]
 fn the_cli_publishes_like_a_backend() {
     let t = tree();

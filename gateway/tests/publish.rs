@@ -16,22 +16,6 @@ use support::*;
 
 const TOKEN: &str = "test-admin-token-0123456789";
 
-/// `target/<profile>/portico-registry`, built by `cargo build --workspace`.
-fn registry_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("PORTICO_REGISTRY_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let bin = deps.parent().unwrap().join("portico-registry");
-    assert!(
-        bin.is_file(),
-        "{} not found: run `cargo build --workspace --all-targets` first",
-        bin.display()
-    );
-    bin
-}
-
 /// `--zk-auth-file FILE` for a locked ZooKeeper (the file `which` picks), nothing otherwise.
 fn zk_auth(
     zk: &ZooKeeper,

@@ -8,20 +8,9 @@
 
 mod support;
 
-use serde_json::json;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::*;
-
-/// A process killed when dropped (also when an assertion fails).
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn gateway(args: &[String]) -> Killed {
     Killed(
@@ -50,27 +39,9 @@ fn readyz(admin: &str) -> Option<(u16, String)> {
     Some((r.status().as_u16(), r.text().unwrap_or_default()))
 }
 
-fn tree() -> ConfigTree {
-    let tree = ConfigTree::new();
-    tree.put(
-        "clusters/nowhere",
-        &json!({"protocol": "http", "endpoints": [{"addr": format!("127.0.0.1:{}", free_port())}]}),
-    );
-    tree.put(
-        "apis/ping.get",
-        &json!({"id": "ping.get", "http": {"method": "GET", "path": "/v1/ping"},
-                "backend": {"cluster": "nowhere", "http": {}}, "auth": "none"}),
-    );
-    tree.put(
-        "switches/ping.get",
-        &json!({"degraded": true, "fallback": {"status": 200, "body": {"pong": true}}}),
-    );
-    tree
-}
-
 #[test]
 fn an_upgrading_gateway_is_not_ready_until_it_holds_the_listeners() {
-    let tree = tree();
+    let tree = degraded_ping_tree();
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("upgrade.sock");
     let listen = format!("127.0.0.1:{}", free_port());

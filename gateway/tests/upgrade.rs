@@ -12,7 +12,6 @@
 
 mod support;
 
-use serde_json::json;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -84,20 +83,7 @@ fn get_ok(http: &reqwest::blocking::Client, url: &str) -> Result<bool, String> {
 
 #[test]
 fn an_upgrade_under_load_refuses_nothing_and_fails_nothing() {
-    let tree = ConfigTree::new();
-    tree.put(
-        "clusters/nowhere",
-        &json!({"protocol": "http", "endpoints": [{"addr": format!("127.0.0.1:{}", free_port())}]}),
-    );
-    tree.put(
-        "apis/ping.get",
-        &json!({"id": "ping.get", "http": {"method": "GET", "path": "/v1/ping"},
-                "backend": {"cluster": "nowhere", "http": {}}, "auth": "none"}),
-    );
-    tree.put(
-        "switches/ping.get",
-        &json!({"degraded": true, "fallback": {"status": 200, "body": {"pong": true}}}),
-    );
+    let tree = degraded_ping_tree();
     let listen = format!("127.0.0.1:{}", free_port());
     let admin = format!("127.0.0.1:{}", free_port());
     let dir = tempfile::tempdir().unwrap();
@@ -197,16 +183,6 @@ fn an_upgrade_under_load_refuses_nothing_and_fails_nothing() {
     assert!(t.elapsed() >= Duration::from_secs(1), "{:?}", t.elapsed());
 }
 
-/// A gateway process killed when dropped (also when an assertion fails).
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Stops the load threads when dropped (also when an assertion fails).
 struct StopOnDrop(Arc<AtomicBool>);
 
@@ -235,20 +211,7 @@ struct KeepAliveTally {
 #[test]
 fn keep_alive_clients_are_asked_to_move_not_reset_during_a_drain() {
     const CLIENTS: u64 = 8;
-    let tree = ConfigTree::new();
-    tree.put(
-        "clusters/nowhere",
-        &json!({"protocol": "http", "endpoints": [{"addr": format!("127.0.0.1:{}", free_port())}]}),
-    );
-    tree.put(
-        "apis/ping.get",
-        &json!({"id": "ping.get", "http": {"method": "GET", "path": "/v1/ping"},
-                "backend": {"cluster": "nowhere", "http": {}}, "auth": "none"}),
-    );
-    tree.put(
-        "switches/ping.get",
-        &json!({"degraded": true, "fallback": {"status": 200, "body": {"pong": true}}}),
-    );
+    let tree = degraded_ping_tree();
     let listen = format!("127.0.0.1:{}", free_port());
     let admin = format!("127.0.0.1:{}", free_port());
     let dir = tempfile::tempdir().unwrap();
@@ -353,20 +316,7 @@ impl Drop for PidFiles {
 
 #[test]
 fn a_rolling_restart_by_the_script_fails_nothing() {
-    let tree = ConfigTree::new();
-    tree.put(
-        "clusters/nowhere",
-        &json!({"protocol": "http", "endpoints": [{"addr": format!("127.0.0.1:{}", free_port())}]}),
-    );
-    tree.put(
-        "apis/ping.get",
-        &json!({"id": "ping.get", "http": {"method": "GET", "path": "/v1/ping"},
-                "backend": {"cluster": "nowhere", "http": {}}, "auth": "none"}),
-    );
-    tree.put(
-        "switches/ping.get",
-        &json!({"degraded": true, "fallback": {"status": 200, "body": {"pong": true}}}),
-    );
+    let tree = degraded_ping_tree();
     // A run directory as ./ops/up.sh leaves it: pid files and logs.
     let run = tempfile::tempdir().unwrap();
     let pids = run.path().join("pids");

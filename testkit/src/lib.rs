@@ -58,6 +58,65 @@ pub fn wait_for(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool 
     }
 }
 
+/// `target/<profile>/<name>`: a binary of the workspace built beside the running test's
+/// (`deps/`) directory, such as `portico-registry` or the `portico` CLI. Panics, saying how to
+/// build it, when it is missing.
+pub fn sibling_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let deps = exe.parent().expect("the test's directory");
+    let profile = if deps.file_name().is_some_and(|n| n == "deps") {
+        deps.parent().expect("the profile directory")
+    } else {
+        deps
+    };
+    let bin = profile.join(name);
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does)",
+        bin.display()
+    );
+    bin
+}
+
+/// The `zoo.cfg` of one member of a test ensemble: 500 ms ticks, sessions of 1 to 60 s, the
+/// four-letter commands tests read, data in `data`, clients on `client_addr:client_port`, and
+/// `servers` (`server.N=host:2888:3888` lines).
+pub fn ensemble_member_config(
+    data: &Path,
+    client_addr: &str,
+    client_port: u16,
+    servers: &str,
+) -> String {
+    format!(
+        "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={}\nclientPort={client_port}\n\
+         clientPortAddress={client_addr}\nadmin.enableServer=false\nminSessionTimeout=1000\n\
+         maxSessionTimeout=60000\nmaxClientCnxns=0\n4lw.commands.whitelist={FOUR_LETTER_WORDS}\n{servers}",
+        data.display()
+    )
+}
+
+/// The four-letter commands test servers answer.
+const FOUR_LETTER_WORDS: &str = "ruok,srvr,stat,mntr,cons";
+
+/// Makes `cmd`, which runs `zkServer.sh` (directly, or through a wrapper such as `ip netns
+/// exec`), serve `dir/zoo.cfg` in the foreground: logs in `dir`, `heap_mib` MiB of heap, the
+/// serial collector, no JMX.
+pub fn zk_server_command(cmd: &mut Command, dir: &Path, heap_mib: u32) {
+    cmd.arg("start-foreground")
+        .arg(dir.join("zoo.cfg"))
+        .env("ZOOCFGDIR", dir)
+        .env("ZOO_LOG_DIR", dir)
+        .env("JMXDISABLE", "true")
+        .env(
+            "JVMFLAGS",
+            format!(
+                "-Xmx{heap_mib}m -XX:+UseSerialGC -Dzookeeper.log.dir={} -Dzookeeper.root.logger=INFO,CONSOLE",
+                dir.display()
+            ),
+        )
+        .current_dir(dir);
+}
+
 /// A ZooKeeper server process owned by a test. Killed (and its data directory removed) on drop.
 pub struct ZooKeeper {
     dir: tempfile::TempDir,
@@ -364,7 +423,7 @@ impl ZooKeeper {
              minSessionTimeout=1000\n\
              maxSessionTimeout=60000\n\
              maxClientCnxns=0\n\
-             4lw.commands.whitelist=ruok,srvr,stat,mntr\n",
+             4lw.commands.whitelist={FOUR_LETTER_WORDS}\n",
             data.display(),
             self.port
         );
@@ -382,20 +441,9 @@ impl ZooKeeper {
         let err = out
             .try_clone()
             .map_err(|e| format!("clone zookeeper.out: {e}"))?;
-        let child = Command::new(zk_home().join("bin/zkServer.sh"))
-            .arg("start-foreground")
-            .arg(dir.join("zoo.cfg"))
-            .env("ZOOCFGDIR", &dir)
-            .env("ZOO_LOG_DIR", &dir)
-            .env("JMXDISABLE", "true")
-            .env(
-                "JVMFLAGS",
-                format!(
-                    "-Xmx256m -XX:+UseSerialGC -Dzookeeper.log.dir={} -Dzookeeper.root.logger=INFO,CONSOLE",
-                    dir.display()
-                ),
-            )
-            .current_dir(&dir)
+        let mut cmd = Command::new(zk_home().join("bin/zkServer.sh"));
+        zk_server_command(&mut cmd, &dir, 256);
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -645,12 +693,7 @@ impl ZkEnsemble {
             let data = dir.path().join("data");
             std::fs::create_dir_all(&data).expect("data dir");
             std::fs::write(data.join("myid"), format!("{}\n", i + 1)).expect("myid");
-            let cfg = format!(
-                "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir={}\nclientPort={port}\n\
-                 clientPortAddress=127.0.0.1\nadmin.enableServer=false\nminSessionTimeout=1000\n\
-                 maxSessionTimeout=60000\nmaxClientCnxns=0\n4lw.commands.whitelist=ruok,srvr,stat,mntr\n{servers}",
-                data.display()
-            );
+            let cfg = ensemble_member_config(&data, "127.0.0.1", *port, &servers);
             std::fs::write(dir.path().join("zoo.cfg"), cfg).expect("zoo.cfg");
             ens.dirs.push(dir);
             ens.children.push(None);
@@ -671,20 +714,9 @@ impl ZkEnsemble {
             .open(dir.join("zookeeper.out"))
             .expect("zookeeper.out");
         let err = out.try_clone().expect("zookeeper.out");
-        let child = Command::new(zk_home().join("bin/zkServer.sh"))
-            .arg("start-foreground")
-            .arg(dir.join("zoo.cfg"))
-            .env("ZOOCFGDIR", &dir)
-            .env("ZOO_LOG_DIR", &dir)
-            .env("JMXDISABLE", "true")
-            .env(
-                "JVMFLAGS",
-                format!(
-                    "-Xmx128m -XX:+UseSerialGC -Dzookeeper.log.dir={} -Dzookeeper.root.logger=INFO,CONSOLE",
-                    dir.display()
-                ),
-            )
-            .current_dir(&dir)
+        let mut cmd = Command::new(zk_home().join("bin/zkServer.sh"));
+        zk_server_command(&mut cmd, &dir, 128);
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

@@ -213,26 +213,25 @@ async fn post(
     timeout: Duration,
 ) -> Result<(), String> {
     let parsed = reqwest::Url::parse(url).map_err(|err| format!("callback_url: {err}"))?;
-    let ts = portico_control::clock::now_ms().to_string();
     let nonce = format!("cb{:030x}", fastrand::u128(..) >> 8);
-    let sts = sign::string_to_sign(
+    let signed = sign::sign_request(
+        secret.as_bytes(),
         "POST",
         parsed.path(),
         parsed.query(),
         app,
-        &ts,
+        portico_control::clock::now_ms(),
         &nonce,
         body.as_bytes(),
     );
-    let signature = sign::sign(secret.as_bytes(), &sts);
-    let answer = client
+    let mut request = client
         .post(parsed)
         .timeout(timeout)
-        .header("content-type", "application/json")
-        .header(sign::HEADER_APP_KEY, app)
-        .header(sign::HEADER_TIMESTAMP, ts)
-        .header(sign::HEADER_NONCE, nonce)
-        .header(sign::HEADER_SIGNATURE, signature)
+        .header("content-type", "application/json");
+    for (name, value) in signed.pairs() {
+        request = request.header(name, value);
+    }
+    let answer = request
         .header("x-portico-event-id", e.id.to_string())
         .body(body.to_owned())
         .send()

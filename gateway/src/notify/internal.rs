@@ -127,25 +127,10 @@ pub fn read_token(file: Option<&std::path::Path>) -> anyhow::Result<Option<Strin
 }
 
 /// Serves `router` on `listener`, HTTP/1.1 and HTTP/2 (prior knowledge, for gRPC) alike,
-/// until the process ends.
+/// until the process ends: `axum::serve`, as the admin listener (its connections are
+/// HTTP/1.1 or HTTP/2 by their first bytes).
 pub async fn serve(listener: tokio::net::TcpListener, router: Router) {
-    use hyper_util::rt::{TokioExecutor, TokioIo};
-    use hyper_util::server::conn::auto::Builder;
-    use hyper_util::service::TowerToHyperService;
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "internal listener: accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let service = TowerToHyperService::new(router.clone());
-        tokio::spawn(async move {
-            let _ = Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
+    if let Err(e) = axum::serve(listener, router).await {
+        tracing::error!(error = %e, "internal listener failed");
     }
 }

@@ -433,13 +433,7 @@ impl Notifier {
             },
         );
         if let Some(mut c) = self.fleet.redis_conn() {
-            let _: redis::RedisResult<()> = redis::cmd("SET")
-                .arg(owner_key(app))
-                .arg(token)
-                .arg("PX")
-                .arg(OWNER_TTL_MS)
-                .query_async(&mut c)
-                .await;
+            claim_owner(&mut c, app, token).await;
         }
         self.waker(app).notify_waiters();
         token
@@ -461,13 +455,7 @@ impl Notifier {
         match current {
             Ok(Some(t)) if t != token => false,
             Ok(_) => {
-                let _: redis::RedisResult<()> = redis::cmd("SET")
-                    .arg(owner_key(app))
-                    .arg(token)
-                    .arg("PX")
-                    .arg(OWNER_TTL_MS)
-                    .query_async(&mut c)
-                    .await;
+                claim_owner(&mut c, app, token).await;
                 true
             }
             // Redis unsure: keep serving; the store's own calls will tell.
@@ -537,4 +525,16 @@ const OWNER_TTL_MS: u64 = 30_000;
 
 fn owner_key(app: &str) -> String {
     format!("portico:notify:{{{app}}}:owner")
+}
+
+/// Records in Redis that the stream `token` holds `app`'s notifications for
+/// [`OWNER_TTL_MS`] (a failure is left to the store's own calls to tell).
+async fn claim_owner(c: &mut redis::aio::ConnectionManager, app: &str, token: u64) {
+    let _: redis::RedisResult<()> = redis::cmd("SET")
+        .arg(owner_key(app))
+        .arg(token)
+        .arg("PX")
+        .arg(OWNER_TTL_MS)
+        .query_async(c)
+        .await;
 }

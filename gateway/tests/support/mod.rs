@@ -16,7 +16,15 @@ pub const KEY: &str = "merchant-1";
 pub const SECRET: &str = "s3cr3t-value";
 
 /// Free loopback ports and condition polling come from the shared test kit.
-pub use portico_testkit::{free_port, wait_for as wait_until};
+pub use portico_testkit::{free_port, sibling_bin, wait_for as wait_until};
+
+/// The registry's binary: `PORTICO_REGISTRY_BIN`, else `portico-registry` built beside the
+/// test (`cargo build --workspace`).
+pub fn registry_bin() -> PathBuf {
+    std::env::var_os("PORTICO_REGISTRY_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| sibling_bin("portico-registry"))
+}
 
 /// A temporary §3.3 configuration directory.
 pub struct ConfigTree {
@@ -188,6 +196,36 @@ impl Drop for GatewayProcess {
     }
 }
 
+/// A child process killed when dropped (also when an assertion fails).
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A configuration with one API, `GET /v1/ping` (`ping.get`, no auth), switched off with a
+/// `200 {"pong": true}` fallback: answered by the gateway alone, its backend never reached.
+pub fn degraded_ping_tree() -> ConfigTree {
+    let tree = ConfigTree::new();
+    tree.put(
+        "clusters/nowhere",
+        &serde_json::json!({"protocol": "http", "endpoints": [{"addr": format!("127.0.0.1:{}", free_port())}]}),
+    );
+    tree.put(
+        "apis/ping.get",
+        &serde_json::json!({"id": "ping.get", "http": {"method": "GET", "path": "/v1/ping"},
+                "backend": {"cluster": "nowhere", "http": {}}, "auth": "none"}),
+    );
+    tree.put(
+        "switches/ping.get",
+        &serde_json::json!({"degraded": true, "fallback": {"status": 200, "body": {"pong": true}}}),
+    );
+    tree
+}
+
 pub fn client() -> reqwest::blocking::Client {
     reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -319,3 +357,4 @@ pub fn zkcli_utf8(connect: &str, args: &[&str]) -> portico_testkit::ZkCliOutput 
     }
 }
 pub mod routing;
+pub mod zk;
