@@ -35,8 +35,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Extension;
 use axum::Router;
-use openapi::Audience;
-use serde_json::Value;
 use std::sync::Arc;
 
 /// The portal's routes (mounted at the root by [`crate::server::router`]).
@@ -49,14 +47,7 @@ pub fn router() -> Router<Shared> {
         .route("/portal/", get(page))
         .route("/portal/{*rest}", get(page))
         .layer(Extension(Arc::new(cache::PublicDocument::default())))
-}
-
-fn document_response(doc: &Value) -> Response {
-    let mut response = json_response(StatusCode::OK, doc, None);
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    response
+        .layer(Extension(Arc::new(cache::AppDocuments::default())))
 }
 
 /// `GET /portal/openapi.json`.
@@ -75,6 +66,7 @@ async fn public_document(
 /// `GET /portal/apps/<app_key>/openapi.json`, signed by that app.
 async fn app_document(
     State(state): State<Shared>,
+    Extension(cache): Extension<Arc<cache::AppDocuments>>,
     Path(app_key): Path<String>,
     ctx: Ctx,
     uri: Uri,
@@ -98,15 +90,8 @@ async fn app_document(
     let Some(app) = app else {
         return Err(ApiError::internal("the app vanished"));
     };
-    let apis = catalog::app_apis(&live.snapshot, &app);
-    let servers = catalog::servers(&live.nodes);
-    let doc = openapi::document(
-        &live.snapshot,
-        &apis,
-        &servers,
-        Audience::App(&app_key, &app),
-    );
-    let mut response = document_response(&doc);
+    let body = cache.get(&live, &app_key, &app)?;
+    let mut response = raw_json_response(StatusCode::OK, body.to_vec(), None);
     response.headers_mut().insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static("private, no-store"),
