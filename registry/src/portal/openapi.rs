@@ -17,8 +17,8 @@ use portico_control::fieldpath::{self, Syntax};
 use portico_control::sign::{HEADER_APP_KEY, HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 use portico_control::template::{encode_multi, encode_segment, PathTemplate, Rewrite, Segment};
 use portico_control::{v1, Api, BackendKind, Snapshot};
-use portico_grpc_dynamic::transcode::MethodPlan;
-use prost_reflect::{DescriptorPool, Kind, MessageDescriptor, MethodDescriptor};
+use portico_grpc_dynamic::transcode::{proto_type_name, MethodPlan};
+use prost_reflect::{DescriptorPool, MessageDescriptor, MethodDescriptor};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -514,7 +514,7 @@ impl Builder<'_> {
                 &v.field_path,
                 schema,
                 &value,
-                leaf.map(|l| describe_kind(&l.leaf().kind())),
+                leaf.map(|l| proto_type_name(&l.leaf().kind())),
             ));
             path_examples.push((v.field_path.clone(), value));
         }
@@ -706,10 +706,6 @@ fn text_example(schema: &Value, field_path: &str) -> String {
         Some(Value::Null) | None => "42".to_owned(),
         Some(v) => v.to_string(),
     }
-}
-
-fn describe_kind(kind: &Kind) -> String {
-    super::schema::kind_name(kind)
 }
 
 fn path_parameter(name: &str, schema: Value, example: &str, proto_type: Option<String>) -> Value {
