@@ -31,7 +31,7 @@ use crate::state::Shared;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Extension;
 use axum::Router;
@@ -131,13 +131,20 @@ fn not_built() -> Response {
         <p>The registry serves the portal from the console's build (<code>admin-ui/dist/portal</code>), \
         which <code>./ops/up.sh</code> and <code>admin-ui/build.sh</code> make. The API documents are \
         up all the same: <a href=\"/portal/openapi.json\">/portal/openapi.json</a>.</p></body></html>";
-    let mut response = (StatusCode::OK, page).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    response
-        .headers_mut()
-        .insert("x-portico-portal", HeaderValue::from_static("not-built"));
-    response
+    crate::console::not_built_page(page.to_owned(), "x-portico-portal")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_not_built_page_is_a_page_like_the_others() {
+        let response = super::not_built();
+        let h = response.headers();
+        assert_eq!(h["x-portico-portal"], "not-built");
+        assert_eq!(h["cache-control"], "no-store");
+        assert_eq!(h["content-type"], "text/html; charset=utf-8");
+        assert_eq!(h["x-frame-options"], "DENY");
+        assert_eq!(h["x-content-type-options"], "nosniff");
+        assert!(h.contains_key("content-security-policy"));
+    }
 }
