@@ -986,51 +986,41 @@ impl Operation {
     }
 }
 
-/// The error statuses an operation may answer, with their shared response names.
+/// The shared error responses: status, name.
+const ERROR_RESPONSE_NAMES: [(u16, &str); 13] = [
+    (400, "BadRequest"),
+    (401, "Unauthorized"),
+    (403, "Forbidden"),
+    (404, "NotFound"),
+    (409, "Conflict"),
+    (413, "PayloadTooLarge"),
+    (414, "UriTooLong"),
+    (429, "TooManyRequests"),
+    (500, "InternalError"),
+    (501, "NotImplemented"),
+    (502, "BadGateway"),
+    (503, "ServiceUnavailable"),
+    (504, "GatewayTimeout"),
+];
+
+/// The error statuses an operation may answer, with their shared response names: 401 when
+/// it is signed or gRPC-backed (a gRPC backend may answer `UNAUTHENTICATED`), 409, 500 and
+/// 501 only from a gRPC backend.
 fn error_statuses(signed: bool, grpc: bool) -> Vec<(u16, &'static str)> {
-    let mut out = vec![(400, "BadRequest")];
-    if signed || grpc {
-        out.push((401, "Unauthorized"));
-    }
-    out.extend([(403, "Forbidden"), (404, "NotFound")]);
-    if grpc {
-        out.push((409, "Conflict"));
-    }
-    out.extend([
-        (413, "PayloadTooLarge"),
-        (414, "UriTooLong"),
-        (429, "TooManyRequests"),
-    ]);
-    if grpc {
-        out.extend([(500, "InternalError"), (501, "NotImplemented")]);
-    }
-    out.extend([
-        (502, "BadGateway"),
-        (503, "ServiceUnavailable"),
-        (504, "GatewayTimeout"),
-    ]);
-    out
+    ERROR_RESPONSE_NAMES
+        .into_iter()
+        .filter(|(status, _)| match status {
+            401 => signed || grpc,
+            409 | 500 | 501 => grpc,
+            _ => true,
+        })
+        .collect()
 }
 
 /// The shared error responses: per status, the envelope with the codes it can carry.
 fn error_responses() -> Value {
-    let names: [(u16, &str); 13] = [
-        (400, "BadRequest"),
-        (401, "Unauthorized"),
-        (403, "Forbidden"),
-        (404, "NotFound"),
-        (409, "Conflict"),
-        (413, "PayloadTooLarge"),
-        (414, "UriTooLong"),
-        (429, "TooManyRequests"),
-        (500, "InternalError"),
-        (501, "NotImplemented"),
-        (502, "BadGateway"),
-        (503, "ServiceUnavailable"),
-        (504, "GatewayTimeout"),
-    ];
     let mut out = Map::new();
-    for (status, name) in names {
+    for (status, name) in ERROR_RESPONSE_NAMES {
         let gateway: Vec<(&str, &str)> = ERROR_CODES
             .iter()
             .filter(|(s, _, _)| *s == status)
@@ -1189,6 +1179,29 @@ mod tests {
                     .collect()
             })
             .collect()
+    }
+
+    #[test]
+    fn an_operation_names_the_error_statuses_it_can_answer() {
+        let statuses = |signed, grpc| -> Vec<u16> {
+            error_statuses(signed, grpc)
+                .iter()
+                .map(|(s, _)| *s)
+                .collect()
+        };
+        assert_eq!(
+            statuses(false, false),
+            [400, 403, 404, 413, 414, 429, 502, 503, 504]
+        );
+        assert_eq!(
+            statuses(true, false),
+            [400, 401, 403, 404, 413, 414, 429, 502, 503, 504]
+        );
+        assert_eq!(
+            statuses(false, true),
+            [400, 401, 403, 404, 409, 413, 414, 429, 500, 501, 502, 503, 504]
+        );
+        assert_eq!(statuses(true, true), statuses(false, true));
     }
 
     #[test]
