@@ -179,7 +179,11 @@ mod tests {
         let again = cache.get(&live("d1", &app), "merchant-1", &app).unwrap();
         assert_eq!(first.as_ptr(), again.as_ptr(), "the same tree: not rebuilt");
         let other = cache.get(&live("d1", &app), "merchant-2", &app).unwrap();
-        assert_ne!(first.as_ptr(), other.as_ptr(), "another app: its own document");
+        assert_ne!(
+            first.as_ptr(),
+            other.as_ptr(),
+            "another app: its own document"
+        );
         let changed = cache.get(&live("d2", &app), "merchant-1", &app).unwrap();
         assert_ne!(first.as_ptr(), changed.as_ptr(), "a new tree: rebuilt");
         let doc: serde_json::Value = serde_json::from_slice(&changed).unwrap();
