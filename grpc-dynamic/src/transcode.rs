@@ -561,8 +561,9 @@ fn join_path(prefix: &str, name: &str) -> String {
     }
 }
 
-/// The type name used in error messages.
-fn kind_name(kind: &Kind) -> String {
+/// A proto type's name as a `.proto` file writes it (`int64`, `pkg.Message`, `pkg.Enum`);
+/// the developer portal documents fields with it.
+pub fn proto_type_name(kind: &Kind) -> String {
     match kind {
         Kind::Double => "double".into(),
         Kind::Float => "float".into(),
@@ -580,12 +581,22 @@ fn kind_name(kind: &Kind) -> String {
         Kind::String => "string".into(),
         Kind::Bytes => "bytes".into(),
         Kind::Message(md) => md.full_name().to_owned(),
-        Kind::Enum(ed) => format!("enum {}", ed.full_name()),
+        Kind::Enum(ed) => ed.full_name().to_owned(),
     }
 }
 
-/// Whether field paths `a` and `b` are the same field or one contains the other.
-fn overlaps(a: &str, b: &str) -> bool {
+/// The type name used in error messages.
+fn kind_name(kind: &Kind) -> String {
+    match kind {
+        Kind::Enum(ed) => format!("enum {}", ed.full_name()),
+        other => proto_type_name(other),
+    }
+}
+
+/// Whether field paths `a` and `b` are the same field or one contains the other: a query
+/// parameter at one is ignored when a path variable binds the other (the developer portal
+/// leaves such parameters out by the same rule).
+pub fn overlaps(a: &str, b: &str) -> bool {
     let within = |outer: &str, inner: &str| {
         inner.len() > outer.len()
             && inner.starts_with(outer)

@@ -237,18 +237,21 @@ fn not_built() -> Response {
          <p>The admin API itself is up: <a href=\"/api/v1/openapi.json\">/api/v1/openapi.json</a>.</p>\
          </body></html>"
     );
-    // 200, not 503: the registry itself is healthy, and this is a page for a person.
-    let mut response = (StatusCode::OK, page).into_response();
-    response.headers_mut().insert(
+    not_built_page(page, "x-portico-console")
+}
+
+/// A "not built" page (`html`), for the console and the developer portal: 200, not 503 (the
+/// registry itself is healthy, and this is a page for a person), never cached (the build may
+/// come any moment), with the pages' security headers and `<marker>: not-built` for scripts.
+pub fn not_built_page(html: String, marker: &'static str) -> Response {
+    let mut response = (StatusCode::OK, html).into_response();
+    let h = response.headers_mut();
+    h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/html; charset=utf-8"),
     );
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
-        .headers_mut()
-        .insert("x-portico-console", HeaderValue::from_static("not-built"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(marker, HeaderValue::from_static("not-built"));
     secure(&mut response);
     response
 }

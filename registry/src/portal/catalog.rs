@@ -25,13 +25,7 @@ pub struct Live {
 pub async fn load(state: &Shared) -> ApiResult<Live> {
     let tree = state.store.tree(Env::Live).await?;
     let snapshot = build_snapshot(&tree, None);
-    let nodes = state
-        .store
-        .list_docs("nodes")
-        .await?
-        .iter()
-        .filter_map(|(_, d)| serde_json::from_slice::<NodeInfo>(&d.data).ok())
-        .collect();
+    let nodes = crate::sandbox_call::pick::live_nodes(state).await?;
     Ok(Live { snapshot, nodes })
 }
 

@@ -11,20 +11,17 @@
 //! [`MAX_BODY_BYTES`].
 
 use crate::error::{ApiError, ApiResult};
-use crate::sandbox_call::pick;
+use crate::sandbox_call::{self, pick};
 use crate::state::Shared;
 use portico_control::sign::{HEADER_APP_KEY, HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 use portico_control::validate::METHODS;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Largest body forwarded (the gateway's default body limit).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
-/// Largest answer body shown.
-const MAX_SHOWN_BODY: usize = 1024 * 1024;
 /// How long the sandbox call may take (the longest deadline an API may set is longer; the
 /// sandbox is for trying, not for slow calls).
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -103,35 +100,20 @@ fn check(req: &TryRequest) -> ApiResult<()> {
     Ok(())
 }
 
-fn client() -> ApiResult<&'static reqwest::Client> {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    if let Some(c) = CLIENT.get() {
-        return Ok(c);
-    }
-    let c = reqwest::Client::builder()
-        .no_proxy()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| ApiError::internal(format!("HTTP client: {e}")))?;
-    Ok(CLIENT.get_or_init(|| c))
-}
-
-/// Sends `req` to the first live node's sandbox listener; answers `{node_id, request: {method,
-/// url, headers, body}, response: {status, headers, body, body_encoding, truncated},
-/// latency_ms}`. 503 `NO_SANDBOX_GATEWAY` when no node runs one, 502 `UPSTREAM_ERROR` when
-/// it cannot be reached.
+/// Sends `req` to the first live node's sandbox listener (through the console's
+/// [`sandbox_call::send`]); answers `{node_id, request: {method, url, headers, body},
+/// response: {status, headers, body, body_encoding, truncated}, latency_ms}`. 503
+/// `NO_SANDBOX_GATEWAY` when no node runs one, 502 `UPSTREAM_ERROR` when it cannot be reached.
 pub async fn forward(state: &Shared, request_id: &str, req: TryRequest) -> ApiResult<Value> {
     check(&req)?;
     let node = pick::node(state, None).await?;
-    let addr = node.sandbox_addr.clone().unwrap_or_default();
+    let addr = node.sandbox_addr.as_deref().unwrap_or_default();
     let url = match req.query.as_deref().filter(|q| !q.is_empty()) {
         Some(q) => format!("http://{addr}{}?{q}", req.path),
         None => format!("http://{addr}{}", req.path),
     };
     let method = reqwest::Method::from_bytes(req.method.as_bytes())
         .map_err(|_| ApiError::bad_request("method: not an HTTP method"))?;
-    let mut builder = client()?.request(method, &url).timeout(TIMEOUT);
-    let mut sent = Map::new();
     let has_id = req
         .headers
         .keys()
@@ -143,75 +125,25 @@ pub async fn forward(state: &Shared, request_id: &str, req: TryRequest) -> ApiRe
             format!("{request_id}-portal"),
         ));
     }
-    for (k, v) in &headers {
-        builder = builder.header(k.as_str(), v.as_str());
-        sent.insert(k.clone(), json!(v));
-    }
     let body = req.body.clone().unwrap_or_default();
-    if !body.is_empty() {
-        builder = builder.body(body.clone());
-    }
-    let started = Instant::now();
-    let resp = builder.send().await.map_err(|e| {
-        ApiError::bad_gateway(format!(
-            "calling the sandbox listener of gateway node {} at {addr}: {e}",
-            node.node_id
-        ))
-    })?;
-    let status = resp.status().as_u16();
-    let mut response_headers = Map::new();
-    for (name, value) in resp.headers() {
-        let v = String::from_utf8_lossy(value.as_bytes()).into_owned();
-        match response_headers.get_mut(name.as_str()) {
-            Some(Value::String(prev)) => {
-                prev.push_str(", ");
-                prev.push_str(&v);
-            }
-            _ => {
-                response_headers.insert(name.as_str().to_owned(), Value::String(v));
-            }
-        }
-    }
-    let bytes = resp.bytes().await.map_err(|e| {
-        ApiError::bad_gateway(format!(
-            "reading the sandbox answer of gateway node {}: {e}",
-            node.node_id
-        ))
-    })?;
-    let latency_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
+    let received =
+        sandbox_call::send(method, &url, &headers, body.as_bytes(), TIMEOUT, &node).await?;
     tracing::info!(
         request_id,
         node = %node.node_id,
         method = %req.method,
         path = %req.path,
         app_key = req.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(HEADER_APP_KEY)).map(|(_, v)| v.as_str()).unwrap_or(""),
-        status,
-        latency_ms,
+        status = received.status(),
+        latency_ms = received.latency_ms,
         "portal try-it forwarded to the sandbox"
     );
-    let cut = bytes.len().min(MAX_SHOWN_BODY);
-    let (text, encoding) = match std::str::from_utf8(&bytes[..cut]) {
-        Ok(s) => (s.to_owned(), "utf-8"),
-        Err(_) => {
-            use base64::Engine as _;
-            (
-                base64::engine::general_purpose::STANDARD.encode(&bytes[..cut]),
-                "base64",
-            )
-        }
-    };
+    let sent: Map<String, Value> = headers.into_iter().map(|(k, v)| (k, json!(v))).collect();
     Ok(json!({
         "node_id": node.node_id,
         "request": {"method": req.method, "url": url, "headers": sent, "body": body},
-        "response": {
-            "status": status,
-            "headers": response_headers,
-            "body": text,
-            "body_encoding": encoding,
-            "body_bytes": bytes.len(),
-            "truncated": bytes.len() > MAX_SHOWN_BODY,
-        },
-        "latency_ms": latency_ms,
+        "response": received.to_json(),
+        "latency_ms": received.latency_ms,
     }))
 }
 

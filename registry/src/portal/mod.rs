@@ -31,12 +31,10 @@ use crate::state::Shared;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Extension;
 use axum::Router;
-use openapi::Audience;
-use serde_json::Value;
 use std::sync::Arc;
 
 /// The portal's routes (mounted at the root by [`crate::server::router`]).
@@ -49,14 +47,7 @@ pub fn router() -> Router<Shared> {
         .route("/portal/", get(page))
         .route("/portal/{*rest}", get(page))
         .layer(Extension(Arc::new(cache::PublicDocument::default())))
-}
-
-fn document_response(doc: &Value) -> Response {
-    let mut response = json_response(StatusCode::OK, doc, None);
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    response
+        .layer(Extension(Arc::new(cache::AppDocuments::default())))
 }
 
 /// `GET /portal/openapi.json`.
@@ -75,6 +66,7 @@ async fn public_document(
 /// `GET /portal/apps/<app_key>/openapi.json`, signed by that app.
 async fn app_document(
     State(state): State<Shared>,
+    Extension(cache): Extension<Arc<cache::AppDocuments>>,
     Path(app_key): Path<String>,
     ctx: Ctx,
     uri: Uri,
@@ -98,15 +90,8 @@ async fn app_document(
     let Some(app) = app else {
         return Err(ApiError::internal("the app vanished"));
     };
-    let apis = catalog::app_apis(&live.snapshot, &app);
-    let servers = catalog::servers(&live.nodes);
-    let doc = openapi::document(
-        &live.snapshot,
-        &apis,
-        &servers,
-        Audience::App(&app_key, &app),
-    );
-    let mut response = document_response(&doc);
+    let body = cache.get(&live, &app_key, &app)?;
+    let mut response = raw_json_response(StatusCode::OK, body.to_vec(), None);
     response.headers_mut().insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static("private, no-store"),
@@ -146,13 +131,20 @@ fn not_built() -> Response {
         <p>The registry serves the portal from the console's build (<code>admin-ui/dist/portal</code>), \
         which <code>./ops/up.sh</code> and <code>admin-ui/build.sh</code> make. The API documents are \
         up all the same: <a href=\"/portal/openapi.json\">/portal/openapi.json</a>.</p></body></html>";
-    let mut response = (StatusCode::OK, page).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    response
-        .headers_mut()
-        .insert("x-portico-portal", HeaderValue::from_static("not-built"));
-    response
+    crate::console::not_built_page(page.to_owned(), "x-portico-portal")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_not_built_page_is_a_page_like_the_others() {
+        let response = super::not_built();
+        let h = response.headers();
+        assert_eq!(h["x-portico-portal"], "not-built");
+        assert_eq!(h["cache-control"], "no-store");
+        assert_eq!(h["content-type"], "text/html; charset=utf-8");
+        assert_eq!(h["x-frame-options"], "DENY");
+        assert_eq!(h["x-content-type-options"], "nosniff");
+        assert!(h.contains_key("content-security-policy"));
+    }
 }

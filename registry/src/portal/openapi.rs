@@ -17,8 +17,8 @@ use portico_control::fieldpath::{self, Syntax};
 use portico_control::sign::{HEADER_APP_KEY, HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 use portico_control::template::{encode_multi, encode_segment, PathTemplate, Rewrite, Segment};
 use portico_control::{v1, Api, BackendKind, Snapshot};
-use portico_grpc_dynamic::transcode::MethodPlan;
-use prost_reflect::{DescriptorPool, Kind, MessageDescriptor, MethodDescriptor};
+use portico_grpc_dynamic::transcode::{proto_type_name, MethodPlan};
+use prost_reflect::{DescriptorPool, MessageDescriptor, MethodDescriptor};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -138,26 +138,12 @@ pub const ERROR_CODES: [(u16, &str, &str); 22] = [
     ),
 ];
 
-/// A gRPC backend's non-OK status as the gateway answers it (docs/PROTOCOL.md): status
-/// name, HTTP status.
-pub const GRPC_CODES: [(&str, u16); 16] = [
-    ("CANCELLED", 500),
-    ("UNKNOWN", 500),
-    ("INVALID_ARGUMENT", 400),
-    ("DEADLINE_EXCEEDED", 504),
-    ("NOT_FOUND", 404),
-    ("ALREADY_EXISTS", 409),
-    ("PERMISSION_DENIED", 403),
-    ("RESOURCE_EXHAUSTED", 429),
-    ("FAILED_PRECONDITION", 500),
-    ("ABORTED", 409),
-    ("OUT_OF_RANGE", 500),
-    ("UNIMPLEMENTED", 501),
-    ("INTERNAL", 500),
-    ("UNAVAILABLE", 503),
-    ("DATA_LOSS", 500),
-    ("UNAUTHENTICATED", 401),
-];
+/// A gRPC backend's non-OK statuses as the gateway answers them (docs/PROTOCOL.md): status
+/// name, HTTP status, in code order. The gateway's own mapping
+/// ([`portico_grpc_dynamic::code_name_and_status`]), so the document cannot drift from it.
+pub fn grpc_codes() -> impl Iterator<Item = (&'static str, u16)> {
+    (1..=16).map(|n| portico_grpc_dynamic::code_name_and_status(tonic::Code::from_i32(n)))
+}
 
 /// Who a document is for.
 #[derive(Debug, Clone, Copy)]
@@ -342,18 +328,11 @@ fn per_word(per: v1::Per) -> &'static str {
     }
 }
 
-/// The gRPC status names and their HTTP statuses, once each.
+/// The gRPC status names and their HTTP statuses.
 fn grpc_codes_table() -> Value {
-    let mut seen = Vec::new();
-    let mut out = Vec::new();
-    for (name, status) in GRPC_CODES {
-        if seen.contains(&name) {
-            continue;
-        }
-        seen.push(name);
-        out.push(json!({"code": name, "status": status}));
-    }
-    Value::Array(out)
+    grpc_codes()
+        .map(|(name, status)| json!({"code": name, "status": status}))
+        .collect()
 }
 
 /// One tag per API-id family (the id up to its last dot: `grpc.order`, `order`).
@@ -535,7 +514,7 @@ impl Builder<'_> {
                 &v.field_path,
                 schema,
                 &value,
-                leaf.map(|l| describe_kind(&l.leaf().kind())),
+                leaf.map(|l| proto_type_name(&l.leaf().kind())),
             ));
             path_examples.push((v.field_path.clone(), value));
         }
@@ -727,10 +706,6 @@ fn text_example(schema: &Value, field_path: &str) -> String {
         Some(Value::Null) | None => "42".to_owned(),
         Some(v) => v.to_string(),
     }
-}
-
-fn describe_kind(kind: &Kind) -> String {
-    super::schema::kind_name(kind)
 }
 
 fn path_parameter(name: &str, schema: Value, example: &str, proto_type: Option<String>) -> Value {
@@ -1011,62 +986,50 @@ impl Operation {
     }
 }
 
-/// The error statuses an operation may answer, with their shared response names.
+/// The shared error responses: status, name.
+const ERROR_RESPONSE_NAMES: [(u16, &str); 13] = [
+    (400, "BadRequest"),
+    (401, "Unauthorized"),
+    (403, "Forbidden"),
+    (404, "NotFound"),
+    (409, "Conflict"),
+    (413, "PayloadTooLarge"),
+    (414, "UriTooLong"),
+    (429, "TooManyRequests"),
+    (500, "InternalError"),
+    (501, "NotImplemented"),
+    (502, "BadGateway"),
+    (503, "ServiceUnavailable"),
+    (504, "GatewayTimeout"),
+];
+
+/// The error statuses an operation may answer, with their shared response names: 401 when
+/// it is signed or gRPC-backed (a gRPC backend may answer `UNAUTHENTICATED`), 409, 500 and
+/// 501 only from a gRPC backend.
 fn error_statuses(signed: bool, grpc: bool) -> Vec<(u16, &'static str)> {
-    let mut out = vec![(400, "BadRequest")];
-    if signed || grpc {
-        out.push((401, "Unauthorized"));
-    }
-    out.extend([(403, "Forbidden"), (404, "NotFound")]);
-    if grpc {
-        out.push((409, "Conflict"));
-    }
-    out.extend([
-        (413, "PayloadTooLarge"),
-        (414, "UriTooLong"),
-        (429, "TooManyRequests"),
-    ]);
-    if grpc {
-        out.extend([(500, "InternalError"), (501, "NotImplemented")]);
-    }
-    out.extend([
-        (502, "BadGateway"),
-        (503, "ServiceUnavailable"),
-        (504, "GatewayTimeout"),
-    ]);
-    out
+    ERROR_RESPONSE_NAMES
+        .into_iter()
+        .filter(|(status, _)| match status {
+            401 => signed || grpc,
+            409 | 500 | 501 => grpc,
+            _ => true,
+        })
+        .collect()
 }
 
 /// The shared error responses: per status, the envelope with the codes it can carry.
 fn error_responses() -> Value {
-    let names: [(u16, &str); 13] = [
-        (400, "BadRequest"),
-        (401, "Unauthorized"),
-        (403, "Forbidden"),
-        (404, "NotFound"),
-        (409, "Conflict"),
-        (413, "PayloadTooLarge"),
-        (414, "UriTooLong"),
-        (429, "TooManyRequests"),
-        (500, "InternalError"),
-        (501, "NotImplemented"),
-        (502, "BadGateway"),
-        (503, "ServiceUnavailable"),
-        (504, "GatewayTimeout"),
-    ];
     let mut out = Map::new();
-    for (status, name) in names {
+    for (status, name) in ERROR_RESPONSE_NAMES {
         let gateway: Vec<(&str, &str)> = ERROR_CODES
             .iter()
             .filter(|(s, _, _)| *s == status)
             .map(|(_, c, m)| (*c, *m))
             .collect();
-        let mut grpc: Vec<&str> = GRPC_CODES
-            .iter()
+        let grpc: Vec<&str> = grpc_codes()
             .filter(|(_, s)| *s == status)
-            .map(|(c, _)| *c)
+            .map(|(c, _)| c)
             .collect();
-        grpc.dedup();
         let mut lines: Vec<String> = gateway
             .iter()
             .map(|(c, m)| format!("- `{c}`: {m}"))
@@ -1219,6 +1182,29 @@ mod tests {
     }
 
     #[test]
+    fn an_operation_names_the_error_statuses_it_can_answer() {
+        let statuses = |signed, grpc| -> Vec<u16> {
+            error_statuses(signed, grpc)
+                .iter()
+                .map(|(s, _)| *s)
+                .collect()
+        };
+        assert_eq!(
+            statuses(false, false),
+            [400, 403, 404, 413, 414, 429, 502, 503, 504]
+        );
+        assert_eq!(
+            statuses(true, false),
+            [400, 401, 403, 404, 413, 414, 429, 502, 503, 504]
+        );
+        assert_eq!(
+            statuses(false, true),
+            [400, 401, 403, 404, 409, 413, 414, 429, 500, 501, 502, 503, 504]
+        );
+        assert_eq!(statuses(true, true), statuses(false, true));
+    }
+
+    #[test]
     fn error_codes_are_those_of_the_protocol() {
         let mut documented: Vec<(u16, String)> = protocol_table("### The error envelope")
             .iter()
@@ -1243,8 +1229,8 @@ mod tests {
                 let code = code.trim_matches('`');
                 listed += 1;
                 assert!(
-                    GRPC_CODES.contains(&(code, status)),
-                    "{code} → {status} of docs/PROTOCOL.md is not in GRPC_CODES"
+                    grpc_codes().any(|c| c == (code, status)),
+                    "{code} → {status} of docs/PROTOCOL.md is not what the gateway answers"
                 );
             }
         }

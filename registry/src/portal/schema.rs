@@ -23,6 +23,7 @@
 //! gateway accepts them (`transcode.rs`, step 3).
 
 use portico_control::fieldpath;
+use portico_grpc_dynamic::transcode::{overlaps, proto_type_name};
 use prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -175,13 +176,13 @@ fn map_key_names(key: &Kind) -> Option<Value> {
 
 /// The proto type of a field in words, for its description.
 fn type_words(fd: &FieldDescriptor) -> String {
-    let kind = kind_name(&fd.kind());
+    let kind = proto_type_name(&fd.kind());
     if fd.is_map() {
         if let Kind::Message(entry) = fd.kind() {
             return format!(
                 "map<{}, {}>.",
-                kind_name(&entry.map_entry_key_field().kind()),
-                kind_name(&entry.map_entry_value_field().kind())
+                proto_type_name(&entry.map_entry_key_field().kind()),
+                proto_type_name(&entry.map_entry_value_field().kind())
             );
         }
     }
@@ -189,29 +190,6 @@ fn type_words(fd: &FieldDescriptor) -> String {
         format!("repeated {kind}.")
     } else {
         format!("{kind}.")
-    }
-}
-
-/// A proto type's name as a `.proto` file writes it.
-pub fn kind_name(kind: &Kind) -> String {
-    match kind {
-        Kind::Double => "double".into(),
-        Kind::Float => "float".into(),
-        Kind::Int32 => "int32".into(),
-        Kind::Int64 => "int64".into(),
-        Kind::Uint32 => "uint32".into(),
-        Kind::Uint64 => "uint64".into(),
-        Kind::Sint32 => "sint32".into(),
-        Kind::Sint64 => "sint64".into(),
-        Kind::Fixed32 => "fixed32".into(),
-        Kind::Fixed64 => "fixed64".into(),
-        Kind::Sfixed32 => "sfixed32".into(),
-        Kind::Sfixed64 => "sfixed64".into(),
-        Kind::Bool => "bool".into(),
-        Kind::String => "string".into(),
-        Kind::Bytes => "bytes".into(),
-        Kind::Message(md) => md.full_name().to_owned(),
-        Kind::Enum(ed) => ed.full_name().to_owned(),
     }
 }
 
@@ -350,17 +328,6 @@ pub fn query_parameters(
         walk_query(input, "", "", bound, body_field, &mut stack, &mut out);
     }
     out
-}
-
-/// Whether field paths `a` and `b` are the same field or one contains the other (as the
-/// gateway decides which query parameters the path already bound).
-fn overlaps(a: &str, b: &str) -> bool {
-    let within = |outer: &str, inner: &str| {
-        inner.len() > outer.len()
-            && inner.starts_with(outer)
-            && inner.as_bytes().get(outer.len()) == Some(&b'.')
-    };
-    a == b || within(a, b) || within(b, a)
 }
 
 fn walk_query(

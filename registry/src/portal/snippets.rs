@@ -166,8 +166,10 @@ fn sh_single(s: &str) -> String {
     s.replace('\'', "'\\''")
 }
 
-/// A Python string literal, ASCII only.
-fn python_str(s: &str) -> String {
+/// A double-quoted string literal, ASCII only: quotes, backslashes and line ends escaped as
+/// every target language writes them, any other character outside printable ASCII by
+/// `other` (the language's own escape).
+fn quoted(s: &str, other: impl Fn(char, &mut String)) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
         match c {
@@ -177,56 +179,45 @@ fn python_str(s: &str) -> String {
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
             c if (' '..='~').contains(&c) => out.push(c),
-            c if (c as u32) <= 0xff => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if (c as u32) <= 0xffff => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push_str(&format!("\\U{:08x}", c as u32)),
+            c => other(c, &mut out),
         }
     }
     out.push('"');
     out
+}
+
+/// A Python string literal, ASCII only.
+fn python_str(s: &str) -> String {
+    quoted(s, |c, out| {
+        let n = c as u32;
+        out.push_str(&match n {
+            0..=0xff => format!("\\x{n:02x}"),
+            0x100..=0xffff => format!("\\u{n:04x}"),
+            _ => format!("\\U{n:08x}"),
+        });
+    })
 }
 
 /// A JavaScript or Java string literal, ASCII only (UTF-16 escapes; Java reads `\u` escapes
 /// before anything else, so line ends are never written that way).
 fn js_str(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (' '..='~').contains(&c) => out.push(c),
-            c => {
-                let mut units = [0u16; 2];
-                for unit in c.encode_utf16(&mut units) {
-                    out.push_str(&format!("\\u{unit:04x}"));
-                }
-            }
+    quoted(s, |c, out| {
+        let mut units = [0u16; 2];
+        for unit in c.encode_utf16(&mut units) {
+            out.push_str(&format!("\\u{unit:04x}"));
         }
-    }
-    out.push('"');
-    out
+    })
 }
 
 /// A Go interpreted string literal, ASCII only.
 fn go_str(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (' '..='~').contains(&c) => out.push(c),
-            c if (c as u32) <= 0xffff => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push_str(&format!("\\U{:08x}", c as u32)),
-        }
-    }
-    out.push('"');
-    out
+    quoted(s, |c, out| {
+        let n = c as u32;
+        out.push_str(&match n {
+            0..=0xffff => format!("\\u{n:04x}"),
+            _ => format!("\\U{n:08x}"),
+        });
+    })
 }
 
 #[cfg(test)]

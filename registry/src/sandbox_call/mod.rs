@@ -36,11 +36,34 @@ use std::time::{Duration, Instant};
 const MAX_SHOWN_BODY: usize = 1024 * 1024;
 
 /// What came back from the gateway.
-struct Received {
+pub struct Received {
     status: u16,
     headers: Map<String, Value>,
     bytes: Vec<u8>,
-    latency_ms: f64,
+    /// From sending to the whole body read, in milliseconds (one decimal).
+    pub latency_ms: f64,
+}
+
+impl Received {
+    /// The answer's `response` part: `{status, headers, body, body_encoding, body_bytes,
+    /// truncated}` (the body cut at [`MAX_SHOWN_BODY`]).
+    pub fn to_json(&self) -> Value {
+        let cut = self.bytes.len().min(MAX_SHOWN_BODY);
+        let (body, encoding) = shown(&self.bytes[..cut]);
+        json!({
+            "status": self.status,
+            "headers": self.headers,
+            "body": body,
+            "body_encoding": encoding,
+            "body_bytes": self.bytes.len(),
+            "truncated": self.bytes.len() > MAX_SHOWN_BODY,
+        })
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
 }
 
 fn client() -> ApiResult<&'static reqwest::Client> {
@@ -92,7 +115,15 @@ pub async fn call(state: &Shared, request_id: &str, req: CallRequest) -> ApiResu
         .unwrap_or(v1::DEFAULT_TIMEOUT_MS)
         .saturating_add(5_000)
         .min(65_000);
-    let received = send(&out, &body, Duration::from_millis(timeout_ms), &node).await?;
+    let received = send(
+        out.method.clone(),
+        &out.url,
+        &out.headers,
+        &body,
+        Duration::from_millis(timeout_ms),
+        &node,
+    )
+    .await?;
     let mut answer = answer(out, &body, received);
     answer["node_id"] = json!(node.node_id);
     answer["api_id"] = json!(req.api_id);
@@ -117,18 +148,19 @@ async fn load_draft(state: &Shared, api_id: Option<&str>) -> ApiResult<Option<v1
     ))
 }
 
-/// Sends the prepared request to `node` and reads the whole answer (502 `UPSTREAM_ERROR` when
-/// the node cannot be reached or read).
-async fn send(
-    out: &Outgoing,
+/// Sends a request to `node`'s sandbox listener and reads the whole answer (502
+/// `UPSTREAM_ERROR` when the node cannot be reached or read). Both "try it"s send through
+/// here: the console's ([`call`]) and the portal's (`crate::portal::forward`).
+pub async fn send(
+    method: reqwest::Method,
+    url: &str,
+    headers: &[(String, String)],
     body: &[u8],
     timeout: Duration,
     node: &NodeInfo,
 ) -> ApiResult<Received> {
-    let mut builder = client()?
-        .request(out.method.clone(), &out.url)
-        .timeout(timeout);
-    for (k, v) in &out.headers {
+    let mut builder = client()?.request(method, url).timeout(timeout);
+    for (k, v) in headers {
         builder = builder.header(k.as_str(), v.as_str());
     }
     if !body.is_empty() {
@@ -182,11 +214,8 @@ fn shown(bytes: &[u8]) -> (String, &'static str) {
     }
 }
 
-/// The answer: the request as sent (with the app and the string-to-sign) and the response
-/// (its body cut at [`MAX_SHOWN_BODY`]).
+/// The answer: the request as sent (with the app and the string-to-sign) and the response.
 fn answer(out: Outgoing, body: &[u8], received: Received) -> Value {
-    let cut = received.bytes.len().min(MAX_SHOWN_BODY);
-    let (body_text, encoding) = shown(&received.bytes[..cut]);
     let request_headers: Map<String, Value> = out
         .headers
         .into_iter()
@@ -201,14 +230,7 @@ fn answer(out: Outgoing, body: &[u8], received: Received) -> Value {
             "app_key": out.app_key,
             "string_to_sign": out.string_to_sign,
         },
-        "response": {
-            "status": received.status,
-            "headers": received.headers,
-            "body": body_text,
-            "body_encoding": encoding,
-            "body_bytes": received.bytes.len(),
-            "truncated": received.bytes.len() > MAX_SHOWN_BODY,
-        },
+        "response": received.to_json(),
         "latency_ms": received.latency_ms,
     })
 }

@@ -70,14 +70,21 @@ fn choose_app(
     fallback
 }
 
+/// The live gateway nodes (`nodes/<id>`; a document that does not parse is left out).
+pub async fn live_nodes(state: &Shared) -> ApiResult<Vec<NodeInfo>> {
+    Ok(state
+        .store
+        .list_docs("nodes")
+        .await?
+        .iter()
+        .filter_map(|(_, d)| serde_json::from_slice::<NodeInfo>(&d.data).ok())
+        .collect())
+}
+
 /// The gateway node that answers the call: `wanted` (404 when it is not live), else the first
 /// live node with a sandbox listener; 503 `NO_SANDBOX_GATEWAY` when the node runs none.
 pub async fn node(state: &Shared, wanted: Option<&str>) -> ApiResult<NodeInfo> {
-    let docs = state.store.list_docs("nodes").await?;
-    let nodes: Vec<NodeInfo> = docs
-        .iter()
-        .filter_map(|(_, d)| serde_json::from_slice::<NodeInfo>(&d.data).ok())
-        .collect();
+    let nodes = live_nodes(state).await?;
     if let Some(id) = wanted {
         let node = nodes
             .into_iter()
