@@ -142,28 +142,19 @@ impl Recorder {
         if let Some(now) = switches {
             if let Some(before) = &self.switches {
                 let minute = minute_of(now_ms);
-                for (api, on) in &now {
-                    if before.get(api).copied().unwrap_or(false) != *on {
-                        out.entry((api.clone(), minute))
-                            .or_insert_with(|| Rollup {
-                                api: api.clone(),
-                                minute,
-                                ..Rollup::default()
-                            })
-                            .switch_flips += 1;
-                    }
-                }
-                for (api, on) in before {
-                    if *on && !now.contains_key(api) {
-                        // A degraded switch deleted: the API is back on.
-                        out.entry((api.clone(), minute))
-                            .or_insert_with(|| Rollup {
-                                api: api.clone(),
-                                minute,
-                                ..Rollup::default()
-                            })
-                            .switch_flips += 1;
-                    }
+                // A switch turned on or off, or a degraded one deleted (the API is back on).
+                let flipped = now
+                    .iter()
+                    .filter(|(api, on)| before.get(*api).copied().unwrap_or(false) != **on)
+                    .chain(before.iter().filter(|(api, on)| **on && !now.contains_key(*api)));
+                for (api, _) in flipped {
+                    out.entry((api.clone(), minute))
+                        .or_insert_with(|| Rollup {
+                            api: api.clone(),
+                            minute,
+                            ..Rollup::default()
+                        })
+                        .switch_flips += 1;
                 }
             }
             self.switches = Some(now);
