@@ -10,7 +10,7 @@
 
 use super::store::{HistoryStore, Rollup};
 use crate::health::prometheus::{Key, NodeMetrics};
-use crate::health::quantiles::counter_delta;
+use crate::health::quantiles::{add_bucket_deltas, counter_delta, Buckets};
 use crate::health::scraper::{monitor, Sample, INTERVAL};
 use crate::state::Shared;
 use std::collections::{BTreeMap, HashMap};
@@ -207,28 +207,12 @@ fn node_between(prev: &NodeMetrics, m: &NodeMetrics, out: &mut HashMap<String, R
         }
     }
     for (k, buckets) in m.buckets.iter().filter(|(k, _)| wanted(k)) {
-        let before = prev.buckets.get(k);
-        let reset = before.is_some_and(|b| {
-            buckets
-                .iter()
-                .any(|(le, c)| b.iter().any(|(ole, oc)| ole == le && c < oc))
-        });
-        // Cumulative deltas by bound, then per bucket.
-        let mut cumulative: Vec<(f64, f64)> = buckets
-            .iter()
-            .map(|&(le, c)| {
-                let old = if reset {
-                    None
-                } else {
-                    before.and_then(|b| b.iter().find(|(ole, _)| *ole == le).map(|(_, c)| *c))
-                };
-                (le, counter_delta(c, old))
-            })
-            .collect();
-        cumulative.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // Cumulative deltas by bound (in `le` order), then per bucket.
+        let mut cumulative = Buckets::new();
+        add_bucket_deltas(&mut cumulative, buckets, prev.buckets.get(k).map(Vec::as_slice));
         let mut below = 0.0;
         let mut hist = Vec::with_capacity(cumulative.len());
-        for (le, c) in cumulative {
+        for (le, c) in cumulative.into_values() {
             let n = (c - below).max(0.0).round();
             below = below.max(c);
             if n > 0.0 {
