@@ -455,19 +455,8 @@ impl Store {
 
     /// Appends a persistent sequential node `<rel_dir>/<prefix>NNNNNNNNNN`; returns its name.
     pub async fn append(&self, rel_dir: &str, prefix: &str, data: &[u8]) -> ApiResult<String> {
-        let client = self.client().await?;
-        let policy = self.policy(&client).await?;
-        let acl = self.acl(policy.as_ref(), &format!("{rel_dir}/{prefix}"));
-        let options = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::new(&acl));
-        let path = self.abs(&format!("{rel_dir}/{prefix}"));
-        for _ in 0..2 {
-            match timed(client.create(&path, data, &options)).await {
-                Ok((_, seq)) => return Ok(format!("{prefix}{seq}")),
-                Err(zk::Error::NoNode) => self.ensure_dir(rel_dir).await?,
-                Err(e) => return Err(ApiError::from_zk(e, rel_dir)),
-            }
-        }
-        Err(ApiError::internal(format!("cannot create {rel_dir}")))
+        self.create_sequential(rel_dir, prefix, data, zk::CreateMode::PersistentSequential)
+            .await
     }
 
     /// Creates an ephemeral sequential node `<rel_dir>/<prefix>NNNNNNNNNN` on this store's
@@ -478,10 +467,22 @@ impl Store {
         prefix: &str,
         data: &[u8],
     ) -> ApiResult<String> {
+        self.create_sequential(rel_dir, prefix, data, zk::CreateMode::EphemeralSequential)
+            .await
+    }
+
+    /// Creates a sequential node of `mode` under `rel_dir` (made if missing); returns its name.
+    async fn create_sequential(
+        &self,
+        rel_dir: &str,
+        prefix: &str,
+        data: &[u8],
+        mode: zk::CreateMode,
+    ) -> ApiResult<String> {
         let client = self.client().await?;
         let policy = self.policy(&client).await?;
         let acl = self.acl(policy.as_ref(), &format!("{rel_dir}/{prefix}"));
-        let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&acl));
+        let options = mode.with_acls(zk::Acls::new(&acl));
         let path = self.abs(&format!("{rel_dir}/{prefix}"));
         for _ in 0..2 {
             match timed(client.create(&path, data, &options)).await {
