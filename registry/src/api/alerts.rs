@@ -7,7 +7,7 @@ use super::context::Ctx;
 use super::documents::{delete_doc, get_json, list_json, write_json, Write};
 use super::reply::json_response;
 use crate::error::{ApiError, ApiResult, Detail};
-use crate::input::{check_name, parse_document};
+use crate::input::{check_name, count, parse_document};
 use crate::route::{Body, Param, Reply, Route};
 use crate::state::Shared;
 use crate::zk_store::Env;
@@ -111,13 +111,7 @@ async fn status(
     State(state): State<Shared>,
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
-    let limit = match q.get("limit") {
-        Some(l) => l
-            .parse::<usize>()
-            .map_err(|_| ApiError::bad_request(format!("limit: {l:?} is not a number")))?
-            .clamp(1, EVENTS_MAX),
-        None => EVENTS_DEFAULT,
-    };
+    let limit = count(&q, "limit", EVENTS_DEFAULT, EVENTS_MAX)?;
     for key in ["rule", "api"] {
         if let Some(v) = q.get(key) {
             check_name(key, v)?;
