@@ -9,7 +9,7 @@
 use crate::error::{ApiError, ApiResult};
 use portico_control::zk::auth::{create_acl, read_policy};
 use portico_control::zk::{
-    ensure_path_with, join_path, normalize_root, read_tree, AclPolicy, ZkAuth,
+    ensure_path_with, join_path, normalize_root, read_generation, read_tree, AclPolicy, ZkAuth,
 };
 use portico_control::Tree;
 use std::time::Duration;
@@ -441,14 +441,28 @@ impl Store {
         }
     }
 
+    /// The absolute root of an env's served tree.
+    fn env_root(&self, env: Env) -> String {
+        match env {
+            Env::Live => self.root.clone(),
+            Env::Sandbox => self.abs("sandbox"),
+        }
+    }
+
     /// The whole served tree of an env, with its generation (as a gateway computes it).
     pub async fn tree(&self, env: Env) -> ApiResult<Tree> {
         let client = self.client().await?;
-        let root = match env {
-            Env::Live => self.root.clone(),
-            Env::Sandbox => self.abs("sandbox"),
-        };
+        let root = self.env_root(env);
         timed(read_tree(&client, &root))
+            .await
+            .map_err(|e| ApiError::from_zk(e, env.name()))
+    }
+
+    /// The generation [`Store::tree`] would answer, without reading the documents.
+    pub async fn generation(&self, env: Env) -> ApiResult<u64> {
+        let client = self.client().await?;
+        let root = self.env_root(env);
+        timed(read_generation(&client, &root))
             .await
             .map_err(|e| ApiError::from_zk(e, env.name()))
     }
@@ -719,6 +733,18 @@ mod tests {
         let sandbox = s.tree(Env::Sandbox).await.unwrap();
         assert_eq!(sandbox.docs.keys().collect::<Vec<_>>(), ["clusters/draft"]);
         assert!(live.generation > 0);
+        // The stat-only generation is the full read's, in each env, and follows a write.
+        assert_eq!(s.generation(Env::Live).await.unwrap(), live.generation);
+        assert_eq!(
+            s.generation(Env::Sandbox).await.unwrap(),
+            sandbox.generation
+        );
+        s.put("clusters/live", b"{\"x\":1}", Precondition::Any)
+            .await
+            .unwrap();
+        let after = s.tree(Env::Live).await.unwrap().generation;
+        assert!(after > live.generation);
+        assert_eq!(s.generation(Env::Live).await.unwrap(), after);
     }
 
     /// Every node the registry creates carries the ACL of docs/OPERATIONS.md: no world access,
