@@ -145,7 +145,12 @@ pub fn flag(query: &HashMap<String, String>, name: &str) -> bool {
 
 /// A `?limit`-like count: `default` when absent, clamped to `1..=max`; `BAD_REQUEST` naming
 /// it when it is not a number.
-pub fn count(query: &HashMap<String, String>, name: &str, default: usize, max: usize) -> ApiResult<usize> {
+pub fn count(
+    query: &HashMap<String, String>,
+    name: &str,
+    default: usize,
+    max: usize,
+) -> ApiResult<usize> {
     match query.get(name) {
         Some(v) => Ok(v
             .parse::<usize>()

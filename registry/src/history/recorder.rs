@@ -146,7 +146,11 @@ impl Recorder {
                 let flipped = now
                     .iter()
                     .filter(|(api, on)| before.get(*api).copied().unwrap_or(false) != **on)
-                    .chain(before.iter().filter(|(api, on)| **on && !now.contains_key(*api)));
+                    .chain(
+                        before
+                            .iter()
+                            .filter(|(api, on)| **on && !now.contains_key(*api)),
+                    );
                 for (api, _) in flipped {
                     out.entry((api.clone(), minute))
                         .or_insert_with(|| Rollup {
@@ -209,7 +213,11 @@ fn node_between(prev: &NodeMetrics, m: &NodeMetrics, out: &mut HashMap<String, R
     for (k, buckets) in m.buckets.iter().filter(|(k, _)| wanted(k)) {
         // Cumulative deltas by bound (in `le` order), then per bucket.
         let mut cumulative = Buckets::new();
-        add_bucket_deltas(&mut cumulative, buckets, prev.buckets.get(k).map(Vec::as_slice));
+        add_bucket_deltas(
+            &mut cumulative,
+            buckets,
+            prev.buckets.get(k).map(Vec::as_slice),
+        );
         let mut below = 0.0;
         let mut hist = Vec::with_capacity(cumulative.len());
         for (le, c) in cumulative.into_values() {
