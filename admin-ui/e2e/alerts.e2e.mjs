@@ -15,61 +15,18 @@
 // Reports: the day's table has the platform row and the API with its figures → week.
 // Any failure exits 1 after a FAILED-*.png screenshot.
 
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { chromium } from "playwright-core";
+import { env, runBrowser } from "./harness.mjs";
 
-const env = (name, fallback) => {
-  const v = process.env[name] ?? fallback;
-  if (v === undefined || v === "") {
-    console.error(`alerts.e2e: ${name} is not set`);
-    process.exit(2);
-  }
-  return v;
-};
-const BASE = env("CONSOLE_URL").replace(/\/$/, "");
 const TOKEN = env("ADMIN_TOKEN");
 const RULE = env("RULE");
 const API = env("API");
-const SHOTS = env("SCREENSHOT_DIR");
-const CHROMIUM = env("CHROMIUM", "/usr/bin/chromium");
 
-mkdirSync(SHOTS, { recursive: true });
-const log = (msg) => console.log(`[alerts.e2e ${new Date().toISOString().slice(11, 23)}] ${msg}`);
-const profile = mkdtempSync(join(tmpdir(), "portico-e2e-chromium-"));
-let context;
-let page;
-let step = 0;
-const shot = async (name) => {
-  const file = join(SHOTS, `alerts-${String(++step).padStart(2, "0")}-${name}.png`);
-  await page.evaluate(() => window.scrollTo(0, 0));
-  await page.screenshot({ path: file, fullPage: true, animations: "disabled" });
-  log(`screenshot ${file}`);
-};
-
-async function main() {
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    viewport: { width: 1440, height: 900 },
-    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"],
-  });
-  page = context.pages()[0] ?? (await context.newPage());
+await runBrowser("alerts", async ({ page, log, shot, signIn }) => {
+  // The alert fires and the history store answers on a loaded machine: a longer wait than
+  // the harness's default.
   page.setDefaultTimeout(30_000);
-  const errors = [];
-  page.on("pageerror", (e) => errors.push(`pageerror: ${e.message}`));
-  page.on("console", (m) => {
-    if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) errors.push(`console: ${m.text()}`);
-  });
-
   log("sign in");
-  await page.goto(`${BASE}/`);
-  await page.waitForSelector("form.signin-card");
-  await page.fill('input[name="token"]', TOKEN);
-  await page.fill('input[name="operator"]', "e2e-sre-alerts");
-  await page.click('button[type="submit"]');
-  await page.waitForSelector("h1:has-text('Services & APIs')");
+  await signIn(TOKEN, "e2e-sre-alerts");
 
   log("the banner");
   await page.waitForSelector('[data-testid="alert-banner"] >> text=firing');
@@ -106,21 +63,4 @@ async function main() {
   await page.waitForSelector(`[data-testid="report-table"] tr:has-text("${API}")`);
   await shot("report-week");
 
-  if (errors.length) throw new Error(`the page logged errors:\n${errors.join("\n")}`);
-  log("ok: every step passed");
-}
-
-try {
-  await main();
-  await context?.close();
-  rmSync(profile, { recursive: true, force: true });
-  process.exit(0);
-} catch (e) {
-  console.error(`alerts.e2e FAILED at step ${step + 1}: ${e?.stack ?? e}`);
-  try {
-    await page?.screenshot({ path: join(SHOTS, `alerts-FAILED-${String(step + 1).padStart(2, "0")}.png`), fullPage: true });
-  } catch {}
-  await context?.close().catch(() => {});
-  rmSync(profile, { recursive: true, force: true });
-  process.exit(1);
-}
+});

@@ -143,6 +143,23 @@ pub fn flag(query: &HashMap<String, String>, name: &str) -> bool {
         .is_some_and(|v| v.is_empty() || v == "true" || v == "1")
 }
 
+/// A `?limit`-like count: `default` when absent, clamped to `1..=max`; `BAD_REQUEST` naming
+/// it when it is not a number.
+pub fn count(
+    query: &HashMap<String, String>,
+    name: &str,
+    default: usize,
+    max: usize,
+) -> ApiResult<usize> {
+    match query.get(name) {
+        Some(v) => Ok(v
+            .parse::<usize>()
+            .map_err(|_| ApiError::bad_request(format!("{name}: {v:?} is not a number")))?
+            .clamp(1, max)),
+        None => Ok(default),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,5 +230,18 @@ mod tests {
             .collect();
         assert!(flag(&q, "a") && flag(&q, "b") && flag(&q, "c"));
         assert!(!flag(&q, "d") && !flag(&q, "e"));
+    }
+
+    #[test]
+    fn counts() {
+        let q: HashMap<String, String> = [("big", "9999"), ("zero", "0"), ("x", "ten")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        assert_eq!(count(&q, "none", 50, 500).unwrap(), 50);
+        assert_eq!(count(&q, "big", 50, 500).unwrap(), 500);
+        assert_eq!(count(&q, "zero", 50, 500).unwrap(), 1);
+        let e = count(&q, "x", 50, 500).unwrap_err();
+        assert_eq!(e.message, "x: \"ten\" is not a number");
     }
 }

@@ -3,7 +3,7 @@
 use clap::Parser;
 use portico_registry::Config;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Portico's registry: the admin REST API (`/api/v1`, OpenAPI at `/api/v1/openapi.json`) over
 /// the ZooKeeper configuration tree.
@@ -41,15 +41,15 @@ struct Args {
     #[arg(long, env = "PORTICO_PORTAL_SANDBOX_URL")]
     portal_sandbox_url: Option<String>,
     /// Where this registry keeps what it observed of the gateways (the history store, the
-    /// reports), unless --history-db / --reports-dir say otherwise.
-    #[arg(
-        long,
-        env = "PORTICO_REGISTRY_DATA",
-        default_value = "portico-registry-data"
-    )]
-    data_dir: PathBuf,
+    /// reports), unless --history-db / --reports-dir say otherwise. No default: without it
+    /// (or --history-db) the registry keeps no history store, so it records no history,
+    /// evaluates no alerts and sends no reports — two registries never share a store by
+    /// accident (docs/OPERATIONS.md, "The history store").
+    #[arg(long, env = "PORTICO_REGISTRY_DATA")]
+    data_dir: Option<PathBuf>,
     /// The history store (SQLite; default DATA_DIR/history.sqlite): per-API per-minute
-    /// rollups and alert events (docs/OPERATIONS.md, "The history store").
+    /// rollups and alert events (docs/OPERATIONS.md, "The history store"); without
+    /// --data-dir, its directory is the data directory.
     #[arg(long)]
     history_db: Option<PathBuf>,
     /// Days of history kept.
@@ -99,6 +99,23 @@ fn webhook_secret(args: &Args) -> anyhow::Result<Option<Vec<u8>>> {
     Ok(Some(secret.as_bytes().to_vec()))
 }
 
+/// The data directory and the history store's file: `--data-dir` (its `history.sqlite` unless
+/// `--history-db`), else `--history-db` in its directory; `None` without either (no default:
+/// registries sharing a working directory must not share a store).
+fn data_paths(data_dir: Option<&Path>, history_db: Option<&Path>) -> Option<(PathBuf, PathBuf)> {
+    match (data_dir, history_db) {
+        (Some(dir), db) => Some((
+            dir.to_path_buf(),
+            db.map_or_else(|| dir.join("history.sqlite"), Path::to_path_buf),
+        )),
+        (None, Some(db)) => Some((
+            db.parent().map(Path::to_path_buf).unwrap_or_default(),
+            db.to_path_buf(),
+        )),
+        (None, None) => None,
+    }
+}
+
 /// Opens the history store and starts what observes the gateways: the recorder, the alert
 /// evaluation and the report scheduler (docs/OPERATIONS.md, "Alerts", "Reports").
 fn start_observing(
@@ -107,10 +124,14 @@ fn start_observing(
     addr: SocketAddr,
 ) -> anyhow::Result<()> {
     use portico_registry::{alerts, history, reports};
-    let db = args
-        .history_db
-        .clone()
-        .unwrap_or_else(|| args.data_dir.join("history.sqlite"));
+    let Some((data_dir, db)) = data_paths(args.data_dir.as_deref(), args.history_db.as_deref())
+    else {
+        tracing::warn!(
+            "no --data-dir (or PORTICO_REGISTRY_DATA): this registry keeps no history store, \
+             so it records no history, evaluates no alerts and sends no reports"
+        );
+        return Ok(());
+    };
     let limits = history::Limits {
         retention_days: args.history_days,
         max_bytes: args.history_max_mb * 1024 * 1024,
@@ -150,7 +171,7 @@ fn start_observing(
         dir: args
             .reports_dir
             .clone()
-            .unwrap_or_else(|| args.data_dir.join("reports")),
+            .unwrap_or_else(|| data_dir.join("reports")),
         mailer,
     };
     reports::deliver::configure(delivery.clone());
@@ -257,4 +278,28 @@ async fn run() -> anyhow::Result<()> {
     start_observing(&args, &state, addr)?;
     portico_registry::server::serve(listener, state).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_history_store_needs_an_explicit_place() {
+        assert_eq!(data_paths(None, None), None);
+        let dir = Path::new("/var/lib/portico");
+        assert_eq!(
+            data_paths(Some(dir), None),
+            Some((dir.to_path_buf(), dir.join("history.sqlite")))
+        );
+        let db = Path::new("/srv/h/history.db");
+        assert_eq!(
+            data_paths(Some(dir), Some(db)),
+            Some((dir.to_path_buf(), db.to_path_buf()))
+        );
+        assert_eq!(
+            data_paths(None, Some(db)),
+            Some((PathBuf::from("/srv/h"), db.to_path_buf()))
+        );
+    }
 }

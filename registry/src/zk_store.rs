@@ -9,7 +9,7 @@
 use crate::error::{ApiError, ApiResult};
 use portico_control::zk::auth::{create_acl, read_policy};
 use portico_control::zk::{
-    ensure_path_with, join_path, normalize_root, read_tree, AclPolicy, ZkAuth,
+    ensure_path_with, join_path, normalize_root, read_generation, read_tree, AclPolicy, ZkAuth,
 };
 use portico_control::Tree;
 use std::time::Duration;
@@ -441,33 +441,36 @@ impl Store {
         }
     }
 
+    /// The absolute root of an env's served tree.
+    fn env_root(&self, env: Env) -> String {
+        match env {
+            Env::Live => self.root.clone(),
+            Env::Sandbox => self.abs("sandbox"),
+        }
+    }
+
     /// The whole served tree of an env, with its generation (as a gateway computes it).
     pub async fn tree(&self, env: Env) -> ApiResult<Tree> {
         let client = self.client().await?;
-        let root = match env {
-            Env::Live => self.root.clone(),
-            Env::Sandbox => self.abs("sandbox"),
-        };
+        let root = self.env_root(env);
         timed(read_tree(&client, &root))
+            .await
+            .map_err(|e| ApiError::from_zk(e, env.name()))
+    }
+
+    /// The generation [`Store::tree`] would answer, without reading the documents.
+    pub async fn generation(&self, env: Env) -> ApiResult<u64> {
+        let client = self.client().await?;
+        let root = self.env_root(env);
+        timed(read_generation(&client, &root))
             .await
             .map_err(|e| ApiError::from_zk(e, env.name()))
     }
 
     /// Appends a persistent sequential node `<rel_dir>/<prefix>NNNNNNNNNN`; returns its name.
     pub async fn append(&self, rel_dir: &str, prefix: &str, data: &[u8]) -> ApiResult<String> {
-        let client = self.client().await?;
-        let policy = self.policy(&client).await?;
-        let acl = self.acl(policy.as_ref(), &format!("{rel_dir}/{prefix}"));
-        let options = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::new(&acl));
-        let path = self.abs(&format!("{rel_dir}/{prefix}"));
-        for _ in 0..2 {
-            match timed(client.create(&path, data, &options)).await {
-                Ok((_, seq)) => return Ok(format!("{prefix}{seq}")),
-                Err(zk::Error::NoNode) => self.ensure_dir(rel_dir).await?,
-                Err(e) => return Err(ApiError::from_zk(e, rel_dir)),
-            }
-        }
-        Err(ApiError::internal(format!("cannot create {rel_dir}")))
+        self.create_sequential(rel_dir, prefix, data, zk::CreateMode::PersistentSequential)
+            .await
     }
 
     /// Creates an ephemeral sequential node `<rel_dir>/<prefix>NNNNNNNNNN` on this store's
@@ -478,10 +481,22 @@ impl Store {
         prefix: &str,
         data: &[u8],
     ) -> ApiResult<String> {
+        self.create_sequential(rel_dir, prefix, data, zk::CreateMode::EphemeralSequential)
+            .await
+    }
+
+    /// Creates a sequential node of `mode` under `rel_dir` (made if missing); returns its name.
+    async fn create_sequential(
+        &self,
+        rel_dir: &str,
+        prefix: &str,
+        data: &[u8],
+        mode: zk::CreateMode,
+    ) -> ApiResult<String> {
         let client = self.client().await?;
         let policy = self.policy(&client).await?;
         let acl = self.acl(policy.as_ref(), &format!("{rel_dir}/{prefix}"));
-        let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&acl));
+        let options = mode.with_acls(zk::Acls::new(&acl));
         let path = self.abs(&format!("{rel_dir}/{prefix}"));
         for _ in 0..2 {
             match timed(client.create(&path, data, &options)).await {
@@ -718,6 +733,18 @@ mod tests {
         let sandbox = s.tree(Env::Sandbox).await.unwrap();
         assert_eq!(sandbox.docs.keys().collect::<Vec<_>>(), ["clusters/draft"]);
         assert!(live.generation > 0);
+        // The stat-only generation is the full read's, in each env, and follows a write.
+        assert_eq!(s.generation(Env::Live).await.unwrap(), live.generation);
+        assert_eq!(
+            s.generation(Env::Sandbox).await.unwrap(),
+            sandbox.generation
+        );
+        s.put("clusters/live", b"{\"x\":1}", Precondition::Any)
+            .await
+            .unwrap();
+        let after = s.tree(Env::Live).await.unwrap().generation;
+        assert!(after > live.generation);
+        assert_eq!(s.generation(Env::Live).await.unwrap(), after);
     }
 
     /// Every node the registry creates carries the ACL of docs/OPERATIONS.md: no world access,

@@ -42,5 +42,5 @@ mod source;
 pub use auth::{AclPolicy, Role, ZkAuth};
 pub use node::{ensure_path, ensure_path_with, NodeInfo};
 pub use paths::{join_path, normalize_root, relative_path, KIND_DIRS};
-pub use read::read_tree;
+pub use read::{read_generation, read_tree};
 pub use source::{ZkSource, ZkState, ZkStatus, DEFAULT_DEBOUNCE, DEFAULT_SESSION_TIMEOUT};

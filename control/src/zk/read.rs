@@ -8,7 +8,7 @@
 //! keeps being applied.
 
 use super::paths::{join_path, parent_of, KIND_DIRS};
-use crate::tree::Tree;
+use crate::tree::{DocKind, Tree};
 use std::collections::BTreeSet;
 use zookeeper_client as zk;
 
@@ -27,15 +27,17 @@ pub(super) fn zxid_to_generation(zxid: i64) -> u64 {
     u64::try_from(zxid).unwrap_or(0)
 }
 
-/// Reads the whole served tree under `root` (absolute, normalized), with its generation (see
-/// the module docs of [`crate::zk`]). A missing root or folder is an empty part of the tree;
-/// a folder or document this client may not read is in [`Tree::unreadable`]. Requests are
-/// pipelined.
-pub async fn read_tree(client: &zk::Client, root: &str) -> Result<Tree, zk::Error> {
-    let mut tree = Tree::default();
+/// Lists the served tree under `root`: the generation of the root's and the kind folders'
+/// `pzxid`s and every document path; `None` when the root is missing. A folder this client
+/// may not list goes to `tree`'s unreadable entries.
+async fn list_tree(
+    client: &zk::Client,
+    root: &str,
+    tree: &mut Tree,
+) -> Result<Option<(u64, Vec<String>)>, zk::Error> {
     let root_stat = match client.check_stat(root).await? {
         Some(stat) => stat,
-        None => return Ok(tree),
+        None => return Ok(None),
     };
     let mut generation = zxid_to_generation(root_stat.pzxid);
     let listings = futures::future::join_all(
@@ -58,6 +60,18 @@ pub async fn read_tree(client: &zk::Client, root: &str) -> Result<Tree, zk::Erro
             },
         }
     }
+    Ok(Some((generation, paths)))
+}
+
+/// Reads the whole served tree under `root` (absolute, normalized), with its generation (see
+/// the module docs of [`crate::zk`]). A missing root or folder is an empty part of the tree;
+/// a folder or document this client may not read is in [`Tree::unreadable`]. Requests are
+/// pipelined.
+pub async fn read_tree(client: &zk::Client, root: &str) -> Result<Tree, zk::Error> {
+    let mut tree = Tree::default();
+    let Some((mut generation, paths)) = list_tree(client, root, &mut tree).await? else {
+        return Ok(tree);
+    };
     let reads = futures::future::join_all(
         paths
             .iter()
@@ -81,6 +95,38 @@ pub async fn read_tree(client: &zk::Client, root: &str) -> Result<Tree, zk::Erro
     }
     tree.generation = generation;
     Ok(tree)
+}
+
+/// The generation [`read_tree`] would answer, from the nodes' stats alone (no document is
+/// read: a registry watching for configuration lag asks every few seconds, and the tree holds
+/// the descriptor sets). ZooKeeper answers a stat without checking the READ permission, so a
+/// document this client may not read counts here where [`read_tree`] leaves it out: meant
+/// for a client that reads the whole served tree (the registry).
+pub async fn read_generation(client: &zk::Client, root: &str) -> Result<u64, zk::Error> {
+    let mut scratch = Tree::default();
+    let Some((mut generation, paths)) = list_tree(client, root, &mut scratch).await? else {
+        return Ok(0);
+    };
+    let docs: Vec<&String> = paths
+        .iter()
+        .filter(|rel| DocKind::classify(rel).is_some())
+        .collect();
+    let stats = futures::future::join_all(
+        docs.iter()
+            .map(|rel| client.check_stat(&join_path(root, rel))),
+    )
+    .await;
+    for stat in stats {
+        match stat {
+            Ok(Some(stat)) => generation = generation.max(zxid_to_generation(stat.mzxid)),
+            // Deleted since the listing.
+            Ok(None) => {}
+            // A document that cannot be addressed does not count, as in `read_tree`.
+            Err(e) if node_problem(&e).is_some() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(generation)
 }
 
 /// Re-reads the served documents `paths` into `tree`: a document read is replaced, a deleted

@@ -358,35 +358,12 @@ fn step(alert: &mut Alert, holds: bool, now: u64) -> Option<Transition> {
         | (Phase::Resolving { started, fired, .. }, true) => {
             (Phase::Firing { started, fired }, None)
         }
-        (Phase::Firing { started, fired }, false) => {
-            if for_ms == 0 {
-                (
-                    Phase::Clear { since: now },
-                    Some(Transition::Resolved {
-                        key: alert.key(),
-                        started,
-                        fired,
-                    }),
-                )
-            } else {
-                (
-                    Phase::Resolving {
-                        started,
-                        fired,
-                        since: now,
-                    },
-                    None,
-                )
-            }
-        }
-        (
-            Phase::Resolving {
-                started,
-                fired,
-                since,
-            },
-            false,
-        ) => {
+        (Phase::Firing { started, fired }, false)
+        | (Phase::Resolving { started, fired, .. }, false) => {
+            let since = match alert.phase {
+                Phase::Resolving { since, .. } => since,
+                _ => now,
+            };
             if now.saturating_sub(since) >= for_ms {
                 (
                     Phase::Clear { since },

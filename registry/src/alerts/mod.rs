@@ -152,7 +152,7 @@ async fn round(
         .iter()
         .any(|r| r.condition == Condition::ConfigLagAbove)
     {
-        state.store.tree(Env::Live).await.ok().map(|t| t.generation)
+        state.store.generation(Env::Live).await.ok()
     } else {
         None
     };

@@ -6,8 +6,8 @@
 use super::context::Ctx;
 use super::documents::{delete_doc, get_json, list_json, write_json, Write};
 use super::reply::json_response;
-use crate::error::{ApiError, ApiResult, Detail};
-use crate::input::{check_name, parse_document};
+use crate::error::{ApiError, ApiResult};
+use crate::input::{check_name, count, parse_document};
 use crate::route::{Body, Param, Reply, Route};
 use crate::state::Shared;
 use crate::zk_store::Env;
@@ -74,19 +74,6 @@ async fn set(
 ) -> ApiResult<Response> {
     check_name("alert rule name", &name)?;
     let (_, value) = parse_document::<v1::AlertRule>(&body, "alert rule")?;
-    // The checks the tree's validation makes, answered with the field before anything is read.
-    let raw = serde_json::to_vec(&value).map_err(|e| ApiError::internal(e.to_string()))?;
-    if let Err(reason) = portico_control::validate::check_alert(&name, &raw) {
-        let field = reason.split(':').next().unwrap_or_default().to_owned();
-        return Err(ApiError::invalid(
-            format!("alerts/{name}: {reason}"),
-            vec![Detail {
-                path: Some(rel(&name)),
-                field: Some(field),
-                reason,
-            }],
-        ));
-    }
     let write = Write {
         env: Env::Live,
         rel: &rel(&name),
@@ -111,13 +98,7 @@ async fn status(
     State(state): State<Shared>,
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
-    let limit = match q.get("limit") {
-        Some(l) => l
-            .parse::<usize>()
-            .map_err(|_| ApiError::bad_request(format!("limit: {l:?} is not a number")))?
-            .clamp(1, EVENTS_MAX),
-        None => EVENTS_DEFAULT,
-    };
+    let limit = count(&q, "limit", EVENTS_DEFAULT, EVENTS_MAX)?;
     for key in ["rule", "api"] {
         if let Some(v) = q.get(key) {
             check_name(key, v)?;

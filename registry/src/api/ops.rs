@@ -1,7 +1,8 @@
 //! Operations: the OpenAPI document, liveness, the audit log and the live gateway nodes.
 
 use super::reply::json_response;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
+use crate::input::count;
 use crate::openapi::Served;
 use crate::route::{Param, Reply, Route};
 use crate::state::Shared;
@@ -90,13 +91,7 @@ async fn audit_log(
     State(state): State<Shared>,
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
-    let limit = match q.get("limit") {
-        Some(l) => l
-            .parse::<usize>()
-            .map_err(|_| ApiError::bad_request(format!("limit: {l:?} is not a number")))?
-            .clamp(1, 1000),
-        None => 100,
-    };
+    let limit = count(&q, "limit", 100, 1000)?;
     let mut names = state.store.list("audit").await?;
     names.sort();
     if let Some(before) = q.get("before") {

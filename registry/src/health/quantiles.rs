@@ -48,7 +48,7 @@ pub fn histogram_quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> {
 pub type Buckets = BTreeMap<u64, (f64, f64)>;
 
 /// Adds the delta of histogram `new` over `old` into `acc` (by `le`).
-fn add_bucket_deltas(acc: &mut Buckets, new: &[(f64, f64)], old: Option<&[(f64, f64)]>) {
+pub fn add_bucket_deltas(acc: &mut Buckets, new: &[(f64, f64)], old: Option<&[(f64, f64)]>) {
     // A reset of any bucket means the node restarted: take the new histogram whole.
     let reset = old.is_some_and(|old| {
         new.iter()

@@ -10,7 +10,7 @@
 
 use super::store::{HistoryStore, Rollup};
 use crate::health::prometheus::{Key, NodeMetrics};
-use crate::health::quantiles::counter_delta;
+use crate::health::quantiles::{add_bucket_deltas, counter_delta, Buckets};
 use crate::health::scraper::{monitor, Sample, INTERVAL};
 use crate::state::Shared;
 use std::collections::{BTreeMap, HashMap};
@@ -142,28 +142,23 @@ impl Recorder {
         if let Some(now) = switches {
             if let Some(before) = &self.switches {
                 let minute = minute_of(now_ms);
-                for (api, on) in &now {
-                    if before.get(api).copied().unwrap_or(false) != *on {
-                        out.entry((api.clone(), minute))
-                            .or_insert_with(|| Rollup {
-                                api: api.clone(),
-                                minute,
-                                ..Rollup::default()
-                            })
-                            .switch_flips += 1;
-                    }
-                }
-                for (api, on) in before {
-                    if *on && !now.contains_key(api) {
-                        // A degraded switch deleted: the API is back on.
-                        out.entry((api.clone(), minute))
-                            .or_insert_with(|| Rollup {
-                                api: api.clone(),
-                                minute,
-                                ..Rollup::default()
-                            })
-                            .switch_flips += 1;
-                    }
+                // A switch turned on or off, or a degraded one deleted (the API is back on).
+                let flipped = now
+                    .iter()
+                    .filter(|(api, on)| before.get(*api).copied().unwrap_or(false) != **on)
+                    .chain(
+                        before
+                            .iter()
+                            .filter(|(api, on)| **on && !now.contains_key(*api)),
+                    );
+                for (api, _) in flipped {
+                    out.entry((api.clone(), minute))
+                        .or_insert_with(|| Rollup {
+                            api: api.clone(),
+                            minute,
+                            ..Rollup::default()
+                        })
+                        .switch_flips += 1;
                 }
             }
             self.switches = Some(now);
@@ -216,28 +211,16 @@ fn node_between(prev: &NodeMetrics, m: &NodeMetrics, out: &mut HashMap<String, R
         }
     }
     for (k, buckets) in m.buckets.iter().filter(|(k, _)| wanted(k)) {
-        let before = prev.buckets.get(k);
-        let reset = before.is_some_and(|b| {
-            buckets
-                .iter()
-                .any(|(le, c)| b.iter().any(|(ole, oc)| ole == le && c < oc))
-        });
-        // Cumulative deltas by bound, then per bucket.
-        let mut cumulative: Vec<(f64, f64)> = buckets
-            .iter()
-            .map(|&(le, c)| {
-                let old = if reset {
-                    None
-                } else {
-                    before.and_then(|b| b.iter().find(|(ole, _)| *ole == le).map(|(_, c)| *c))
-                };
-                (le, counter_delta(c, old))
-            })
-            .collect();
-        cumulative.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // Cumulative deltas by bound (in `le` order), then per bucket.
+        let mut cumulative = Buckets::new();
+        add_bucket_deltas(
+            &mut cumulative,
+            buckets,
+            prev.buckets.get(k).map(Vec::as_slice),
+        );
         let mut below = 0.0;
         let mut hist = Vec::with_capacity(cumulative.len());
-        for (le, c) in cumulative {
+        for (le, c) in cumulative.into_values() {
             let n = (c - below).max(0.0).round();
             below = below.max(c);
             if n > 0.0 {
