@@ -106,6 +106,9 @@ fn schemathesis_finds_no_server_error_and_no_route_open_without_the_token() {
     let mut registry = Proc::spawn(
         "registry",
         registry_command(&zk, port)
+            // A history store, so the reports routes are exercised rather than refused.
+            .arg("--data-dir")
+            .arg(work.path().join("registry-data"))
             .env("PORTICO_ADMIN_TOKEN", TOKEN)
             .env("RUST_LOG", "info"),
         work.path(),

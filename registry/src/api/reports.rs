@@ -40,8 +40,14 @@ fn period_of(q: &HashMap<String, String>) -> ApiResult<Period> {
     }
 }
 
+/// 503 `NO_HISTORY_STORE`: this registry was started without `--data-dir` / `--history-db`
+/// (docs/OPERATIONS.md, "The history store"); not ZooKeeper's fault, so not its code.
 fn no_history() -> ApiError {
-    ApiError::unavailable("this registry keeps no history store (--history-db)")
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "NO_HISTORY_STORE",
+        "this registry keeps no history store: start it with --data-dir (or --history-db) to build reports",
+    )
 }
 
 async fn report(
