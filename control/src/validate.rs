@@ -580,6 +580,16 @@ fn check_binding(
             "{field}.path: POST /router is reserved for the router style"
         ));
     }
+    // The gateway's own notification endpoints live under /notify/v1/ (docs/PROTOCOL.md,
+    // "Notifications") and are matched before the configured APIs: an API there would be
+    // shadowed without a word.
+    if let [Segment::Literal(a), Segment::Literal(b), ..] = template.segments() {
+        if a == "notify" && b == "v1" {
+            return Err(format!(
+                "{field}.path: /notify/v1/ is reserved for the gateway's notification endpoints"
+            ));
+        }
+    }
     if let Some(b) = body {
         if b != "*" && !is_field_path(b) {
             return Err(format!(
@@ -1756,6 +1766,10 @@ mod tests {
             v["http"]["path"] = json!("/router");
         });
         assert!(r.contains("reserved"), "{r}");
+        let r = api_reason(|v| {
+            v["http"]["path"] = json!("/notify/v1/stream");
+        });
+        assert!(r.contains("/notify/v1/ is reserved"), "{r}");
         for id in ["", ".hidden", "a/b", "bad id"] {
             let v = json!({"id": id});
             let mut t = T::new();
