@@ -48,6 +48,7 @@ use crate::proxy::Gateway;
 use crate::request_id;
 use async_trait::async_trait;
 use pingora_core::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
+use pingora_core::listeners::L4BufferSettings;
 use pingora_core::protocols::http::ServerSession;
 use pingora_core::protocols::raw_connect::ProxyDigest;
 use pingora_core::protocols::tls::{SslDigest, TlsRef};
@@ -92,6 +93,20 @@ const HEAD_RELEASE_BYTES: usize = 16 * 1024;
 
 /// The default for `--max-connections`: open connections per traffic listener.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// The default for `--read-buffer-bytes`: the read buffer every accepted connection holds
+/// for its whole life. Pingora's default is 64 KiB, nearly all of the ≈ 88 KiB an idle
+/// keep-alive connection cost (benches/RESULTS.md, "Memory per idle keep-alive connection").
+/// 4 KiB loses nothing: a read at least as large as the buffer bypasses it, and heads and
+/// bodies are read into the HTTP session's own buffers of at least that size; it still
+/// gathers the small reads a TLS record layer makes.
+pub const DEFAULT_READ_BUFFER_BYTES: usize = 4096;
+
+/// The L4 buffers of a traffic listener: `read` bytes of read buffer (0: unbuffered) and
+/// Pingora's default write buffer (one TCP segment).
+pub fn buffers(read: usize) -> L4BufferSettings {
+    L4BufferSettings::default().read(read)
+}
 
 /// The longest a connection refused at the limit is kept (to read its request head and
 /// answer it); then it is closed, answered or not.

@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use pingora_core::listeners::ListenerConfig;
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::server::Server;
 use portico_control::zk::{NodeInfo, ZkSource};
@@ -103,6 +104,12 @@ struct Args {
     /// 503 `CONNECTION_LIMIT` and closed.
     #[arg(long, default_value_t = listener::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
+    /// Bytes of the read buffer each accepted connection holds for its whole life, idle or
+    /// not (Pingora's L4 buffer, 64 KiB by default there); 0: unbuffered reads. Request heads
+    /// and bodies are read into the HTTP session's own buffers, so a small one costs no
+    /// extra reads (benches/RESULTS.md, "Memory per idle keep-alive connection").
+    #[arg(long, default_value_t = listener::DEFAULT_READ_BUFFER_BYTES)]
+    read_buffer_bytes: usize,
     /// Redis for the fleet (`redis://host:port[/db]`): shared counters of cluster-scope rate
     /// limits and the cluster-wide nonce record (docs/OPERATIONS.md, "Running a cluster").
     /// Without it, cluster-scope limits are split by the gateways in ZooKeeper's `nodes/`.
@@ -548,11 +555,16 @@ fn serve_traffic(
             max_connections,
             Duration::from_secs(args.drain_seconds),
         );
-        svc.add_tcp(addr);
+        let buffers = listener::buffers(args.read_buffer_bytes);
+        svc.add_listener(ListenerConfig::tcp(addr.as_str()).l4_buffer(buffers));
         // The TLS endpoint is one more listener of the same service: same pipeline, same
         // connection handling (docs/OPERATIONS.md, "TLS").
         if let (Some(tls_addr), Some(store)) = (tls_addr, &tls) {
-            svc.add_tls_with_settings(tls_addr, None, store.listener_settings()?);
+            svc.add_listener(
+                ListenerConfig::tcp(tls_addr.as_str())
+                    .tls(store.listener_settings()?)
+                    .l4_buffer(buffers),
+            );
         }
         server.add_service(svc);
     }
