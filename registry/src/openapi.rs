@@ -708,7 +708,11 @@ mod tests {
         listing.sort_unstable();
         assert_eq!(
             listing,
-            ["post_notifications_test", "post_reflection", "post_sandbox_call"]
+            [
+                "post_notifications_test",
+                "post_reflection",
+                "post_sandbox_call"
+            ]
         );
     }
 

@@ -61,7 +61,11 @@ fn open_stream(gateway: &str) -> Result<mpsc::Receiver<Value>, String> {
     }
     let resp = req.send().map_err(|e| e.to_string())?;
     if resp.status() != 200 {
-        return Err(format!("{}: {}", resp.status(), resp.text().unwrap_or_default()));
+        return Err(format!(
+            "{}: {}",
+            resp.status(),
+            resp.text().unwrap_or_default()
+        ));
     }
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -139,7 +143,11 @@ fn console_notifications_page_sends_a_test_event_to_a_connected_app_in_chromium(
         })
     });
     gw_proc.assert_alive();
-    assert!(registered, "the gateway never registered its internal listener:\n{}", gw_proc.tail());
+    assert!(
+        registered,
+        "the gateway never registered its internal listener:\n{}",
+        gw_proc.tail()
+    );
 
     // The merchant connects as soon as the gateway has the topic the page creates.
     let status_url = format!("{}/status", gateway.admin);

@@ -163,7 +163,11 @@ fn schemathesis_finds_no_server_error_and_no_route_open_without_the_token() {
     calling_out.sort_unstable();
     assert_eq!(
         calling_out,
-        ["post_notifications_test", "post_reflection", "post_sandbox_call"]
+        [
+            "post_notifications_test",
+            "post_reflection",
+            "post_sandbox_call"
+        ]
     );
     let config = work.path().join("schemathesis.toml");
     std::fs::write(

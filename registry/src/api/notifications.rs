@@ -107,7 +107,10 @@ fn merge(statuses: &[(String, Value)]) -> (Value, BTreeMap<String, Value>) {
             let view = apps.entry(app.to_owned()).or_default();
             view.connections += 1;
             let entry = view.nodes.entry(node.clone()).or_default();
-            let c = entry.get("connections").and_then(Value::as_u64).unwrap_or(0);
+            let c = entry
+                .get("connections")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
             entry.insert("connections".into(), (c + 1).into());
             entry.insert("since_ms".into(), s["since_ms"].clone());
         }
@@ -143,7 +146,12 @@ fn merge(statuses: &[(String, Value)]) -> (Value, BTreeMap<String, Value>) {
             "streams": streams.len(),
             "dead_letters_total": node_dead,
         });
-        for key in ["memory_max_events", "memory_dropped", "max_backlog", "ack_timeout_ms"] {
+        for key in [
+            "memory_max_events",
+            "memory_dropped",
+            "max_backlog",
+            "ack_timeout_ms",
+        ] {
             if let Some(v) = n.get(key) {
                 summary[key] = v.clone();
             }
@@ -380,7 +388,8 @@ async fn send_test(State(state): State<Shared>, ctx: Ctx, body: Bytes) -> ApiRes
         })?
         .to_owned();
     let actor = ctx.actor(None);
-    let detail = json!({"app": req.app, "id": id, "node_id": node.node_id, "payload_bytes": payload_len});
+    let detail =
+        json!({"app": req.app, "id": id, "node_id": node.node_id, "payload_bytes": payload_len});
     audit(
         &state,
         &ctx,
@@ -438,7 +447,10 @@ mod tests {
                    {"node_id": "gw-b", "connections": 0, "backlog": 3}])
         );
         let m2 = apps.iter().find(|a| a["app"] == "m2").unwrap();
-        assert_eq!((m2["connections"].as_u64(), m2["callback"].as_bool()), (Some(0), Some(true)));
+        assert_eq!(
+            (m2["connections"].as_u64(), m2["callback"].as_bool()),
+            (Some(0), Some(true))
+        );
         assert_eq!(per_node["gw-a"]["streams"], 1);
         assert!(per_node["gw-old"]["note"].is_string());
     }
@@ -454,7 +466,10 @@ mod tests {
         };
         let (merged, _) = merge(&[("a".into(), node(2)), ("b".into(), node(5))]);
         assert_eq!(merged["apps"][0]["backlog"], 7);
-        assert_eq!(merged["dead_letters"].as_array().unwrap().len(), MAX_DEAD_LETTERS);
+        assert_eq!(
+            merged["dead_letters"].as_array().unwrap().len(),
+            MAX_DEAD_LETTERS
+        );
         assert_eq!(merged["dead_letters"][0]["at_ms"], 149);
         let (none, _) = merge(&[]);
         assert_eq!(none["store"], Value::Null);
@@ -465,7 +480,11 @@ mod tests {
         let env = |code: &str| json!({"code": code, "message": "why", "request_id": "r1"});
         let e = refused("gw", 404, &env("TOPIC_NOT_FOUND"));
         assert_eq!((e.status.as_u16(), e.code), (422, "TOPIC_NOT_FOUND"));
-        assert!(e.message.contains("why") && e.message.contains("r1"), "{}", e.message);
+        assert!(
+            e.message.contains("why") && e.message.contains("r1"),
+            "{}",
+            e.message
+        );
         let e = refused("gw", 403, &env("APP_FORBIDDEN"));
         assert_eq!((e.status.as_u16(), e.code), (422, "APP_FORBIDDEN"));
         let e = refused("gw", 401, &env("UNAUTHORIZED"));
@@ -486,11 +505,19 @@ mod tests {
         let nodes = || vec![node("a", None), node("b", Some("127.0.0.1:9181"))];
         assert_eq!(choose_node(nodes(), None).unwrap().0.node_id, "b");
         assert_eq!(choose_node(nodes(), Some("b")).unwrap().1, "127.0.0.1:9181");
-        assert_eq!(choose_node(nodes(), Some("a")).unwrap_err().code, "NO_PUBLISH_GATEWAY");
-        assert_eq!(choose_node(nodes(), Some("z")).unwrap_err().status.as_u16(), 404);
+        assert_eq!(
+            choose_node(nodes(), Some("a")).unwrap_err().code,
+            "NO_PUBLISH_GATEWAY"
+        );
+        assert_eq!(
+            choose_node(nodes(), Some("z")).unwrap_err().status.as_u16(),
+            404
+        );
         let e = choose_node(vec![node("a", None)], None).unwrap_err();
         assert_eq!((e.status.as_u16(), e.code), (503, "NO_PUBLISH_GATEWAY"));
-        assert!(test_send_blocker(false, 3).unwrap().contains("--publish-token-file"));
+        assert!(test_send_blocker(false, 3)
+            .unwrap()
+            .contains("--publish-token-file"));
         assert_eq!(test_send_blocker(true, 1), None);
     }
 }
