@@ -236,6 +236,37 @@ fn console_notifications_page_sends_a_test_event_to_a_connected_app_in_chromium(
     assert_eq!(status, 422, "{refused:#}");
     assert_eq!(refused["code"], "TOPIC_NOT_FOUND", "{refused:#}");
 
+    // A registry without the publisher token says why it cannot send, before and when asked.
+    let RegistryProc {
+        proc: mut tokenless,
+        base: tokenless_base,
+    } = spawn_registry(&zk, "registry-no-token", &logs, |cmd| {
+        cmd.env_remove("PORTICO_PUBLISH_TOKEN");
+    });
+    let (status, view) = call(
+        &tokenless_base,
+        reqwest::Method::GET,
+        "/notifications",
+        None,
+    );
+    assert_eq!(status, 200, "{view:#}");
+    assert_eq!(view["test_send"]["available"], false, "{view:#}");
+    assert!(
+        view["test_send"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("--publish-token-file")),
+        "{view:#}"
+    );
+    let (status, refused) = call(
+        &tokenless_base,
+        reqwest::Method::POST,
+        "/notifications/test",
+        Some(json!({"app": APP, "topic": TOPIC, "payload": {}})),
+    );
+    assert_eq!(status, 503, "{refused:#}");
+    assert_eq!(refused["code"], "PUBLISH_TOKEN_MISSING", "{refused:#}");
+    tokenless.assert_alive();
+
     // The audit log has the console's test sends under the operator's name.
     let (_, audit) = call(&base, reqwest::Method::GET, "/audit?limit=50", None);
     let sent: Vec<&Value> = audit["entries"]
