@@ -139,6 +139,11 @@ if [ "$mode" = zk ]; then
         die "locking the ZooKeeper tree failed (log: $RUN/logs/lockdown.log)"
 fi
 
+# The notification publisher token (docs/OPERATIONS.md, "Notifications"), made once: the
+# gateways take publishes with it, and the registries send the console's test events with it.
+publish_token_file="$RUN/publish-token"
+[ -s "$publish_token_file" ] || (umask 077 && python3 -c 'import secrets; print(secrets.token_hex(16))' >"$publish_token_file")
+
 # --- registry ---------------------------------------------------------------------------
 registry_url=""
 reg_port="$(pick_port "${PORTICO_REGISTRY_PORT:-9000}")"
@@ -152,7 +157,8 @@ if [ "$mode" = zk ]; then
     start_bg registry "$RUN/logs/registry.log" \
         "$bindir/portico-registry" --zk "$zk_hosts" --listen "127.0.0.1:$reg_port" \
         --admin-token-file "$token_file" --zk-auth-file "$zk_auth/registry" \
-        --data-dir "$RUN/registry" --history-db "$RUN/registry/history.sqlite"
+        --data-dir "$RUN/registry" --history-db "$RUN/registry/history.sqlite" \
+        --publish-token-file "$publish_token_file"
     if ! wait_http "http://127.0.0.1:$reg_port/api/v1/health" 30 "$RUN/pids/registry.pid"; then
         tail -n 20 "$RUN/logs/registry.log" >&2 || true
         die "the registry did not start (log: $RUN/logs/registry.log)"
@@ -166,7 +172,8 @@ if [ "$mode" = zk ]; then
         start_bg registry-2 "$RUN/logs/registry-2.log" \
             "$bindir/portico-registry" --zk "$zk_hosts" --listen "127.0.0.1:$reg2_port" \
             --admin-token-file "$token_file" --zk-auth-file "$zk_auth/registry" \
-            --data-dir "$RUN/registry-2" --history-db "$RUN/registry-2/history.sqlite"
+            --data-dir "$RUN/registry-2" --history-db "$RUN/registry-2/history.sqlite" \
+            --publish-token-file "$publish_token_file"
         wait_http "http://127.0.0.1:$reg2_port/api/v1/health" 30 "$RUN/pids/registry-2.pid" ||
             die "registry 2 did not start (log: $RUN/logs/registry-2.log)"
         registry2_url="http://127.0.0.1:$reg2_port"
@@ -187,9 +194,6 @@ admin_port="$(pick_port "${PORTICO_ADMIN_PORT:-9180}")"
 sandbox_port="$(pick_port "${PORTICO_SANDBOX_PORT:-8081}")"
 [ -x "$bindir/portico-gateway" ] || die "$bindir/portico-gateway is missing (build failed?)"
 internal_port="$(pick_port "${PORTICO_INTERNAL_PORT:-9181}")"
-# The notification publisher token (docs/OPERATIONS.md, "Notifications"), made once.
-publish_token_file="$RUN/publish-token"
-[ -s "$publish_token_file" ] || (umask 077 && python3 -c 'import secrets; print(secrets.token_hex(16))' >"$publish_token_file")
 gw_args=(--listen "127.0.0.1:$gw_port" --admin-listen "127.0.0.1:$admin_port"
     --sandbox-listen "127.0.0.1:$sandbox_port" --access-log "$RUN/logs/access.log"
     --internal-listen "127.0.0.1:$internal_port" --publish-token-file "$publish_token_file")

@@ -232,3 +232,17 @@ export type TryResult = {
 /** `GET /apis/{id}/hot-keys`: an API's hot keys merged across the live gateways. */
 export type HotKey = { key: string; rate: number; bytes_per_s: number; since_ms: number | null; gateways: string[]; match: Record<string, string[]> | null };
 export type HotKeys = { api_id: string; keys: HotKey[]; nodes: { node_id: string; ok: boolean; error?: string }[] };
+
+/** `topics/<name>`: a notification topic (docs/OPERATIONS.md, "Notifications"). */
+export type Topic = { owner?: string; description?: string; apps?: string[]; retention_s?: number };
+/** `GET /notifications`: what the live gateways report of notifications, merged. */
+export type Notifications = {
+  store: string | null;
+  apps: { app: string; connections: number; backlog: number | null; callback: boolean; nodes: { node_id: string; connections: number; since_ms?: number | null; backlog?: number }[] }[];
+  dead_letters: { app: string; id: string; topic: string; attempts: number; last_error: string; at_ms: number; node_id: string }[];
+  dead_letters_total: number;
+  nodes: { node_id: string; ok: boolean; error?: string; internal_addr?: string | null; store?: string; streams?: number; dead_letters_total?: number; note?: string }[];
+  test_send: { available: boolean; reason?: string };
+};
+/** `POST /notifications/test`: the event id the gateway assigned. */
+export type NotificationTestResult = { app: string; topic: string; id: string; node_id: string };

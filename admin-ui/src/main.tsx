@@ -11,12 +11,14 @@ import { HealthPage } from "./pages/Health";
 import { ClusterPage, ClustersPage } from "./pages/Clusters";
 import { AlertBanner, AlertsPage } from "./pages/Alerts";
 import { ReportsPage } from "./pages/Reports";
+import { NotificationsPage } from "./pages/Notifications";
 import "./styles.css";
 
 const NAV = [
   { to: "/apis", label: "Services & APIs", icon: "M4 5h16v4H4zM4 11h16v4H4zM4 17h10v3H4z" },
   { to: "/switches", label: "Switches", icon: "M7 7h10a5 5 0 010 10H7A5 5 0 017 7zm10 2.5a2.5 2.5 0 100 5 2.5 2.5 0 000-5z" },
   { to: "/apps", label: "Apps", icon: "M12 3l8 4v6c0 4-3.5 7-8 8-4.5-1-8-4-8-8V7z" },
+  { to: "/notifications", label: "Notifications", icon: "M4 6h16v10H8l-4 4zM8 10h8M8 13h5" },
   { to: "/clusters", label: "Clusters", icon: "M5 5h5v5H5zM14 5h5v5h-5zM5 14h5v5H5zM14 14h5v5h-5z" },
   { to: "/health", label: "Nodes & health", icon: "M3 12h4l3-7 4 14 3-7h4" },
   { to: "/alerts", label: "Alerts", icon: "M12 4a5 5 0 015 5v4l2 3H5l2-3V9a5 5 0 015-5zM10 19a2 2 0 004 0" },
@@ -121,6 +123,7 @@ function Shell() {
   else if (path.startsWith("/health")) page = <HealthPage />;
   else if (path.startsWith("/alerts")) page = <AlertsPage />;
   else if (path.startsWith("/reports")) page = <ReportsPage />;
+  else if (path.startsWith("/notifications")) page = <NotificationsPage />;
   else if (path.match(/^\/clusters\/[^/]+$/)) page = <ClusterPage name={decodeURIComponent(path.slice("/clusters/".length))} />;
   else if (path.startsWith("/clusters")) page = <ClustersPage />;
   else

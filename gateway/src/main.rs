@@ -357,6 +357,8 @@ fn zk_sources(
     );
     let mut info = NodeInfo::new(node_id, &args.listen, &args.admin_listen);
     info.sandbox_addr = args.sandbox_listen.clone();
+    info.internal_addr =
+        (args.internal_listen.trim() != "off").then(|| args.internal_listen.clone());
     zk.register_node(info);
     let reg = zk.clone();
     let on_applied: reload::OnApplied =

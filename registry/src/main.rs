@@ -76,6 +76,11 @@ struct Args {
     /// The hour (UTC) the daily report is sent (the weekly one on Mondays).
     #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u8).range(0..=23))]
     report_hour: u8,
+    /// File holding the gateways' publisher token (its first line; else
+    /// PORTICO_PUBLISH_TOKEN): the console's "send test event" publishes with it through a
+    /// gateway's internal listener. Without one, test sends answer 503.
+    #[arg(long)]
+    publish_token_file: Option<PathBuf>,
     /// The console's address as people reach it, for links in notifications.
     #[arg(long)]
     public_url: Option<String>,
@@ -205,6 +210,25 @@ fn token(args: &Args) -> anyhow::Result<Option<String>> {
     )
 }
 
+/// The publisher token: the first line (trimmed) of `--publish-token-file`, else
+/// `PORTICO_PUBLISH_TOKEN`; an empty token counts as none, except in a file given explicitly.
+fn publish_token(args: &Args) -> anyhow::Result<Option<String>> {
+    let raw = match &args.publish_token_file {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!("cannot read --publish-token-file {}: {e}", path.display())
+        })?,
+        None => std::env::var("PORTICO_PUBLISH_TOKEN").unwrap_or_default(),
+    };
+    let token = raw.lines().next().unwrap_or_default().trim().to_owned();
+    if token.is_empty() {
+        if let Some(path) = &args.publish_token_file {
+            anyhow::bail!("--publish-token-file {} is empty", path.display());
+        }
+        return Ok(None);
+    }
+    Ok(Some(token))
+}
+
 fn main() -> std::process::ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -234,6 +258,7 @@ async fn run() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let token = token(&args)?;
+    let publish_token = publish_token(&args)?;
     if token.is_none() {
         tracing::warn!("--insecure-no-auth: the admin API accepts every request");
     }
@@ -275,6 +300,15 @@ async fn run() -> anyhow::Result<()> {
     tracing::info!(%addr, zk = %args.zk, root = %args.zk_root, "portico-registry listening");
     println!("portico-registry listening on http://{addr}");
     let state = portico_registry::AppState::new(&config);
+    match publish_token {
+        Some(t) => {
+            let _ = state.publish_token.set(t);
+        }
+        None => tracing::warn!(
+            "no publisher token (--publish-token-file, PORTICO_PUBLISH_TOKEN): the console \
+             cannot send test notifications"
+        ),
+    }
     start_observing(&args, &state, addr)?;
     portico_registry::server::serve(listener, state).await?;
     Ok(())

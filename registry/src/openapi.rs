@@ -277,9 +277,9 @@ fn components() -> Value {
             "Error413": error_response("BODY_TOO_LARGE: the request body is over the limit (8 MiB)"),
             "Error422": error_response("VALIDATION_FAILED: details name the document and field"),
             "Error502": error_response("UPSTREAM_ERROR: what the operation calls (a gateway, a backend) could not be reached or read"),
-            "Error503": error_response("ZOOKEEPER_UNAVAILABLE; for a sandbox call also NO_SANDBOX_GATEWAY (no live gateway runs a sandbox listener)")
+            "Error503": error_response("ZOOKEEPER_UNAVAILABLE; for a sandbox call also NO_SANDBOX_GATEWAY (no live gateway runs a sandbox listener); for a test notification also PUBLISH_TOKEN_MISSING, PUBLISH_TOKEN_REJECTED, NO_PUBLISH_GATEWAY, NOTIFY_UNAVAILABLE")
         },
-        "schemas": merged([document_schemas(), message_schemas(), import_and_ops_schemas(), cluster_ops_schemas(), observe_schemas()]),
+        "schemas": merged([document_schemas(), message_schemas(), import_and_ops_schemas(), cluster_ops_schemas(), observe_schemas(), notify_schemas()]),
     })
 }
 
@@ -292,6 +292,40 @@ fn merged<const N: usize>(parts: [Value; N]) -> Value {
         }
     }
     Value::Object(all)
+}
+
+/// Notifications across the gateways and the console's test send
+/// ([`crate::api::notifications`]; docs/OPERATIONS.md, "Notifications").
+fn notify_schemas() -> Value {
+    json!({
+    "Notifications": {"type": "object", "required": ["store", "apps", "dead_letters", "nodes", "test_send"], "properties": {
+        "store": {"type": ["string", "null"], "description": "redis, memory, mixed (nodes differ), or null without a readable gateway"},
+        "apps": {"type": "array", "items": {"type": "object", "properties": {
+            "app": {"type": "string"}, "connections": {"type": "integer", "description": "streams open, all nodes"},
+            "backlog": {"type": ["integer", "null"], "description": "notifications not acknowledged (Redis: the shared stream's; memory: summed over the nodes' queues)"},
+            "callback": {"type": "boolean", "description": "the app receives callbacks (callback_url)"},
+            "nodes": {"type": "array", "items": {"type": "object", "properties": {
+                "node_id": {"type": "string"}, "connections": {"type": "integer"},
+                "since_ms": {"type": ["integer", "null"]}, "backlog": {"type": "integer"}}}}}}},
+        "dead_letters": {"type": "array", "description": "callbacks that never succeeded, newest first, at most 200", "items": {"type": "object", "properties": {
+            "app": {"type": "string"}, "id": {"type": "string"}, "topic": {"type": "string"}, "attempts": {"type": "integer"},
+            "last_error": {"type": "string"}, "at_ms": {"type": "integer"}, "node_id": {"type": "string"}}}},
+        "dead_letters_total": {"type": "integer"},
+        "nodes": {"type": "array", "items": {"type": "object", "properties": {
+            "node_id": {"type": "string"}, "ok": {"type": "boolean"}, "error": {"type": "string"},
+            "internal_addr": {"type": ["string", "null"]}, "store": {"type": "string"}, "streams": {"type": "integer"},
+            "dead_letters_total": {"type": "integer"}, "note": {"type": "string"}}}},
+        "test_send": {"type": "object", "properties": {"available": {"type": "boolean"}, "reason": {"type": "string"}}}}},
+    "NotificationTest": {"type": "object", "additionalProperties": false, "required": ["app", "topic", "payload"], "properties": {
+        "app": {"type": "string", "pattern": NAME_PATTERN, "description": "the app to receive the event (granted the topic)"},
+        "topic": {"type": "string", "pattern": NAME_PATTERN},
+        "payload": {"description": "any JSON value, at most 64 KiB"},
+        "node_id": {"type": "string", "pattern": NAME_PATTERN, "description": "the gateway that publishes (default: the first with an internal listener)"}}},
+    "NotificationTestResult": {"type": "object", "required": ["app", "topic", "id", "node_id"], "properties": {
+        "app": {"type": "string"}, "topic": {"type": "string"},
+        "id": {"type": "string", "description": "the event id the gateway assigned (what the merchant receives and acks)"},
+        "node_id": {"type": "string"}}}
+    })
 }
 
 /// Alert rules, the alerting state and reports ([`crate::api::alerts`], [`crate::api::reports`];
@@ -560,6 +594,7 @@ fn import_and_ops_schemas() -> Value {
         "digest": {"type": "string"},
         "nodes": {"type": "array", "items": {"type": "object", "properties": {
             "node_id": {"type": "string"}, "addr": {"type": "string"}, "admin_addr": {"type": "string"}, "sandbox_addr": {"type": "string"},
+            "internal_addr": {"type": "string", "description": "the internal listener (notifications are published there), when the gateway runs one"},
             "started_at": {"type": "string"}, "updated_at": {"type": "string"},
             "config_version": {"type": "object", "properties": {"generation": {"type": "integer"}, "digest": {"type": "string"}}},
             "in_sync": {"type": "boolean"}, "lag_zxid": {"type": "integer"}, "updated_ms_ago": {"type": "integer"}}}}}},
@@ -671,7 +706,14 @@ mod tests {
             }
         }
         listing.sort_unstable();
-        assert_eq!(listing, ["post_reflection", "post_sandbox_call"]);
+        assert_eq!(
+            listing,
+            [
+                "post_notifications_test",
+                "post_reflection",
+                "post_sandbox_call"
+            ]
+        );
     }
 
     #[test]

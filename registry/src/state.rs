@@ -36,6 +36,10 @@ pub struct AppState {
     /// The history store, when this registry keeps one (set once at start-up by
     /// `portico-registry`; absent in a registry embedded without it).
     pub history: OnceLock<Arc<HistoryStore>>,
+    /// The gateways' publisher token (`--publish-token-file`, `PORTICO_PUBLISH_TOKEN`), for
+    /// the console's "send test event" (docs/OPERATIONS.md, "Notifications"); set once at
+    /// start-up, absent without one.
+    pub publish_token: OnceLock<String>,
 }
 
 /// The state as handlers receive it.
@@ -57,6 +61,7 @@ impl AppState {
             store: Store::new(&config.zk_hosts, &config.zk_root).with_auth(config.zk_auth.clone()),
             token: config.token.clone(),
             history: OnceLock::new(),
+            publish_token: OnceLock::new(),
         })
     }
 }

@@ -147,7 +147,8 @@ fn schemathesis_finds_no_server_error_and_no_route_open_without_the_token() {
     // is given, a sandbox call through a gateway) when what it calls cannot be reached; the
     // document lists it for those operations only, and only there is it not a failure. A
     // sandbox call also answers 503 NO_SANDBOX_GATEWAY while no gateway runs a sandbox
-    // listener (none does here).
+    // listener (none does here), and a test notification 503 PUBLISH_TOKEN_MISSING (this
+    // registry has no publisher token).
     let doc: Value = http
         .get(format!("{base}/api/v1/openapi.json"))
         .send()
@@ -163,13 +164,22 @@ fn schemathesis_finds_no_server_error_and_no_route_open_without_the_token() {
         .map(|op| op["operationId"].as_str().unwrap().to_owned())
         .collect();
     calling_out.sort_unstable();
-    assert_eq!(calling_out, ["post_reflection", "post_sandbox_call"]);
+    assert_eq!(
+        calling_out,
+        [
+            "post_notifications_test",
+            "post_reflection",
+            "post_sandbox_call"
+        ]
+    );
     let config = work.path().join("schemathesis.toml");
     std::fs::write(
         &config,
         "[[operations]]\ninclude-operation-id = \"post_reflection\"\n\
          checks.not_a_server_error.expected-statuses = [\"2xx\", \"3xx\", \"4xx\", \"502\"]\n\n\
          [[operations]]\ninclude-operation-id = \"post_sandbox_call\"\n\
+         checks.not_a_server_error.expected-statuses = [\"2xx\", \"3xx\", \"4xx\", \"502\", \"503\"]\n\n\
+         [[operations]]\ninclude-operation-id = \"post_notifications_test\"\n\
          checks.not_a_server_error.expected-statuses = [\"2xx\", \"3xx\", \"4xx\", \"502\", \"503\"]\n",
     )
     .unwrap();

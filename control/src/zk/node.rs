@@ -22,6 +22,10 @@ pub struct NodeInfo {
     /// Sandbox listener, if the node runs one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_addr: Option<String>,
+    /// Internal listener (`--internal-listen`: notifications are published there), if the
+    /// node runs one; absent in registrations of older gateways.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub internal_addr: Option<String>,
     /// RFC 3339 start time of the gateway process.
     pub started_at: String,
     /// The configuration the node serves (generation 0 and an empty digest before the first).
@@ -41,6 +45,7 @@ impl NodeInfo {
             addr: addr.to_owned(),
             admin_addr: admin_addr.to_owned(),
             sandbox_addr: None,
+            internal_addr: None,
             started_at: now.clone(),
             config_version: ConfigVersion::default(),
             updated_at: now,
@@ -321,5 +326,18 @@ mod tests {
             assert!(v.get(key).is_some(), "{key} missing in {v}");
         }
         assert_eq!(v["config_version"]["generation"], 0);
+        assert!(v.get("internal_addr").is_none(), "absent unless set: {v}");
+    }
+
+    #[test]
+    fn registrations_without_an_internal_address_stay_valid() {
+        let old = r#"{"node_id": "gw-old", "addr": "127.0.0.1:8080",
+            "admin_addr": "127.0.0.1:9180", "started_at": "2026-01-01T00:00:00Z"}"#;
+        let info: NodeInfo = serde_json::from_str(old).unwrap();
+        assert_eq!(info.internal_addr, None);
+        let mut new = NodeInfo::new("gw-1", "127.0.0.1:8080", "127.0.0.1:9180");
+        new.internal_addr = Some("127.0.0.1:9181".into());
+        let back: NodeInfo = serde_json::from_value(serde_json::to_value(&new).unwrap()).unwrap();
+        assert_eq!(back.internal_addr.as_deref(), Some("127.0.0.1:9181"));
     }
 }

@@ -4,6 +4,7 @@
 //! is the earliest, `gateways` lists where the key is hot. A gateway that cannot be read is
 //! listed in `nodes` with the error, and the answer is still 200.
 
+use super::gateway_status;
 use super::reply::json_response;
 use crate::error::ApiResult;
 use crate::input::check_name;
@@ -13,13 +14,8 @@ use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
-use portico_control::zk::NodeInfo;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::time::Duration;
-
-/// How long one gateway's `/status` may take.
-const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The route.
 pub fn routes() -> Vec<Route> {
@@ -87,43 +83,7 @@ fn merge(api: &str, statuses: &[(String, Value)]) -> Vec<Value> {
 
 async fn hot_keys(State(state): State<Shared>, Path(id): Path<String>) -> ApiResult<Response> {
     check_name("api id", &id)?;
-    let docs = state.store.list_docs("nodes").await?;
-    let infos: Vec<NodeInfo> = docs
-        .iter()
-        .filter_map(|(_, d)| serde_json::from_slice::<NodeInfo>(&d.data).ok())
-        .collect();
-    let client = reqwest::Client::builder()
-        .timeout(STATUS_TIMEOUT)
-        .no_proxy()
-        .build()
-        .map_err(|e| crate::error::ApiError::unavailable(format!("no HTTP client: {e}")))?;
-    let reads = futures::future::join_all(infos.iter().map(|info| {
-        let client = client.clone();
-        async move {
-            let url = format!("http://{}/status", info.admin_addr);
-            let read = async {
-                let resp = client.get(&url).send().await.map_err(|e| e.to_string())?;
-                if !resp.status().is_success() {
-                    return Err(format!("{url} answered {}", resp.status()));
-                }
-                resp.json::<Value>().await.map_err(|e| e.to_string())
-            }
-            .await;
-            (info.node_id.clone(), read)
-        }
-    }))
-    .await;
-    let mut nodes = Vec::with_capacity(reads.len());
-    let mut statuses = Vec::with_capacity(reads.len());
-    for (node, read) in reads {
-        match read {
-            Ok(status) => {
-                nodes.push(json!({"node_id": node, "ok": true}));
-                statuses.push((node, status));
-            }
-            Err(e) => nodes.push(json!({"node_id": node, "ok": false, "error": e})),
-        }
-    }
+    let (nodes, statuses) = gateway_status::split(gateway_status::read_all(&state).await?);
     let body = json!({"api_id": id, "keys": merge(&id, &statuses), "nodes": nodes});
     Ok(json_response(StatusCode::OK, &body, None))
 }

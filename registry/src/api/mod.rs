@@ -28,9 +28,11 @@ pub mod clusters;
 pub mod context;
 pub mod descriptors;
 pub mod documents;
+pub mod gateway_status;
 pub mod health;
 pub mod hot_keys;
 pub mod ipacl;
+pub mod notifications;
 pub mod ops;
 pub mod reply;
 pub mod reports;
@@ -60,6 +62,7 @@ pub fn routes() -> Vec<Route> {
         sandbox::routes(),
         health::routes(),
         hot_keys::routes(),
+        notifications::routes(),
         alerts::routes(),
         reports::routes(),
         // Live-only cluster operations (failover, overview, autoscale events).
@@ -110,7 +113,7 @@ mod tests {
                 "{method} /sandbox{path}"
             );
         }
-        assert_eq!(all.len(), 88);
+        assert_eq!(all.len(), 90);
     }
 
     /// Every route is in the OpenAPI document, and every `$ref` resolves.
