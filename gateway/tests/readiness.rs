@@ -23,6 +23,8 @@ fn gateway(args: &[String]) -> Killed {
                 "2",
                 "--drain-seconds",
                 "1",
+                "--internal-listen",
+                "off",
             ])
             .env("PORTICO_LOG", "warn,portico_gateway=info")
             .stdin(Stdio::null())

@@ -832,6 +832,7 @@ fn a_bad_certificate_stops_the_start_with_its_reason() {
             .args(["--config-dir", &tree.path().display().to_string()])
             .args(["--listen", &format!("127.0.0.1:{}", free_port())])
             .args(["--admin-listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--internal-listen", "off"])
             .args(args)
             .env("PORTICO_LOG", "warn")
             .output()

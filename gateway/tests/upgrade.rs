@@ -23,6 +23,7 @@ fn spawn(tree: &Path, listen: &str, admin: &str, sock: &Path, upgrade: bool) -> 
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_portico-gateway"));
     cmd.args(["--config-dir", &tree.display().to_string()])
         .args(["--listen", listen, "--admin-listen", admin])
+        .args(["--internal-listen", "off"])
         .args([
             "--access-log",
             "off",
@@ -335,6 +336,7 @@ fn a_rolling_restart_by_the_script_fails_nothing() {
             .arg(env!("CARGO_BIN_EXE_portico-gateway"))
             .args(["--config-dir", &tree.path().display().to_string()])
             .args(["--listen", &listen, "--admin-listen", &admin])
+            .args(["--internal-listen", "off"])
             .args([
                 "--access-log",
                 "off",

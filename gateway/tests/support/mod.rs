@@ -106,6 +106,10 @@ impl GatewayProcess {
             "--threads".into(),
             "2".into(),
         ]);
+        // The internal listener defaults to a fixed port (127.0.0.1:9181): off unless asked.
+        if !args.iter().any(|a| a == "--internal-listen") {
+            args.extend(["--internal-listen".into(), "off".into()]);
+        }
         let child = Command::new(env!("CARGO_BIN_EXE_portico-gateway"))
             .args(&args)
             .env(

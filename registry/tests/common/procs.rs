@@ -121,6 +121,10 @@ pub fn spawn_gateway(
         .arg(work.join(format!("snapshot-{node_id}")))
         .args(["--node-id", node_id]);
     configure(&mut cmd);
+    // The internal listener defaults to a fixed port (127.0.0.1:9181): off unless asked.
+    if !cmd.get_args().any(|a| a == "--internal-listen") {
+        cmd.args(["--internal-listen", "off"]);
+    }
     GatewayProc {
         proc: Proc::spawn("gateway", &mut cmd, work),
         url: format!("http://127.0.0.1:{listen}"),
