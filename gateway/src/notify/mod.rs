@@ -5,10 +5,12 @@
 //!   /internal/v1/notifications`, a bearer token), for one app or every app granted a topic.
 //! - Events wait in the [`store::Store`]: Redis Streams with `--redis` (any node serves any
 //!   app), else a bounded queue per app on this node.
-//! - A merchant holds a signed Server-Sent Events stream (`GET /notify/v1/stream`): the
-//!   opening request goes through the edge (`ip_acl`, `route`, `auth`, the nonce,
-//!   `permit`) like any call, then [`Notifier::serve`] serves it (`sse.rs`) instead of a
-//!   backend. Acks are signed `POST /notify/v1/ack` calls to any node.
+//! - A merchant holds a signed Server-Sent Events stream (`GET /notify/v1/stream`) or
+//!   WebSocket (`GET /notify/v1/ws`): the opening request goes through the edge (`ip_acl`,
+//!   `route`, `auth`, the nonce, `permit`) like any call, then [`Notifier::serve`] serves it
+//!   instead of a backend: the session logic (`session.rs`) over one of two transports
+//!   (`sse.rs`; `ws.rs` with the frame codec `wsframe.rs`). Acks are WebSocket messages or
+//!   signed `POST /notify/v1/ack` calls to any node.
 //!
 //! The notifier reads the live plane's snapshot, handed to it on every reload
 //! ([`Notifier::apply`]), so a revoked grant closes the app's stream within a poll.
@@ -16,8 +18,11 @@
 pub mod callback;
 pub mod grpc;
 pub mod internal;
+pub mod session;
 pub mod sse;
 pub mod store;
+pub mod ws;
+pub mod wsframe;
 
 use crate::error::{Code, GatewayError};
 use crate::fleet::Fleet;
@@ -371,10 +376,11 @@ impl Notifier {
     }
 
     /// Request phase, after `permit`: serves a notification endpoint for the authenticated
-    /// `app_key`: the stream (`sse.rs`; `Response::Streamed` once it ends) or an ack
-    /// (`Response::Whole` `{"acked": n}`). Refusals: 400 (a bad body or `Last-Event-ID`), 403
-    /// `APP_FORBIDDEN` (an app that receives callbacks), 503 `CONNECTION_LIMIT`,
-    /// `NOTIFY_UNAVAILABLE`.
+    /// `app_key`: the SSE stream (`sse.rs`; `Response::Streamed(200)` once it ends), the
+    /// WebSocket (`ws.rs`; `Response::Streamed(101)` once it ends) or an ack
+    /// (`Response::Whole` `{"acked": n}`). Refusals, before any stream or upgrade: 400 (a bad
+    /// body, `Last-Event-ID` or WebSocket handshake), 403 `APP_FORBIDDEN` (an app that
+    /// receives callbacks), 503 `CONNECTION_LIMIT`, `NOTIFY_UNAVAILABLE`.
     pub async fn serve(
         &self,
         api_id: &str,
@@ -385,6 +391,9 @@ impl Notifier {
     ) -> Result<Response, GatewayError> {
         if api_id == crate::model::NOTIFY_ACK.2 {
             return self.ack(app_key, body).await;
+        }
+        if api_id == crate::model::NOTIFY_WS.2 {
+            return ws::serve(self, session, app_key, request_id).await;
         }
         sse::serve(self, session, app_key, request_id).await
     }
@@ -407,18 +416,25 @@ impl Notifier {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let n = self.store.ack(app_key, &ids).await.map_err(|e| {
+        let n = self.ack_ids(app_key, &ids).await.map_err(|e| {
             GatewayError::new(Code::NotifyUnavailable, "the notification store failed")
                 .with_detail(e)
         })?;
-        self.metrics.acked.inc_by(n);
-        self.waker(app_key).notify_waiters();
         let body = serde_json::json!({"acked": n}).to_string();
         Ok(Response::Whole(Whole {
             status: 200,
             headers: Vec::new(),
             body: Bytes::from(body),
         }))
+    }
+
+    /// Acknowledges `ids` of `app` (an HTTP ack or a WebSocket ack message); answers how
+    /// many were pending, and wakes the app's session (room for new events).
+    pub async fn ack_ids(&self, app: &str, ids: &[EventId]) -> Result<u64, String> {
+        let n = self.store.ack(app, ids).await?;
+        self.metrics.acked.inc_by(n);
+        self.waker(app).notify_waiters();
+        Ok(n)
     }
 
     /// Takes the app's stream slot on this node (and, with Redis, cluster-wide): a stream
