@@ -1236,3 +1236,100 @@ fn ws_protocol_errors_close_with_their_codes_and_pings_are_answered() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Publish rate and de-duplication
+
+fn publish_body(internal: SocketAddr, body: &Value) -> reqwest::blocking::Response {
+    client()
+        .post(format!("http://{internal}/internal/v1/notifications"))
+        .bearer_auth(TOKEN)
+        .json(body)
+        .send()
+        .unwrap()
+}
+
+#[test]
+fn publishing_faster_than_the_app_rate_is_refused_with_429() {
+    let t = tree();
+    let n = node(
+        &t,
+        None,
+        &["--notify-publish-rate", "1", "--notify-publish-burst", "3"],
+    );
+    let body = json!({"app": KEY, "topic": "orders", "payload": {}});
+    let started = Instant::now();
+    let mut accepted = 0u64;
+    let refused = loop {
+        let r = publish_body(n.internal, &body);
+        if r.status() == 429 {
+            break r;
+        }
+        assert_eq!(r.status(), 200);
+        accepted += 1;
+        assert!(accepted < 50, "never limited");
+    };
+    // The burst, plus what the rate refilled meanwhile.
+    let refilled = started.elapsed().as_secs() + 1;
+    assert!(
+        (3..=3 + refilled).contains(&accepted),
+        "{accepted} in {:?}",
+        started.elapsed()
+    );
+    let retry: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=2).contains(&retry), "{retry}");
+    let (status, code, v) = code_of(refused);
+    assert_eq!((status, code.as_str()), (429, "RATE_LIMITED"), "{v}");
+    assert!(v["request_id"].is_string());
+    // Per app: another app still publishes.
+    let other = publish_body(
+        n.internal,
+        &json!({"app": OTHER, "topic": "orders", "payload": {}}),
+    );
+    assert_eq!(other.status(), 200);
+    assert!(n.gw.metrics().contains(&format!(
+        "portico_notify_publish_limited_total{{app=\"{KEY}\"}} 1"
+    )));
+}
+
+#[test]
+fn the_same_publisher_id_on_two_gateways_is_stored_and_delivered_once() {
+    let redis = Redis::start();
+    let t = tree();
+    let a = node(&t, Some(&redis), &[]);
+    let b = node(&t, Some(&redis), &[]);
+    let paid = json!({"app": KEY, "topic": "orders", "id": "order-7-paid", "payload": {"seq": 7}});
+    let first: Value = publish_body(a.internal, &paid).json().unwrap();
+    let again: Value = publish_body(b.internal, &paid).json().unwrap();
+    assert_eq!(first["events"][0]["duplicate"], Value::Null, "{first}");
+    assert_eq!(again["events"][0]["duplicate"], true, "{again}");
+    assert_eq!(again["events"][0]["id"], first["events"][0]["id"]);
+    // Another id is another event.
+    let shipped =
+        json!({"app": KEY, "topic": "orders", "id": "order-7-shipped", "payload": {"seq": 8}});
+    let third: Value = publish_body(b.internal, &shipped).json().unwrap();
+    assert_ne!(third["events"][0]["id"], first["events"][0]["id"]);
+    let sse = open(&a.gw, None);
+    let e = sse.next(Duration::from_secs(10));
+    assert_eq!(
+        (seq(&e), id(&e)),
+        (7, first["events"][0]["id"].as_str().unwrap().to_owned())
+    );
+    assert_eq!(seq(&sse.next(Duration::from_secs(10))), 8);
+    assert!(
+        sse.quiet(Duration::from_secs(1)),
+        "the duplicate is not delivered"
+    );
+    assert!(b.gw.metrics().contains("portico_notify_duplicates_total 1"));
+    // Without Redis, the same within one node.
+    let m = node(&t, None, &[]);
+    let one: Value = publish_body(m.internal, &paid).json().unwrap();
+    let two: Value = publish_body(m.internal, &paid).json().unwrap();
+    assert_eq!(two["events"][0]["duplicate"], true);
+    assert_eq!(two["events"][0]["id"], one["events"][0]["id"]);
+    assert_eq!(m.gw.status()["notify"]["backlog"][KEY], 1);
+}

@@ -70,6 +70,11 @@ pub struct Config {
     pub callback_attempts: u32,
     /// The longest wait between two tries (`--notify-callback-max-backoff-ms`).
     pub callback_max_backoff: Duration,
+    /// Publishes per app per second this node accepts (`--notify-publish-rate`); 0: no
+    /// limit.
+    pub publish_rate: u32,
+    /// Publishes per app accepted at once above the rate (`--notify-publish-burst`).
+    pub publish_burst: u32,
 }
 
 /// Dead letters kept on this node at most (the oldest forgotten).
@@ -87,6 +92,8 @@ impl Default for Config {
             callback_timeout: Duration::from_secs(5),
             callback_attempts: 10,
             callback_max_backoff: Duration::from_secs(60),
+            publish_rate: 1000,
+            publish_burst: 2000,
         }
     }
 }
@@ -102,6 +109,8 @@ pub struct NotifyMetrics {
     pub backlog: IntGaugeVec,
     pub callback_failures: IntCounter,
     pub closed: IntCounterVec,
+    pub publish_limited: IntCounterVec,
+    pub duplicates: IntCounter,
 }
 
 impl NotifyMetrics {
@@ -150,6 +159,18 @@ impl NotifyMetrics {
                 &["reason"],
             )
             .unwrap_or_else(|_| unreachable!()),
+            publish_limited: IntCounterVec::new(
+                Opts::new(
+                    "portico_notify_publish_limited_total",
+                    "Publishes refused with 429 by the per-app publish rate, by app",
+                ),
+                &["app"],
+            )
+            .unwrap_or_else(|_| unreachable!()),
+            duplicates: counter(
+                "portico_notify_duplicates_total",
+                "Publishes whose id was already published for the app and topic (answered with the original event, nothing stored)",
+            ),
         }
     }
 
@@ -163,6 +184,8 @@ impl NotifyMetrics {
         registry.register(Box::new(self.backlog.clone()))?;
         registry.register(Box::new(self.callback_failures.clone()))?;
         registry.register(Box::new(self.closed.clone()))?;
+        registry.register(Box::new(self.publish_limited.clone()))?;
+        registry.register(Box::new(self.duplicates.clone()))?;
         Ok(())
     }
 }
@@ -190,6 +213,18 @@ pub struct Notifier {
     streams: AtomicU64,
     /// Callbacks that never succeeded, newest last (at most [`MAX_DEAD_LETTERS`]).
     dead: Mutex<std::collections::VecDeque<callback::DeadLetter>>,
+    /// The per-app publish rate on this node (`None`: no limit).
+    publish_limit: Option<governor::DefaultKeyedRateLimiter<String>>,
+}
+
+/// One event a publish stored (or found already stored).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    pub app: String,
+    pub id: EventId,
+    /// The publisher's `id` was already published for this app and topic within the
+    /// topic's retention: `id` is the original event's, nothing new was stored.
+    pub duplicate: bool,
 }
 
 impl std::fmt::Debug for Notifier {
@@ -255,7 +290,6 @@ impl Notifier {
             Store::Memory(store::MemoryStore::new(config.memory_events))
         };
         Notifier {
-            config,
             store,
             metrics: NotifyMetrics::new(),
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
@@ -264,6 +298,8 @@ impl Notifier {
             fleet,
             streams: AtomicU64::new(0),
             dead: Mutex::default(),
+            publish_limit: publish_limiter(&config),
+            config,
         }
     }
 
@@ -281,14 +317,13 @@ impl Notifier {
         Arc::clone(lock(&self.wakers).entry(app.to_owned()).or_default())
     }
 
-    /// Publishes `req` (internal listener): validates it against the snapshot, stores one
-    /// event per app, and answers `[{app, id}]` in app order. Errors are the envelope's:
-    /// 400 `BAD_REQUEST`, 404 `TOPIC_NOT_FOUND`, 403 `APP_FORBIDDEN`, 413 `BODY_TOO_LARGE`,
-    /// 503 `NOTIFY_UNAVAILABLE` (the store failed).
-    pub async fn publish(
-        &self,
-        req: PublishRequest,
-    ) -> Result<Vec<(String, EventId)>, GatewayError> {
+    /// Publishes `req` (internal listener): validates it against the snapshot and the
+    /// per-app publish rate, stores one event per app (or, for a publisher `id` already
+    /// published for that app and topic within the topic's retention, finds the original),
+    /// and answers them in app order. Errors are the envelope's: 400 `BAD_REQUEST`, 404
+    /// `TOPIC_NOT_FOUND`, 403 `APP_FORBIDDEN`, 413 `BODY_TOO_LARGE`, 429 `RATE_LIMITED`
+    /// (with `Retry-After`; nothing stored), 503 `NOTIFY_UNAVAILABLE` (the store failed).
+    pub async fn publish(&self, req: PublishRequest) -> Result<Vec<Published>, GatewayError> {
         let snap = self.snapshot();
         let Some(topic) = snap.topics.get(&req.topic) else {
             return Err(GatewayError::new(
@@ -342,6 +377,7 @@ impl Notifier {
                 .map(|(k, _)| k.clone())
                 .collect(),
         };
+        self.check_publish_rate(&apps)?;
         let now = portico_control::clock::now_ms();
         let mut out = Vec::with_capacity(apps.len());
         for app in apps {
@@ -352,16 +388,54 @@ impl Notifier {
                 expires_at_ms: req.ttl_s.map_or(0, |t| now.saturating_add(t * 1000)),
                 key: req.id.clone(),
                 retention_ms: self.retention_ms(&snap, &app),
+                dedupe_ms: retention_s.saturating_mul(1000),
             };
-            let id = self.store.publish(&app, event).await.map_err(|e| {
+            let stored = self.store.publish(&app, event).await.map_err(|e| {
                 GatewayError::new(Code::NotifyUnavailable, "the notification store failed")
                     .with_detail(e)
             })?;
-            self.metrics.published.inc();
-            self.waker(&app).notify_waiters();
-            out.push((app, id));
+            if stored.duplicate {
+                self.metrics.duplicates.inc();
+            } else {
+                self.metrics.published.inc();
+                self.waker(&app).notify_waiters();
+            }
+            out.push(Published {
+                app,
+                id: stored.id,
+                duplicate: stored.duplicate,
+            });
         }
         Ok(out)
+    }
+
+    /// The per-app publish rate (docs/OPERATIONS.md, "Notifications"): each app of the
+    /// publish takes one token; if any has none left, 429 `RATE_LIMITED` with the wait
+    /// before that app may publish again (at least 1 s) and nothing is stored.
+    fn check_publish_rate(&self, apps: &[String]) -> Result<(), GatewayError> {
+        use governor::clock::Clock as _;
+        let Some(limit) = &self.publish_limit else {
+            return Ok(());
+        };
+        for app in apps {
+            if let Err(not_until) = limit.check_key(app) {
+                let wait = not_until.wait_time_from(limit.clock().now());
+                self.metrics
+                    .publish_limited
+                    .with_label_values(&[app.as_str()])
+                    .inc();
+                let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+                return Err(GatewayError::new(
+                    Code::RateLimited,
+                    format!(
+                        "app {app:?} publishes faster than {} per second (burst {}); retry later",
+                        self.config.publish_rate, self.config.publish_burst
+                    ),
+                )
+                .with_retry_after(secs));
+            }
+        }
+        Ok(())
     }
 
     /// The longest retention of the topics `app` may receive (its queue is trimmed by it).
@@ -534,6 +608,15 @@ impl Notifier {
         }
         out
     }
+}
+
+/// The per-app publish limiter of `config` (`None` with a rate of 0).
+fn publish_limiter(config: &Config) -> Option<governor::DefaultKeyedRateLimiter<String>> {
+    let rate = std::num::NonZeroU32::new(config.publish_rate)?;
+    let burst = std::num::NonZeroU32::new(config.publish_burst.max(config.publish_rate))?;
+    Some(governor::RateLimiter::keyed(
+        governor::Quota::per_second(rate).allow_burst(burst),
+    ))
 }
 
 /// How long a stream's cluster-wide claim on its app lasts without a refresh.
