@@ -133,7 +133,8 @@ struct Args {
     /// Notifications delivered and not acknowledged within this are sent again, in ms.
     #[arg(long, default_value_t = 30_000)]
     notify_ack_timeout_ms: u64,
-    /// A notification stream sends a heartbeat (an SSE comment) after this much silence, in ms.
+    /// A notification stream sends a heartbeat (an SSE comment, a WebSocket ping) after this
+    /// much silence, in ms.
     #[arg(long, default_value_t = 15_000)]
     notify_heartbeat_ms: u64,
     /// A stream with more notifications delivered and unacknowledged than this is closed as

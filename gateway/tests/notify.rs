@@ -1333,3 +1333,49 @@ fn the_same_publisher_id_on_two_gateways_is_stored_and_delivered_once() {
     assert_eq!(two["events"][0]["id"], one["events"][0]["id"]);
     assert_eq!(m.gw.status()["notify"]["backlog"][KEY], 1);
 }
+
+#[test]
+fn ws_pings_keep_a_live_client_and_cut_a_silent_one() {
+    let t = tree();
+    let n = node(&t, None, &["--notify-heartbeat-ms", "200"]);
+    // A client that reads answers the pings (tungstenite pongs as it reads): kept.
+    let mut live = ws_open_as(&n.gw, KEY, SECRET);
+    assert!(ws_recv(&mut live, Duration::from_millis(1500)).is_none());
+    drop(live);
+    // A client that reads nothing sends no pong: closed as no_pong. Its socket is read raw
+    // (a WebSocket library would answer the pings it reads, too late, on a closed socket).
+    let silent = ws_open_as(&n.gw, KEY, SECRET);
+    let mut tcp = silent.into_inner();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut bytes = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut tcp, &mut bytes);
+    // Server frames are unmasked: opcode, length (7, 16 or 64 bits), payload.
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at + 2 <= bytes.len() {
+        let op = bytes[at] & 0x0F;
+        let (len, head) = match bytes[at + 1] & 0x7F {
+            126 => (
+                usize::from(u16::from_be_bytes([bytes[at + 2], bytes[at + 3]])),
+                4,
+            ),
+            127 => panic!("no frame here is that long"),
+            n => (usize::from(n), 2),
+        };
+        frames.push((op, bytes[at + head..at + head + len].to_vec()));
+        at += head + len;
+    }
+    let pings = frames.iter().filter(|(op, _)| *op == 0x9).count();
+    assert!(pings >= 2, "{frames:?}");
+    let notice = frames
+        .iter()
+        .find(|(op, _)| *op == 0x1)
+        .expect("a close notice");
+    let v: Value = serde_json::from_slice(&notice.1).unwrap();
+    assert_eq!(v["reason"], "no_pong");
+    let close = frames
+        .iter()
+        .find(|(op, _)| *op == 0x8)
+        .expect("a close frame");
+    assert_eq!(u16::from_be_bytes([close.1[0], close.1[1]]), 4008);
+}

@@ -52,7 +52,8 @@ pub const MAX_KEY_CHARS: usize = 128;
 pub struct Config {
     /// Unacknowledged events are sent again after this (`--notify-ack-timeout-ms`).
     pub ack_timeout: Duration,
-    /// An SSE comment line is sent after this much silence (`--notify-heartbeat-ms`).
+    /// A heartbeat (an SSE comment line, a WebSocket ping) is sent after this much silence
+    /// (`--notify-heartbeat-ms`).
     pub heartbeat: Duration,
     /// A stream with more events delivered and unacknowledged than this is closed as a slow
     /// consumer (`--notify-max-backlog`).
