@@ -80,6 +80,22 @@ def seeds(target):
         yield RECORD.join(p.encode() + UNIT + b for p, b in docs)
         for p, b in docs:
             yield p.encode() + UNIT + b
+    elif target == "wsframe":
+        # A read size, then masked client frames: an ack, a resume, a ping, a fragmented
+        # text message, a close.
+        def frame(fin, op, payload, mask=b"\x01\x02\x03\x04"):
+            head = bytes([(0x80 if fin else 0) | op])
+            n = len(payload)
+            if n < 126:
+                head += bytes([0x80 | n])
+            else:
+                head += bytes([0x80 | 126]) + n.to_bytes(2, "big")
+            return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        yield b"\x07" + frame(True, 1, b'{"type":"ack","ids":["1796000000000-0"]}')
+        yield b"\x03" + frame(True, 1, b'{"type":"resume","after":"1796000000000-0"}')
+        yield b"\x01" + frame(True, 9, b"hi") + frame(True, 8, b"\x03\xe8bye")
+        yield b"\x05" + frame(False, 1, b"Hel") + frame(True, 10, b"") + frame(True, 0, b"lo")
+        yield b"\x40" + frame(True, 1, b"x" * 300)
     # A target added later (e.g. JSON->protobuf transcoding) gets its seeds here.
 
 

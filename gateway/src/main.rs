@@ -140,7 +140,8 @@ struct Args {
     /// Notifications delivered and not acknowledged within this are sent again, in ms.
     #[arg(long, default_value_t = 30_000)]
     notify_ack_timeout_ms: u64,
-    /// A notification stream sends a heartbeat (an SSE comment) after this much silence, in ms.
+    /// A notification stream sends a heartbeat (an SSE comment, a WebSocket ping) after this
+    /// much silence, in ms.
     #[arg(long, default_value_t = 15_000)]
     notify_heartbeat_ms: u64,
     /// A stream with more notifications delivered and unacknowledged than this is closed as
@@ -162,6 +163,13 @@ struct Args {
     /// The longest wait between two tries of a callback, in ms.
     #[arg(long, default_value_t = 60_000)]
     notify_callback_max_backoff_ms: u64,
+    /// Notification publishes accepted per app per second on this node (each app of a
+    /// publish to every granted app counts one); beyond, 429 `RATE_LIMITED`. 0: no limit.
+    #[arg(long, default_value_t = 1000)]
+    notify_publish_rate: u32,
+    /// Publishes per app accepted at once above the rate (at least the rate).
+    #[arg(long, default_value_t = 2000)]
+    notify_publish_burst: u32,
     /// CA certificates (PEM) that callback URLs over HTTPS are verified against.
     #[arg(long, default_value = "/etc/ssl/certs/ca-certificates.crt")]
     notify_callback_ca_file: PathBuf,
@@ -255,6 +263,8 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
         callback_timeout: Duration::from_millis(args.notify_callback_timeout_ms.max(1)),
         callback_attempts: args.notify_callback_attempts.max(1),
         callback_max_backoff: Duration::from_millis(args.notify_callback_max_backoff_ms.max(1000)),
+        publish_rate: args.notify_publish_rate,
+        publish_burst: args.notify_publish_burst,
         ..notify::Config::default()
     };
     let notify = Arc::new(notify::Notifier::new(notify_config, fleet.clone()));

@@ -27,11 +27,14 @@ pub struct RouteMatch {
 /// and permitted like any API (the `route` stage matches them before the configured APIs,
 /// `/notify/v1/` is reserved), then served by `notify/` instead of a backend.
 pub const NOTIFY_STREAM: (&str, &str, &str) = ("GET", "/notify/v1/stream", "portico.notify.stream");
+pub const NOTIFY_WS: (&str, &str, &str) = ("GET", "/notify/v1/ws", "portico.notify.ws");
 pub const NOTIFY_ACK: (&str, &str, &str) = ("POST", "/notify/v1/ack", "portico.notify.ack");
+/// Every notification endpoint, as the `route` stage matches them.
+pub const NOTIFY_ENDPOINTS: [(&str, &str, &str); 3] = [NOTIFY_STREAM, NOTIFY_WS, NOTIFY_ACK];
 
 /// Whether `api_id` is one of the notification endpoints.
 pub fn is_notify_api(api_id: &str) -> bool {
-    api_id == NOTIFY_STREAM.2 || api_id == NOTIFY_ACK.2
+    NOTIFY_ENDPOINTS.iter().any(|e| e.2 == api_id)
 }
 
 /// The built-in API of a notification endpoint `(method, path, id)`: signed, no backend.

@@ -19,7 +19,7 @@
 //!     N -->|NONCE_REPLAYED 401| R
 //!     N --> F[permit]
 //!     F -->|APP_DISABLED / APP_FORBIDDEN 403| R
-//!     F -->|/notify/v1/stream, /notify/v1/ack| NT[notify: SSE stream or ack]
+//!     F -->|/notify/v1/stream, /notify/v1/ws, /notify/v1/ack| NT[notify: SSE, WebSocket or ack]
 //!     NT -->|ack: Response::Whole| W
 //!     NT -->|stream: written until closed| S
 //!     F --> G[rate_limit]
@@ -162,8 +162,8 @@ pub async fn handle(
             stage!(rt.edge.cache, &req, &mut ctx.edge);
         }
     }
-    // Notifications: a signed, permitted stream or ack is served by the notify module
-    // instead of a backend (live plane only).
+    // Notifications: a signed, permitted stream (SSE or WebSocket) or ack is served by the
+    // notify module instead of a backend (live plane only).
     if notify {
         if plane.kind != PlaneKind::Live {
             return Err(GatewayError::new(

@@ -836,3 +836,546 @@ fn an_idle_stream_gets_heartbeats() {
     }
     assert!(started.elapsed() >= Duration::from_millis(600));
 }
+
+// ---------------------------------------------------------------------------------------
+// WebSocket (`/notify/v1/ws`)
+
+type WsSocket = tungstenite::WebSocket<std::net::TcpStream>;
+
+/// The signature headers of a `GET /notify/v1/ws` at `ts`/`nonce` (§3.1).
+fn ws_signature(key: &str, secret: &str, ts: u64, nonce: &str) -> Vec<(&'static str, String)> {
+    use portico_control::sign;
+    let ts = ts.to_string();
+    let sts = sign::string_to_sign("GET", "/notify/v1/ws", None, key, &ts, nonce, b"");
+    vec![
+        (sign::HEADER_APP_KEY, key.to_owned()),
+        (sign::HEADER_TIMESTAMP, ts),
+        (sign::HEADER_NONCE, nonce.to_owned()),
+        (sign::HEADER_SIGNATURE, sign::sign(secret.as_bytes(), &sts)),
+    ]
+}
+
+/// Opens a signed WebSocket as `key` with a real client (tungstenite); reads time out
+/// after 100 ms so a test can wait in small steps.
+fn ws_open_at(gw: &GatewayProcess, key: &str, secret: &str, ts: u64, nonce: &str) -> WsSocket {
+    let mut req = http::Request::builder()
+        .uri(format!("ws://{}/notify/v1/ws", gw.listen))
+        .header("host", gw.listen.to_string())
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header(
+            "sec-websocket-key",
+            tungstenite::handshake::client::generate_key(),
+        );
+    for (k, v) in ws_signature(key, secret, ts, nonce) {
+        req = req.header(k, v);
+    }
+    let tcp = std::net::TcpStream::connect(gw.listen).unwrap();
+    let (ws, resp) = tungstenite::client(req.body(()).unwrap(), tcp).unwrap();
+    assert_eq!(resp.status(), 101);
+    ws.get_ref()
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    ws
+}
+
+fn ws_open_as(gw: &GatewayProcess, key: &str, secret: &str) -> WsSocket {
+    ws_open_at(gw, key, secret, now_ms(), &nonce())
+}
+
+/// What the socket delivered next.
+#[derive(Debug)]
+enum WsMsg {
+    Event(Value),
+    /// The gateway's `{"type":"close"}` notice.
+    Notice(Value),
+    /// A close frame: code and reason.
+    Closed(u16, String),
+}
+
+/// The next event, notice or close within `wait` (pings are answered by the client).
+fn ws_recv(ws: &mut WsSocket, wait: Duration) -> Option<WsMsg> {
+    use tungstenite::Message;
+    let end = Instant::now() + wait;
+    while Instant::now() < end {
+        match ws.read() {
+            Ok(Message::Text(t)) => {
+                let v: Value = serde_json::from_str(t.as_str()).unwrap();
+                return Some(if v["type"] == "close" {
+                    WsMsg::Notice(v)
+                } else {
+                    WsMsg::Event(v)
+                });
+            }
+            Ok(Message::Close(frame)) => {
+                let (code, reason) = frame
+                    .map(|f| (u16::from(f.code), f.reason.to_string()))
+                    .unwrap_or((1005, String::new()));
+                return Some(WsMsg::Closed(code, reason));
+            }
+            Ok(_) => {}
+            Err(tungstenite::Error::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => panic!("websocket: {e}"),
+        }
+    }
+    None
+}
+
+fn ws_next(ws: &mut WsSocket, wait: Duration) -> Value {
+    match ws_recv(ws, wait) {
+        Some(WsMsg::Event(v)) => v,
+        other => panic!("expected an event, got {other:?}"),
+    }
+}
+
+fn ws_send(ws: &mut WsSocket, msg: Value) {
+    ws.send(tungstenite::Message::text(msg.to_string()))
+        .unwrap();
+}
+
+fn ws_ack(ws: &mut WsSocket, ids: &[String]) {
+    ws_send(ws, json!({"type": "ack", "ids": ids}));
+}
+
+#[test]
+fn ws_a_thousand_events_arrive_in_order_and_none_twice_after_acks() {
+    let redis = Redis::start();
+    let t = tree();
+    let n = node(&t, Some(&redis), &[]);
+    let mut ws = ws_open_as(&n.gw, KEY, SECRET);
+    let publisher = {
+        let internal = n.internal;
+        std::thread::spawn(move || {
+            for i in 0..1000u64 {
+                let events = publish_to(internal, Some(KEY), "orders", json!({"seq": i}));
+                assert_eq!(events.len(), 1);
+            }
+        })
+    };
+    let mut got = Vec::new();
+    let mut to_ack = Vec::new();
+    while got.len() < 1000 {
+        let e = ws_next(&mut ws, Duration::from_secs(30));
+        assert_eq!(e["topic"], "orders");
+        assert!(e["published_at"].as_str().unwrap().contains('T'));
+        to_ack.push(id(&e));
+        got.push(seq(&e));
+        if to_ack.len() >= 50 {
+            ws_ack(&mut ws, &to_ack);
+            to_ack.clear();
+        }
+    }
+    publisher.join().unwrap();
+    assert_eq!(got, (0..1000).collect::<Vec<_>>());
+    ws_ack(&mut ws, &to_ack);
+    assert!(
+        ws_recv(&mut ws, Duration::from_secs(2)).is_none(),
+        "nothing more after the acks"
+    );
+    assert!(wait_until(Duration::from_secs(5), || n
+        .gw
+        .metrics()
+        .contains("portico_notify_acked_total 1000")));
+    let status = n.gw.status();
+    assert_eq!(status["notify"]["backlog"][KEY], 0);
+}
+
+#[test]
+fn ws_resume_after_reconnecting_to_another_gateway() {
+    let redis = Redis::start();
+    let t = tree();
+    let a = node(&t, Some(&redis), &[]);
+    let b = node(&t, Some(&redis), &[]);
+    let mut ws = ws_open_as(&a.gw, KEY, SECRET);
+    for i in 0..30u64 {
+        publish(&b, Some(KEY), "orders", json!({"seq": i}));
+    }
+    let seen: Vec<Value> = (0..30)
+        .map(|_| ws_next(&mut ws, Duration::from_secs(20)))
+        .collect();
+    // The merchant processed the first 10 and no more; the node dies.
+    let last_done = id(&seen[9]);
+    drop(ws);
+    drop(a);
+    for i in 30..40u64 {
+        publish(&b, Some(KEY), "orders", json!({"seq": i}));
+    }
+    let mut ws = ws_open_as(&b.gw, KEY, SECRET);
+    ws_send(&mut ws, json!({"type": "resume", "after": last_done}));
+    let mut after = Vec::new();
+    while after.len() < 30 {
+        let e = ws_next(&mut ws, Duration::from_secs(20));
+        after.push(seq(&e));
+        ws_ack(&mut ws, &[id(&e)]);
+    }
+    assert_eq!(after, (10..40).collect::<Vec<_>>());
+    assert!(ws_recv(&mut ws, Duration::from_secs(1)).is_none());
+    // A second resume is refused: it must come first.
+    ws_send(&mut ws, json!({"type": "resume"}));
+    match ws_recv(&mut ws, Duration::from_secs(5)) {
+        Some(WsMsg::Closed(code, _)) => assert_eq!(code, 1008),
+        other => panic!("expected a close, got {other:?}"),
+    }
+}
+
+#[test]
+fn ws_an_unacked_event_comes_again() {
+    let t = tree();
+    let n = node(&t, None, &["--notify-ack-timeout-ms", "1500"]);
+    let mut ws = ws_open_as(&n.gw, KEY, SECRET);
+    publish(&n, Some(KEY), "orders", json!({"seq": 0}));
+    publish(&n, Some(KEY), "orders", json!({"seq": 1}));
+    let first = ws_next(&mut ws, Duration::from_secs(10));
+    let second = ws_next(&mut ws, Duration::from_secs(10));
+    let received = Instant::now();
+    assert_eq!((seq(&first), seq(&second)), (0, 1));
+    ws_ack(&mut ws, &[id(&second)]);
+    let again = ws_next(&mut ws, Duration::from_secs(10));
+    assert_eq!(id(&again), id(&first));
+    assert!(received.elapsed() >= Duration::from_millis(1000));
+    ws_ack(&mut ws, &[id(&again)]);
+    assert!(ws_recv(&mut ws, Duration::from_secs(3)).is_none());
+    assert!(n
+        .gw
+        .metrics()
+        .contains("portico_notify_redelivered_total 1"));
+}
+
+#[test]
+fn ws_a_revoked_grant_sends_a_close_frame_within_a_second() {
+    let t = tree();
+    let n = node(&t, None, &[]);
+    let mut ws = ws_open_as(&n.gw, KEY, SECRET);
+    publish(&n, Some(KEY), "orders", json!({"seq": 1}));
+    ws_next(&mut ws, Duration::from_secs(10));
+    let digest = n.gw.digest();
+    t.put(
+        "topics/orders",
+        &json!({"apps": [OTHER], "retention_s": 3600}),
+    );
+    assert!(n.gw.wait_for_new_config(&digest));
+    let applied = Instant::now();
+    match ws_recv(&mut ws, Duration::from_secs(5)) {
+        Some(WsMsg::Notice(v)) => assert_eq!(v["reason"], "revoked"),
+        other => panic!("expected the close notice, got {other:?}"),
+    }
+    match ws_recv(&mut ws, Duration::from_secs(5)) {
+        Some(WsMsg::Closed(code, reason)) => assert_eq!((code, reason.as_str()), (4003, "revoked")),
+        other => panic!("expected a close frame, got {other:?}"),
+    }
+    assert!(
+        applied.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        applied.elapsed()
+    );
+}
+
+/// Sends `head` (a request head, CRLF-terminated lines) on a new connection; the status and
+/// the parsed JSON body of the answer.
+fn raw_exchange(gw: &GatewayProcess, head: &str) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(gw.listen).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    tcp.write_all(head.as_bytes()).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = tcp.read(&mut chunk).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf).to_string();
+        if let Some((h, body)) = text.split_once("\r\n\r\n") {
+            let len = h
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if h.starts_with("HTTP/1.1 101") || body.len() >= len {
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or_default();
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+fn ws_head(gw: &GatewayProcess, signature: &[(&str, String)], extra: &[(&str, &str)]) -> String {
+    let mut head = format!("GET /notify/v1/ws HTTP/1.1\r\nHost: {}\r\n", gw.listen);
+    for (k, v) in signature {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    for (k, v) in extra {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    head
+}
+
+const UPGRADE: [(&str, &str); 4] = [
+    ("Connection", "Upgrade"),
+    ("Upgrade", "websocket"),
+    ("Sec-WebSocket-Version", "13"),
+    ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+];
+
+#[test]
+fn ws_openings_unsigned_replayed_or_malformed_are_refused_before_the_upgrade() {
+    let t = tree();
+    let n = node(&t, None, &[]);
+    // Unsigned: 401 in the envelope, no upgrade.
+    let (status, v) = raw_exchange(&n.gw, &ws_head(&n.gw, &[], &UPGRADE));
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (401, Some("SIGNATURE_MISSING"))
+    );
+    assert!(v["request_id"].is_string());
+    // The same signed opening twice: the second is a replay.
+    let (ts, once) = (now_ms(), nonce());
+    let sig = ws_signature(KEY, SECRET, ts, &once);
+    let first = ws_open_at(&n.gw, KEY, SECRET, ts, &once);
+    let (status, v) = raw_exchange(&n.gw, &ws_head(&n.gw, &sig, &UPGRADE));
+    assert_eq!((status, v["code"].as_str()), (401, Some("NONCE_REPLAYED")));
+    drop(first);
+    // Signed, but not a proper handshake: 400.
+    let fresh = || ws_signature(KEY, SECRET, now_ms(), &nonce());
+    let cases: Vec<Vec<(&str, &str)>> = vec![
+        vec![],
+        vec![UPGRADE[0], UPGRADE[1], UPGRADE[3]],
+        vec![
+            UPGRADE[0],
+            UPGRADE[1],
+            ("Sec-WebSocket-Version", "8"),
+            UPGRADE[3],
+        ],
+        vec![UPGRADE[0], UPGRADE[1], UPGRADE[2]],
+        vec![
+            UPGRADE[0],
+            UPGRADE[1],
+            UPGRADE[2],
+            ("Sec-WebSocket-Key", "c2hvcnQ="),
+        ],
+    ];
+    for extra in cases {
+        let (status, v) = raw_exchange(&n.gw, &ws_head(&n.gw, &fresh(), &extra));
+        assert_eq!(
+            (status, v["code"].as_str()),
+            (400, Some("BAD_REQUEST")),
+            "{extra:?}: {v}"
+        );
+    }
+    // A proper one: 101 with the RFC 6455 accept value.
+    let (status, _) = raw_exchange(&n.gw, &ws_head(&n.gw, &fresh(), &UPGRADE));
+    assert_eq!(status, 101);
+}
+
+#[test]
+fn ws_protocol_errors_close_with_their_codes_and_pings_are_answered() {
+    use portico_gateway::notify::wsframe;
+    use std::io::Write;
+    let t = tree();
+    let n = node(&t, None, &[]);
+    let mask = [1, 2, 3, 4];
+    // A ping is answered with a pong carrying its payload (tungstenite queues it).
+    let mut ws = ws_open_as(&n.gw, KEY, SECRET);
+    ws.send(tungstenite::Message::Ping(b"hello".to_vec().into()))
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    let mut ponged = false;
+    while Instant::now() < end && !ponged {
+        match ws.read() {
+            Ok(tungstenite::Message::Pong(p)) => {
+                assert_eq!(&p[..], b"hello");
+                ponged = true;
+            }
+            Ok(_) => {}
+            Err(tungstenite::Error::Io(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(ponged);
+    let cases: Vec<(Vec<u8>, u16)> = vec![
+        (wsframe::encode(wsframe::OP_TEXT, b"{}"), 1002),
+        (
+            wsframe::encode_masked(true, wsframe::OP_BINARY, b"x", mask),
+            1003,
+        ),
+        // Only the head of a 70 KiB frame: its length alone is refused.
+        (
+            wsframe::encode_masked(true, wsframe::OP_TEXT, &vec![b' '; 70 * 1024], mask)[..14]
+                .to_vec(),
+            1009,
+        ),
+        (
+            wsframe::encode_masked(true, wsframe::OP_TEXT, b"not json", mask),
+            1008,
+        ),
+    ];
+    for (frame, code) in cases {
+        let mut ws = ws_open_as(&n.gw, KEY, SECRET);
+        ws.get_mut().write_all(&frame).unwrap();
+        ws.get_mut().flush().unwrap();
+        match ws_recv(&mut ws, Duration::from_secs(5)) {
+            Some(WsMsg::Closed(c, _)) => assert_eq!(c, code),
+            other => panic!("expected close {code}, got {other:?}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Publish rate and de-duplication
+
+fn publish_body(internal: SocketAddr, body: &Value) -> reqwest::blocking::Response {
+    client()
+        .post(format!("http://{internal}/internal/v1/notifications"))
+        .bearer_auth(TOKEN)
+        .json(body)
+        .send()
+        .unwrap()
+}
+
+#[test]
+fn publishing_faster_than_the_app_rate_is_refused_with_429() {
+    let t = tree();
+    let n = node(
+        &t,
+        None,
+        &["--notify-publish-rate", "1", "--notify-publish-burst", "3"],
+    );
+    let body = json!({"app": KEY, "topic": "orders", "payload": {}});
+    let started = Instant::now();
+    let mut accepted = 0u64;
+    let refused = loop {
+        let r = publish_body(n.internal, &body);
+        if r.status() == 429 {
+            break r;
+        }
+        assert_eq!(r.status(), 200);
+        accepted += 1;
+        assert!(accepted < 50, "never limited");
+    };
+    // The burst, plus what the rate refilled meanwhile.
+    let refilled = started.elapsed().as_secs() + 1;
+    assert!(
+        (3..=3 + refilled).contains(&accepted),
+        "{accepted} in {:?}",
+        started.elapsed()
+    );
+    let retry: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=2).contains(&retry), "{retry}");
+    let (status, code, v) = code_of(refused);
+    assert_eq!((status, code.as_str()), (429, "RATE_LIMITED"), "{v}");
+    assert!(v["request_id"].is_string());
+    // Per app: another app still publishes.
+    let other = publish_body(
+        n.internal,
+        &json!({"app": OTHER, "topic": "orders", "payload": {}}),
+    );
+    assert_eq!(other.status(), 200);
+    assert!(n.gw.metrics().contains(&format!(
+        "portico_notify_publish_limited_total{{app=\"{KEY}\"}} 1"
+    )));
+}
+
+#[test]
+fn the_same_publisher_id_on_two_gateways_is_stored_and_delivered_once() {
+    let redis = Redis::start();
+    let t = tree();
+    let a = node(&t, Some(&redis), &[]);
+    let b = node(&t, Some(&redis), &[]);
+    let paid = json!({"app": KEY, "topic": "orders", "id": "order-7-paid", "payload": {"seq": 7}});
+    let first: Value = publish_body(a.internal, &paid).json().unwrap();
+    let again: Value = publish_body(b.internal, &paid).json().unwrap();
+    assert_eq!(first["events"][0]["duplicate"], Value::Null, "{first}");
+    assert_eq!(again["events"][0]["duplicate"], true, "{again}");
+    assert_eq!(again["events"][0]["id"], first["events"][0]["id"]);
+    // Another id is another event.
+    let shipped =
+        json!({"app": KEY, "topic": "orders", "id": "order-7-shipped", "payload": {"seq": 8}});
+    let third: Value = publish_body(b.internal, &shipped).json().unwrap();
+    assert_ne!(third["events"][0]["id"], first["events"][0]["id"]);
+    let sse = open(&a.gw, None);
+    let e = sse.next(Duration::from_secs(10));
+    assert_eq!(
+        (seq(&e), id(&e)),
+        (7, first["events"][0]["id"].as_str().unwrap().to_owned())
+    );
+    assert_eq!(seq(&sse.next(Duration::from_secs(10))), 8);
+    assert!(
+        sse.quiet(Duration::from_secs(1)),
+        "the duplicate is not delivered"
+    );
+    assert!(b.gw.metrics().contains("portico_notify_duplicates_total 1"));
+    // Without Redis, the same within one node.
+    let m = node(&t, None, &[]);
+    let one: Value = publish_body(m.internal, &paid).json().unwrap();
+    let two: Value = publish_body(m.internal, &paid).json().unwrap();
+    assert_eq!(two["events"][0]["duplicate"], true);
+    assert_eq!(two["events"][0]["id"], one["events"][0]["id"]);
+    assert_eq!(m.gw.status()["notify"]["backlog"][KEY], 1);
+}
+
+#[test]
+fn ws_pings_keep_a_live_client_and_cut_a_silent_one() {
+    let t = tree();
+    let n = node(&t, None, &["--notify-heartbeat-ms", "200"]);
+    // A client that reads answers the pings (tungstenite pongs as it reads): kept.
+    let mut live = ws_open_as(&n.gw, KEY, SECRET);
+    assert!(ws_recv(&mut live, Duration::from_millis(1500)).is_none());
+    drop(live);
+    // A client that reads nothing sends no pong: closed as no_pong. Its socket is read raw
+    // (a WebSocket library would answer the pings it reads, too late, on a closed socket).
+    let silent = ws_open_as(&n.gw, KEY, SECRET);
+    let mut tcp = silent.into_inner();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut bytes = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut tcp, &mut bytes);
+    // Server frames are unmasked: opcode, length (7, 16 or 64 bits), payload.
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at + 2 <= bytes.len() {
+        let op = bytes[at] & 0x0F;
+        let (len, head) = match bytes[at + 1] & 0x7F {
+            126 => (
+                usize::from(u16::from_be_bytes([bytes[at + 2], bytes[at + 3]])),
+                4,
+            ),
+            127 => panic!("no frame here is that long"),
+            n => (usize::from(n), 2),
+        };
+        frames.push((op, bytes[at + head..at + head + len].to_vec()));
+        at += head + len;
+    }
+    let pings = frames.iter().filter(|(op, _)| *op == 0x9).count();
+    assert!(pings >= 2, "{frames:?}");
+    let notice = frames
+        .iter()
+        .find(|(op, _)| *op == 0x1)
+        .expect("a close notice");
+    let v: Value = serde_json::from_slice(&notice.1).unwrap();
+    assert_eq!(v["reason"], "no_pong");
+    let close = frames
+        .iter()
+        .find(|(op, _)| *op == 0x8)
+        .expect("a close frame");
+    assert_eq!(u16::from_be_bytes([close.1[0], close.1[1]]), 4008);
+}

@@ -37,7 +37,7 @@
 
 use crate::edge::{Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
-use crate::model::{notify_api, RouteMatch, NOTIFY_ACK, NOTIFY_STREAM};
+use crate::model::{notify_api, RouteMatch, NOTIFY_ENDPOINTS};
 use portico_control::template::{decode_segment, is_valid_percent_encoding, Segment};
 use portico_control::{Api, BackendKind, Snapshot};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -310,7 +310,7 @@ pub struct RouteStage {
     /// Bindings with method `*` (any method), tried after the exact method.
     any_method: Table,
     apis: BTreeMap<String, Arc<Api>>,
-    /// The notification endpoints (`model::NOTIFY_STREAM`, `NOTIFY_ACK`): method, path, API.
+    /// The notification endpoints (`model::NOTIFY_ENDPOINTS`): method, path, API.
     notify: Vec<(&'static str, &'static str, Arc<Api>)>,
 }
 
@@ -318,7 +318,7 @@ impl RouteStage {
     /// Indexes every binding of every API in `snapshot` (APIs in id order; validation has
     /// already refused two APIs binding the same method and path shape).
     fn index(snapshot: &Snapshot) -> Self {
-        let notify = [NOTIFY_STREAM, NOTIFY_ACK]
+        let notify = NOTIFY_ENDPOINTS
             .into_iter()
             .filter_map(|e| notify_api(e).map(|api| (e.0, e.1, Arc::new(api))))
             .collect();

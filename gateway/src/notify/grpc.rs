@@ -52,6 +52,7 @@ fn status(e: &GatewayError) -> Status {
         401 => Code::Unauthenticated,
         403 => Code::PermissionDenied,
         404 => Code::NotFound,
+        429 => Code::ResourceExhausted,
         503 => Code::Unavailable,
         _ => Code::Internal,
     };
@@ -89,9 +90,9 @@ impl tonic::server::UnaryService<PublishRequest> for Unary {
             Ok(tonic::Response::new(PublishResponse {
                 events: events
                     .into_iter()
-                    .map(|(app, id)| PublishedEvent {
-                        app,
-                        id: id.to_string(),
+                    .map(|p| PublishedEvent {
+                        app: p.app,
+                        id: p.id.to_string(),
                     })
                     .collect(),
             }))

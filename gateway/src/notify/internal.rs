@@ -49,7 +49,7 @@ fn envelope(e: &GatewayError, request_id: &str) -> Response {
             "notify: publish failed"
         );
     }
-    (
+    let mut resp = (
         status,
         [
             ("content-type", "application/json"),
@@ -57,7 +57,12 @@ fn envelope(e: &GatewayError, request_id: &str) -> Response {
         ],
         e.envelope(request_id),
     )
-        .into_response()
+        .into_response();
+    if let Some(secs) = e.retry_after {
+        resp.headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, secs.into());
+    }
+    resp
 }
 
 /// Checks the bearer token: 503 without one configured, 401 `UNAUTHORIZED` when missing or
@@ -84,7 +89,8 @@ pub(super) fn authorize(state: &InternalState, headers: &HeaderMap) -> Result<()
 }
 
 /// `POST /internal/v1/notifications`: `{app?, topic, id?, payload, ttl_s?}` → 200
-/// `{"events": [{"app", "id"}]}`.
+/// `{"events": [{"app", "id"}]}`, an event carrying `"duplicate": true` when its `id` was
+/// already published (the original event's id; nothing new stored).
 async fn publish(State(state): State<InternalState>, headers: HeaderMap, body: Bytes) -> Response {
     let request_id = crate::request_id::keep_or_make(&headers);
     let answer = async {
@@ -101,7 +107,13 @@ async fn publish(State(state): State<InternalState>, headers: HeaderMap, body: B
         Ok(events) => {
             let events: Vec<serde_json::Value> = events
                 .into_iter()
-                .map(|(app, id)| serde_json::json!({"app": app, "id": id.to_string()}))
+                .map(|p| {
+                    let mut v = serde_json::json!({"app": p.app, "id": p.id.to_string()});
+                    if p.duplicate {
+                        v["duplicate"] = true.into();
+                    }
+                    v
+                })
                 .collect();
             (
                 StatusCode::OK,

@@ -5,10 +5,12 @@
 //!   /internal/v1/notifications`, a bearer token), for one app or every app granted a topic.
 //! - Events wait in the [`store::Store`]: Redis Streams with `--redis` (any node serves any
 //!   app), else a bounded queue per app on this node.
-//! - A merchant holds a signed Server-Sent Events stream (`GET /notify/v1/stream`): the
-//!   opening request goes through the edge (`ip_acl`, `route`, `auth`, the nonce,
-//!   `permit`) like any call, then [`Notifier::serve`] serves it (`sse.rs`) instead of a
-//!   backend. Acks are signed `POST /notify/v1/ack` calls to any node.
+//! - A merchant holds a signed Server-Sent Events stream (`GET /notify/v1/stream`) or
+//!   WebSocket (`GET /notify/v1/ws`): the opening request goes through the edge (`ip_acl`,
+//!   `route`, `auth`, the nonce, `permit`) like any call, then [`Notifier::serve`] serves it
+//!   instead of a backend: the session logic (`session.rs`) over one of two transports
+//!   (`sse.rs`; `ws.rs` with the frame codec `wsframe.rs`). Acks are WebSocket messages or
+//!   signed `POST /notify/v1/ack` calls to any node.
 //!
 //! The notifier reads the live plane's snapshot, handed to it on every reload
 //! ([`Notifier::apply`]), so a revoked grant closes the app's stream within a poll.
@@ -16,8 +18,11 @@
 pub mod callback;
 pub mod grpc;
 pub mod internal;
+pub mod session;
 pub mod sse;
 pub mod store;
+pub mod ws;
+pub mod wsframe;
 
 use crate::error::{Code, GatewayError};
 use crate::fleet::Fleet;
@@ -47,7 +52,8 @@ pub const MAX_KEY_CHARS: usize = 128;
 pub struct Config {
     /// Unacknowledged events are sent again after this (`--notify-ack-timeout-ms`).
     pub ack_timeout: Duration,
-    /// An SSE comment line is sent after this much silence (`--notify-heartbeat-ms`).
+    /// A heartbeat (an SSE comment line, a WebSocket ping) is sent after this much silence
+    /// (`--notify-heartbeat-ms`).
     pub heartbeat: Duration,
     /// A stream with more events delivered and unacknowledged than this is closed as a slow
     /// consumer (`--notify-max-backlog`).
@@ -65,6 +71,11 @@ pub struct Config {
     pub callback_attempts: u32,
     /// The longest wait between two tries (`--notify-callback-max-backoff-ms`).
     pub callback_max_backoff: Duration,
+    /// Publishes per app per second this node accepts (`--notify-publish-rate`); 0: no
+    /// limit.
+    pub publish_rate: u32,
+    /// Publishes per app accepted at once above the rate (`--notify-publish-burst`).
+    pub publish_burst: u32,
 }
 
 /// Dead letters kept on this node at most (the oldest forgotten).
@@ -82,6 +93,8 @@ impl Default for Config {
             callback_timeout: Duration::from_secs(5),
             callback_attempts: 10,
             callback_max_backoff: Duration::from_secs(60),
+            publish_rate: 1000,
+            publish_burst: 2000,
         }
     }
 }
@@ -97,6 +110,8 @@ pub struct NotifyMetrics {
     pub backlog: IntGaugeVec,
     pub callback_failures: IntCounter,
     pub closed: IntCounterVec,
+    pub publish_limited: IntCounterVec,
+    pub duplicates: IntCounter,
 }
 
 impl NotifyMetrics {
@@ -145,6 +160,18 @@ impl NotifyMetrics {
                 &["reason"],
             )
             .unwrap_or_else(|_| unreachable!()),
+            publish_limited: IntCounterVec::new(
+                Opts::new(
+                    "portico_notify_publish_limited_total",
+                    "Publishes refused with 429 by the per-app publish rate, by app",
+                ),
+                &["app"],
+            )
+            .unwrap_or_else(|_| unreachable!()),
+            duplicates: counter(
+                "portico_notify_duplicates_total",
+                "Publishes whose id was already published for the app and topic (answered with the original event, nothing stored)",
+            ),
         }
     }
 
@@ -158,6 +185,8 @@ impl NotifyMetrics {
         registry.register(Box::new(self.backlog.clone()))?;
         registry.register(Box::new(self.callback_failures.clone()))?;
         registry.register(Box::new(self.closed.clone()))?;
+        registry.register(Box::new(self.publish_limited.clone()))?;
+        registry.register(Box::new(self.duplicates.clone()))?;
         Ok(())
     }
 }
@@ -185,6 +214,18 @@ pub struct Notifier {
     streams: AtomicU64,
     /// Callbacks that never succeeded, newest last (at most [`MAX_DEAD_LETTERS`]).
     dead: Mutex<std::collections::VecDeque<callback::DeadLetter>>,
+    /// The per-app publish rate on this node (`None`: no limit).
+    publish_limit: Option<governor::DefaultKeyedRateLimiter<String>>,
+}
+
+/// One event a publish stored (or found already stored).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    pub app: String,
+    pub id: EventId,
+    /// The publisher's `id` was already published for this app and topic within the
+    /// topic's retention: `id` is the original event's, nothing new was stored.
+    pub duplicate: bool,
 }
 
 impl std::fmt::Debug for Notifier {
@@ -250,7 +291,6 @@ impl Notifier {
             Store::Memory(store::MemoryStore::new(config.memory_events))
         };
         Notifier {
-            config,
             store,
             metrics: NotifyMetrics::new(),
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
@@ -259,6 +299,8 @@ impl Notifier {
             fleet,
             streams: AtomicU64::new(0),
             dead: Mutex::default(),
+            publish_limit: publish_limiter(&config),
+            config,
         }
     }
 
@@ -276,14 +318,13 @@ impl Notifier {
         Arc::clone(lock(&self.wakers).entry(app.to_owned()).or_default())
     }
 
-    /// Publishes `req` (internal listener): validates it against the snapshot, stores one
-    /// event per app, and answers `[{app, id}]` in app order. Errors are the envelope's:
-    /// 400 `BAD_REQUEST`, 404 `TOPIC_NOT_FOUND`, 403 `APP_FORBIDDEN`, 413 `BODY_TOO_LARGE`,
-    /// 503 `NOTIFY_UNAVAILABLE` (the store failed).
-    pub async fn publish(
-        &self,
-        req: PublishRequest,
-    ) -> Result<Vec<(String, EventId)>, GatewayError> {
+    /// Publishes `req` (internal listener): validates it against the snapshot and the
+    /// per-app publish rate, stores one event per app (or, for a publisher `id` already
+    /// published for that app and topic within the topic's retention, finds the original),
+    /// and answers them in app order. Errors are the envelope's: 400 `BAD_REQUEST`, 404
+    /// `TOPIC_NOT_FOUND`, 403 `APP_FORBIDDEN`, 413 `BODY_TOO_LARGE`, 429 `RATE_LIMITED`
+    /// (with `Retry-After`; nothing stored), 503 `NOTIFY_UNAVAILABLE` (the store failed).
+    pub async fn publish(&self, req: PublishRequest) -> Result<Vec<Published>, GatewayError> {
         let snap = self.snapshot();
         let Some(topic) = snap.topics.get(&req.topic) else {
             return Err(GatewayError::new(
@@ -337,6 +378,7 @@ impl Notifier {
                 .map(|(k, _)| k.clone())
                 .collect(),
         };
+        self.check_publish_rate(&apps)?;
         let now = portico_control::clock::now_ms();
         let mut out = Vec::with_capacity(apps.len());
         for app in apps {
@@ -347,16 +389,54 @@ impl Notifier {
                 expires_at_ms: req.ttl_s.map_or(0, |t| now.saturating_add(t * 1000)),
                 key: req.id.clone(),
                 retention_ms: self.retention_ms(&snap, &app),
+                dedupe_ms: retention_s.saturating_mul(1000),
             };
-            let id = self.store.publish(&app, event).await.map_err(|e| {
+            let stored = self.store.publish(&app, event).await.map_err(|e| {
                 GatewayError::new(Code::NotifyUnavailable, "the notification store failed")
                     .with_detail(e)
             })?;
-            self.metrics.published.inc();
-            self.waker(&app).notify_waiters();
-            out.push((app, id));
+            if stored.duplicate {
+                self.metrics.duplicates.inc();
+            } else {
+                self.metrics.published.inc();
+                self.waker(&app).notify_waiters();
+            }
+            out.push(Published {
+                app,
+                id: stored.id,
+                duplicate: stored.duplicate,
+            });
         }
         Ok(out)
+    }
+
+    /// The per-app publish rate (docs/OPERATIONS.md, "Notifications"): each app of the
+    /// publish takes one token; if any has none left, 429 `RATE_LIMITED` with the wait
+    /// before that app may publish again (at least 1 s) and nothing is stored.
+    fn check_publish_rate(&self, apps: &[String]) -> Result<(), GatewayError> {
+        use governor::clock::Clock as _;
+        let Some(limit) = &self.publish_limit else {
+            return Ok(());
+        };
+        for app in apps {
+            if let Err(not_until) = limit.check_key(app) {
+                let wait = not_until.wait_time_from(limit.clock().now());
+                self.metrics
+                    .publish_limited
+                    .with_label_values(&[app.as_str()])
+                    .inc();
+                let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+                return Err(GatewayError::new(
+                    Code::RateLimited,
+                    format!(
+                        "app {app:?} publishes faster than {} per second (burst {}); retry later",
+                        self.config.publish_rate, self.config.publish_burst
+                    ),
+                )
+                .with_retry_after(secs));
+            }
+        }
+        Ok(())
     }
 
     /// The longest retention of the topics `app` may receive (its queue is trimmed by it).
@@ -371,10 +451,11 @@ impl Notifier {
     }
 
     /// Request phase, after `permit`: serves a notification endpoint for the authenticated
-    /// `app_key`: the stream (`sse.rs`; `Response::Streamed` once it ends) or an ack
-    /// (`Response::Whole` `{"acked": n}`). Refusals: 400 (a bad body or `Last-Event-ID`), 403
-    /// `APP_FORBIDDEN` (an app that receives callbacks), 503 `CONNECTION_LIMIT`,
-    /// `NOTIFY_UNAVAILABLE`.
+    /// `app_key`: the SSE stream (`sse.rs`; `Response::Streamed(200)` once it ends), the
+    /// WebSocket (`ws.rs`; `Response::Streamed(101)` once it ends) or an ack
+    /// (`Response::Whole` `{"acked": n}`). Refusals, before any stream or upgrade: 400 (a bad
+    /// body, `Last-Event-ID` or WebSocket handshake), 403 `APP_FORBIDDEN` (an app that
+    /// receives callbacks), 503 `CONNECTION_LIMIT`, `NOTIFY_UNAVAILABLE`.
     pub async fn serve(
         &self,
         api_id: &str,
@@ -385,6 +466,9 @@ impl Notifier {
     ) -> Result<Response, GatewayError> {
         if api_id == crate::model::NOTIFY_ACK.2 {
             return self.ack(app_key, body).await;
+        }
+        if api_id == crate::model::NOTIFY_WS.2 {
+            return ws::serve(self, session, app_key, request_id).await;
         }
         sse::serve(self, session, app_key, request_id).await
     }
@@ -407,18 +491,25 @@ impl Notifier {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let n = self.store.ack(app_key, &ids).await.map_err(|e| {
+        let n = self.ack_ids(app_key, &ids).await.map_err(|e| {
             GatewayError::new(Code::NotifyUnavailable, "the notification store failed")
                 .with_detail(e)
         })?;
-        self.metrics.acked.inc_by(n);
-        self.waker(app_key).notify_waiters();
         let body = serde_json::json!({"acked": n}).to_string();
         Ok(Response::Whole(Whole {
             status: 200,
             headers: Vec::new(),
             body: Bytes::from(body),
         }))
+    }
+
+    /// Acknowledges `ids` of `app` (an HTTP ack or a WebSocket ack message); answers how
+    /// many were pending, and wakes the app's session (room for new events).
+    pub async fn ack_ids(&self, app: &str, ids: &[EventId]) -> Result<u64, String> {
+        let n = self.store.ack(app, ids).await?;
+        self.metrics.acked.inc_by(n);
+        self.waker(app).notify_waiters();
+        Ok(n)
     }
 
     /// Takes the app's stream slot on this node (and, with Redis, cluster-wide): a stream
@@ -518,6 +609,15 @@ impl Notifier {
         }
         out
     }
+}
+
+/// The per-app publish limiter of `config` (`None` with a rate of 0).
+fn publish_limiter(config: &Config) -> Option<governor::DefaultKeyedRateLimiter<String>> {
+    let rate = std::num::NonZeroU32::new(config.publish_rate)?;
+    let burst = std::num::NonZeroU32::new(config.publish_burst.max(config.publish_rate))?;
+    Some(governor::RateLimiter::keyed(
+        governor::Quota::per_second(rate).allow_burst(burst),
+    ))
 }
 
 /// How long a stream's cluster-wide claim on its app lasts without a refresh.

@@ -1,45 +1,21 @@
-//! The Server-Sent Events stream `GET /notify/v1/stream` (docs/PROTOCOL.md,
-//! "Notifications"): pending events of an earlier stream first, then new ones in publish
-//! order, each as `id: <event id>` / `event: notification` / `data: <JSON>`; a comment line
-//! after `heartbeat` of silence; unacknowledged events again after the ack timeout. The
-//! gateway ends the stream with `event: close` / `data: {"reason", "message"}` when the
-//! app's grant is revoked (`revoked`), a newer stream of the app replaced it (`replaced`),
-//! or the merchant let `max_backlog` delivered events wait for an ack for longer than the
-//! ack timeout (`slow_consumer`). At most `max_backlog` events are unacknowledged at a
-//! time: the stream sends new ones as acks make room, so nothing buffers without bound.
+//! The Server-Sent Events transport of a notification session, `GET /notify/v1/stream`
+//! (docs/PROTOCOL.md, "Notifications"; the session itself is `session.rs`): each event as
+//! `id: <event id>` / `event: notification` / `data: <JSON>`; a comment line after
+//! `heartbeat` of silence; the gateway's close as `event: close` / `data: {"reason",
+//! "message"}`. The merchant cannot talk back on it: acks are `POST /notify/v1/ack`, and a
+//! reconnect resumes after `Last-Event-ID`.
 
+use super::session::{self, Close, Delivery, Transport};
 use super::store::{Event, EventId};
-use super::{granted, Notifier};
+use super::Notifier;
 use crate::error::{Code, GatewayError};
 use crate::model::Response;
 use bytes::Bytes;
 use pingora_http::ResponseHeader;
 use pingora_proxy::Session;
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
-
-/// Events read from the store per poll at most.
-const BATCH: usize = 200;
-/// How often a stream checks that it still holds its app.
-const HOLD_CHECK: Duration = Duration::from_millis(500);
-
-/// Why the gateway ended a stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Close {
-    pub reason: &'static str,
-    pub message: String,
-}
-
-/// Counts the stream open for its lifetime.
-struct Open<'a>(&'a Notifier);
-
-impl Drop for Open<'_> {
-    fn drop(&mut self) {
-        self.0.streams.fetch_sub(1, Ordering::Relaxed);
-        self.0.metrics.connections.dec();
-    }
-}
+use std::pin::Pin;
+use std::time::Duration;
 
 /// `published_at` as RFC 3339 with milliseconds.
 fn rfc3339(ms: u64) -> String {
@@ -91,13 +67,6 @@ pub async fn serve(
     app: &str,
     request_id: &str,
 ) -> Result<Response, GatewayError> {
-    let snap = n.snapshot();
-    if snap.apps.get(app).is_some_and(|a| a.callback_url.is_some()) {
-        return Err(GatewayError::new(
-            Code::AppForbidden,
-            "this app receives its notifications by callback (callback_url); it cannot open a stream",
-        ));
-    }
     let last_acked = match session
         .req_header()
         .headers
@@ -112,21 +81,18 @@ pub async fn serve(
             ))
         }
     };
-    if n.streams.fetch_add(1, Ordering::Relaxed) >= n.config.max_streams {
-        n.streams.fetch_sub(1, Ordering::Relaxed);
-        return Err(GatewayError::new(
-            Code::ConnectionLimit,
-            "this gateway holds as many notification streams as it may; try another",
-        )
-        .with_retry_after(1));
-    }
-    n.metrics.connections.inc();
-    let _open = Open(n);
+    let _open = session::open(n, app)?;
     let unavailable = |e: String| {
         GatewayError::new(Code::NotifyUnavailable, "the notification store failed").with_detail(e)
     };
     let token = n.hold(app).await;
-    let resumed = n.store.resume(app, last_acked).await.map_err(unavailable)?;
+    let resumed = match n.store.resume(app, last_acked).await {
+        Ok(r) => r,
+        Err(e) => {
+            n.release(app, token);
+            return Err(unavailable(e));
+        }
+    };
 
     let mut head = ResponseHeader::build(200, Some(6))
         .map_err(|e| GatewayError::internal(format!("response header: {e}")))?;
@@ -146,185 +112,62 @@ pub async fn serve(
         n.release(app, token);
         return Ok(Response::Streamed(200));
     }
-    let mut stream = Stream {
-        n,
-        session,
-        app,
-        token,
-        last_write: Instant::now(),
-        last_hold_check: Instant::now(),
-    };
-    let end = stream.run(resumed).await;
-    if let Some(close) = &end {
-        n.metrics.closed.with_label_values(&[close.reason]).inc();
-        tracing::info!(app, reason = close.reason, message = %close.message, "notify: stream closed by the gateway");
-        let _ = stream.write(close_frame(close)).await;
-        let _ = stream.session.write_response_body(None, true).await;
+    let mut sse = Sse { session };
+    if sse
+        .write("retry: 1000\n: connected\n\n".to_owned())
+        .await
+        .is_ok()
+    {
+        let end = Delivery::new(n, app, token).run(&mut sse, resumed).await;
+        if let Some(close) = &end {
+            n.metrics.closed.with_label_values(&[close.reason]).inc();
+            tracing::info!(app, reason = close.reason, message = %close.message, "notify: stream closed by the gateway");
+            sse.close(close).await;
+        }
     }
     n.release(app, token);
     Ok(Response::Streamed(200))
 }
 
-struct Stream<'a> {
-    n: &'a Notifier,
+/// The SSE transport: the response body of the stream.
+struct Sse<'a> {
     session: &'a mut Session,
-    app: &'a str,
-    token: u64,
-    last_write: Instant,
-    last_hold_check: Instant,
 }
 
-impl Stream<'_> {
+impl Sse<'_> {
     async fn write(&mut self, text: String) -> Result<(), ()> {
-        self.last_write = Instant::now();
         self.session
             .write_response_body(Some(Bytes::from(text)), false)
             .await
             .map_err(|_| ())
     }
+}
 
-    /// Why the stream must end now, if it must: revoked, replaced.
-    async fn check(&mut self) -> Option<Close> {
-        let snap = self.n.snapshot();
-        let active = snap
-            .apps
-            .get(self.app)
-            .is_some_and(|a| a.status == portico_control::v1::AppStatus::Active);
-        if !active || super::granted_topics(&snap, self.app).is_empty() {
-            return Some(Close {
-                reason: "revoked",
-                message: "this app is no longer granted any notification topic".into(),
-            });
-        }
-        if self.last_hold_check.elapsed() >= HOLD_CHECK {
-            self.last_hold_check = Instant::now();
-            if !self.n.holds(self.app, self.token).await {
-                return Some(Close {
-                    reason: "replaced",
-                    message: "a newer stream of this app was opened".into(),
-                });
-            }
-        }
-        None
-    }
-
-    /// Sends `events` (dropping expired ones and topics no longer granted, which are
-    /// acknowledged); `Err` when the merchant is gone.
-    async fn send(&mut self, events: Vec<Event>, again: bool) -> Result<(), ()> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        let snap = self.n.snapshot();
-        let now = portico_control::clock::now_ms();
+impl Transport for Sse<'_> {
+    async fn events(&mut self, events: &[&Event]) -> Result<(), ()> {
         let mut text = String::new();
-        let mut dropped = Vec::new();
-        let mut sent = 0;
-        for e in &events {
-            let allowed = snap
-                .apps
-                .get(self.app)
-                .is_some_and(|a| granted(&snap, self.app, a, &e.topic));
-            if !allowed || (e.expires_at_ms > 0 && e.expires_at_ms <= now) {
-                dropped.push(e.id);
-                continue;
-            }
+        for e in events {
             frame(&mut text, e);
-            sent += 1;
         }
-        if !dropped.is_empty() {
-            let _ = self.n.store.ack(self.app, &dropped).await;
-        }
-        if text.is_empty() {
-            return Ok(());
-        }
-        self.write(text).await?;
-        if again {
-            self.n.metrics.redelivered.inc_by(sent);
-        } else {
-            self.n.metrics.delivered.inc_by(sent);
-        }
-        Ok(())
+        self.write(text).await
     }
 
-    /// The stream's loop; `Some(close)` when the gateway ends it, `None` when the merchant
-    /// went away.
-    async fn run(&mut self, resumed: Vec<Event>) -> Option<Close> {
-        if self
-            .write("retry: 1000\n: connected\n\n".to_owned())
-            .await
-            .is_err()
-        {
-            return None;
-        }
-        let mut pending = resumed.len() as u64;
-        if self.send(resumed, true).await.is_err() {
-            return None;
-        }
-        let limit = self.n.config.max_backlog;
-        let mut full_since: Option<Instant> = None;
-        let waker = self.n.waker(self.app);
-        let ack_timeout = self.n.config.ack_timeout.as_millis() as u64;
-        loop {
-            if let Some(close) = self.check().await {
-                return Some(close);
-            }
-            // Register for a wake-up before looking, so a publish in between is not missed.
-            let woken = waker.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            let room = usize::try_from(limit.saturating_sub(pending)).unwrap_or(BATCH);
-            let batch = match self
-                .n
-                .store
-                .poll(self.app, ack_timeout, room.min(BATCH))
-                .await
-            {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::warn!(app = self.app, error = %e, "notify: polling the store failed");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    continue;
-                }
-            };
-            self.n
-                .metrics
-                .backlog
-                .with_label_values(&[self.app])
-                .set(i64::try_from(batch.pending).unwrap_or(i64::MAX));
-            let busy = !batch.fresh.is_empty() || !batch.redeliver.is_empty();
-            if self.send(batch.redeliver, true).await.is_err()
-                || self.send(batch.fresh, false).await.is_err()
-            {
-                return None;
-            }
-            pending = batch.pending;
-            if pending < limit {
-                full_since = None;
-            } else if full_since.get_or_insert_with(Instant::now).elapsed()
-                >= self.n.config.ack_timeout
-            {
-                return Some(Close {
-                    reason: "slow_consumer",
-                    message: format!(
-                        "{pending} notifications have waited for an ack for more than {} ms (at most {limit} may); ack as you go, then reconnect",
-                        ack_timeout
-                    ),
-                });
-            }
-            if busy {
-                continue;
-            }
-            let heartbeat = self.n.config.heartbeat;
-            let until_beat = heartbeat.saturating_sub(self.last_write.elapsed());
-            if until_beat.is_zero() {
-                if self.write(": heartbeat\n\n".to_owned()).await.is_err() {
-                    return None;
-                }
-                continue;
-            }
-            let wait = self.n.config.poll.min(until_beat);
-            let _ = tokio::time::timeout(wait, woken).await;
-        }
+    async fn heartbeat(&mut self) -> Result<(), ()> {
+        self.write(": heartbeat\n\n".to_owned()).await
+    }
+
+    async fn wait(
+        &mut self,
+        wait: Duration,
+        woken: Pin<&mut tokio::sync::futures::Notified<'_>>,
+    ) -> Result<Vec<EventId>, ()> {
+        let _ = tokio::time::timeout(wait, woken).await;
+        Ok(Vec::new())
+    }
+
+    async fn close(&mut self, close: &Close) {
+        let _ = self.write(close_frame(close)).await;
+        let _ = self.session.write_response_body(None, true).await;
     }
 }
 

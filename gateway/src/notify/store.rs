@@ -14,6 +14,16 @@
 //! out of order and on any node: `XACK` by id needs no read-modify-write of an offset, and
 //! the pending list is exactly the set to redeliver.
 //!
+//! # De-duplication by the publisher's id
+//! An event with a publisher `id` (`key`) is stored once per app, topic and id within the
+//! topic's retention (`dedupe_ms`); publishing it again answers the original event id with
+//! `duplicate`. With Redis, one script does "is `portico:notify:{app}:dedupe:<topic>:<id>`
+//! set? else `XADD` and set it to the new id, expiring after the retention" atomically, in
+//! the one round trip `XADD` took alone, so two nodes publishing the same id at once store
+//! one event (the key shares the stream's `{app}` hash tag, so a Redis Cluster keeps both
+//! on one shard). In memory, a map per app of at most [`MEMORY_DEDUPE_KEYS`] ids (the
+//! oldest forgotten first).
+//!
 //! # Memory: the same semantics, on one node
 //! A queue per app of at most `memory_max_events` events (the oldest dropped beyond it, and
 //! after the retention), a cursor, and the pending (delivered, unacknowledged) ids with the
@@ -28,6 +38,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 const GROUP: &str = "merchant";
 /// Pending events sent again per poll at most.
 pub const REDELIVER_MAX: usize = 200;
+/// Without Redis: publisher ids remembered per app at most, for de-duplication.
+pub const MEMORY_DEDUPE_KEYS: usize = 100_000;
 
 /// An event id: `<unix ms>-<sequence>`, as Redis Streams assign them; ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -78,6 +90,17 @@ pub struct NewEvent {
     pub key: Option<String>,
     /// Events older than this many ms may be trimmed from the app's queue.
     pub retention_ms: u64,
+    /// How long `key` is remembered for de-duplication, in ms (the topic's retention).
+    pub dedupe_ms: u64,
+}
+
+/// What a publish stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    pub id: EventId,
+    /// The key was already published for the app and topic: `id` is the original's and
+    /// nothing was stored.
+    pub duplicate: bool,
 }
 
 /// What one poll of an app's queue found.
@@ -106,8 +129,9 @@ impl Store {
         }
     }
 
-    /// Appends an event to `app`'s queue; returns its id.
-    pub async fn publish(&self, app: &str, event: NewEvent) -> Result<EventId, String> {
+    /// Appends an event to `app`'s queue, unless its key was already published for the app
+    /// and topic within `dedupe_ms`; returns its id (or the original's).
+    pub async fn publish(&self, app: &str, event: NewEvent) -> Result<Stored, String> {
         match self {
             Store::Memory(m) => Ok(m.publish(app, event)),
             Store::Redis(r) => r.publish(app, event).await,
@@ -166,6 +190,10 @@ struct AppQueue {
     cursor: Option<EventId>,
     /// The last id assigned.
     last: Option<EventId>,
+    /// Publisher ids seen: `(topic, key)` → (event id, forgotten after this unix ms).
+    keys: HashMap<(String, String), (EventId, u64)>,
+    /// The same, oldest first, to forget beyond [`MEMORY_DEDUPE_KEYS`].
+    key_order: VecDeque<(String, String)>,
 }
 
 /// A bounded queue per app on this node.
@@ -190,10 +218,31 @@ impl MemoryStore {
         self.apps.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn publish(&self, app: &str, e: NewEvent) -> EventId {
+    fn publish(&self, app: &str, e: NewEvent) -> Stored {
         let now = portico_control::clock::now_ms();
         let mut apps = self.lock();
         let q = apps.entry(app.to_owned()).or_default();
+        // Forget expired keys (oldest first) and those beyond the bound.
+        while let Some(front) = q.key_order.front() {
+            let expired = q.keys.get(front).is_none_or(|(_, until)| *until <= now);
+            if !expired && q.key_order.len() <= MEMORY_DEDUPE_KEYS {
+                break;
+            }
+            if let Some(k) = q.key_order.pop_front() {
+                q.keys.remove(&k);
+            }
+        }
+        let dedupe = e.key.as_ref().map(|k| (e.topic.clone(), k.clone()));
+        if let Some(k) = &dedupe {
+            if let Some((id, until)) = q.keys.get(k) {
+                if *until > now {
+                    return Stored {
+                        id: *id,
+                        duplicate: true,
+                    };
+                }
+            }
+        }
         let id = match q.last {
             Some(last) if last.ms >= now => EventId {
                 ms: last.ms,
@@ -224,7 +273,18 @@ impl MemoryStore {
             q.pending.remove(&gone);
             q.events.pop_front();
         }
-        id
+        if let Some(k) = dedupe {
+            if q.keys
+                .insert(k.clone(), (id, now.saturating_add(e.dedupe_ms)))
+                .is_none()
+            {
+                q.key_order.push_back(k);
+            }
+        }
+        Stored {
+            id,
+            duplicate: false,
+        }
     }
 
     fn resume(&self, app: &str, last_acked: Option<EventId>) -> Vec<Event> {
@@ -329,6 +389,20 @@ fn stream_key(app: &str) -> String {
     format!("portico:notify:{{{app}}}")
 }
 
+fn dedupe_key(app: &str, topic: &str, key: &str) -> String {
+    format!("portico:notify:{{{app}}}:dedupe:{topic}:{key}")
+}
+
+/// KEYS: the de-duplication key, the stream. ARGV: its expiry (ms), `MINID`, then the
+/// entry's fields and values. Answers `{1, new id}` or `{0, original id}`.
+const PUBLISH_ONCE: &str = r"
+local prev = redis.call('GET', KEYS[1])
+if prev then return {0, prev} end
+local id = redis.call('XADD', KEYS[2], 'MINID', '~', ARGV[2], '*', unpack(ARGV, 3))
+redis.call('SET', KEYS[1], id, 'PX', ARGV[1])
+return {1, id}
+";
+
 /// Redis's answer as text, for errors.
 fn failed(fleet: &Fleet, what: &str, e: &redis::RedisError) -> String {
     if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
@@ -424,10 +498,38 @@ impl RedisStore {
         }
     }
 
-    async fn publish(&self, app: &str, e: NewEvent) -> Result<EventId, String> {
+    async fn publish(&self, app: &str, e: NewEvent) -> Result<Stored, String> {
         self.ensure_group(app).await?;
         let mut c = self.conn()?;
         let oldest = portico_control::clock::now_ms().saturating_sub(e.retention_ms);
+        if let Some(k) = &e.key {
+            let script = redis::Script::new(PUBLISH_ONCE);
+            let mut inv = script.prepare_invoke();
+            inv.key(dedupe_key(app, &e.topic, k))
+                .key(stream_key(app))
+                .arg(e.dedupe_ms.max(1))
+                .arg(oldest)
+                .arg("t")
+                .arg(&e.topic)
+                .arg("p")
+                .arg(&e.payload)
+                .arg("at")
+                .arg(e.published_at_ms)
+                .arg("x")
+                .arg(e.expires_at_ms)
+                .arg("k")
+                .arg(k);
+            let (fresh, id): (i64, String) = inv
+                .invoke_async(&mut c)
+                .await
+                .map_err(|err| failed(&self.fleet, "XADD (once)", &err))?;
+            let id =
+                EventId::parse(&id).ok_or_else(|| format!("XADD answered an odd id {id:?}"))?;
+            return Ok(Stored {
+                id,
+                duplicate: fresh == 0,
+            });
+        }
         let mut cmd = redis::cmd("XADD");
         cmd.arg(stream_key(app))
             .arg("MINID")
@@ -449,7 +551,11 @@ impl RedisStore {
             .query_async(&mut c)
             .await
             .map_err(|err| failed(&self.fleet, "XADD", &err))?;
-        EventId::parse(&id).ok_or_else(|| format!("XADD answered an odd id {id:?}"))
+        let id = EventId::parse(&id).ok_or_else(|| format!("XADD answered an odd id {id:?}"))?;
+        Ok(Stored {
+            id,
+            duplicate: false,
+        })
     }
 
     async fn resume(&self, app: &str, last_acked: Option<EventId>) -> Result<Vec<Event>, String> {
@@ -613,6 +719,7 @@ mod tests {
             expires_at_ms: 0,
             key: None,
             retention_ms: 86_400_000,
+            dedupe_ms: 86_400_000,
         }
     }
 
@@ -629,7 +736,7 @@ mod tests {
     #[test]
     fn memory_delivers_in_order_redelivers_and_forgets_acked() {
         let m = MemoryStore::new(3);
-        let ids: Vec<EventId> = (0..4).map(|_| m.publish("a", new("t"))).collect();
+        let ids: Vec<EventId> = (0..4).map(|_| m.publish("a", new("t")).id).collect();
         assert!(ids.windows(2).all(|w| w[0] < w[1]));
         // Bounded: the oldest was dropped.
         assert_eq!(m.backlog("a"), 3);
@@ -651,5 +758,27 @@ mod tests {
             vec![ids[3]]
         );
         assert_eq!(m.backlog("a"), 1);
+    }
+
+    #[test]
+    fn memory_stores_a_publisher_id_once_per_topic_within_the_window() {
+        let m = MemoryStore::new(100);
+        let keyed = |topic: &str, key: &str, dedupe_ms: u64| NewEvent {
+            key: Some(key.into()),
+            dedupe_ms,
+            ..new(topic)
+        };
+        let first = m.publish("a", keyed("t", "k1", 60_000));
+        assert!(!first.duplicate);
+        let again = m.publish("a", keyed("t", "k1", 60_000));
+        assert_eq!((again.id, again.duplicate), (first.id, true));
+        // Another topic, another app, another key: new events.
+        assert!(!m.publish("a", keyed("u", "k1", 60_000)).duplicate);
+        assert!(!m.publish("b", keyed("t", "k1", 60_000)).duplicate);
+        assert!(!m.publish("a", keyed("t", "k2", 60_000)).duplicate);
+        assert_eq!(m.backlog("a"), 3);
+        // A window of 0 ms: remembered for no time at all.
+        assert!(!m.publish("a", keyed("t", "k3", 0)).duplicate);
+        assert!(!m.publish("a", keyed("t", "k3", 0)).duplicate);
     }
 }
