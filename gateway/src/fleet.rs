@@ -353,10 +353,15 @@ impl Fleet {
         }
     }
 
-    /// The shared Redis connection while Redis is configured and answering (the
-    /// notifications store, `notify/store.rs`, runs its commands on it); `None` otherwise.
+    /// The shared Redis connection while Redis is configured and answering; `None`
+    /// otherwise.
     pub fn redis_conn(&self) -> Option<ConnectionManager> {
         self.conn()
+    }
+
+    /// The Redis URL (`--redis`), for a module that needs its own connection.
+    pub fn redis_url(&self) -> Option<&str> {
+        self.redis.as_ref().map(|r| r.url.as_str())
     }
 
     /// Records a failed Redis command of another module (the notifications store): counted
@@ -482,10 +487,17 @@ impl NonceClaim {
 }
 
 async fn connect(url: &str) -> redis::RedisResult<ConnectionManager> {
+    connect_with(url, REDIS_TIMEOUT).await
+}
+
+/// A connection to `url` whose commands time out after `timeout` (connecting too); it
+/// reconnects by itself. The fleet's own uses [`REDIS_TIMEOUT`]; the notifications store
+/// opens another, so its traffic never queues behind or before the request path's.
+pub async fn connect_with(url: &str, timeout: Duration) -> redis::RedisResult<ConnectionManager> {
     let client = redis::Client::open(url)?;
     let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(REDIS_TIMEOUT)
-        .set_response_timeout(REDIS_TIMEOUT)
+        .set_connection_timeout(timeout)
+        .set_response_timeout(timeout)
         .set_number_of_retries(1);
     ConnectionManager::new_with_config(client, config).await
 }

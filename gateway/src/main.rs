@@ -626,6 +626,8 @@ fn start_internal(
     args: &Args,
     shared: &Arc<Shared>,
 ) -> anyhow::Result<()> {
+    // Streams on this node are woken by publishes on any node (with Redis).
+    control_rt.spawn(shared.notify.clone().follow_wakes());
     if args.internal_listen.trim() == "off" {
         tracing::info!("internal listener off: notifications cannot be published on this node");
         return Ok(());

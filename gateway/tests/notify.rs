@@ -276,6 +276,13 @@ fn killing_the_node_holding_the_stream_loses_nothing() {
     let t = tree();
     let a = node(&t, Some(&redis), &[]);
     let b = node(&t, Some(&redis), &[]);
+    // Both follow the wake channel: a publish on b wakes the stream on a, which otherwise
+    // polls only every second.
+    for n in [&a, &b] {
+        assert!(wait_until(Duration::from_secs(10), || {
+            n.gw.status()["notify"]["wake_subscribed"] == true
+        }));
+    }
     let sse = open(&a.gw, None);
     for i in 0..100u64 {
         publish(&b, Some(KEY), "orders", json!({"seq": i}));

@@ -34,7 +34,7 @@ use portico_control::{v1, Snapshot};
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 use serde::Deserialize;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use store::{EventId, NewEvent, Store};
@@ -216,7 +216,14 @@ pub struct Notifier {
     dead: Mutex<std::collections::VecDeque<callback::DeadLetter>>,
     /// The per-app publish rate on this node (`None`: no limit).
     publish_limit: Option<governor::DefaultKeyedRateLimiter<String>>,
+    /// With Redis: this node is subscribed to [`store::WAKE_CHANNEL`], so a stream is woken
+    /// by a publish on any node and polls only as a safety net ([`Notifier::poll_every`]).
+    wake_subscribed: AtomicBool,
 }
+
+/// How often a stream polls Redis while the node is subscribed to the wake channel: only
+/// for redeliveries after the ack timeout and as a safety net for a lost wake message.
+pub const POLL_WHEN_SUBSCRIBED: Duration = Duration::from_secs(1);
 
 /// One event a publish stored (or found already stored).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -300,13 +307,82 @@ impl Notifier {
             streams: AtomicU64::new(0),
             dead: Mutex::default(),
             publish_limit: publish_limiter(&config),
+            wake_subscribed: AtomicBool::new(false),
             config,
+        }
+    }
+
+    /// How long an idle stream waits for a wake-up before it polls the store again:
+    /// `config.poll`, or [`POLL_WHEN_SUBSCRIBED`] while publishes on every node wake it.
+    pub fn poll_every(&self) -> Duration {
+        if self.wake_subscribed.load(Ordering::Relaxed) {
+            self.config.poll.max(POLL_WHEN_SUBSCRIBED)
+        } else {
+            self.config.poll
+        }
+    }
+
+    /// With Redis: follows [`store::WAKE_CHANNEL`] on a connection of its own for the life
+    /// of the process, waking this node's stream of each app announced (reconnecting with
+    /// a growing pause; streams poll at `config.poll` while it is not subscribed).
+    pub async fn follow_wakes(self: Arc<Self>) {
+        use futures::StreamExt;
+        let Some(url) = self.fleet.redis_url().map(str::to_owned) else {
+            return;
+        };
+        let mut pause = Duration::from_millis(250);
+        loop {
+            let subscribed = async {
+                let client = redis::Client::open(url.as_str())?;
+                let mut pubsub =
+                    tokio::time::timeout(store::REDIS_TIMEOUT, client.get_async_pubsub())
+                        .await
+                        .map_err(|_| {
+                            redis::RedisError::from(std::io::Error::from(
+                                std::io::ErrorKind::TimedOut,
+                            ))
+                        })??;
+                pubsub.subscribe(store::WAKE_CHANNEL).await?;
+                Ok::<_, redis::RedisError>(pubsub)
+            }
+            .await;
+            match subscribed {
+                Ok(mut pubsub) => {
+                    pause = Duration::from_millis(250);
+                    self.wake_subscribed.store(true, Ordering::Relaxed);
+                    tracing::info!(channel = store::WAKE_CHANNEL, "notify: following wake-ups");
+                    let mut messages = pubsub.on_message();
+                    while let Some(msg) = messages.next().await {
+                        let Ok(app) = msg.get_payload::<String>() else {
+                            continue;
+                        };
+                        let waker = lock(&self.wakers).get(&app).cloned();
+                        if let Some(w) = waker {
+                            w.notify_waiters();
+                        }
+                    }
+                    self.wake_subscribed.store(false, Ordering::Relaxed);
+                    tracing::warn!(
+                        "notify: the wake-up subscription ended; streams poll until it is back"
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "notify: subscribing to wake-ups failed");
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(5));
         }
     }
 
     /// Reload phase (the live plane's `apply`): the snapshot grants are read from.
     pub fn apply(&self, snapshot: Arc<Snapshot>) {
         self.snapshot.store(snapshot);
+        // Every stream checks its grants now, so a revoked one closes at once rather than
+        // at its next poll.
+        for w in lock(&self.wakers).values() {
+            w.notify_waiters();
+        }
     }
 
     /// The snapshot in force.
@@ -600,6 +676,12 @@ impl Notifier {
             "dead_letters": lock(&self.dead).iter().rev().take(100).collect::<Vec<_>>(),
             "dead_letters_total": lock(&self.dead).len(),
         });
+        if let (Store::Redis(_), Some(obj)) = (&self.store, out.as_object_mut()) {
+            obj.insert(
+                "wake_subscribed".into(),
+                self.wake_subscribed.load(Ordering::Relaxed).into(),
+            );
+        }
         if let (Store::Memory(m), Some(obj)) = (&self.store, out.as_object_mut()) {
             obj.insert("memory_max_events".into(), self.config.memory_events.into());
             obj.insert(

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 /// Events read from the store per poll at most.
 const BATCH: usize = 200;
-/// How often a session checks that it still holds its app.
-const HOLD_CHECK: Duration = Duration::from_millis(500);
+/// How often a session checks that it still holds its app (a newer stream of the app on
+/// another node closes it as `replaced` within this).
+const HOLD_CHECK: Duration = Duration::from_secs(1);
 
 /// Why the gateway ended a session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -243,7 +244,7 @@ impl<'a> Delivery<'a> {
                 }
                 continue;
             }
-            let wait = self.n.config.poll.min(until_beat);
+            let wait = self.n.poll_every().min(until_beat);
             match t.wait(wait, woken).await {
                 Ok(acked) if !acked.is_empty() => {
                     if let Err(e) = self.n.ack_ids(self.app, &acked).await {

@@ -31,7 +31,7 @@
 
 use crate::fleet::Fleet;
 use redis::Value;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The consumer group (and its one consumer) of every app stream.
@@ -380,10 +380,24 @@ impl MemoryStore {
 // ---------------------------------------------------------------------------------------
 // Redis
 
-/// Redis Streams through the fleet's shared connection (`fleet.rs`).
+/// Redis Streams on a connection of their own (to the fleet's Redis, `fleet.rs`), so that
+/// notification traffic never delays the request path's nonce records and leases.
 pub struct RedisStore {
     fleet: Arc<Fleet>,
+    conn: tokio::sync::OnceCell<redis::aio::ConnectionManager>,
+    /// Apps whose consumer group this process created or found, so that a publish does not
+    /// send `XGROUP CREATE` every time; an app is forgotten on `NOGROUP` (Redis lost it).
+    groups: Mutex<HashSet<String>>,
 }
+
+/// The Pub/Sub channel every gateway with Redis subscribes to: a message is the key of an
+/// app whose stream grew, so that a stream held on another node is woken at once instead
+/// of at its next poll (docs/OPERATIONS.md, "Notifications").
+pub const WAKE_CHANNEL: &str = "portico:notify:wake";
+
+/// The longest a notifications command may take (the request path's Redis commands have
+/// `fleet::REDIS_TIMEOUT`; a batch of events is bigger and nothing waits on it inline).
+pub const REDIS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn stream_key(app: &str) -> String {
     format!("portico:notify:{{{app}}}")
@@ -403,12 +417,18 @@ redis.call('SET', KEYS[1], id, 'PX', ARGV[1])
 return {1, id}
 ";
 
-/// Redis's answer as text, for errors.
+/// Redis's answer as text, for errors. A lost connection is reported to the fleet (its
+/// probe decides when Redis is back); a slow command is not: notifications run on their own
+/// connection and their load must not switch the request path's Redis features off.
 fn failed(fleet: &Fleet, what: &str, e: &redis::RedisError) -> String {
-    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
         fleet.redis_failed(format!("notify {what}: {e}"));
     }
     format!("{what}: {e}")
+}
+
+fn lock_set(m: &Mutex<HashSet<String>>) -> MutexGuard<'_, HashSet<String>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn text(v: &Value) -> Option<String> {
@@ -470,19 +490,58 @@ fn read_entries(v: &Value) -> Vec<Event> {
 
 impl RedisStore {
     pub fn new(fleet: Arc<Fleet>) -> RedisStore {
-        RedisStore { fleet }
+        RedisStore {
+            fleet,
+            conn: tokio::sync::OnceCell::new(),
+            groups: Mutex::new(HashSet::new()),
+        }
     }
 
-    fn conn(&self) -> Result<redis::aio::ConnectionManager, String> {
-        self.fleet
-            .redis_conn()
-            .ok_or_else(|| "Redis is not reachable".to_owned())
+    /// This store's connection, opened on first use; `Err` while the fleet's probe finds
+    /// Redis down (fail fast rather than wait for a timeout).
+    async fn conn(&self) -> Result<redis::aio::ConnectionManager, String> {
+        let url = self
+            .fleet
+            .redis_url()
+            .filter(|_| self.fleet.redis_up())
+            .ok_or_else(|| "Redis is not reachable".to_owned())?;
+        self.conn
+            .get_or_try_init(|| crate::fleet::connect_with(url, REDIS_TIMEOUT))
+            .await
+            .cloned()
+            .map_err(|e| failed(&self.fleet, "connect", &e))
     }
 
-    /// Creates the app's group (and stream) unless it exists; new groups start at the
-    /// stream's beginning so that events published before the first connection are kept.
+    /// Announces that `app`'s stream grew ([`WAKE_CHANNEL`]).
+    async fn wake(&self, c: &mut redis::aio::ConnectionManager, app: &str) {
+        let r: redis::RedisResult<u64> = redis::cmd("PUBLISH")
+            .arg(WAKE_CHANNEL)
+            .arg(app)
+            .query_async(c)
+            .await;
+        if let Err(e) = r {
+            // The event is stored: a stream on another node finds it at its next poll.
+            tracing::debug!(app, error = %e, "notify: PUBLISH wake failed");
+        }
+    }
+
+    /// A `NOGROUP` answer: the group is gone (Redis restarted empty, the key was deleted).
+    fn lost_group(&self, app: &str, e: &redis::RedisError) -> bool {
+        let lost = e.code() == Some("NOGROUP");
+        if lost {
+            lock_set(&self.groups).remove(app);
+        }
+        lost
+    }
+
+    /// Creates the app's group (and stream) unless this process knows it exists; new groups
+    /// start at the stream's beginning so that events published before the first
+    /// connection are kept.
     async fn ensure_group(&self, app: &str) -> Result<(), String> {
-        let mut c = self.conn()?;
+        if lock_set(&self.groups).contains(app) {
+            return Ok(());
+        }
+        let mut c = self.conn().await?;
         let r: redis::RedisResult<Value> = redis::cmd("XGROUP")
             .arg("CREATE")
             .arg(stream_key(app))
@@ -492,15 +551,17 @@ impl RedisStore {
             .query_async(&mut c)
             .await;
         match r {
-            Ok(_) => Ok(()),
-            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
-            Err(e) => Err(failed(&self.fleet, "XGROUP CREATE", &e)),
+            Ok(_) => {}
+            Err(e) if e.code() == Some("BUSYGROUP") => {}
+            Err(e) => return Err(failed(&self.fleet, "XGROUP CREATE", &e)),
         }
+        lock_set(&self.groups).insert(app.to_owned());
+        Ok(())
     }
 
     async fn publish(&self, app: &str, e: NewEvent) -> Result<Stored, String> {
         self.ensure_group(app).await?;
-        let mut c = self.conn()?;
+        let mut c = self.conn().await?;
         let oldest = portico_control::clock::now_ms().saturating_sub(e.retention_ms);
         if let Some(k) = &e.key {
             let script = redis::Script::new(PUBLISH_ONCE);
@@ -525,6 +586,9 @@ impl RedisStore {
                 .map_err(|err| failed(&self.fleet, "XADD (once)", &err))?;
             let id =
                 EventId::parse(&id).ok_or_else(|| format!("XADD answered an odd id {id:?}"))?;
+            if fresh != 0 {
+                self.wake(&mut c, app).await;
+            }
             return Ok(Stored {
                 id,
                 duplicate: fresh == 0,
@@ -547,7 +611,14 @@ impl RedisStore {
         if let Some(k) = &e.key {
             cmd.arg("k").arg(k);
         }
-        let id: String = cmd
+        // Stored and announced in one round trip.
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd)
+            .cmd("PUBLISH")
+            .arg(WAKE_CHANNEL)
+            .arg(app)
+            .ignore();
+        let (id,): (String,) = pipe
             .query_async(&mut c)
             .await
             .map_err(|err| failed(&self.fleet, "XADD", &err))?;
@@ -560,7 +631,7 @@ impl RedisStore {
 
     async fn resume(&self, app: &str, last_acked: Option<EventId>) -> Result<Vec<Event>, String> {
         self.ensure_group(app).await?;
-        let mut c = self.conn()?;
+        let mut c = self.conn().await?;
         let key = stream_key(app);
         if let Some(upto) = last_acked {
             let pending: Value = redis::cmd("XPENDING")
@@ -612,7 +683,7 @@ impl RedisStore {
     }
 
     async fn poll(&self, app: &str, ack_timeout_ms: u64, max: usize) -> Result<Batch, String> {
-        let mut c = self.conn()?;
+        let mut c = self.conn().await?;
         let key = stream_key(app);
         let mut pipe = redis::pipe();
         pipe.cmd("XAUTOCLAIM")
@@ -638,10 +709,15 @@ impl RedisStore {
             pipe.cmd("PING");
         }
         pipe.cmd("XPENDING").arg(&key).arg(GROUP);
-        let (claimed, fresh, summary): (Value, Value, Value) = pipe
-            .query_async(&mut c)
-            .await
-            .map_err(|e| failed(&self.fleet, "poll", &e))?;
+        let (claimed, fresh, summary): (Value, Value, Value) = match pipe.query_async(&mut c).await
+        {
+            Ok(v) => v,
+            Err(e) if self.lost_group(app, &e) => {
+                self.ensure_group(app).await?;
+                return Ok(Batch::default());
+            }
+            Err(e) => return Err(failed(&self.fleet, "poll", &e)),
+        };
         let redeliver = items(&claimed)
             .get(1)
             .map(|v| items(v).iter().filter_map(entry).collect())
@@ -663,7 +739,7 @@ impl RedisStore {
         if ids.is_empty() {
             return Ok(0);
         }
-        let mut c = self.conn()?;
+        let mut c = self.conn().await?;
         let ids: Vec<String> = ids.iter().map(EventId::to_string).collect();
         let r: redis::RedisResult<u64> = redis::cmd("XACK")
             .arg(stream_key(app))
@@ -679,7 +755,7 @@ impl RedisStore {
     }
 
     async fn backlog(&self, app: &str) -> Result<u64, String> {
-        let mut c = self.conn()?;
+        let mut c = self.conn().await?;
         let r: redis::RedisResult<Value> = redis::cmd("XINFO")
             .arg("GROUPS")
             .arg(stream_key(app))
