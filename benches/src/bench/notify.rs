@@ -312,14 +312,41 @@ struct Shared {
     stray: AtomicU64,
     acked: AtomicU64,
     ack_failures: AtomicU64,
-    /// Streams that ended (a `close` event, an error, the gateway closing).
-    ended: AtomicUsize,
-    close_reasons: Mutex<Vec<String>>,
+    /// Opening requests refused, by status (0: no answer): count and the first body.
+    refused: Mutex<std::collections::BTreeMap<u16, (u64, String)>>,
+    /// Open streams that broke (then opened again), and the first few reasons.
+    dropped: AtomicU64,
+    drop_reasons: Mutex<Vec<String>>,
+    /// Streams opened again after a refusal or a drop.
+    reopened: AtomicU64,
     /// Whether merchants ack (the idle runs do not need to).
     acking: bool,
 }
 
 impl Shared {
+    /// Refusals and drops so far, in words ("none" when there were none).
+    fn troubles(&self) -> String {
+        let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<String> = refused
+            .iter()
+            .map(|(status, (n, body))| {
+                format!("{n} openings refused with {status} (first: {body:?})")
+            })
+            .collect();
+        let dropped = self.dropped.load(Ordering::Relaxed);
+        if dropped > 0 {
+            out.push(format!(
+                "{dropped} open streams dropped (first: {:?})",
+                self.drop_reasons.lock().unwrap_or_else(|p| p.into_inner())
+            ));
+        }
+        if out.is_empty() {
+            "none".into()
+        } else {
+            out.join("; ")
+        }
+    }
+
     fn current(&self) -> Arc<Phase> {
         Arc::clone(&self.phase.read().unwrap_or_else(|p| p.into_inner()))
     }
@@ -373,16 +400,69 @@ fn on_event(shared: &Shared, block: &str, acks: &mpsc::UnboundedSender<String>) 
     }
 }
 
-/// One merchant: its own connection holding the signed stream; events acked in batches
-/// through [`acker`]. Ends when `stop` turns true or the stream ends.
-async fn merchant(
+/// How a stream session ended.
+enum Ended {
+    /// The run asked the merchants to stop.
+    Stopped,
+    /// The opening request was refused with this status and body.
+    Refused(u16, String),
+    /// The stream broke after it was open (the gateway closed it, an I/O error).
+    Dropped(String),
+}
+
+/// One merchant: its own connection holding the signed stream, events acked in batches
+/// through [`acker`]. As docs/PROTOCOL.md tells merchants, a refused or dropped stream is
+/// opened again (with a fresh signature), after 0.2 s, doubling up to 2 s; every refusal
+/// and drop is counted. Ends when `stop` turns true.
+async fn merchant(i: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let ack = tokio::spawn(acker(i, Arc::clone(&shared), rx));
+    let mut first = true;
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match session(i, &shared, &mut stop, &tx, &mut first).await {
+            Ended::Stopped => break,
+            Ended::Refused(status, body) => {
+                let mut r = shared.refused.lock().unwrap_or_else(|p| p.into_inner());
+                let e = r.entry(status).or_insert((0, body));
+                e.0 += 1;
+            }
+            Ended::Dropped(why) => {
+                shared.dropped.fetch_add(1, Ordering::Relaxed);
+                let mut d = shared
+                    .drop_reasons
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                if d.len() < 5 {
+                    d.push(why);
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.changed() => break,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+    drop(tx);
+    let _ = ack.await;
+}
+
+/// One signed stream, from the opening request until it ends.
+async fn session(
     i: usize,
-    shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
-) -> anyhow::Result<()> {
+    shared: &Shared,
+    stop: &mut watch::Receiver<bool>,
+    tx: &mpsc::UnboundedSender<String>,
+    first: &mut bool,
+) -> Ended {
     let addr = shared.addr;
-    let mut s = TcpStream::connect(addr).await?;
-    s.set_nodelay(true)?;
+    let io = |e: std::io::Error| Ended::Dropped(format!("I/O: {e}"));
+    let mut s = match TcpStream::connect(addr).await {
+        Ok(s) => s,
+        Err(e) => return Ended::Refused(0, format!("connect: {e}")),
+    };
+    let _ = s.set_nodelay(true);
     let req = signed_request(
         addr,
         i,
@@ -391,49 +471,53 @@ async fn merchant(
         b"",
         "Accept: text/event-stream\r\n",
     );
-    s.write_all(&req).await?;
-    let mut raw = Vec::with_capacity(1024);
-    let (status, chunked, _) = read_head(&mut s, &mut raw).await?;
-    if status != 200 {
-        bail!("merchant {i}: the stream answered {status}");
+    if let Err(e) = s.write_all(&req).await {
+        return io(e);
     }
-    shared.open.fetch_add(1, Ordering::Relaxed);
-    let (tx, rx) = mpsc::unbounded_channel();
-    let ack = tokio::spawn(acker(i, Arc::clone(&shared), rx));
+    let mut raw = Vec::with_capacity(1024);
+    let (status, chunked, _) = match read_head(&mut s, &mut raw).await {
+        Ok(h) => h,
+        Err(e) => return Ended::Refused(0, format!("{e:#}")),
+    };
+    if status != 200 {
+        // The envelope follows (small): keep what already arrived.
+        let _ = tokio::time::timeout(Duration::from_millis(200), s.read_buf(&mut raw)).await;
+        return Ended::Refused(
+            status,
+            String::from_utf8_lossy(&raw).chars().take(300).collect(),
+        );
+    }
+    if std::mem::take(first) {
+        shared.open.fetch_add(1, Ordering::Relaxed);
+    } else {
+        shared.reopened.fetch_add(1, Ordering::Relaxed);
+    }
     let mut d = Dechunk::default();
     let mut text = Vec::new();
-    let result = loop {
+    loop {
         if chunked {
-            d.feed(&mut raw, &mut text)?;
+            if let Err(e) = d.feed(&mut raw, &mut text) {
+                return Ended::Dropped(format!("{e:#}"));
+            }
         } else {
             text.append(&mut raw);
         }
         while let Some(end) = text.windows(2).position(|w| w == b"\n\n") {
             let block = String::from_utf8_lossy(&text[..end]).into_owned();
             text.drain(..end + 2);
-            if let Some(reason) = on_event(&shared, &block, &tx) {
-                shared
-                    .close_reasons
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(reason);
+            if let Some(reason) = on_event(shared, &block, tx) {
+                return Ended::Dropped(format!("close event: {reason}"));
             }
         }
         tokio::select! {
             r = s.read_buf(&mut raw) => match r {
-                Ok(0) => break Err(anyhow!("merchant {i}: the gateway closed the stream")),
+                Ok(0) => return Ended::Dropped("the gateway closed the connection".into()),
                 Ok(_) => {}
-                Err(e) => break Err(anyhow!("merchant {i}: {e}")),
+                Err(e) => return io(e),
             },
-            _ = stop.changed() => break Ok(()),
+            _ = stop.changed() => return Ended::Stopped,
         }
-    };
-    drop(tx);
-    let _ = ack.await;
-    if result.is_err() {
-        shared.ended.fetch_add(1, Ordering::Relaxed);
     }
-    result
 }
 
 /// Acks merchant `i`'s ids every [`ACK_EVERY`] in one signed POST on a keep-alive
@@ -495,7 +579,7 @@ async fn acker(i: usize, shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<St
 struct Merchants {
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Merchants {
@@ -509,8 +593,10 @@ impl Merchants {
                 stray: AtomicU64::new(0),
                 acked: AtomicU64::new(0),
                 ack_failures: AtomicU64::new(0),
-                ended: AtomicUsize::new(0),
-                close_reasons: Mutex::new(Vec::new()),
+                refused: Mutex::default(),
+                dropped: AtomicU64::new(0),
+                drop_reasons: Mutex::default(),
+                reopened: AtomicU64::new(0),
                 acking,
             }),
             stop,
@@ -537,14 +623,11 @@ impl Merchants {
     async fn wait_open(&mut self, target: usize) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(120);
         while self.shared.open.load(Ordering::Relaxed) < target {
-            if let Some(t) = self.tasks.iter_mut().find(|t| t.is_finished()) {
-                let r = t.await;
-                bail!("a merchant ended while opening: {r:?}");
-            }
             if Instant::now() > deadline {
                 bail!(
-                    "only {} of {target} streams opened within 120 s",
-                    self.shared.open.load(Ordering::Relaxed)
+                    "only {} of {target} streams opened within 120 s ({})",
+                    self.shared.open.load(Ordering::Relaxed),
+                    self.shared.troubles()
                 );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -832,6 +915,39 @@ fn raise_nofile() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Pins this process (every thread) to `cpu` with `taskset`; returns the affinity list it
+/// had, to restore with [`restore_affinity`]. Processes started afterwards without a CPU of
+/// their own (Redis) inherit it.
+fn pin_self(cpu: &str) -> anyhow::Result<String> {
+    let pid = std::process::id().to_string();
+    let out = std::process::Command::new("taskset")
+        .args(["-c", "-p", &pid])
+        .output()
+        .context("taskset (util-linux)")?;
+    let was = String::from_utf8_lossy(&out.stdout)
+        .rsplit(':')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_owned();
+    let status = std::process::Command::new("taskset")
+        .args(["-a", "-c", "-p", cpu, &pid])
+        .stdout(std::process::Stdio::null())
+        .status()?;
+    if !status.success() || was.is_empty() {
+        bail!("taskset -a -c -p {cpu} {pid} failed");
+    }
+    Ok(was)
+}
+
+fn restore_affinity(was: &str) {
+    let pid = std::process::id().to_string();
+    let _ = std::process::Command::new("taskset")
+        .args(["-a", "-c", "-p", was, &pid])
+        .stdout(std::process::Stdio::null())
+        .status();
+}
+
 /// Idle cost of `n` open streams over `secs`: gateway CPU %, Redis CPU %, Redis commands/s.
 async fn idle_cost(gw: &Proc, redis: Option<&Redis>, secs: f64) -> anyhow::Result<(f64, f64, f64)> {
     let (u0, s0) = gw.cpu_times()?;
@@ -865,10 +981,16 @@ async fn settled_rss(pid: u32) -> anyhow::Result<u64> {
 struct IdleRow {
     store: &'static str,
     base_kib: u64,
-    steps: Vec<(usize, u64, f64, f64, f64)>,
+    /// (streams asked for, streams open, RSS KiB, gateway CPU %, Redis CPU %, Redis
+    /// commands/s).
+    steps: Vec<(usize, usize, u64, f64, f64, f64)>,
+    /// Refusals and drops of the streams, in words.
+    troubles: String,
 }
 
-/// Memory per idle stream: RSS with 0 streams, then with each of [`IDLE_STEPS`].
+/// Memory per idle stream: RSS with 0 streams, then with each of [`IDLE_STEPS`] (a step
+/// whose streams do not all open within the wait is measured with those open, and the
+/// larger steps skipped).
 async fn idle_memory(
     gw: &Proxy,
     redis: Option<&Redis>,
@@ -879,26 +1001,42 @@ async fn idle_memory(
     let mut steps = Vec::new();
     let mut opened = 0;
     for &n in IDLE_STEPS {
-        m.open(opened, n).await?;
+        let all = m.open(opened, n).await;
         opened = n;
+        let open = m.shared.open.load(Ordering::Relaxed);
         let rss = settled_rss(gw.proc.pid).await?;
         let (gcpu, rcpu, cmds) = idle_cost(&gw.proc, redis, 5.0).await?;
         eprintln!(
-            "  {store}: {n} idle streams: RSS {rss} KiB (base {base}), {:.1} KiB/stream; gateway CPU {gcpu:.0}%, Redis CPU {rcpu:.0}%, {cmds:.0} Redis commands/s",
-            (rss as f64 - base as f64) / n as f64
+            "  {store}: {open} of {n} idle streams open: RSS {rss} KiB (base {base}), {:.1} KiB/stream; gateway CPU {gcpu:.0}%, Redis CPU {rcpu:.0}%, {cmds:.0} Redis commands/s",
+            (rss as f64 - base as f64) / open.max(1) as f64
         );
-        steps.push((n, rss, gcpu, rcpu, cmds));
+        steps.push((n, open, rss, gcpu, rcpu, cmds));
+        if let Err(e) = all {
+            eprintln!("  {store}: {e:#}");
+            break;
+        }
     }
-    let ended = m.shared.ended.load(Ordering::Relaxed);
+    let troubles = m.shared.troubles();
     m.close().await;
-    if ended > 0 {
-        bail!("{ended} idle streams ended early");
-    }
     Ok(IdleRow {
         store,
         base_kib: base,
         steps,
+        troubles,
     })
+}
+
+/// What the delivery runs of one gateway measured.
+struct Delivery {
+    latency: Run,
+    steps: Vec<Run>,
+    /// Streams open when the latency run started.
+    open_at_start: usize,
+    acked: u64,
+    ack_failures: u64,
+    stray: u64,
+    reopened: u64,
+    troubles: String,
 }
 
 /// Latency at [`RATE`] and, with `steps`, the stepped throughput run, over [`MERCHANTS`].
@@ -907,21 +1045,27 @@ async fn delivery(
     internal: SocketAddr,
     redis: Option<&Redis>,
     steps: bool,
-) -> anyhow::Result<(Run, Vec<Run>, u64, u64, u64)> {
+) -> anyhow::Result<Delivery> {
     let mut m = Merchants::new(gw.addr, true);
-    m.open(0, MERCHANTS).await?;
+    if let Err(e) = m.open(0, MERCHANTS).await {
+        // The merchants keep trying; the run measures what the gateway does meanwhile.
+        eprintln!("  {e:#}; publishing anyway");
+    }
+    let open_at_start = m.shared.open.load(Ordering::Relaxed);
     let port = redis.map(Redis::port);
     let latency = publish_run(
         &m, internal, 1, RATE, WARMUP_S, MEASURE_S, MERCHANTS, &gw.proc, port,
     )
     .await?;
     eprintln!(
-        "  {RATE}/s: p50 {} ms, p99 {} ms, max {} ms; {} lost, {} duplicated",
+        "  {RATE}/s: p50 {} ms, p99 {} ms, max {} ms; {} lost, {} duplicated, {} publish failures; streams: {}",
         ms(latency.p50_us),
         ms(latency.p99_us),
         ms(latency.max_us),
         latency.lost,
-        latency.duplicated
+        latency.duplicated,
+        latency.publish_failures,
+        m.shared.troubles()
     );
     let mut runs = Vec::new();
     if steps {
@@ -940,10 +1084,11 @@ async fn delivery(
             .await?;
             let keeps = keeps_up(&r);
             eprintln!(
-                "  step {rate}/s: p99 {} ms, behind at end {}, lost {}, publisher late {}, gateway CPU {:.0}%, Redis CPU {:.0}% → {}",
+                "  step {rate}/s: p99 {} ms, behind at end {}, lost {}, publish failures {}, publisher late {}, gateway CPU {:.0}%, Redis CPU {:.0}% → {}",
                 ms(r.p99_us),
                 r.behind_at_end,
                 r.lost,
+                r.publish_failures,
                 r.publisher_late,
                 r.gateway_cpu,
                 r.redis_cpu,
@@ -955,21 +1100,18 @@ async fn delivery(
             }
         }
     }
-    let acked = m.shared.acked.load(Ordering::Relaxed);
-    let ack_failures = m.shared.ack_failures.load(Ordering::Relaxed);
-    let stray = m.shared.stray.load(Ordering::Relaxed);
-    let ended = m.shared.ended.load(Ordering::Relaxed);
-    let reasons = m
-        .shared
-        .close_reasons
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+    let d = Delivery {
+        latency,
+        steps: runs,
+        open_at_start,
+        acked: m.shared.acked.load(Ordering::Relaxed),
+        ack_failures: m.shared.ack_failures.load(Ordering::Relaxed),
+        stray: m.shared.stray.load(Ordering::Relaxed),
+        reopened: m.shared.reopened.load(Ordering::Relaxed),
+        troubles: m.shared.troubles(),
+    };
     m.close().await;
-    if ended > 0 {
-        eprintln!("  {ended} streams ended during the runs; close reasons: {reasons:?}");
-    }
-    Ok((latency, runs, acked, ack_failures, stray))
+    Ok(d)
 }
 
 /// Whether a step kept up: every event delivered, p99 under [`LAG_P99_US`], the publisher
@@ -982,11 +1124,14 @@ fn keeps_up(r: &Run) -> bool {
         && (r.behind_at_end as f64) <= r.rate
 }
 
-fn latency_row(store: &str, r: &Run) -> Vec<String> {
+fn latency_row(store: &str, d: &Delivery) -> Vec<String> {
+    let r = &d.latency;
     vec![
         store.to_owned(),
         f0(r.rate),
+        d.open_at_start.to_string(),
         r.published.to_string(),
+        r.publish_failures.to_string(),
         r.measured.to_string(),
         ms(r.p50_us),
         ms(r.p90_us),
@@ -1010,37 +1155,82 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
     raise_nofile()?;
     let dir = ctx.subdir("notify-tree")?;
     write_tree(&dir)?;
+    // The harness and Redis on the load CPU, the gateway alone on the proxy CPU.
+    let was = match &ctx.load_cpu {
+        Some(cpu) => Some(pin_self(cpu)?),
+        None => None,
+    };
+    let r = run_pinned(ctx, &started_load, &dir);
+    if let Some(was) = was {
+        restore_affinity(&was);
+    }
+    r
+}
+
+fn run_pinned(ctx: &Ctx, started_load: &str, dir: &std::path::Path) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
 
-    // 1. With Redis: latency at 1,000/s, stepped rates, then idle memory on a fresh node.
+    // 1. With Redis: latency at 1,000/s and the stepped rates, then idle memory on a fresh
+    //    node (and a fresh Redis, so the first node's streams weigh nothing).
     let redis = Redis::start();
-    let (gw, internal) = start_gateway(ctx, "portico-notify-redis", &dir, Some(&redis))?;
-    let (lat_redis, steps, acked, ack_failures, stray) =
-        rt.block_on(delivery(&gw, internal, Some(&redis), true))?;
+    let (gw, internal) = start_gateway(ctx, "portico-notify-redis", dir, Some(&redis))?;
+    let with_redis = rt.block_on(delivery(&gw, internal, Some(&redis), true))?;
     drop(gw);
-    let (gw, _) = start_gateway(ctx, "portico-notify-redis-idle", &dir, Some(&redis))?;
+    drop(redis);
+    let redis = Redis::start();
+    let (gw, _) = start_gateway(ctx, "portico-notify-redis-idle", dir, Some(&redis))?;
     let idle_redis = rt.block_on(idle_memory(&gw, Some(&redis), "redis"))?;
     drop(gw);
     drop(redis);
 
     // 2. The memory store: latency at 1,000/s and idle memory.
-    let (gw, internal) = start_gateway(ctx, "portico-notify-memory", &dir, None)?;
-    let (lat_mem, _, acked_mem, ack_failures_mem, stray_mem) =
-        rt.block_on(delivery(&gw, internal, None, false))?;
+    let (gw, internal) = start_gateway(ctx, "portico-notify-memory", dir, None)?;
+    let in_memory = rt.block_on(delivery(&gw, internal, None, false))?;
     drop(gw);
-    let (gw, _) = start_gateway(ctx, "portico-notify-memory-idle", &dir, None)?;
+    let (gw, _) = start_gateway(ctx, "portico-notify-memory-idle", dir, None)?;
     let idle_mem = rt.block_on(idle_memory(&gw, None, "memory"))?;
     drop(gw);
 
-    // The report.
+    let md = report(
+        ctx,
+        started_load,
+        &with_redis,
+        &in_memory,
+        &idle_redis,
+        &idle_mem,
+    );
+    write_section(&ctx.results, "notify", &md)?;
+    eprintln!("{md}");
+    let (lr, lm) = (&with_redis.latency, &in_memory.latency);
+    if lr.lost > 0 || lm.lost > 0 {
+        bail!(
+            "events lost at {RATE}/s: {} with Redis, {} with the memory store",
+            lr.lost,
+            lm.lost
+        );
+    }
+    Ok(())
+}
+
+fn report(
+    ctx: &Ctx,
+    started_load: &str,
+    with_redis: &Delivery,
+    in_memory: &Delivery,
+    idle_redis: &IdleRow,
+    idle_mem: &IdleRow,
+) -> String {
+    let (lat_redis, lat_mem) = (&with_redis.latency, &in_memory.latency);
     let lat_table = table(
         &[
             "store",
             "events/s",
+            "streams open at start",
             "published",
+            "publish failures",
             "measured",
             "p50 ms",
             "p90 ms",
@@ -1053,30 +1243,24 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
             "gateway RSS MiB",
         ],
         &[
-            latency_row("redis", &lat_redis),
-            latency_row("memory", &lat_mem),
+            latency_row("redis", with_redis),
+            latency_row("memory", in_memory),
         ],
     );
     let mut idle_rows = Vec::new();
-    for row in [&idle_redis, &idle_mem] {
-        for &(n, rss, gcpu, rcpu, cmds) in &row.steps {
+    for row in [idle_redis, idle_mem] {
+        for &(n, open, rss, gcpu, rcpu, cmds) in &row.steps {
+            let redis = row.store == "redis";
             idle_rows.push(vec![
                 row.store.to_owned(),
                 n.to_string(),
+                open.to_string(),
                 format!("{:.1}", row.base_kib as f64 / 1024.0),
                 format!("{:.1}", rss as f64 / 1024.0),
-                f1((rss as f64 - row.base_kib as f64) / n as f64),
+                f1((rss as f64 - row.base_kib as f64) / open.max(1) as f64),
                 f0(gcpu),
-                if row.store == "redis" {
-                    f0(rcpu)
-                } else {
-                    "–".into()
-                },
-                if row.store == "redis" {
-                    f0(cmds)
-                } else {
-                    "–".into()
-                },
+                if redis { f0(rcpu) } else { "–".into() },
+                if redis { f0(cmds) } else { "–".into() },
             ]);
         }
     }
@@ -1084,21 +1268,24 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
         &[
             "store",
             "idle streams N",
+            "open",
             "RSS with 0 MiB",
             "RSS with N MiB",
-            "(ΔRSS)/N KiB",
+            "(ΔRSS)/open KiB",
             "gateway CPU % (idle)",
             "Redis CPU % (idle)",
             "Redis commands/s (idle)",
         ],
         &idle_rows,
     );
+    let steps = &with_redis.steps;
     let step_rows: Vec<Vec<String>> = steps
         .iter()
         .map(|r| {
             vec![
                 f0(r.rate),
                 r.published.to_string(),
+                r.publish_failures.to_string(),
                 ms(r.p50_us),
                 ms(r.p99_us),
                 ms(r.max_us),
@@ -1115,6 +1302,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
         &[
             "offered events/s",
             "published",
+            "publish failures",
             "p50 ms",
             "p99 ms",
             "max ms",
@@ -1129,30 +1317,33 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
     );
     let sustained = steps
         .iter()
-        .filter(|r| keeps_up(r))
+        .take_while(|r| keeps_up(r))
         .map(|r| r.rate)
         .fold(0.0, f64::max);
-    let top = if steps.iter().all(keeps_up) {
+    let top = if !steps.is_empty() && steps.iter().all(keeps_up) {
         format!(
             "at least {} events/s (the highest step tried)",
             f0(sustained)
         )
+    } else if sustained > 0.0 {
+        format!("{} events/s (the next step lagged)", f0(sustained))
     } else {
-        format!("{} events/s", f0(sustained))
+        "none of the steps (the first already lagged)".to_owned()
     };
     let per_stream = |row: &IdleRow| {
         row.steps
             .last()
-            .map(|&(n, rss, ..)| (rss as f64 - row.base_kib as f64) / n as f64)
+            .map(|&(_, open, rss, ..)| (rss as f64 - row.base_kib as f64) / open.max(1) as f64)
             .unwrap_or(f64::NAN)
     };
-    let idle_commands = idle_redis
+    let at_most = |row: &IdleRow| row.steps.last().map(|s| s.1).unwrap_or(0);
+    let first_idle = idle_redis
         .steps
         .first()
-        .map(|s| (s.0, s.2, s.4))
+        .map(|s| (s.1, s.3, s.5))
         .unwrap_or((0, f64::NAN, f64::NAN));
     let headline = format!(
-        "**At {RATE:.0} events/s over {MERCHANTS} connected merchants (Redis): p50 {} ms, p99 {} ms, max {} ms, {} lost, {} duplicated (memory store: p50 {} ms, p99 {} ms, {} lost). Memory per idle stream: {} KiB with Redis, {} KiB with the memory store at {} streams (goal ≤ 16 KiB). One node (one worker thread) keeps up with {top} with Redis. {} idle streams cost {} % of the gateway's core and {} Redis commands/s: each stream polls the store every 100 ms.**",
+        "**At {RATE:.0} events/s over {MERCHANTS} connected merchants with Redis: p50 {} ms, p99 {} ms, max {} ms, {} lost, {} duplicated (memory store: p50 {} ms, p99 {} ms, {} lost). Memory per idle stream: {} KiB with Redis ({} streams), {} KiB with the memory store ({} streams); goal ≤ 16 KiB. One node (one worker thread) keeps up with {top} with Redis. {} idle streams alone cost {} % of the gateway's core and {} Redis commands/s (each stream polls the store every 100 ms).**",
         ms(lat_redis.p50_us),
         ms(lat_redis.p99_us),
         ms(lat_redis.max_us),
@@ -1161,30 +1352,41 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
         ms(lat_mem.p50_us),
         ms(lat_mem.p99_us),
         lat_mem.lost,
-        f1(per_stream(&idle_redis)),
-        f1(per_stream(&idle_mem)),
-        IDLE_STEPS.last().copied().unwrap_or(0),
-        idle_commands.0,
-        f0(idle_commands.1),
-        f0(idle_commands.2),
+        f1(per_stream(idle_redis)),
+        at_most(idle_redis),
+        f1(per_stream(idle_mem)),
+        at_most(idle_mem),
+        first_idle.0,
+        f0(first_idle.1),
+        f0(first_idle.2),
     );
-    let md = format!(
+    let placement = match (&ctx.proxy_cpu, &ctx.load_cpu) {
+        (Some(p), Some(l)) => format!("The gateway pinned to CPU {p}; the harness (merchants and publisher) and Redis pinned together to CPU {l}"),
+        _ => "No CPU pinning".to_owned(),
+    };
+    let nice = if ctx.nice != 0 {
+        format!("; the gateway at nice {}", ctx.nice)
+    } else {
+        String::new()
+    };
+    let placement = format!("{placement}{nice}");
+    format!(
         "### Notifications: publish → delivered, memory per idle stream, events/s (issue 15)\n\n{}\n\n\
-One `portico-gateway` (release, `--threads 1`, pinned to the proxy CPU, `--notify-max-streams 20000`, default ack timeout 30 s, poll 100 ms, heartbeat 15 s) on a tree of {APPS} apps, each granted the topic `orders` in its own document; with `--redis` (a local `redis-server`, unpinned) and without (the memory store). The harness (`portico-bench`, one tokio runtime of 2 workers, unpinned; its open-file limit raised to {NOFILE} with `prlimit`, the gateway's too) holds **one TCP connection per merchant**: a §3.1-signed `GET /notify/v1/stream` (HTTP/1.1, chunked Server-Sent Events decoded by the harness), and each merchant acks what it received once a second with one signed `POST /notify/v1/ack` on a keep-alive connection of its own. The publisher is open loop: event *k* is scheduled at start + *k*/rate and sent on one of {PUBLISH_CONNS} keep-alive connections to the internal listener (`POST /internal/v1/notifications`, bearer token), to app *k* mod {MERCHANTS}; its payload carries *k* and the scheduled time, and **latency = receive time − scheduled publish time** (a late publisher counts against the gateway). Percentiles over the {MEASURE_S:.0} s after a {WARMUP_S:.0} s warm-up; lost = answered 200 by the publish API and not received {} s after the last publish; duplicated = received more than once. CPU from /proc (gateway) and Redis's `INFO` over the measured window.\n\n{headline}\n\n#### Latency at {RATE:.0} events/s over {MERCHANTS} merchants\n\n{lat_table}\nAcks: {acked} ids acknowledged with Redis ({ack_failures} failed ack POSTs), {acked_mem} with the memory store ({ack_failures_mem} failed); events of an earlier phase seen late: {}.\n\n#### Memory per idle stream\n\nA fresh gateway; RSS (`VmRSS`, the smallest of five samples a second apart) with no stream open, then with N signed idle streams open (no event published). The idle CPU and Redis columns are over 5 s with the N streams open and nothing published: the price of the 100 ms store poll and the 500 ms hold check of every stream.\n\n{idle_table}\n#### Events/s one node sustains (Redis)\n\nThe same {MERCHANTS} merchants; open-loop steps of {STEP_MEASURE_S:.0} s (+{STEP_WARMUP_S:.0} s warm-up), stopping at the first that lags: p99 > 1 s, an event lost, more than 1% of publishes answered over a second late, or more than a second's worth of events not yet delivered when the last one was due.\n\n{step_table}",
-        preamble(ctx, &started_load, false),
+One `portico-gateway` (release, `--threads 1`, `--notify-max-streams 20000`, default ack timeout 30 s, store poll 100 ms, heartbeat 15 s) on a tree of {APPS} apps, each granted the topic `orders` in its own document; with `--redis` (a local `redis-server`) and without (the memory store). {placement}. The harness (`portico-bench`, one tokio runtime of 2 workers; its open-file limit raised to {NOFILE} with `prlimit`, the gateway's too) holds **one TCP connection per merchant**: a §3.1-signed `GET /notify/v1/stream` (HTTP/1.1, chunked Server-Sent Events decoded by the harness; a refused or dropped stream is opened again after 0.2 s, doubling up to 2 s, and counted), and each merchant acks what it received once a second with one signed `POST /notify/v1/ack` on a keep-alive connection of its own. The publisher is open loop: event *k* is scheduled at start + *k*/rate and sent on one of {PUBLISH_CONNS} keep-alive connections to the internal listener (`POST /internal/v1/notifications`, bearer token), to app *k* mod {MERCHANTS}; its payload carries *k* and the scheduled time, and **latency = receive time − scheduled publish time** (a late publisher counts against the gateway). Percentiles over the {MEASURE_S:.0} s after a {WARMUP_S:.0} s warm-up; lost = answered 200 by the publish API and not received {} s after the last publish; duplicated = received more than once. CPU from /proc (gateway) and Redis's `INFO` over the measured window.\n\n{headline}\n\n#### Latency at {RATE:.0} events/s over {MERCHANTS} merchants\n\n{lat_table}\nWith Redis: {} ids acked ({} failed ack POSTs), {} streams opened again; streams: {}. Memory store: {} ids acked ({} failed ack POSTs), {} streams opened again; streams: {}. Events of an earlier phase seen late: {}.\n\n#### Memory per idle stream\n\nA fresh gateway (and a fresh Redis); RSS (`VmRSS`, the smallest of five samples a second apart) with no stream open, then with N signed idle streams open (nothing published). The idle CPU and Redis columns are over 5 s with the streams open and nothing published: the price of every stream's 100 ms store poll and 500 ms hold check. Streams with Redis: {}; with the memory store: {}.\n\n{idle_table}\n#### Events/s one node sustains (Redis)\n\nThe same {MERCHANTS} merchants; open-loop steps of {STEP_MEASURE_S:.0} s (+{STEP_WARMUP_S:.0} s warm-up), stopping at the first that lags: p99 > 1 s, an event lost or a publish refused, more than 1% of publishes answered over a second late, or more than a second's worth of events not yet delivered when the last one was due.\n\n{step_table}",
+        preamble(ctx, started_load, false),
         DRAIN.as_secs(),
-        stray + stray_mem,
-    );
-    write_section(&ctx.results, "notify", &md)?;
-    eprintln!("{md}");
-    if lat_redis.lost > 0 || lat_mem.lost > 0 {
-        bail!(
-            "events lost at {RATE}/s: {} with Redis, {} with the memory store",
-            lat_redis.lost,
-            lat_mem.lost
-        );
-    }
-    Ok(())
+        with_redis.acked,
+        with_redis.ack_failures,
+        with_redis.reopened,
+        with_redis.troubles,
+        in_memory.acked,
+        in_memory.ack_failures,
+        in_memory.reopened,
+        in_memory.troubles,
+        with_redis.stray + in_memory.stray,
+        idle_redis.troubles,
+        idle_mem.troubles,
+    )
 }
 
 #[cfg(test)]
