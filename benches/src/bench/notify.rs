@@ -1188,7 +1188,7 @@ fn run_pinned(ctx: &Ctx, started_load: &str, dir: &std::path::Path) -> anyhow::R
 
     // 2. The memory store: latency at 1,000/s and idle memory.
     let (gw, internal) = start_gateway(ctx, "portico-notify-memory", dir, None)?;
-    let in_memory = rt.block_on(delivery(&gw, internal, None, false))?;
+    let in_memory = rt.block_on(delivery(&gw, internal, None, true))?;
     drop(gw);
     let (gw, _) = start_gateway(ctx, "portico-notify-memory-idle", dir, None)?;
     let idle_mem = rt.block_on(idle_memory(&gw, None, "memory"))?;
@@ -1278,11 +1278,11 @@ fn report(
         ],
         &idle_rows,
     );
-    let steps = &with_redis.steps;
-    let step_rows: Vec<Vec<String>> = steps
-        .iter()
-        .map(|r| {
-            vec![
+    let mut step_rows: Vec<Vec<String>> = Vec::new();
+    for (store, d) in [("redis", with_redis), ("memory", in_memory)] {
+        for r in &d.steps {
+            step_rows.push(vec![
+                store.to_owned(),
                 f0(r.rate),
                 r.published.to_string(),
                 r.publish_failures.to_string(),
@@ -1293,13 +1293,18 @@ fn report(
                 r.lost.to_string(),
                 r.publisher_late.to_string(),
                 f0(r.gateway_cpu),
-                f0(r.redis_cpu),
+                if store == "redis" {
+                    f0(r.redis_cpu)
+                } else {
+                    "–".into()
+                },
                 if keeps_up(r) { "yes" } else { "**no**" }.to_owned(),
-            ]
-        })
-        .collect();
+            ]);
+        }
+    }
     let step_table = table(
         &[
+            "store",
             "offered events/s",
             "published",
             "publish failures",
@@ -1315,21 +1320,27 @@ fn report(
         ],
         &step_rows,
     );
-    let sustained = steps
-        .iter()
-        .take_while(|r| keeps_up(r))
-        .map(|r| r.rate)
-        .fold(0.0, f64::max);
-    let top = if !steps.is_empty() && steps.iter().all(keeps_up) {
-        format!(
-            "at least {} events/s (the highest step tried)",
-            f0(sustained)
-        )
-    } else if sustained > 0.0 {
-        format!("{} events/s (the next step lagged)", f0(sustained))
-    } else {
-        "none of the steps (the first already lagged)".to_owned()
+    let top = |steps: &[Run]| {
+        let sustained = steps
+            .iter()
+            .take_while(|r| keeps_up(r))
+            .map(|r| r.rate)
+            .fold(0.0, f64::max);
+        if !steps.is_empty() && steps.iter().all(keeps_up) {
+            format!(
+                "at least {} events/s (the highest step tried)",
+                f0(sustained)
+            )
+        } else if sustained > 0.0 {
+            format!("{} events/s (the next step lagged)", f0(sustained))
+        } else {
+            format!(
+                "none of the steps (the first, {} events/s, already lagged)",
+                f0(steps.first().map_or(f64::NAN, |r| r.rate))
+            )
+        }
     };
+    let (top_redis, top_mem) = (top(&with_redis.steps), top(&in_memory.steps));
     let per_stream = |row: &IdleRow| {
         row.steps
             .last()
@@ -1343,7 +1354,7 @@ fn report(
         .map(|s| (s.1, s.3, s.5))
         .unwrap_or((0, f64::NAN, f64::NAN));
     let headline = format!(
-        "**At {RATE:.0} events/s over {MERCHANTS} connected merchants with Redis: p50 {} ms, p99 {} ms, max {} ms, {} lost, {} duplicated (memory store: p50 {} ms, p99 {} ms, {} lost). Memory per idle stream: {} KiB with Redis ({} streams), {} KiB with the memory store ({} streams); goal ≤ 16 KiB. One node (one worker thread) keeps up with {top} with Redis. {} idle streams alone cost {} % of the gateway's core and {} Redis commands/s (each stream polls the store every 100 ms).**",
+        "**At {RATE:.0} events/s over {MERCHANTS} connected merchants with Redis: p50 {} ms, p99 {} ms, max {} ms, {} lost, {} duplicated (memory store: p50 {} ms, p99 {} ms, {} lost). Memory per idle stream: {} KiB with Redis ({} streams), {} KiB with the memory store ({} streams); goal ≤ 16 KiB. One node (one worker thread) keeps up with {top_redis} with Redis, {top_mem} with the memory store. {} idle streams alone cost {} % of the gateway's core and {} Redis commands/s (each stream polls the store every 100 ms).**",
         ms(lat_redis.p50_us),
         ms(lat_redis.p99_us),
         ms(lat_redis.max_us),
@@ -1372,7 +1383,7 @@ fn report(
     let placement = format!("{placement}{nice}");
     format!(
         "### Notifications: publish → delivered, memory per idle stream, events/s (issue 15)\n\n{}\n\n\
-One `portico-gateway` (release, `--threads 1`, `--notify-max-streams 20000`, default ack timeout 30 s, store poll 100 ms, heartbeat 15 s) on a tree of {APPS} apps, each granted the topic `orders` in its own document; with `--redis` (a local `redis-server`) and without (the memory store). {placement}. The harness (`portico-bench`, one tokio runtime of 2 workers; its open-file limit raised to {NOFILE} with `prlimit`, the gateway's too) holds **one TCP connection per merchant**: a §3.1-signed `GET /notify/v1/stream` (HTTP/1.1, chunked Server-Sent Events decoded by the harness; a refused or dropped stream is opened again after 0.2 s, doubling up to 2 s, and counted), and each merchant acks what it received once a second with one signed `POST /notify/v1/ack` on a keep-alive connection of its own. The publisher is open loop: event *k* is scheduled at start + *k*/rate and sent on one of {PUBLISH_CONNS} keep-alive connections to the internal listener (`POST /internal/v1/notifications`, bearer token), to app *k* mod {MERCHANTS}; its payload carries *k* and the scheduled time, and **latency = receive time − scheduled publish time** (a late publisher counts against the gateway). Percentiles over the {MEASURE_S:.0} s after a {WARMUP_S:.0} s warm-up; lost = answered 200 by the publish API and not received {} s after the last publish; duplicated = received more than once. CPU from /proc (gateway) and Redis's `INFO` over the measured window.\n\n{headline}\n\n#### Latency at {RATE:.0} events/s over {MERCHANTS} merchants\n\n{lat_table}\nWith Redis: {} ids acked ({} failed ack POSTs), {} streams opened again; streams: {}. Memory store: {} ids acked ({} failed ack POSTs), {} streams opened again; streams: {}. Events of an earlier phase seen late: {}.\n\n#### Memory per idle stream\n\nA fresh gateway (and a fresh Redis); RSS (`VmRSS`, the smallest of five samples a second apart) with no stream open, then with N signed idle streams open (nothing published). The idle CPU and Redis columns are over 5 s with the streams open and nothing published: the price of every stream's 100 ms store poll and 500 ms hold check. Streams with Redis: {}; with the memory store: {}.\n\n{idle_table}\n#### Events/s one node sustains (Redis)\n\nThe same {MERCHANTS} merchants; open-loop steps of {STEP_MEASURE_S:.0} s (+{STEP_WARMUP_S:.0} s warm-up), stopping at the first that lags: p99 > 1 s, an event lost or a publish refused, more than 1% of publishes answered over a second late, or more than a second's worth of events not yet delivered when the last one was due.\n\n{step_table}",
+One `portico-gateway` (release, `--threads 1`, `--notify-max-streams 20000`, default ack timeout 30 s, store poll 100 ms, heartbeat 15 s) on a tree of {APPS} apps, each granted the topic `orders` in its own document; with `--redis` (a local `redis-server`) and without (the memory store). {placement}. The harness (`portico-bench`, one tokio runtime of 2 workers; its open-file limit raised to {NOFILE} with `prlimit`, the gateway's too) holds **one TCP connection per merchant**: a §3.1-signed `GET /notify/v1/stream` (HTTP/1.1, chunked Server-Sent Events decoded by the harness; a refused or dropped stream is opened again after 0.2 s, doubling up to 2 s, and counted), and each merchant acks what it received once a second with one signed `POST /notify/v1/ack` on a keep-alive connection of its own. The publisher is open loop: event *k* is scheduled at start + *k*/rate and sent on one of {PUBLISH_CONNS} keep-alive connections to the internal listener (`POST /internal/v1/notifications`, bearer token), to app *k* mod {MERCHANTS}; its payload carries *k* and the scheduled time, and **latency = receive time − scheduled publish time** (a late publisher counts against the gateway). Percentiles over the {MEASURE_S:.0} s after a {WARMUP_S:.0} s warm-up; lost = answered 200 by the publish API and not received {} s after the last publish; duplicated = received more than once. CPU from /proc (gateway) and Redis's `INFO` over the measured window.\n\n{headline}\n\n#### Latency at {RATE:.0} events/s over {MERCHANTS} merchants\n\n{lat_table}\nWith Redis: {} ids acked ({} failed ack POSTs), {} streams opened again; streams: {}. Memory store: {} ids acked ({} failed ack POSTs), {} streams opened again; streams: {}. Events of an earlier phase seen late: {}.\n\n#### Memory per idle stream\n\nA fresh gateway (and a fresh Redis); RSS (`VmRSS`, the smallest of five samples a second apart) with no stream open, then with N signed idle streams open (nothing published). The idle CPU and Redis columns are over 5 s with the streams open and nothing published: the price of every stream's 100 ms store poll and 500 ms hold check. Streams with Redis: {}; with the memory store: {}.\n\n{idle_table}\n#### Events/s one node sustains\n\nThe same {MERCHANTS} merchants; open-loop steps of {STEP_MEASURE_S:.0} s (+{STEP_WARMUP_S:.0} s warm-up), stopping at the first that lags: p99 > 1 s, an event lost or a publish refused, more than 1% of publishes answered over a second late, or more than a second's worth of events not yet delivered when the last one was due.\n\n{step_table}",
         preamble(ctx, started_load, false),
         DRAIN.as_secs(),
         with_redis.acked,
