@@ -24,7 +24,12 @@
 #                 instructions (callgrind) and per-core capacity               (~5 min)
 #   fleet         a cluster-scope rate limit with Redis vs local: cost at 1,000
 #                 and 10,000 req/s; accuracy under uneven load, 3 gateways    (~3 min)
-#   all           every suite in turn                                          (~75 min)
+#   notify        notifications: publish → delivered latency at 1,000 events/s
+#                 over 1,000 merchants' signed SSE streams (one TCP connection
+#                 each), memory per idle stream (1,000 and 5,000), events/s one
+#                 node sustains; with Redis and the memory store; raises its
+#                 open-file limit to 20,000 (prlimit, root)                     (~5 min)
+#   all           every suite in turn                                          (~80 min)
 #
 # Installs what is missing (nginx-light, valgrind, ZooKeeper for the switch suite), builds
 # the release binaries, then runs target/release/portico-bench, which starts every process
@@ -46,9 +51,9 @@ suite="${1:-all}"
 pkgs=(nginx-light cmake)
 case "$suite" in switch | all) pkgs+=(zookeeper) ;; esac
 case "$suite" in instructions | knobs | apis | cache | routing | all) pkgs+=(valgrind) ;; esac
-# prlimit (idle suite) and taskset come with util-linux.
-case "$suite" in idle | all) pkgs+=(util-linux) ;; esac
-case "$suite" in fleet | all) pkgs+=(redis-server redis-tools) ;; esac
+# prlimit (idle and notify suites) and taskset come with util-linux.
+case "$suite" in idle | notify | all) pkgs+=(util-linux) ;; esac
+case "$suite" in fleet | notify | all) pkgs+=(redis-server redis-tools) ;; esac
 ensure_packages "${pkgs[@]}"
 
 crates=(-p portico-gateway -p portico-demo -p portico-benches)

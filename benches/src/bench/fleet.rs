@@ -28,7 +28,7 @@ const LIMIT: u32 = 300;
 const UNEVEN: &[f64] = &[600.0, 250.0, 50.0];
 
 /// Redis's own CPU seconds (user + system) and commands processed so far.
-fn redis_counters(port: u16) -> anyhow::Result<(f64, u64)> {
+pub(crate) fn redis_counters(port: u16) -> anyhow::Result<(f64, u64)> {
     let out = Command::new("redis-cli")
         .args(["-h", "127.0.0.1", "-p", &port.to_string(), "INFO", "all"])
         .output()

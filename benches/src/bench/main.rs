@@ -7,7 +7,7 @@
 //! time from `/proc/<pid>/stat`, and writes medians and ratios into benches/RESULTS.md.
 //!
 //! ```text
-//! portico-bench edge|grpc|isolation|switch|instructions|knobs|apis|idle|latency|replay|all
+//! portico-bench edge|grpc|isolation|switch|instructions|knobs|apis|idle|latency|replay|cache|routing|fleet|notify|all
 //!     [--rounds 5] [--duration 6] [--connections 32] [--nice -10] ...
 //! ```
 
@@ -20,6 +20,7 @@ mod instructions;
 mod isolation;
 mod knobs;
 mod latency;
+mod notify;
 mod procs;
 mod replay;
 mod report;
@@ -76,6 +77,9 @@ enum Suite {
     /// Issue 13: a cluster-scope rate limit with Redis vs a local one (cost at 1k and 10k
     /// req/s), and its accuracy under uneven load over three gateways.
     Fleet,
+    /// Issue 15: notifications: publish → delivered latency at 1,000 events/s over 1,000
+    /// merchants' signed streams, memory per idle stream, events/s one node sustains.
+    Notify,
     /// Every suite in turn (the replay soak included).
     All,
 }
@@ -335,6 +339,7 @@ fn main() -> anyhow::Result<()> {
             Suite::Cache,
             Suite::Routing,
             Suite::Fleet,
+            Suite::Notify,
         ],
         s => vec![s],
     };
@@ -354,6 +359,7 @@ fn main() -> anyhow::Result<()> {
             Suite::Cache => cache::run(&ctx, cg_plan),
             Suite::Routing => routing::run(&ctx, cg_plan),
             Suite::Fleet => fleet::run(&ctx),
+            Suite::Notify => notify::run(&ctx),
             Suite::All => Ok(()),
         };
         if let Err(e) = r {
