@@ -284,6 +284,10 @@ fn start_gateway_with(
         "--node-id".into(),
         name.to_owned(),
     ]);
+    // The internal listener's default is a fixed port (127.0.0.1:9181): off unless asked.
+    if !args.iter().any(|a| a == "--internal-listen") {
+        args.extend(["--internal-listen".into(), "off".into()]);
+    }
     let bin = ctx.bin("portico-gateway");
     let (mut proc, _) = Spawn {
         name,
