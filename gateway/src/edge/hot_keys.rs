@@ -337,7 +337,10 @@ mod tests {
     }
 
     fn counted(d: &Detector) -> usize {
-        d.shards.iter().map(|s| s.lock().unwrap().counters.len()).sum()
+        d.shards
+            .iter()
+            .map(|s| s.lock().unwrap().counters.len())
+            .sum()
     }
 
     fn spec(rate_above: f64, link: Option<u64>) -> HotKeysSpec {
@@ -363,7 +366,10 @@ mod tests {
             }
             rec(&d, &format!("cold-{i}"), t);
         }
-        assert!(!d.is_hot(d.hash_key("BK-1")), "not before the window closes");
+        assert!(
+            !d.is_hot(d.hash_key("BK-1")),
+            "not before the window closes"
+        );
         let hot = d.hot_keys(WINDOW_MS);
         assert_eq!(hot.len(), 1, "{hot:?}");
         assert_eq!(hot[0].key, "BK-1");
@@ -410,10 +416,10 @@ mod tests {
         for s in &d.shards {
             let s = s.lock().unwrap();
             assert!(s.counters.len() <= d.per_shard);
-            assert!(s.counters.values().all(|c| c
-                .name
-                .as_ref()
-                .is_none_or(|n| n.len() <= MAX_KEY_BYTES)));
+            assert!(s
+                .counters
+                .values()
+                .all(|c| c.name.as_ref().is_none_or(|n| n.len() <= MAX_KEY_BYTES)));
         }
     }
 
