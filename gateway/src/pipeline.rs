@@ -33,10 +33,11 @@
 //!     I -->|path, transcoding: BAD_REQUEST 400| R
 //!     I --> J[bulkhead, breaker, balance]
 //!     J -->|503| R
-//!     J -->|http: streamed| S[Response::Streamed]
+//!     J -->|http: streamed, bytes counted| S[Response::Streamed]
 //!     J -->|grpc: transcoded JSON| W
 //!     J -->|502 / 504 / gRPC status| R
 //!     J -->|cacheable 200: read whole| F2[cache.finish: store, ETag, MISS / 304]
+//!     S --> F3[cache.finish: streamed bytes to the hot-key detector]
 //!     F2 --> W
 //! ```
 //!
@@ -200,8 +201,10 @@ pub async fn handle(
     };
     let clients = &plane.shared.clients;
     let answer = invoke::call(clients, &rt.invoke, session, call, &mut ctx.upstream).await;
-    // Hot APIs: store a cacheable answer, mark it MISS or BYPASS.
-    rt.edge.cache.finish(ticket, answer, now)
+    // Hot APIs: count the answer's bytes, store a cacheable answer, mark it MISS or BYPASS.
+    rt.edge
+        .cache
+        .finish(ticket, answer, ctx.upstream.body_bytes, now)
 }
 
 /// Refuses a request head with more than [`MAX_HEADERS`] headers or more than

@@ -503,6 +503,47 @@ fn the_bandwidth_rule_finds_a_large_answer_at_a_modest_rate() {
     assert!(k["rate"].as_f64().unwrap() < 100.0, "{k}");
 }
 
+/// An answer too large to read whole is streamed (`BYPASS`, no gateway `ETag`), and its bytes
+/// still reach the bandwidth rule.
+#[test]
+fn a_streamed_answer_counts_for_the_bandwidth_rule() {
+    let backend = BackendProcess::start_http().unwrap();
+    let t = base_tree(&backend);
+    t.put(
+        "apis/video.get",
+        &json!({
+            "id": "video.get",
+            "http": {"method": "GET", "path": "/v1/video/{sku}"},
+            "backend": {"cluster": "demo-http", "http": {"path": "/bytes/300000"}},
+            "auth": "none",
+            "policy": {"hot_keys": {"key": ["path:sku"], "rate_above": 100000,
+                "link_bytes_per_s": 1000000, "bandwidth_share_above": 0.3}}
+        }),
+    );
+    let gw = GatewayProcess::start(t.path(), &[]);
+    let c = client();
+    let started = Instant::now();
+    let mut found = None;
+    while started.elapsed() < Duration::from_secs(10) {
+        let r = c.get(gw.url("/v1/video/CLIP")).send().unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(header(&r, "x-portico-cache"), "BYPASS");
+        assert_eq!(header(&r, "etag"), "");
+        assert_eq!(r.bytes().unwrap().len(), 300_000);
+        if let Some(k) = hot_keys_of(&gw, "video.get")
+            .into_iter()
+            .find(|k| k["key"] == "CLIP")
+        {
+            found = Some(k);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    let k = found.expect("CLIP never reported hot");
+    assert!(k["bytes_per_s"].as_f64().unwrap() > 300_000.0, "{k}");
+    assert_eq!(k["match"], json!({"path:sku": ["CLIP"]}), "{k}");
+}
+
 const TOKEN: &str = "test-admin-token-0123456789";
 
 struct Registry {

@@ -8,8 +8,9 @@
 //!   --unique-header`): every request is a MISS that calls the backend and stores the answer
 //!   (the cache full after 10,000, so each store also replaces an entry);
 //! - `hot`: `hot_keys` only (never hot, caching off): the detector's count per request, one
-//!   key; `hot-new`: the same with a new key on every request (the detector's worst case:
-//!   every request replaces the smallest of its counters).
+//!   key, the answer streamed like a proxied one and its bytes counted on the way; `hot-new`:
+//!   the same with a new key on every request (the detector's worst case: every request
+//!   replaces the smallest counter of its shard).
 //!
 //! Measured both ways: instructions per request under callgrind (stable) and CPU µs per
 //! request in interleaved closed-loop rounds. Goals: a HIT ≤ 0.6× a proxied call's CPU; the

@@ -10,10 +10,16 @@
 //! `ttl_ms > 0`, or a key the hot-key detector finds hot (for `auto_cache_ms`) unless the
 //! API says `"cache": {"ttl_ms": 0}`. A fresh entry answers at once (`X-Portico-Cache: HIT`),
 //! or 304 with an empty body when `If-None-Match` names its `ETag`. Otherwise the stage leaves
-//! a [`CacheTicket`] in the context and the invoke tier reads a 200 answer whole (up to
-//! `max_body_bytes`, with a `Content-Length`, without `Cache-Control: no-store|private` or
-//! `Set-Cookie`); [`CacheStage::finish`] then stores it and adds `ETag` and
-//! `X-Portico-Cache: MISS`. Anything else is marked `BYPASS`.
+//! a [`CacheTicket`] in the context. For a cacheable request the invoke tier reads a 200
+//! answer whole (up to `max_body_bytes`, with a `Content-Length`, without `Cache-Control:
+//! no-store|private` or `Set-Cookie`); [`CacheStage::finish`] then stores it and adds `ETag`
+//! and `X-Portico-Cache: MISS`. Anything else is streamed like any proxied answer, marked
+//! `BYPASS`, with no `ETag` (an answer that is not cacheable carries none), and only its byte
+//! count reaches the detector, at the end of the stream.
+//!
+//! The per-request work for a key that is not hot is kept small: the detector's key is a
+//! hash of the selector values (no string is built), and the cache key is built only for a
+//! cacheable request.
 //!
 //! Each API's cache is [`SHARDS`] mutex-guarded shards, each holding at most
 //! `max_entries / SHARDS` (at least 1) entries and evicting the oldest first, so an API's
@@ -29,6 +35,7 @@ use bytes::Bytes;
 use portico_control::{v1, HotPolicy, Snapshot};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
+use std::hash::Hasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -168,10 +175,10 @@ pub struct HotState {
 #[derive(Debug, Clone)]
 pub struct CacheTicket {
     pub api: Arc<ApiHot>,
-    /// The cache key (binding and selector values).
+    /// The cache key (binding and selector values); empty when `ttl_ms` is 0.
     pub key: String,
-    /// The hot-key detector's key.
-    pub hot_key: Option<String>,
+    /// The hash of the hot-key detector's key, when the API has a detector.
+    pub hot_hash: Option<u64>,
     /// How long to keep a 200 answer; 0: do not store it.
     pub ttl_ms: u64,
     /// Largest body read whole.
@@ -181,10 +188,11 @@ pub struct CacheTicket {
 }
 
 impl CacheTicket {
-    /// The body size up to which the invoke tier should read a 200 answer whole: set when
-    /// the answer may be stored or its size counted by the hot-key detector.
+    /// The body size up to which the invoke tier should read a 200 answer whole: set only
+    /// when the answer may be stored. Any other answer is streamed, its bytes counted on the
+    /// way (`invoke::Upstream::body_bytes`).
     pub fn collect(&self) -> Option<usize> {
-        (self.ttl_ms > 0 || self.hot_key.is_some()).then_some(self.max_body)
+        (self.ttl_ms > 0).then_some(self.max_body)
     }
 }
 
@@ -253,34 +261,39 @@ impl Stage for CacheStage {
             return Flow::Continue;
         };
         let policy = &hot.policy;
-        let hot_key = policy
-            .hot_keys
-            .as_ref()
-            .map(|h| keys::key_of(&h.key, req, ctx));
-        if let (Some(d), Some(k)) = (&hot.detector, &hot_key) {
-            d.record(k, 0, req.now_ms);
-        }
+        let hot_hash = match (&hot.detector, &policy.hot_keys) {
+            (Some(d), Some(h)) => {
+                let mut hasher = d.hasher();
+                keys::hash_into(&h.key, req, ctx, &mut hasher);
+                let hash = hasher.finish();
+                d.record(hash, || keys::key_of(&h.key, req, ctx), req.now_ms);
+                Some(hash)
+            }
+            _ => None,
+        };
         let cacheable_method = req.method == "GET" || (route.router_style && policy.read_only);
-        let ttl_ms = match (&policy.cache, &policy.hot_keys, &hot.detector, &hot_key) {
+        let ttl_ms = match (&policy.cache, &policy.hot_keys, &hot.detector, hot_hash) {
             _ if !cacheable_method => 0,
             (Some(c), _, _, _) if c.ttl_ms > 0 => c.ttl_ms,
             (Some(_), _, _, _) => 0,
             (None, Some(h), Some(d), Some(k)) if d.is_hot(k) => h.auto_cache_ms,
             _ => 0,
         };
-        let selectors = match &policy.cache {
-            Some(c) => &c.key,
-            None => policy.hot_keys.as_ref().map_or(&[][..], |h| &h.key[..]),
-        };
-        let binding = route.binding.map_or(-1, |b| b as i64);
-        let key = format!("{binding}\x1e{}", keys::key_of(selectors, req, ctx));
-        let key = bounded_key(&key).into_owned();
-        let if_none_match = req
-            .headers
-            .get(http::header::IF_NONE_MATCH)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let mut key = String::new();
+        let mut if_none_match = None;
         if ttl_ms > 0 {
+            let selectors = match &policy.cache {
+                Some(c) => &c.key,
+                None => policy.hot_keys.as_ref().map_or(&[][..], |h| &h.key[..]),
+            };
+            let binding = route.binding.map_or(-1, |b| b as i64);
+            let full = format!("{binding}\x1e{}", keys::key_of(selectors, req, ctx));
+            key = bounded_key(&full).into_owned();
+            if_none_match = req
+                .headers
+                .get(http::header::IF_NONE_MATCH)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
             if let Some(entry) = hot.cache.get(&key, req.now_ms) {
                 hot.hits.fetch_add(1, Ordering::Relaxed);
                 return Flow::Respond(Ok(Response::Whole(answer(
@@ -298,7 +311,7 @@ impl Stage for CacheStage {
         ctx.cache = Some(CacheTicket {
             api: hot.clone(),
             key,
-            hot_key: if cacheable_method { hot_key } else { None },
+            hot_hash,
             ttl_ms,
             max_body,
             if_none_match,
@@ -309,37 +322,35 @@ impl Stage for CacheStage {
 
 impl CacheStage {
     /// After the invoke tier, for a request [`CacheStage::apply`] let through: counts the
-    /// answer's bytes for the hot-key detector, stores a cacheable 200 answer, and marks the
+    /// answer's bytes for the hot-key detector (`streamed_bytes` for an answer streamed by the
+    /// invoke tier, the body of a whole one), stores a cacheable 200 answer, and marks the
     /// answer `MISS` (stored, with its `ETag`; 304 when `If-None-Match` names it) or
     /// `BYPASS`. A streamed answer was marked `BYPASS` by the invoke tier.
     pub fn finish(
         &self,
         ticket: Option<CacheTicket>,
         result: Result<Response, GatewayError>,
+        streamed_bytes: u64,
         now_ms: u64,
     ) -> Result<Response, GatewayError> {
         let Some(ticket) = ticket else {
             return result;
         };
+        let detector = ticket.api.detector.as_ref().zip(ticket.hot_hash);
         let Ok(Response::Whole(mut whole)) = result else {
+            // Streamed, whole or in part (a failure half-way still sent those bytes).
+            if let Some((d, hash)) = detector.filter(|_| streamed_bytes > 0) {
+                d.add_bytes(hash, streamed_bytes);
+            }
             if matches!(result, Ok(Response::Streamed(_))) {
                 ticket.api.bypasses.fetch_add(1, Ordering::Relaxed);
             }
             return result;
         };
-        if let (Some(d), Some(k)) = (&ticket.api.detector, &ticket.hot_key) {
-            d.add_bytes(k, whole.body.len() as u64);
+        if let Some((d, hash)) = detector {
+            d.add_bytes(hash, whole.body.len() as u64);
         }
-        // A key that became hot while its answer was on the way is stored too.
-        let ttl_ms = match (ticket.ttl_ms, &ticket.api.detector, &ticket.hot_key) {
-            (0, Some(d), Some(k)) if ticket.api.policy.cache.is_none() && d.is_hot(k) => ticket
-                .api
-                .policy
-                .hot_keys
-                .as_ref()
-                .map_or(0, |h| h.auto_cache_ms),
-            (ttl, _, _) => ttl,
-        };
+        let ttl_ms = ticket.ttl_ms;
         if ttl_ms == 0
             || whole.status != 200
             || whole.body.len() > ticket.max_body

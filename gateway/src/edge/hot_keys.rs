@@ -2,18 +2,28 @@
 //! heavy-hitter count over requests and response bytes per key, in fixed memory whatever the
 //! key cardinality. Not a stage: the `cache` stage feeds it and asks it.
 //!
-//! Counting runs in windows of [`WINDOW_MS`]: `capacity` counters (4 × `top`, at least 64);
-//! a key not counted replaces the smallest counter and inherits its count as its error
-//! (Space-Saving), so any key with more than 1/capacity of a window's requests is kept.
-//! When a window closes, each counter's guaranteed rate (count − error) and bytes per second
-//! are compared with `rate_above` and `bandwidth_share_above × link_bytes_per_s`; the hot set
-//! (at most `top` keys, the highest rates first) is published behind an `ArcSwap`, so asking
-//! "is this key hot" takes no lock. A key stays hot while each window finds it hot; `since`
-//! is when it became hot.
+//! Keys are counted by a 64-bit hash of their selector values ([`Detector::hasher`], a
+//! SipHash keyed at random per detector, fed the values straight from the request: no key
+//! string is built per request). The readable key (for `/status` and "block this key") is
+//! made only when a counter needs it: when a key takes a free counter, or when a key already
+//! counted is seen again in the window (docs/ARCHITECTURE.md, "The response cache").
+//!
+//! Counting runs in windows of [`WINDOW_MS`]: `capacity` counters (4 × `top`, at least 64)
+//! split over [`SHARDS`] mutex-guarded shards by hash, so concurrent requests for different
+//! keys rarely meet on one lock. In a full shard, a key not counted replaces the smallest
+//! counter and inherits its count as its error (Space-Saving), so any key with more than
+//! 1/(capacity/SHARDS) of its shard's requests in a window is kept. When a window closes, each
+//! counter's guaranteed rate (count − error) and bytes per second are compared with
+//! `rate_above` and `bandwidth_share_above × link_bytes_per_s`; the hot set (at most `top`
+//! keys, the highest rates first) is published behind an `ArcSwap`, so asking "is this key
+//! hot" takes no lock. A key stays hot while each window finds it hot; `since` is when it
+//! became hot.
 
 use arc_swap::ArcSwap;
 use portico_control::HotKeysSpec;
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -21,8 +31,10 @@ use std::sync::{Arc, Mutex};
 pub const WINDOW_MS: u64 = 500;
 /// The fewest counters a detector keeps.
 pub const MIN_COUNTERS: usize = 64;
-/// The longest key kept as it is; longer keys are counted by a digest of them.
+/// The longest key kept as it is; longer keys are shown as a digest of them.
 pub const MAX_KEY_BYTES: usize = 256;
+/// Shards of one detector's counters.
+pub const SHARDS: usize = 4;
 
 /// A key the detector found hot.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -42,17 +54,38 @@ pub struct HotKey {
     pub switch_match: Option<std::collections::BTreeMap<String, Vec<String>>>,
 }
 
+/// Hashes that are already hashes: used as they are.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type ByHash<V> = HashMap<u64, V, BuildHasherDefault<KeyHasher>>;
+
 #[derive(Debug, Clone, Default)]
 struct Counter {
     count: u64,
     error: u64,
     bytes: u64,
+    /// The readable key (bounded by [`bounded_key`]), once it was needed.
+    name: Option<Box<str>>,
 }
 
-#[derive(Debug)]
-struct Window {
-    start_ms: u64,
-    counters: HashMap<String, Counter>,
+#[derive(Debug, Default)]
+struct Shard {
+    counters: ByHash<Counter>,
 }
 
 /// One API's detector.
@@ -60,96 +93,135 @@ struct Window {
 pub struct Detector {
     spec: HotKeysSpec,
     capacity: usize,
-    window: Mutex<Window>,
-    hot: ArcSwap<HashMap<String, HotKey>>,
+    per_shard: usize,
+    hasher: RandomState,
+    shards: Vec<Mutex<Shard>>,
+    /// Unix ms when the current window started; whoever moves it closes the window.
+    window_start: AtomicU64,
+    hot: ArcSwap<ByHash<HotKey>>,
     /// Times a key became hot (for `/metrics`).
     pub detections: AtomicU64,
 }
 
 impl Detector {
     pub fn new(spec: HotKeysSpec, now_ms: u64) -> Detector {
-        let capacity = (spec.top * 4).max(MIN_COUNTERS);
+        let per_shard = (spec.top * 4).max(MIN_COUNTERS).div_ceil(SHARDS);
         Detector {
             spec,
-            capacity,
-            window: Mutex::new(Window {
-                start_ms: now_ms,
-                counters: HashMap::with_capacity(capacity),
-            }),
-            hot: ArcSwap::from_pointee(HashMap::new()),
+            capacity: per_shard * SHARDS,
+            per_shard,
+            hasher: RandomState::new(),
+            shards: (0..SHARDS)
+                .map(|_| {
+                    Mutex::new(Shard {
+                        counters: ByHash::with_capacity_and_hasher(per_shard, Default::default()),
+                    })
+                })
+                .collect(),
+            window_start: AtomicU64::new(now_ms),
+            hot: ArcSwap::from_pointee(ByHash::default()),
             detections: AtomicU64::new(0),
         }
     }
 
-    /// How many counters the detector keeps: its memory is this many keys of at most
-    /// [`MAX_KEY_BYTES`] each.
+    /// How many counters the detector keeps: its memory is this many counters with keys of
+    /// at most [`MAX_KEY_BYTES`] each.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
 
-    /// Counts one request for `key` (and `bytes` of its answer, when known) at `now_ms`.
-    pub fn record(&self, key: &str, bytes: u64, now_ms: u64) {
-        let key = bounded_key(key);
-        let Ok(mut w) = self.window.lock() else {
+    /// A hasher for one key: write each selector value's bytes with `0x1f` between them
+    /// (the bytes of the readable key), then `finish`.
+    pub fn hasher(&self) -> impl Hasher {
+        self.hasher.build_hasher()
+    }
+
+    /// The hash of a readable key (the selector values joined by `\x1f`).
+    pub fn hash_key(&self, key: &str) -> u64 {
+        let mut h = self.hasher();
+        h.write(key.as_bytes());
+        h.finish()
+    }
+
+    fn shard(&self, hash: u64) -> &Mutex<Shard> {
+        // The low bits pick the hash map's bucket; the high bits pick the shard.
+        &self.shards[(hash >> 58) as usize % SHARDS]
+    }
+
+    /// Counts one request for the key of hash `hash` at `now_ms`; `name` makes its readable
+    /// key, called only when a counter needs it (see the module docs).
+    pub fn record(&self, hash: u64, name: impl FnOnce() -> String, now_ms: u64) {
+        self.roll_if_due(now_ms);
+        let Ok(mut shard) = self.shard(hash).lock() else {
             return;
         };
-        self.roll_if_due(&mut w, now_ms);
-        if let Some(c) = w.counters.get_mut(key.as_ref()) {
+        let counters = &mut shard.counters;
+        if let Some(c) = counters.get_mut(&hash) {
             c.count += 1;
-            c.bytes += bytes;
+            if c.name.is_none() {
+                c.name = Some(bounded_key(&name()).into());
+            }
             return;
         }
         let mut counter = Counter {
             count: 1,
-            error: 0,
-            bytes,
+            ..Counter::default()
         };
-        if w.counters.len() >= self.capacity {
+        if counters.len() >= self.per_shard {
             // Space-Saving: the new key takes the smallest counter's place and count.
-            let smallest = w
-                .counters
+            let smallest = counters
                 .iter()
                 .min_by_key(|(_, c)| c.count)
-                .map(|(k, c)| (k.clone(), c.count));
+                .map(|(k, c)| (*k, c.count));
             if let Some((k, count)) = smallest {
-                w.counters.remove(&k);
+                counters.remove(&k);
                 counter.count = count + 1;
                 counter.error = count;
             }
+        } else {
+            counter.name = Some(bounded_key(&name()).into());
         }
-        w.counters.insert(key.into_owned(), counter);
+        counters.insert(hash, counter);
     }
 
-    /// Adds `bytes` of an answer to `key`'s counter if it is counted (the request itself was
-    /// counted by [`Detector::record`] before the answer was known).
-    pub fn add_bytes(&self, key: &str, bytes: u64) {
-        let key = bounded_key(key);
-        if let Ok(mut w) = self.window.lock() {
-            if let Some(c) = w.counters.get_mut(key.as_ref()) {
+    /// Adds `bytes` of an answer to the counter of the key of hash `hash`, if it is counted
+    /// (the request itself was counted by [`Detector::record`] before the answer was known).
+    pub fn add_bytes(&self, hash: u64, bytes: u64) {
+        if let Ok(mut shard) = self.shard(hash).lock() {
+            if let Some(c) = shard.counters.get_mut(&hash) {
                 c.bytes += bytes;
             }
         }
     }
 
-    /// Whether `key` is hot now (no lock).
-    pub fn is_hot(&self, key: &str) -> bool {
+    /// Whether the key of hash `hash` is hot now (no lock).
+    pub fn is_hot(&self, hash: u64) -> bool {
         let hot = self.hot.load();
-        !hot.is_empty() && hot.contains_key(bounded_key(key).as_ref())
+        !hot.is_empty() && hot.contains_key(&hash)
     }
 
     /// The hot keys, highest rate first, after closing the window if it is due at `now_ms`.
     pub fn hot_keys(&self, now_ms: u64) -> Vec<HotKey> {
-        if let Ok(mut w) = self.window.lock() {
-            self.roll_if_due(&mut w, now_ms);
-        }
+        self.roll_if_due(now_ms);
         let mut list: Vec<HotKey> = self.hot.load().values().cloned().collect();
         list.sort_by(|a, b| b.rate.total_cmp(&a.rate).then(a.key.cmp(&b.key)));
         list
     }
 
-    fn roll_if_due(&self, w: &mut Window, now_ms: u64) {
-        let elapsed = now_ms.saturating_sub(w.start_ms);
+    /// Closes the window when it is due at `now_ms`: the one caller that moves
+    /// `window_start` takes each shard's lock in turn (never two at once), reads and clears
+    /// its counters, and publishes the hot set.
+    fn roll_if_due(&self, now_ms: u64) {
+        let start = self.window_start.load(Ordering::Acquire);
+        let elapsed = now_ms.saturating_sub(start);
         if elapsed < WINDOW_MS {
+            return;
+        }
+        if self
+            .window_start
+            .compare_exchange(start, now_ms, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
             return;
         }
         let secs = elapsed as f64 / 1000.0;
@@ -158,34 +230,47 @@ impl Detector {
             .spec
             .link_bytes_per_s
             .map(|link| link as f64 * self.spec.bandwidth_share_above);
-        let mut found: Vec<(String, f64, f64)> = w
-            .counters
-            .iter()
-            .filter_map(|(key, c)| {
+        let mut found: Vec<(u64, Option<Box<str>>, f64, f64)> = Vec::new();
+        for shard in &self.shards {
+            let Ok(mut shard) = shard.lock() else {
+                continue;
+            };
+            for (hash, c) in shard.counters.drain() {
                 let rate = (c.count - c.error) as f64 / secs;
                 let bytes_per_s = c.bytes as f64 / secs;
                 let hot = rate > self.spec.rate_above
                     || bandwidth_limit.is_some_and(|limit| bytes_per_s > limit);
-                hot.then(|| (key.clone(), rate, bytes_per_s))
-            })
-            .collect();
-        found.sort_by(|a, b| b.1.total_cmp(&a.1));
+                if hot {
+                    found.push((hash, c.name, rate, bytes_per_s));
+                }
+            }
+        }
+        found.sort_by(|a, b| b.2.total_cmp(&a.2));
         found.truncate(self.spec.top);
-        let mut next = HashMap::with_capacity(found.len());
-        for (key, rate, bytes_per_s) in found {
-            let since_ms = match previous.get(&key) {
+        let mut next = ByHash::with_capacity_and_hasher(found.len(), Default::default());
+        for (hash, name, rate, bytes_per_s) in found {
+            let before = previous.get(&hash);
+            let since_ms = match before {
                 Some(before) => before.since_ms,
                 None => {
                     self.detections.fetch_add(1, Ordering::Relaxed);
                     now_ms
                 }
             };
-            let shown = crate::edge::keys::display_key(&key);
-            let switch_match = switch_match(&self.spec.key, &key);
+            let (key, switch_match) = match (&name, before) {
+                (Some(name), _) => (
+                    crate::edge::keys::display_key(name),
+                    switch_match(&self.spec.key, name),
+                ),
+                // Named in an earlier window.
+                (None, Some(before)) => (before.key.clone(), before.switch_match.clone()),
+                // Seen once in a window, in a full shard: known by its hash only.
+                (None, None) => (format!("{UNNAMED_PREFIX}{hash:016x}"), None),
+            };
             next.insert(
-                key,
+                hash,
                 HotKey {
-                    key: shown,
+                    key,
                     rate,
                     bytes_per_s,
                     since_ms,
@@ -193,9 +278,6 @@ impl Detector {
                 },
             );
         }
-        // A window that saw nothing for a long time starts afresh.
-        w.counters.clear();
-        w.start_ms = now_ms;
         if !(next.is_empty() && previous.is_empty()) {
             self.hot.store(Arc::new(next));
         }
@@ -204,6 +286,8 @@ impl Detector {
 
 /// The prefix of a digested key (see [`bounded_key`]).
 const DIGEST_PREFIX: &str = "sha256:";
+/// The prefix of a hot key shown by its hash (never named: see the module docs).
+const UNNAMED_PREFIX: &str = "hash:";
 
 /// `key` itself up to [`MAX_KEY_BYTES`], else a digest of it (so memory stays fixed).
 pub fn bounded_key(key: &str) -> std::borrow::Cow<'_, str> {
@@ -248,6 +332,17 @@ fn switch_match(
 mod tests {
     use super::*;
 
+    fn rec(d: &Detector, key: &str, now_ms: u64) {
+        d.record(d.hash_key(key), || key.to_owned(), now_ms);
+    }
+
+    fn counted(d: &Detector) -> usize {
+        d.shards
+            .iter()
+            .map(|s| s.lock().unwrap().counters.len())
+            .sum()
+    }
+
     fn spec(rate_above: f64, link: Option<u64>) -> HotKeysSpec {
         HotKeysSpec {
             key: Vec::new(),
@@ -267,36 +362,40 @@ mod tests {
         for i in 0..10_000u64 {
             let t = i * (WINDOW_MS - 1) / 10_000;
             if i % 20 == 0 {
-                d.record("BK-1", 0, t);
+                rec(&d, "BK-1", t);
             }
-            d.record(&format!("cold-{i}"), 0, t);
+            rec(&d, &format!("cold-{i}"), t);
         }
-        assert!(!d.is_hot("BK-1"), "not before the window closes");
+        assert!(
+            !d.is_hot(d.hash_key("BK-1")),
+            "not before the window closes"
+        );
         let hot = d.hot_keys(WINDOW_MS);
         assert_eq!(hot.len(), 1, "{hot:?}");
         assert_eq!(hot[0].key, "BK-1");
         assert!(hot[0].rate > 200.0, "{hot:?}");
         assert_eq!(hot[0].since_ms, WINDOW_MS);
-        assert!(d.is_hot("BK-1") && !d.is_hot("cold-5"));
+        assert!(d.is_hot(d.hash_key("BK-1")) && !d.is_hot(d.hash_key("cold-5")));
         assert_eq!(d.detections.load(Ordering::Relaxed), 1);
         // Memory is fixed: never more counters than the capacity.
-        assert!(d.window.lock().unwrap().counters.len() <= d.capacity());
+        assert!(counted(&d) <= d.capacity());
         // Still hot in the next window: `since` is kept; quiet afterwards: no longer hot.
         for _ in 0..300 {
-            d.record("BK-1", 0, WINDOW_MS + 10);
+            rec(&d, "BK-1", WINDOW_MS + 10);
         }
         assert_eq!(d.hot_keys(2 * WINDOW_MS)[0].since_ms, WINDOW_MS);
         assert!(d.hot_keys(3 * WINDOW_MS).is_empty());
-        assert!(!d.is_hot("BK-1"));
+        assert!(!d.is_hot(d.hash_key("BK-1")));
     }
 
     #[test]
     fn the_bandwidth_rule() {
         let d = Detector::new(spec(1000.0, Some(1_000_000)), 0);
         for _ in 0..20 {
-            d.record("big", 0, 10);
-            d.add_bytes("big", 40_000);
-            d.record("small", 100, 10);
+            rec(&d, "big", 10);
+            d.add_bytes(d.hash_key("big"), 40_000);
+            rec(&d, "small", 10);
+            d.add_bytes(d.hash_key("small"), 100);
         }
         let hot = d.hot_keys(WINDOW_MS);
         assert_eq!(hot.len(), 1, "{hot:?}");
@@ -308,12 +407,61 @@ mod tests {
     fn a_million_keys_keep_the_memory_fixed() {
         let d = Detector::new(spec(1e9, None), 0);
         for i in 0..1_000_000u64 {
-            d.record(&i.to_string(), 10, i / 1000);
+            rec(&d, &i.to_string(), i / 1000);
         }
-        assert!(d.window.lock().unwrap().counters.len() <= d.capacity());
+        assert!(counted(&d) <= d.capacity());
         let long = "k".repeat(10_000);
-        d.record(&long, 0, 0);
+        rec(&d, &long, 0);
         assert!(bounded_key(&long).len() < 100);
+        for s in &d.shards {
+            let s = s.lock().unwrap();
+            assert!(s.counters.len() <= d.per_shard);
+            assert!(s
+                .counters
+                .values()
+                .all(|c| c.name.as_ref().is_none_or(|n| n.len() <= MAX_KEY_BYTES)));
+        }
+    }
+
+    #[test]
+    fn a_key_is_named_only_when_a_counter_needs_it() {
+        let d = Detector::new(spec(1.0, None), 0);
+        let named = std::cell::Cell::new(0);
+        let name = |k: &str| {
+            named.set(named.get() + 1);
+            k.to_owned()
+        };
+        // Free counters: each new key is named once.
+        for i in 0..d.capacity() * 4 {
+            let k = format!("k{i}");
+            d.record(d.hash_key(&k), || name(&k), 1);
+        }
+        let first = named.get();
+        assert!(first <= d.capacity(), "{first}");
+        // Full shards: new keys seen once are counted by hash only.
+        for i in 0..10_000 {
+            let k = format!("new{i}");
+            d.record(d.hash_key(&k), || name(&k), 2);
+        }
+        assert_eq!(named.get(), first);
+        // A key seen twice in a window is named; then not again.
+        for _ in 0..5 {
+            d.record(d.hash_key("BK-1"), || name("BK-1"), 3);
+        }
+        assert_eq!(named.get(), first + 1);
+        let hot = d.hot_keys(WINDOW_MS);
+        assert!(hot.iter().any(|k| k.key == "BK-1"), "{hot:?}");
+    }
+
+    #[test]
+    fn the_hash_of_the_parts_is_the_hash_of_the_joined_key() {
+        let d = Detector::new(spec(1.0, None), 0);
+        let mut h = d.hasher();
+        h.write(b"BK-1");
+        h.write(&[0x1f]);
+        h.write(b"north");
+        assert_eq!(h.finish(), d.hash_key("BK-1\x1fnorth"));
+        assert_ne!(d.hash_key("a"), d.hash_key("b"));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use crate::edge::{EdgeCtx, EdgeRequest};
 use portico_control::selector::Selector;
 use std::borrow::Cow;
+use std::hash::Hasher;
 
 /// The value `sel` names in this request; `None` when the request has no such part (no such
 /// path variable, query parameter or header, an unsigned call for `app`).
@@ -65,6 +66,20 @@ pub fn key_of(key: &[Selector], req: &EdgeRequest<'_>, ctx: &EdgeCtx) -> String 
     out
 }
 
+/// Feeds the bytes of [`key_of`]'s key to `hasher` without building it: each value's
+/// bytes, `\x1f` between them (the hot-key detector's per-request key, docs/ARCHITECTURE.md,
+/// "The response cache").
+pub fn hash_into(key: &[Selector], req: &EdgeRequest<'_>, ctx: &EdgeCtx, hasher: &mut impl Hasher) {
+    for (i, sel) in key.iter().enumerate() {
+        if i > 0 {
+            hasher.write(&[0x1f]);
+        }
+        if let Some(v) = value(sel, req, ctx) {
+            hasher.write(v.as_bytes());
+        }
+    }
+}
+
 /// The key as shown to operators (`/status`, the registry): `\x1f` shown as `|`.
 pub fn display_key(key: &str) -> String {
     key.replace('\x1f', "|")
@@ -103,5 +118,12 @@ mod tests {
         assert_eq!(key_of(&key, &req, &ctx), "BK-1\x1f\x1fm1");
         assert_eq!(display_key(&key_of(&key, &req, &ctx)), "BK-1||m1");
         assert_eq!(key_of(&[], &req, &ctx), "");
+        // Hashing the parts is hashing the joined key.
+        let state = std::collections::hash_map::RandomState::new();
+        let mut parts = std::hash::BuildHasher::build_hasher(&state);
+        hash_into(&key, &req, &ctx, &mut parts);
+        let mut joined = std::hash::BuildHasher::build_hasher(&state);
+        joined.write(key_of(&key, &req, &ctx).as_bytes());
+        assert_eq!(parts.finish(), joined.finish());
     }
 }

@@ -231,7 +231,9 @@ impl HttpInvoker {
     /// Streams an answered upstream response to the merchant, adding the request id. Reads
     /// from the backend are bounded by `deadline`; each write to the merchant by the
     /// session's write timeout (`WRITE_TIMEOUT` when a client does not read). Errors after
-    /// the header was written cannot be enveloped: the connection is closed.
+    /// the header was written cannot be enveloped: the connection is closed. `sent` counts
+    /// the body bytes written to the merchant as they go (also when the stream breaks).
+    #[allow(clippy::too_many_arguments)]
     pub async fn relay(
         &self,
         session: &mut Session,
@@ -240,6 +242,7 @@ impl HttpInvoker {
         request_id: &str,
         deadline: Instant,
         added: Added<'_>,
+        sent: &mut u64,
     ) -> Result<u16, GatewayError> {
         let Some(resp) = upstream.response_header() else {
             return Err(GatewayError::upstream(
@@ -292,7 +295,9 @@ impl HttpInvoker {
             };
             done = chunk.is_none() || upstream.response_done();
             if let Some(data) = chunk {
+                let n = data.len() as u64;
                 written(session.write_response_body(Some(data), false).await)?;
+                *sent += n;
             }
             if done {
                 write_bounded(limit, session.write_response_body(None, true)).await?;

@@ -88,6 +88,10 @@ pub struct CacheHint {
 pub struct Upstream {
     pub addr: Option<SocketAddr>,
     pub latency: Option<Duration>,
+    /// Body bytes of the backend's answer streamed to the merchant (HTTP, not read whole),
+    /// also when the stream broke half-way; counted for the hot-key detector's bandwidth
+    /// rule (docs/ARCHITECTURE.md, "The response cache").
+    pub body_bytes: u64,
 }
 
 /// A request ready to send to its backend.
@@ -343,7 +347,15 @@ async fn call_http(
         set_cookie: cookie.as_deref(),
     };
     let status = http
-        .relay(session, answer, addr, request_id, deadline, added)
+        .relay(
+            session,
+            answer,
+            addr,
+            request_id,
+            deadline,
+            added,
+            &mut upstream.body_bytes,
+        )
         .await?;
     Ok(Response::Streamed(status))
 }
