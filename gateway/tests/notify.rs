@@ -467,11 +467,12 @@ fn unsigned_replayed_and_unauthorized_requests_are_refused() {
     let (s, c, v) = post(Some(TOKEN), json!({"topic": "nope", "payload": 1}));
     assert_eq!((s, c.as_str()), (404, "TOPIC_NOT_FOUND"), "{v}");
     assert!(v["request_id"].is_string());
+    // The digest before the change (read after it, the change may already be applied).
+    let digest = n.gw.digest();
     t.put(
         "apps/merchant-3",
         &json!({"secret": "third-secret", "apis": []}),
     );
-    let digest = n.gw.digest();
     assert!(n.gw.wait_for_new_config(&digest));
     let (s, c, _) = post(
         Some(TOKEN),
