@@ -619,8 +619,9 @@ fn upgrade_sock(args: &Args) -> PathBuf {
     })
 }
 
-/// The internal listener for backends (`--internal-listen`, `off`: none): notifications are
-/// published there (docs/OPERATIONS.md, "Notifications").
+/// The notification tasks every node runs (the cross-node wake-ups, callback delivery) and the
+/// internal listener for backends (`--internal-listen`, `off`: none), where notifications are
+/// published (docs/OPERATIONS.md, "Notifications").
 fn start_internal(
     control_rt: &tokio::runtime::Runtime,
     args: &Args,
@@ -628,6 +629,11 @@ fn start_internal(
 ) -> anyhow::Result<()> {
     // Streams on this node are woken by publishes on any node (with Redis).
     control_rt.spawn(shared.notify.clone().follow_wakes());
+    // Callbacks are delivered whether or not this node takes publishes: with Redis any node
+    // may hold an app's callback lock.
+    let client = callback_client(&args.notify_callback_ca_file)?;
+    let notifier = shared.notify.clone();
+    control_rt.spawn(async move { notify::callback::start(notifier, client) });
     if args.internal_listen.trim() == "off" {
         tracing::info!("internal listener off: notifications cannot be published on this node");
         return Ok(());
@@ -644,9 +650,6 @@ fn start_internal(
         .block_on(bind_admin(&args.internal_listen))
         .with_context(|| format!("binding the internal listener {}", args.internal_listen))?;
     tracing::info!(internal = %args.internal_listen, store = shared.notify.store.kind(), "notifications: internal listener up");
-    let client = callback_client(&args.notify_callback_ca_file)?;
-    let notifier = shared.notify.clone();
-    control_rt.spawn(async move { notify::callback::start(notifier, client) });
     control_rt.spawn(notify::internal::serve(
         listener,
         notify::internal::router(state),

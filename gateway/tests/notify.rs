@@ -674,6 +674,51 @@ fn callbacks_are_signed_retried_with_backoff_and_dead_lettered() {
     assert_eq!(code_of(r).1, "APP_FORBIDDEN");
 }
 
+/// A node started with `--internal-listen off` takes no publishes but still delivers
+/// callbacks: when the node that took the publish dies after the first (failed) try, the
+/// other one, without an internal listener, takes the app's callback lock and delivers.
+#[test]
+fn a_node_without_an_internal_listener_delivers_callbacks() {
+    let redis = Redis::start();
+    let t = tree();
+    let (port, hooks) = receiver("callback-secret-1", 1);
+    t.put(
+        "apps/merchant-cb",
+        &json!({"secret": "callback-secret-1", "apis": [], "topics": ["orders"],
+                "callback_url": format!("http://127.0.0.1:{port}/hooks")}),
+    );
+    let quiet = GatewayProcess::start(
+        t.path(),
+        &["--redis", &redis.url(), "--internal-listen", "off"],
+    );
+    assert!(wait_until(Duration::from_secs(10), || quiet.status()
+        ["redis"]["state"]
+        == "ok"));
+    let publisher = node(&t, Some(&redis), &[]);
+    let events = publish(
+        &publisher,
+        Some("merchant-cb"),
+        "orders",
+        json!({"order": 7}),
+    );
+    // The publisher dies at once: it has made at most the first try (answered 500), and the
+    // retry comes a second later at the earliest.
+    drop(publisher);
+    let mut tries = Vec::new();
+    while tries.len() < 2 {
+        let h = hooks
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the node without an internal listener never delivered the callback");
+        tries.push(h);
+    }
+    assert!(tries
+        .iter()
+        .all(|h| h.signature_ok && h.body["id"] == events[0]["id"]));
+    assert!(wait_until(Duration::from_secs(10), || {
+        quiet.status()["notify"]["backlog"]["merchant-cb"] == 0
+    }));
+}
+
 #[test]
 fn the_cli_publishes_like_a_backend() {
     let t = tree();
