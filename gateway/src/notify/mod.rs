@@ -221,8 +221,9 @@ pub struct Notifier {
     wake_subscribed: AtomicBool,
 }
 
-/// How often a stream polls Redis while the node is subscribed to the wake channel: only
-/// for redeliveries after the ack timeout and as a safety net for a lost wake message.
+/// How often a stream polls its store while every publish wakes it (the memory store, or
+/// Redis while the node is subscribed to the wake channel): only for redeliveries after the
+/// ack timeout and, with Redis, as a safety net for a lost wake message.
 pub const POLL_WHEN_SUBSCRIBED: Duration = Duration::from_secs(1);
 
 /// One event a publish stored (or found already stored).
@@ -313,9 +314,13 @@ impl Notifier {
     }
 
     /// How long an idle stream waits for a wake-up before it polls the store again:
-    /// `config.poll`, or [`POLL_WHEN_SUBSCRIBED`] while publishes on every node wake it.
+    /// [`POLL_WHEN_SUBSCRIBED`] when every publish that concerns it wakes it (the memory
+    /// store, whose events are published on this node only, or Redis while this node follows
+    /// the wake channel), else `config.poll`.
     pub fn poll_every(&self) -> Duration {
-        if self.wake_subscribed.load(Ordering::Relaxed) {
+        let woken_by_every_publish = matches!(self.store, store::Store::Memory(_))
+            || self.wake_subscribed.load(Ordering::Relaxed);
+        if woken_by_every_publish {
             self.config.poll.max(POLL_WHEN_SUBSCRIBED)
         } else {
             self.config.poll
