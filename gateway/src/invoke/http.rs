@@ -251,7 +251,12 @@ impl HttpInvoker {
                 format!("upstream {addr} sent no response header"),
             ));
         };
-        let mut head = ResponseHeader::build(resp.status, Some(resp.headers.len() + 1))
+        // Room for every header added below and for the two Pingora adds when it writes the
+        // header (`Connection`, and `Date` if the backend sent none), so neither header map
+        // grows (a rehash of every entry) on the way out.
+        let extra =
+            3 + usize::from(added.replace.is_some()) + usize::from(added.set_cookie.is_some());
+        let mut head = ResponseHeader::build(resp.status, Some(resp.headers.len() + extra))
             .map_err(|e| GatewayError::internal(format!("response header: {e}")))?;
         let named = connection_named(&resp.headers);
         for (name, value) in resp.headers.iter() {
@@ -262,7 +267,7 @@ impl HttpInvoker {
         }
         let _ = head.insert_header(request_id::HEADER, request_id);
         if let Some((name, value)) = added.replace {
-            let _ = head.insert_header(name, value);
+            let _ = head.insert_header(name, http::HeaderValue::from_static(value));
         }
         if let Some(cookie) = added.set_cookie {
             let _ = head.append_header(http::header::SET_COOKIE, cookie);
