@@ -27,7 +27,7 @@
 //! most [`hot_keys::MAX_KEY_BYTES`]. Caches and detectors are carried across reloads while
 //! the API's definition is unchanged.
 
-use crate::edge::hot_keys::{bounded_key, Detector};
+use crate::edge::hot_keys::{bounded_key, Detector, Tally};
 use crate::edge::{keys, Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::GatewayError;
 use crate::model::{Response, Whole};
@@ -177,8 +177,8 @@ pub struct CacheTicket {
     pub api: Arc<ApiHot>,
     /// The cache key (binding and selector values); empty when `ttl_ms` is 0.
     pub key: String,
-    /// The hash of the hot-key detector's key, when the API has a detector.
-    pub hot_hash: Option<u64>,
+    /// Where the hot-key detector counted the request, when the API has a detector.
+    pub tally: Option<Tally>,
     /// How long to keep a 200 answer; 0: do not store it.
     pub ttl_ms: u64,
     /// Largest body read whole.
@@ -199,7 +199,7 @@ impl CacheTicket {
 /// The response cache stage.
 #[derive(Debug, Default)]
 pub struct CacheStage {
-    apis: HashMap<String, Arc<ApiHot>>,
+    apis: HashMap<String, Arc<ApiHot>, foldhash::quality::RandomState>,
 }
 
 impl Stage for CacheStage {
@@ -210,7 +210,7 @@ impl Stage for CacheStage {
         let Ok(mut kept) = carried.hot.apis.lock() else {
             return CacheStage::default();
         };
-        let mut apis = HashMap::with_capacity(snapshot.hot.len());
+        let mut apis = HashMap::with_capacity_and_hasher(snapshot.hot.len(), Default::default());
         for (id, policy) in &snapshot.hot {
             let Some(api) = snapshot.apis.get(id) else {
                 continue;
@@ -261,22 +261,24 @@ impl Stage for CacheStage {
             return Flow::Continue;
         };
         let policy = &hot.policy;
-        let hot_hash = match (&hot.detector, &policy.hot_keys) {
+        let tally = match (&hot.detector, &policy.hot_keys) {
             (Some(d), Some(h)) => {
                 let mut hasher = d.hasher();
                 keys::hash_into(&h.key, req, ctx, &mut hasher);
-                let hash = hasher.finish();
-                d.record(hash, || keys::key_of(&h.key, req, ctx), req.now_ms);
-                Some(hash)
+                d.record(
+                    hasher.finish(),
+                    || keys::key_of(&h.key, req, ctx),
+                    req.now_ms,
+                )
             }
             _ => None,
         };
         let cacheable_method = req.method == "GET" || (route.router_style && policy.read_only);
-        let ttl_ms = match (&policy.cache, &policy.hot_keys, &hot.detector, hot_hash) {
+        let ttl_ms = match (&policy.cache, &policy.hot_keys, &hot.detector, tally) {
             _ if !cacheable_method => 0,
             (Some(c), _, _, _) if c.ttl_ms > 0 => c.ttl_ms,
             (Some(_), _, _, _) => 0,
-            (None, Some(h), Some(d), Some(k)) if d.is_hot(k) => h.auto_cache_ms,
+            (None, Some(h), Some(d), Some(t)) if d.is_hot(t.hash) => h.auto_cache_ms,
             _ => 0,
         };
         let mut key = String::new();
@@ -311,7 +313,7 @@ impl Stage for CacheStage {
         ctx.cache = Some(CacheTicket {
             api: hot.clone(),
             key,
-            hot_hash,
+            tally,
             ttl_ms,
             max_body,
             if_none_match,
@@ -336,19 +338,19 @@ impl CacheStage {
         let Some(ticket) = ticket else {
             return result;
         };
-        let detector = ticket.api.detector.as_ref().zip(ticket.hot_hash);
+        let detector = ticket.api.detector.as_ref().zip(ticket.tally);
         let Ok(Response::Whole(mut whole)) = result else {
             // Streamed, whole or in part (a failure half-way still sent those bytes).
-            if let Some((d, hash)) = detector.filter(|_| streamed_bytes > 0) {
-                d.add_bytes(hash, streamed_bytes);
+            if let Some((d, tally)) = detector.filter(|_| streamed_bytes > 0) {
+                d.add_bytes(tally, streamed_bytes);
             }
             if matches!(result, Ok(Response::Streamed(_))) {
                 ticket.api.bypasses.fetch_add(1, Ordering::Relaxed);
             }
             return result;
         };
-        if let Some((d, hash)) = detector {
-            d.add_bytes(hash, whole.body.len() as u64);
+        if let Some((d, tally)) = detector {
+            d.add_bytes(tally, whole.body.len() as u64);
         }
         let ttl_ms = ticket.ttl_ms;
         if ttl_ms == 0

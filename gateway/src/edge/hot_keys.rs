@@ -3,28 +3,32 @@
 //! key cardinality. Not a stage: the `cache` stage feeds it and asks it.
 //!
 //! Keys are counted by a 64-bit hash of their selector values ([`Detector::hasher`], a
-//! SipHash keyed at random per detector, fed the values straight from the request: no key
+//! foldhash keyed at random per detector, fed the values straight from the request: no key
 //! string is built per request). The readable key (for `/status` and "block this key") is
 //! made only when a counter needs it: when a key takes a free counter, or when a key already
 //! counted is seen again in the window (docs/ARCHITECTURE.md, "The response cache").
 //!
 //! Counting runs in windows of [`WINDOW_MS`]: `capacity` counters (4 × `top`, at least 64)
-//! split over [`SHARDS`] mutex-guarded shards by hash, so concurrent requests for different
-//! keys rarely meet on one lock. In a full shard, a key not counted replaces the smallest
-//! counter and inherits its count as its error (Space-Saving), so any key with more than
+//! split over [`SHARDS`] shards by hash, so concurrent requests for different keys rarely
+//! meet on one lock. In a full shard, a key not counted replaces the smallest counter and
+//! inherits its count as its error (Space-Saving), so any key with more than
 //! 1/(capacity/SHARDS) of its shard's requests in a window is kept. When a window closes, each
 //! counter's guaranteed rate (count − error) and bytes per second are compared with
 //! `rate_above` and `bandwidth_share_above × link_bytes_per_s`; the hot set (at most `top`
 //! keys, the highest rates first) is published behind an `ArcSwap`, so asking "is this key
-//! hot" takes no lock. A key stays hot while each window finds it hot; `since` is when it
-//! became hot.
+//! hot" takes no lock (and, while nothing is hot, not even that load).
+//!
+//! A request costs one shard lock: [`Detector::record`] counts it under the lock and returns a
+//! [`Tally`] naming its counter's slot; the answer's bytes are added later to that slot's
+//! atomic byte count without a lock ([`Detector::add_bytes`]), if the slot still counts the
+//! same key (a slot taken over by another key in between gets those bytes: one answer's worth
+//! of error in an estimate that is approximate anyway).
 
 use arc_swap::ArcSwap;
 use portico_control::HotKeysSpec;
-use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The counting window, in milliseconds.
@@ -35,6 +39,8 @@ pub const MIN_COUNTERS: usize = 64;
 pub const MAX_KEY_BYTES: usize = 256;
 /// Shards of one detector's counters.
 pub const SHARDS: usize = 4;
+/// The byte written between two selector values when a key is hashed (and joined).
+pub const KEY_SEPARATOR: u8 = 0x1f;
 
 /// A key the detector found hot.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -74,18 +80,36 @@ impl Hasher for KeyHasher {
 
 type ByHash<V> = HashMap<u64, V, BuildHasherDefault<KeyHasher>>;
 
+/// Where [`Detector::record`] counted a request: the key's hash and its counter's slot, for
+/// [`Detector::add_bytes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    pub hash: u64,
+    slot: u32,
+}
+
 #[derive(Debug, Clone, Default)]
 struct Counter {
+    hash: u64,
     count: u64,
     error: u64,
-    bytes: u64,
     /// The readable key (bounded by [`bounded_key`]), once it was needed.
     name: Option<Box<str>>,
 }
 
+/// A slot's byte count, outside the shard's lock: `owner` is the hash of the key the slot
+/// counts (0: none).
+#[derive(Debug, Default)]
+struct ByteCount {
+    owner: AtomicU64,
+    bytes: AtomicU64,
+}
+
 #[derive(Debug, Default)]
 struct Shard {
-    counters: ByHash<Counter>,
+    /// Key hash → index in `slots`.
+    index: ByHash<u32>,
+    slots: Vec<Counter>,
 }
 
 /// One API's detector.
@@ -94,11 +118,15 @@ pub struct Detector {
     spec: HotKeysSpec,
     capacity: usize,
     per_shard: usize,
-    hasher: RandomState,
+    hasher: foldhash::quality::RandomState,
     shards: Vec<Mutex<Shard>>,
+    /// Per shard, per slot: the bytes of the answers to the slot's key.
+    bytes: Vec<Box<[ByteCount]>>,
     /// Unix ms when the current window started; whoever moves it closes the window.
     window_start: AtomicU64,
     hot: ArcSwap<ByHash<HotKey>>,
+    /// Whether `hot` holds any key.
+    any_hot: AtomicBool,
     /// Times a key became hot (for `/metrics`).
     pub detections: AtomicU64,
 }
@@ -110,16 +138,21 @@ impl Detector {
             spec,
             capacity: per_shard * SHARDS,
             per_shard,
-            hasher: RandomState::new(),
+            hasher: foldhash::quality::RandomState::default(),
             shards: (0..SHARDS)
                 .map(|_| {
                     Mutex::new(Shard {
-                        counters: ByHash::with_capacity_and_hasher(per_shard, Default::default()),
+                        index: ByHash::with_capacity_and_hasher(per_shard, Default::default()),
+                        slots: Vec::with_capacity(per_shard),
                     })
                 })
                 .collect(),
+            bytes: (0..SHARDS)
+                .map(|_| (0..per_shard).map(|_| ByteCount::default()).collect())
+                .collect(),
             window_start: AtomicU64::new(now_ms),
             hot: ArcSwap::from_pointee(ByHash::default()),
+            any_hot: AtomicBool::new(false),
             detections: AtomicU64::new(0),
         }
     }
@@ -130,74 +163,90 @@ impl Detector {
         self.capacity
     }
 
-    /// A hasher for one key: write each selector value's bytes with `0x1f` between them
-    /// (the bytes of the readable key), then `finish`.
+    /// A hasher for one key: write each selector value's bytes with
+    /// `write_u8(`[`KEY_SEPARATOR`]`)` between them, then `finish` (see [`Detector::hash_key`]).
     pub fn hasher(&self) -> impl Hasher {
         self.hasher.build_hasher()
     }
 
-    /// The hash of a readable key (the selector values joined by `\x1f`).
+    /// The hash of a readable key (the selector values joined by [`KEY_SEPARATOR`]): the
+    /// same as hashing its values one by one with [`Detector::hasher`].
     pub fn hash_key(&self, key: &str) -> u64 {
         let mut h = self.hasher();
-        h.write(key.as_bytes());
+        for (i, part) in key.split(char::from(KEY_SEPARATOR)).enumerate() {
+            if i > 0 {
+                h.write_u8(KEY_SEPARATOR);
+            }
+            h.write(part.as_bytes());
+        }
         h.finish()
     }
 
-    fn shard(&self, hash: u64) -> &Mutex<Shard> {
+    fn shard_of(hash: u64) -> usize {
         // The low bits pick the hash map's bucket; the high bits pick the shard.
-        &self.shards[(hash >> 58) as usize % SHARDS]
+        (hash >> 58) as usize % SHARDS
     }
 
     /// Counts one request for the key of hash `hash` at `now_ms`; `name` makes its readable
-    /// key, called only when a counter needs it (see the module docs).
-    pub fn record(&self, hash: u64, name: impl FnOnce() -> String, now_ms: u64) {
+    /// key, called only when a counter needs it (see the module docs). `None` only if the
+    /// shard's lock was poisoned.
+    pub fn record(&self, hash: u64, name: impl FnOnce() -> String, now_ms: u64) -> Option<Tally> {
         self.roll_if_due(now_ms);
-        let Ok(mut shard) = self.shard(hash).lock() else {
-            return;
-        };
-        let counters = &mut shard.counters;
-        if let Some(c) = counters.get_mut(&hash) {
+        let s = Self::shard_of(hash);
+        let mut shard = self.shards[s].lock().ok()?;
+        let shard = &mut *shard;
+        if let Some(&slot) = shard.index.get(&hash) {
+            let c = &mut shard.slots[slot as usize];
             c.count += 1;
             if c.name.is_none() {
                 c.name = Some(bounded_key(&name()).into());
             }
-            return;
+            return Some(Tally { hash, slot });
         }
         let mut counter = Counter {
+            hash,
             count: 1,
             ..Counter::default()
         };
-        if counters.len() >= self.per_shard {
-            // Space-Saving: the new key takes the smallest counter's place and count.
-            let smallest = counters
-                .iter()
-                .min_by_key(|(_, c)| c.count)
-                .map(|(k, c)| (*k, c.count));
-            if let Some((k, count)) = smallest {
-                counters.remove(&k);
-                counter.count = count + 1;
-                counter.error = count;
-            }
-        } else {
+        let slot = if shard.slots.len() < self.per_shard {
             counter.name = Some(bounded_key(&name()).into());
-        }
-        counters.insert(hash, counter);
+            shard.slots.push(counter);
+            shard.slots.len() - 1
+        } else {
+            // Space-Saving: the new key takes the smallest counter's place and count.
+            let (slot, smallest) = shard
+                .slots
+                .iter_mut()
+                .enumerate()
+                .min_by_key(|(_, c)| c.count)?;
+            shard.index.remove(&smallest.hash);
+            counter.count = smallest.count + 1;
+            counter.error = smallest.count;
+            *smallest = counter;
+            slot
+        };
+        let cell = &self.bytes[s][slot];
+        cell.owner.store(hash, Ordering::Relaxed);
+        cell.bytes.store(0, Ordering::Relaxed);
+        let slot = slot as u32;
+        shard.index.insert(hash, slot);
+        Some(Tally { hash, slot })
     }
 
-    /// Adds `bytes` of an answer to the counter of the key of hash `hash`, if it is counted
-    /// (the request itself was counted by [`Detector::record`] before the answer was known).
-    pub fn add_bytes(&self, hash: u64, bytes: u64) {
-        if let Ok(mut shard) = self.shard(hash).lock() {
-            if let Some(c) = shard.counters.get_mut(&hash) {
-                c.bytes += bytes;
+    /// Adds `bytes` of an answer to the counter that counted its request (see the module
+    /// docs), if that counter still counts the same key. No lock.
+    pub fn add_bytes(&self, tally: Tally, bytes: u64) {
+        let cells = &self.bytes[Self::shard_of(tally.hash)];
+        if let Some(cell) = cells.get(tally.slot as usize) {
+            if cell.owner.load(Ordering::Relaxed) == tally.hash {
+                cell.bytes.fetch_add(bytes, Ordering::Relaxed);
             }
         }
     }
 
-    /// Whether the key of hash `hash` is hot now (no lock).
+    /// Whether the key of hash `hash` is hot now (no lock; no load while nothing is hot).
     pub fn is_hot(&self, hash: u64) -> bool {
-        let hot = self.hot.load();
-        !hot.is_empty() && hot.contains_key(&hash)
+        self.any_hot.load(Ordering::Relaxed) && self.hot.load().contains_key(&hash)
     }
 
     /// The hot keys, highest rate first, after closing the window if it is due at `now_ms`.
@@ -231,17 +280,20 @@ impl Detector {
             .link_bytes_per_s
             .map(|link| link as f64 * self.spec.bandwidth_share_above);
         let mut found: Vec<(u64, Option<Box<str>>, f64, f64)> = Vec::new();
-        for shard in &self.shards {
+        for (shard, cells) in self.shards.iter().zip(&self.bytes) {
             let Ok(mut shard) = shard.lock() else {
                 continue;
             };
-            for (hash, c) in shard.counters.drain() {
+            shard.index.clear();
+            for (c, cell) in shard.slots.drain(..).zip(cells.iter()) {
+                cell.owner.store(0, Ordering::Relaxed);
+                let bytes = cell.bytes.swap(0, Ordering::Relaxed);
                 let rate = (c.count - c.error) as f64 / secs;
-                let bytes_per_s = c.bytes as f64 / secs;
+                let bytes_per_s = bytes as f64 / secs;
                 let hot = rate > self.spec.rate_above
                     || bandwidth_limit.is_some_and(|limit| bytes_per_s > limit);
                 if hot {
-                    found.push((hash, c.name, rate, bytes_per_s));
+                    found.push((c.hash, c.name, rate, bytes_per_s));
                 }
             }
         }
@@ -279,6 +331,7 @@ impl Detector {
             );
         }
         if !(next.is_empty() && previous.is_empty()) {
+            self.any_hot.store(!next.is_empty(), Ordering::Relaxed);
             self.hot.store(Arc::new(next));
         }
     }
@@ -332,15 +385,12 @@ fn switch_match(
 mod tests {
     use super::*;
 
-    fn rec(d: &Detector, key: &str, now_ms: u64) {
-        d.record(d.hash_key(key), || key.to_owned(), now_ms);
+    fn rec(d: &Detector, key: &str, now_ms: u64) -> Tally {
+        d.record(d.hash_key(key), || key.to_owned(), now_ms).unwrap()
     }
 
     fn counted(d: &Detector) -> usize {
-        d.shards
-            .iter()
-            .map(|s| s.lock().unwrap().counters.len())
-            .sum()
+        d.shards.iter().map(|s| s.lock().unwrap().slots.len()).sum()
     }
 
     fn spec(rate_above: f64, link: Option<u64>) -> HotKeysSpec {
@@ -392,15 +442,36 @@ mod tests {
     fn the_bandwidth_rule() {
         let d = Detector::new(spec(1000.0, Some(1_000_000)), 0);
         for _ in 0..20 {
-            rec(&d, "big", 10);
-            d.add_bytes(d.hash_key("big"), 40_000);
-            rec(&d, "small", 10);
-            d.add_bytes(d.hash_key("small"), 100);
+            let big = rec(&d, "big", 10);
+            d.add_bytes(big, 40_000);
+            let small = rec(&d, "small", 10);
+            d.add_bytes(small, 100);
         }
         let hot = d.hot_keys(WINDOW_MS);
         assert_eq!(hot.len(), 1, "{hot:?}");
         assert_eq!(hot[0].key, "big");
         assert!(hot[0].bytes_per_s > 700_000.0);
+    }
+
+    #[test]
+    fn bytes_go_to_the_key_that_holds_the_slot() {
+        let d = Detector::new(spec(1e9, Some(1_000)), 0);
+        let t = rec(&d, "big", 10);
+        d.add_bytes(t, 1_000);
+        // Fill every shard with other keys twice over: "big" loses its slot to a newcomer.
+        for i in 0..d.capacity() * 8 {
+            for _ in 0..3 {
+                rec(&d, &format!("k{i}"), 20);
+            }
+        }
+        // The late answer of the evicted key is not counted for the slot's new key.
+        d.add_bytes(t, 1_000_000);
+        // A late answer from a closed window is dropped too.
+        let again = rec(&d, "again", 30);
+        let hot = d.hot_keys(WINDOW_MS);
+        assert!(hot.is_empty(), "{hot:?}");
+        d.add_bytes(again, 1_000_000);
+        assert!(d.hot_keys(2 * WINDOW_MS).is_empty());
     }
 
     #[test]
@@ -415,10 +486,10 @@ mod tests {
         assert!(bounded_key(&long).len() < 100);
         for s in &d.shards {
             let s = s.lock().unwrap();
-            assert!(s.counters.len() <= d.per_shard);
+            assert!(s.slots.len() <= d.per_shard && s.index.len() == s.slots.len());
             assert!(s
-                .counters
-                .values()
+                .slots
+                .iter()
                 .all(|c| c.name.as_ref().is_none_or(|n| n.len() <= MAX_KEY_BYTES)));
         }
     }
@@ -458,7 +529,7 @@ mod tests {
         let d = Detector::new(spec(1.0, None), 0);
         let mut h = d.hasher();
         h.write(b"BK-1");
-        h.write(&[0x1f]);
+        h.write_u8(KEY_SEPARATOR);
         h.write(b"north");
         assert_eq!(h.finish(), d.hash_key("BK-1\x1fnorth"));
         assert_ne!(d.hash_key("a"), d.hash_key("b"));

@@ -4,6 +4,7 @@
 //! validated; reading one borrows from the request except for a percent-decoded query
 //! value and the client address.
 
+use crate::edge::hot_keys::KEY_SEPARATOR;
 use crate::edge::{EdgeCtx, EdgeRequest};
 use portico_control::selector::Selector;
 use std::borrow::Cow;
@@ -66,16 +67,18 @@ pub fn key_of(key: &[Selector], req: &EdgeRequest<'_>, ctx: &EdgeCtx) -> String 
     out
 }
 
-/// Feeds the bytes of [`key_of`]'s key to `hasher` without building it: each value's
-/// bytes, `\x1f` between them (the hot-key detector's per-request key, docs/ARCHITECTURE.md,
-/// "The response cache").
+/// Feeds [`key_of`]'s key to `hasher` without building it: each value's bytes (a missing
+/// part as empty), `write_u8(`[`KEY_SEPARATOR`]`)` between them, as
+/// [`crate::edge::hot_keys::Detector::hash_key`] hashes a joined key (the hot-key
+/// detector's per-request key, docs/ARCHITECTURE.md, "The response cache").
 pub fn hash_into(key: &[Selector], req: &EdgeRequest<'_>, ctx: &EdgeCtx, hasher: &mut impl Hasher) {
     for (i, sel) in key.iter().enumerate() {
         if i > 0 {
-            hasher.write(&[0x1f]);
+            hasher.write_u8(KEY_SEPARATOR);
         }
-        if let Some(v) = value(sel, req, ctx) {
-            hasher.write(v.as_bytes());
+        match value(sel, req, ctx) {
+            Some(v) => hasher.write(v.as_bytes()),
+            None => hasher.write(b""),
         }
     }
 }
@@ -118,12 +121,23 @@ mod tests {
         assert_eq!(key_of(&key, &req, &ctx), "BK-1\x1f\x1fm1");
         assert_eq!(display_key(&key_of(&key, &req, &ctx)), "BK-1||m1");
         assert_eq!(key_of(&[], &req, &ctx), "");
-        // Hashing the parts is hashing the joined key.
-        let state = std::collections::hash_map::RandomState::new();
-        let mut parts = std::hash::BuildHasher::build_hasher(&state);
+        // Hashing the parts is the detector's hash of the joined key.
+        let d = crate::edge::hot_keys::Detector::new(
+            portico_control::HotKeysSpec {
+                key: key.clone(),
+                rate_above: 1.0,
+                bandwidth_share_above: 0.7,
+                link_bytes_per_s: None,
+                auto_cache_ms: 1000,
+                top: 20,
+            },
+            0,
+        );
+        let mut parts = d.hasher();
         hash_into(&key, &req, &ctx, &mut parts);
-        let mut joined = std::hash::BuildHasher::build_hasher(&state);
-        joined.write(key_of(&key, &req, &ctx).as_bytes());
-        assert_eq!(parts.finish(), joined.finish());
+        assert_eq!(parts.finish(), d.hash_key(&key_of(&key, &req, &ctx)));
+        let mut other = d.hasher();
+        hash_into(&key[..2], &req, &ctx, &mut other);
+        assert_ne!(other.finish(), d.hash_key(&key_of(&key, &req, &ctx)));
     }
 }
