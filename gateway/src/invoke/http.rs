@@ -101,11 +101,14 @@ pub enum Attempt {
     Failed(GatewayError),
 }
 
+/// The request id header, parsed once.
+const REQUEST_ID: http::HeaderName = http::HeaderName::from_static(request_id::HEADER);
+
 /// Headers the gateway adds to a relayed answer besides the request id.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct Added<'a> {
     /// A header set in place of the backend's (e.g. `X-Portico-Cache: BYPASS`).
-    pub replace: Option<(&'static str, &'static str)>,
+    pub replace: Option<(http::HeaderName, http::HeaderValue)>,
     /// A `Set-Cookie` added beside the backend's own (the sticky-session cookie).
     pub set_cookie: Option<&'a str>,
 }
@@ -251,27 +254,46 @@ impl HttpInvoker {
                 format!("upstream {addr} sent no response header"),
             ));
         };
-        // Room for every header added below and for the two Pingora adds when it writes the
-        // header (`Connection`, and `Date` if the backend sent none), so neither header map
-        // grows (a rehash of every entry) on the way out.
+        // The answer's head is built as an `http` response head and handed to Pingora whole:
+        // Pingora's `append_header` would turn each `HeaderName` back into bytes (a copy for
+        // a custom name) and parse it again, and keep a second map for the names' case,
+        // which the relay never used (names go out in their canonical case either way). Room
+        // for every header added below and for the two Pingora adds when it writes the head
+        // (`Connection`, and `Date` if the backend sent none), so the map never grows (a
+        // rehash of every entry) on the way out.
         let extra =
             3 + usize::from(added.replace.is_some()) + usize::from(added.set_cookie.is_some());
-        let mut head = ResponseHeader::build(resp.status, Some(resp.headers.len() + extra))
-            .map_err(|e| GatewayError::internal(format!("response header: {e}")))?;
+        let (mut parts, ()) = http::Response::new(()).into_parts();
+        parts.status = resp.status;
+        parts.headers.reserve(resp.headers.len() + extra);
         let named = connection_named(&resp.headers);
+        let mut room = true;
         for (name, value) in resp.headers.iter() {
             if response_dropped(name.as_str()) || named.contains(name) {
                 continue;
             }
-            let _ = head.append_header(name.clone(), value.clone());
+            room &= parts.headers.try_append(name.clone(), value.clone()).is_ok();
         }
-        let _ = head.insert_header(request_id::HEADER, request_id);
+        if let Ok(id) = http::HeaderValue::from_str(request_id) {
+            room &= parts.headers.try_insert(REQUEST_ID, id).is_ok();
+        }
         if let Some((name, value)) = added.replace {
-            let _ = head.insert_header(name, http::HeaderValue::from_static(value));
+            room &= parts.headers.try_insert(name, value).is_ok();
         }
-        if let Some(cookie) = added.set_cookie {
-            let _ = head.append_header(http::header::SET_COOKIE, cookie);
+        if let Some(cookie) = added.set_cookie.and_then(|c| http::HeaderValue::from_str(c).ok()) {
+            room &= parts
+                .headers
+                .try_append(http::header::SET_COOKIE, cookie)
+                .is_ok();
         }
+        if !room {
+            return Err(GatewayError::upstream(
+                Code::UpstreamError,
+                "the backend failed to answer",
+                format!("upstream {addr} sent more headers than an answer may carry"),
+            ));
+        }
+        let head = ResponseHeader::from(parts);
         let status = resp.status.as_u16();
         let end = upstream.response_done();
         let limit = session.get_write_timeout();
@@ -559,12 +581,51 @@ fn build_request_header(
 ) -> Result<RequestHeader, GatewayError> {
     let internal =
         |e: pingora_error::BError| GatewayError::internal(format!("request header: {e}"));
-    let mut h = RequestHeader::build_no_case(
-        method.clone(),
-        path_and_query.as_bytes(),
-        Some(req.headers.len() + 5),
-    )
-    .map_err(internal)?;
+    let head = RequestHeader::build_no_case(method.clone(), path_and_query.as_bytes(), Some(0))
+        .map_err(internal)?;
+    // The headers go straight into the head's `HeaderMap`: Pingora's `append_header` would
+    // turn each `HeaderName` back into bytes (a copy for a custom name) and parse it again
+    // (docs/ARCHITECTURE.md, "Costs"). The head is taken apart for that only when its target
+    // lives in its `Uri` (origin-form, which `upstream_target` always makes), so putting it
+    // back together loses nothing; any other target keeps Pingora's own path.
+    let origin_form = path_and_query.starts_with('/') && head.raw_path() == path_and_query.as_bytes();
+    let with_body = !body.is_empty()
+        || matches!(
+            *method,
+            http::Method::POST | http::Method::PUT | http::Method::PATCH
+        );
+    if !origin_form {
+        return build_request_header_slowly(head, req, caller, body, with_body);
+    }
+    let mut parts: http::request::Parts = head.into();
+    parts.headers.reserve(req.headers.len() + 5);
+    let mut failed = false;
+    forward::each_backend_header(&req.headers, caller, Target::Http, |name, value| {
+        failed |= parts.headers.try_append(name, value).is_err();
+    });
+    if with_body {
+        failed |= parts
+            .headers
+            .try_insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(body.len()))
+            .is_err();
+    }
+    if failed {
+        return Err(GatewayError::internal("request header: too many headers"));
+    }
+    Ok(RequestHeader::from(parts))
+}
+
+/// [`build_request_header`] through Pingora's header API, for a target that is not in
+/// origin-form.
+fn build_request_header_slowly(
+    mut h: RequestHeader,
+    req: &RequestHeader,
+    caller: &Caller<'_>,
+    body: &Bytes,
+    with_body: bool,
+) -> Result<RequestHeader, GatewayError> {
+    let internal =
+        |e: pingora_error::BError| GatewayError::internal(format!("request header: {e}"));
     let mut failed = None;
     forward::each_backend_header(&req.headers, caller, Target::Http, |name, value| {
         if let Err(e) = h.append_header(name, value) {
@@ -574,12 +635,7 @@ fn build_request_header(
     if let Some(e) = failed {
         return Err(internal(e));
     }
-    if !body.is_empty()
-        || matches!(
-            *method,
-            http::Method::POST | http::Method::PUT | http::Method::PATCH
-        )
-    {
+    if with_body {
         h.insert_header(http::header::CONTENT_LENGTH, body.len().to_string())
             .map_err(internal)?;
     }

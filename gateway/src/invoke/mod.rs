@@ -343,7 +343,10 @@ async fn call_http(
         }
     }
     let added = self::http::Added {
-        replace: hint.mark_bypass.then_some(("x-portico-cache", "BYPASS")),
+        replace: hint.mark_bypass.then_some((
+            crate::edge::cache::CACHE_HEADER_NAME,
+            ::http::HeaderValue::from_static("BYPASS"),
+        )),
         set_cookie: cookie.as_deref(),
     };
     let status = http
