@@ -33,8 +33,8 @@ pub const DEFAULT_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from
 /// head before it is closed without an answer.
 const REFUSAL_HEAD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// How long a refused connection's request body is drained, so closing it does not reset
-/// the answer away before the client reads it.
+/// How long the body of a request refused before its body was read is drained, so closing
+/// the connection does not reset the answer away before the client reads it.
 const REFUSAL_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One listener's proxy: a plane (live or sandbox) behind Pingora.
@@ -65,9 +65,8 @@ impl Gateway {
             session.set_write_timeout(Some(write_timeout));
         }
         session.set_keepalive(None);
-        if rescue(&mut session, &mut ctx, error).await.is_ok() {
-            let _ = tokio::time::timeout(REFUSAL_DRAIN, session.drain_request_body()).await;
-        }
+        // `rescue` drains what is left of the request body before the connection closes.
+        let _ = rescue(&mut session, &mut ctx, error).await;
         self.logging(&mut session, None, &mut ctx).await;
         session.shutdown().await;
     }
@@ -247,15 +246,25 @@ async fn rescue(
         );
     }
     // A refusal before the body was read must not leave the body on the connection.
-    if !session.is_body_done() {
+    let unread = !session.is_body_done();
+    if unread {
         session.set_keepalive(None);
     }
-    write_whole(
+    let written = write_whole(
         session,
         Whole::envelope(&e, &ctx.request_id),
         &ctx.request_id,
     )
-    .await
+    .await;
+    // Closing with the client's body still arriving would reset the connection, and a client
+    // still writing that body would see the reset instead of the answer (a 413 to a large
+    // upload, say): the body is read and dropped for at most `REFUSAL_DRAIN` first (a
+    // lingering close). Not for a request refused as malformed (`BAD_REQUEST`): its framing is
+    // not to be trusted, so it is closed at once.
+    if unread && written.is_ok() && e.code != Code::BadRequest {
+        let _ = tokio::time::timeout(REFUSAL_DRAIN, session.drain_request_body()).await;
+    }
+    written
 }
 
 /// The response head of a whole response: its status and headers, `content-type:
