@@ -386,7 +386,8 @@ mod tests {
     use super::*;
 
     fn rec(d: &Detector, key: &str, now_ms: u64) -> Tally {
-        d.record(d.hash_key(key), || key.to_owned(), now_ms).unwrap()
+        d.record(d.hash_key(key), || key.to_owned(), now_ms)
+            .unwrap()
     }
 
     fn counted(d: &Detector) -> usize {

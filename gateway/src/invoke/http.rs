@@ -272,7 +272,10 @@ impl HttpInvoker {
             if response_dropped(name.as_str()) || named.contains(name) {
                 continue;
             }
-            room &= parts.headers.try_append(name.clone(), value.clone()).is_ok();
+            room &= parts
+                .headers
+                .try_append(name.clone(), value.clone())
+                .is_ok();
         }
         if let Ok(id) = http::HeaderValue::from_str(request_id) {
             room &= parts.headers.try_insert(REQUEST_ID, id).is_ok();
@@ -280,7 +283,10 @@ impl HttpInvoker {
         if let Some((name, value)) = added.replace {
             room &= parts.headers.try_insert(name, value).is_ok();
         }
-        if let Some(cookie) = added.set_cookie.and_then(|c| http::HeaderValue::from_str(c).ok()) {
+        if let Some(cookie) = added
+            .set_cookie
+            .and_then(|c| http::HeaderValue::from_str(c).ok())
+        {
             room &= parts
                 .headers
                 .try_append(http::header::SET_COOKIE, cookie)
@@ -588,7 +594,8 @@ fn build_request_header(
     // (docs/ARCHITECTURE.md, "Costs"). The head is taken apart for that only when its target
     // lives in its `Uri` (origin-form, which `upstream_target` always makes), so putting it
     // back together loses nothing; any other target keeps Pingora's own path.
-    let origin_form = path_and_query.starts_with('/') && head.raw_path() == path_and_query.as_bytes();
+    let origin_form =
+        path_and_query.starts_with('/') && head.raw_path() == path_and_query.as_bytes();
     let with_body = !body.is_empty()
         || matches!(
             *method,
@@ -606,7 +613,10 @@ fn build_request_header(
     if with_body {
         failed |= parts
             .headers
-            .try_insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(body.len()))
+            .try_insert(
+                http::header::CONTENT_LENGTH,
+                http::HeaderValue::from(body.len()),
+            )
             .is_err();
     }
     if failed {
