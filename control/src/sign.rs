@@ -89,7 +89,20 @@ pub fn canonical_query(raw: &str) -> String {
 /// Lowercase hex SHA-256 of `body` (line 7 of the string-to-sign; of the empty string when
 /// there is no body).
 pub fn body_digest(body: &[u8]) -> String {
-    hex::encode(Sha256::digest(body))
+    body_digest_str(body).into_owned()
+}
+
+/// Lowercase hex SHA-256 of the empty string: line 7 of every call without a body.
+pub const EMPTY_BODY_DIGEST: &str =
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+/// [`body_digest`], borrowed for the common case of no body (no hashing, no allocation).
+fn body_digest_str(body: &[u8]) -> std::borrow::Cow<'static, str> {
+    if body.is_empty() {
+        std::borrow::Cow::Borrowed(EMPTY_BODY_DIGEST)
+    } else {
+        std::borrow::Cow::Owned(hex::encode(Sha256::digest(body)))
+    }
 }
 
 /// The seven-line string-to-sign of docs/PROTOCOL.md, joined by `\n` (no trailing newline).
@@ -107,7 +120,7 @@ pub fn string_to_sign(
     body: &[u8],
 ) -> String {
     let query = raw_query.map(canonical_query).unwrap_or_default();
-    let digest = body_digest(body);
+    let digest = body_digest_str(body);
     let capacity = [method, path, &query, app_key, timestamp, nonce, &digest]
         .iter()
         .fold(6usize, |n, part| n.saturating_add(part.len()));
@@ -128,34 +141,64 @@ pub fn string_to_sign(
     s
 }
 
-/// The raw HMAC-SHA256 of `sts` keyed with `secret`.
-fn mac_bytes(secret: &[u8], sts: &str) -> [u8; 32] {
-    // HMAC accepts keys of any length, so `new_from_slice` cannot fail; the fallback keeps
-    // this function total without a panic path.
-    match HmacSha256::new_from_slice(secret) {
-        Ok(mut mac) => {
-            mac.update(sts.as_bytes());
-            mac.finalize().into_bytes().into()
+/// An app's secret made ready to sign and verify: the HMAC key schedule (the padded inner
+/// and outer keys, two SHA-256 blocks) done once, so each call hashes only its
+/// string-to-sign. The gateway keeps one per app in its snapshot.
+#[derive(Clone)]
+pub struct SigningKey(Option<HmacSha256>);
+
+impl SigningKey {
+    pub fn new(secret: &[u8]) -> SigningKey {
+        // HMAC accepts keys of any length, so `new_from_slice` cannot fail; `None` keeps
+        // this total without a panic path (and then nothing verifies).
+        SigningKey(HmacSha256::new_from_slice(secret).ok())
+    }
+
+    /// The raw HMAC-SHA256 of `sts`.
+    fn mac_bytes(&self, sts: &str) -> [u8; 32] {
+        match self.0.clone() {
+            Some(mut mac) => {
+                mac.update(sts.as_bytes());
+                mac.finalize().into_bytes().into()
+            }
+            None => [0u8; 32],
         }
-        Err(_) => [0u8; 32],
+    }
+
+    /// The signature of docs/PROTOCOL.md: lowercase hex HMAC-SHA256(secret, `sts`).
+    pub fn sign(&self, sts: &str) -> String {
+        hex::encode(self.mac_bytes(sts))
+    }
+
+    /// Whether `signature_hex` is the signature of `sts` under this key. The MAC bytes are
+    /// compared in constant time; hex of either case is accepted; anything that is not 64
+    /// hex digits is simply wrong.
+    pub fn verify(&self, sts: &str, signature_hex: &str) -> bool {
+        let mut given = [0u8; 32];
+        if hex::decode_to_slice(signature_hex.as_bytes(), &mut given).is_err() {
+            return false;
+        }
+        let expected = self.mac_bytes(sts);
+        self.0.is_some() && bool::from(expected.ct_eq(&given))
+    }
+}
+
+impl std::fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SigningKey(..)")
     }
 }
 
 /// The signature of docs/PROTOCOL.md: lowercase hex HMAC-SHA256(`secret`, `sts`).
 pub fn sign(secret: &[u8], sts: &str) -> String {
-    hex::encode(mac_bytes(secret, sts))
+    SigningKey::new(secret).sign(sts)
 }
 
 /// Whether `signature_hex` is the signature of `sts` under `secret`. The MAC bytes are
 /// compared in constant time; hex of either case is accepted; anything that is not 64 hex
 /// digits is simply wrong.
 pub fn verify(secret: &[u8], sts: &str, signature_hex: &str) -> bool {
-    let mut given = [0u8; 32];
-    if hex::decode_to_slice(signature_hex.as_bytes(), &mut given).is_err() {
-        return false;
-    }
-    let expected = mac_bytes(secret, sts);
-    bool::from(expected.ct_eq(&given))
+    SigningKey::new(secret).verify(sts, signature_hex)
 }
 
 /// Whether `nonce` is 8–64 of `[A-Za-z0-9_-]`.
@@ -266,6 +309,27 @@ mod tests {
             sign(SECRET, &sts),
             "b9e9eca162235cc9db8be41daeb80d676ab36455aae179bba0a19d9325af4107"
         );
+    }
+
+    #[test]
+    fn the_empty_body_digest_is_sha256_of_nothing() {
+        assert_eq!(EMPTY_BODY_DIGEST, hex::encode(Sha256::digest(b"")));
+        assert_eq!(body_digest(b""), EMPTY_BODY_DIGEST);
+        assert_eq!(body_digest(b"x"), hex::encode(Sha256::digest(b"x")));
+    }
+
+    #[test]
+    fn a_signing_key_is_reused_call_after_call() {
+        let key = SigningKey::new(SECRET);
+        for sts in ["GET\n/a\n\nm\n1\nn\nx", "POST\n/b\n\nm\n2\nn\ny", ""] {
+            let sig = sign(SECRET, sts);
+            assert_eq!(key.sign(sts), sig);
+            assert!(key.verify(sts, &sig));
+            assert!(key.verify(sts, &sig.to_uppercase()));
+            assert!(!key.verify(sts, &sign(b"other", sts)));
+            assert!(!key.verify(sts, "not hex"));
+        }
+        assert_eq!(format!("{key:?}"), "SigningKey(..)");
     }
 
     #[test]

@@ -32,7 +32,7 @@ use crate::error::{Code, GatewayError};
 // and the tests, so the gateway can never drift from what merchants' tools compute.
 use crate::edge::replay::{NonceCheck, ReplayCache};
 use portico_control::sign::{
-    string_to_sign, valid_nonce, verify, HEADER_APP_KEY, HEADER_NONCE, HEADER_SIGNATURE,
+    string_to_sign, valid_nonce, SigningKey, HEADER_APP_KEY, HEADER_NONCE, HEADER_SIGNATURE,
     HEADER_TIMESTAMP, MAX_SKEW_MS,
 };
 use portico_control::{v1, Snapshot};
@@ -43,7 +43,8 @@ use std::sync::Arc;
 /// `ctx.app`.
 #[derive(Debug)]
 pub struct AuthStage {
-    apps: HashMap<String, Arc<v1::App>>,
+    /// Each app with its secret's HMAC key schedule done once per snapshot.
+    apps: HashMap<String, (Arc<v1::App>, SigningKey)>,
     replay: Arc<ReplayCache>,
 }
 
@@ -148,7 +149,7 @@ impl AuthStage {
                 "{HEADER_NONCE} must be 8-64 of [A-Za-z0-9_-]"
             )));
         }
-        let Some(app) = self.apps.get(signed.app_key) else {
+        let Some((app, key)) = self.apps.get(signed.app_key) else {
             return Err(GatewayError::new(Code::AppUnknown, "unknown app key"));
         };
         let sts = string_to_sign(
@@ -160,7 +161,7 @@ impl AuthStage {
             signed.nonce,
             req.body,
         );
-        if !verify(app.secret.as_bytes(), &sts, signed.signature) {
+        if !key.verify(&sts, signed.signature) {
             return Err(invalid(format!(
                 "signature does not match; the gateway's string-to-sign is {sts:?}"
             )));
@@ -209,7 +210,10 @@ impl Stage for AuthStage {
         let apps = snapshot
             .apps
             .iter()
-            .map(|(k, v)| (k.clone(), Arc::clone(v)))
+            .map(|(k, v)| {
+                let key = SigningKey::new(v.secret.as_bytes());
+                (k.clone(), (Arc::clone(v), key))
+            })
             .collect();
         AuthStage {
             apps,
