@@ -11,6 +11,13 @@ use bytes::Bytes;
 use portico_control::Api;
 use std::sync::Arc;
 
+/// The header telling merchants how an answer of an API with a cache or hot-key policy was
+/// served: `HIT`, `MISS` or `BYPASS` (docs/PROTOCOL.md; set by `edge::cache`, and by the
+/// invoke tier on a streamed answer).
+pub const CACHE_HEADER: &str = "x-portico-cache";
+/// [`CACHE_HEADER`], parsed at compile time.
+pub const CACHE_HEADER_NAME: http::HeaderName = http::HeaderName::from_static(CACHE_HEADER);
+
 /// What a route match found: the API, which binding matched, and the path variables.
 #[derive(Debug, Clone)]
 pub struct RouteMatch {

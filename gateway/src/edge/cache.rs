@@ -41,10 +41,7 @@ use std::sync::{Arc, Mutex};
 
 /// Shards of one API's cache.
 pub const SHARDS: usize = 16;
-/// The header telling merchants how an answer was served.
-pub const CACHE_HEADER: &str = "x-portico-cache";
-/// [`CACHE_HEADER`], parsed once.
-pub const CACHE_HEADER_NAME: http::HeaderName = http::HeaderName::from_static(CACHE_HEADER);
+pub use crate::model::CACHE_HEADER;
 /// Largest body read whole for an API with only a hot-key policy.
 const HOT_ONLY_MAX_BODY: usize = portico_control::validate::DEFAULT_CACHE_BODY_BYTES as usize;
 

@@ -344,7 +344,7 @@ async fn call_http(
     }
     let added = self::http::Added {
         replace: hint.mark_bypass.then_some((
-            crate::edge::cache::CACHE_HEADER_NAME,
+            crate::model::CACHE_HEADER_NAME,
             ::http::HeaderValue::from_static("BYPASS"),
         )),
         set_cookie: cookie.as_deref(),
