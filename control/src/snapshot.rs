@@ -27,6 +27,11 @@ pub struct Rejection {
     pub reason: String,
     /// Whether an older good version of the document is being served in its place.
     pub kept_previous: bool,
+    /// Whether the check itself failed (a panic caught while validating: a bug to report),
+    /// rather than the document. Set only by the validator, never from a reason's text,
+    /// which may quote the document.
+    #[serde(skip)]
+    pub internal: bool,
 }
 
 /// One HTTP binding of an API: the main rule or one of its `additional_bindings`.

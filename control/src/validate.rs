@@ -133,11 +133,15 @@ pub fn build_snapshot(tree: &Tree, previous: Option<&Snapshot>) -> Snapshot {
     b.snap
 }
 
+/// A document's check failed: the reason, and whether the check itself panicked (see
+/// [`Rejection::internal`]).
+type Failed = (String, bool);
+
 /// Runs one document's check; a panic inside it becomes an error naming it an internal
 /// error (and is logged), so that it rejects that document alone.
-fn isolated<T>(path: &str, check: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+fn isolated<T>(path: &str, check: impl FnOnce() -> Result<T, String>) -> Result<T, Failed> {
     match std::panic::catch_unwind(AssertUnwindSafe(check)) {
-        Ok(result) => result,
+        Ok(result) => result.map_err(|reason| (reason, false)),
         Err(payload) => {
             let what = payload
                 .downcast_ref::<&str>()
@@ -145,8 +149,9 @@ fn isolated<T>(path: &str, check: impl FnOnce() -> Result<T, String>) -> Result<
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic".to_owned());
             tracing::error!(path, panic = %what, "{INTERNAL_ERROR_REASON}");
-            Err(format!(
-                "{INTERNAL_ERROR_REASON} ({what}); please report it"
+            Err((
+                format!("{INTERNAL_ERROR_REASON} ({what}); please report it"),
+                true,
             ))
         }
     }
@@ -242,6 +247,7 @@ impl<'p> Builder<'p> {
                 path: path.clone(),
                 reason: bounded(format!("cannot be read: {why}")),
                 kept_previous,
+                internal: false,
             });
         }
         for docs in by_kind.values_mut() {
@@ -257,11 +263,14 @@ impl<'p> Builder<'p> {
         path: &str,
         bytes: &[u8],
         check: &impl Fn(&Self, &[u8]) -> Result<T, String>,
-    ) -> Result<T, String> {
+    ) -> Result<T, Failed> {
         if bytes.len() > MAX_DOCUMENT_BYTES {
-            return Err(format!(
-                "document: {} bytes, more than the limit of {MAX_DOCUMENT_BYTES}",
-                bytes.len()
+            return Err((
+                format!(
+                    "document: {} bytes, more than the limit of {MAX_DOCUMENT_BYTES}",
+                    bytes.len()
+                ),
+                false,
             ));
         }
         isolated(path, || check(self, bytes))
@@ -276,15 +285,15 @@ impl<'p> Builder<'p> {
         read: Result<&[u8], &str>,
         check: impl Fn(&Self, &[u8]) -> Result<T, String>,
     ) -> Option<(T, Arc<Vec<u8>>)> {
-        let reason = match read {
-            Err(why) => format!("cannot be read: {why}"),
+        let (reason, internal) = match read {
+            Err(why) => (format!("cannot be read: {why}"), false),
             Ok(bytes) => match self.checked(path, bytes, &check) {
                 Ok(v) => {
                     let kept = Arc::new(bytes.to_vec());
                     self.snap.accepted.insert(path.to_owned(), kept.clone());
                     return Some((v, kept));
                 }
-                Err(reason) => reason,
+                Err(failed) => failed,
             },
         };
         let reason = bounded(reason);
@@ -295,7 +304,7 @@ impl<'p> Builder<'p> {
             .filter(|old| read.ok() != Some(old.as_slice()))
             .and_then(|old| match self.checked(path, old, &check) {
                 Ok(v) => Some((v, old.clone())),
-                Err(e) => {
+                Err((e, _)) => {
                     previous_problem = Some(e);
                     None
                 }
@@ -316,6 +325,7 @@ impl<'p> Builder<'p> {
             path: path.to_owned(),
             reason,
             kept_previous,
+            internal,
         });
         let (v, old) = fallback?;
         self.snap.accepted.insert(path.to_owned(), old.clone());
@@ -2528,6 +2538,20 @@ mod tests {
     }
 
     #[test]
+    fn a_reason_quoting_the_internal_error_text_is_not_an_internal_error() {
+        // Found by the `snapshot` fuzz target: a reason starts with the document's own key,
+        // so the text cannot tell a bug from a bad document; `internal` can.
+        let mut t = T::new();
+        t.put(
+            "clusters/c",
+            json!({ format!("{INTERNAL_ERROR_REASON} x"): {"a": 1}, "protocol": "http" }),
+        );
+        let s = t.build(None);
+        assert!(!s.rejected.is_empty());
+        assert!(s.rejected.iter().all(|r| !r.internal), "{:?}", s.rejected);
+    }
+
+    #[test]
     fn a_panicking_check_rejects_its_document_alone() {
         let mut t = T::new();
         t.put("switches/a", json!({"degraded": true}));
@@ -2547,7 +2571,10 @@ mod tests {
             .consider("switches/a", Ok(b"new"), panics_on_new)
             .is_some());
         let r = &b.snap.rejected[0];
-        assert!(r.reason.starts_with(INTERNAL_ERROR_REASON), "{r:?}");
+        assert!(
+            r.reason.starts_with(INTERNAL_ERROR_REASON) && r.internal,
+            "{r:?}"
+        );
         assert!(r.reason.contains("a bug in a parser"), "{r:?}");
         assert!(r.kept_previous);
         assert_eq!(b.snap.accepted["switches/a"], s1.accepted["switches/a"]);

@@ -386,6 +386,7 @@ mod tests {
             path: "*".to_owned(),
             reason: "building the configuration failed".to_owned(),
             kept_previous: true,
+            internal: true,
         })));
         plane.reload.running.store(true, Ordering::Release);
         plane.reload.restarts.store(1, Ordering::Relaxed);

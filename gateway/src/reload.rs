@@ -117,6 +117,8 @@ fn build_failed(plane: &Plane, tree: &Tree, why: &str) {
         path: FAILED_BUILD_PATH.to_owned(),
         reason,
         kept_previous: true,
+        // The build panicked: a bug, not the tree.
+        internal: true,
     })));
     m.config_rejected_documents
         .with_label_values(&[name])

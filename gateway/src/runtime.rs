@@ -455,6 +455,7 @@ mod tests {
             path: "*".to_owned(),
             reason: "boom".to_owned(),
             kept_previous: true,
+            internal: true,
         })));
         assert_eq!(plane.rejected_documents().len(), 2);
         plane.apply(Arc::new(build_snapshot(&tree(&[]), None)));
