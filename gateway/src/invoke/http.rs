@@ -254,10 +254,8 @@ impl HttpInvoker {
                 format!("upstream {addr} sent no response header"),
             ));
         };
-        // The answer's head is built as an `http` response head and handed to Pingora whole:
-        // Pingora's `append_header` would turn each `HeaderName` back into bytes (a copy for
-        // a custom name) and parse it again, and keep a second map for the names' case,
-        // which the relay never used (names go out in their canonical case either way). Room
+        // The answer's head is built as an `http` response head and handed to Pingora whole,
+        // not header by header (docs/ARCHITECTURE.md, "The invoke tier"). Room
         // for every header added below and for the two Pingora adds when it writes the head
         // (`Connection`, and `Date` if the backend sent none), so the map never grows (a
         // rehash of every entry) on the way out.
@@ -589,9 +587,9 @@ fn build_request_header(
         |e: pingora_error::BError| GatewayError::internal(format!("request header: {e}"));
     let head = RequestHeader::build_no_case(method.clone(), path_and_query.as_bytes(), Some(0))
         .map_err(internal)?;
-    // The headers go straight into the head's `HeaderMap`: Pingora's `append_header` would
-    // turn each `HeaderName` back into bytes (a copy for a custom name) and parse it again
-    // (docs/ARCHITECTURE.md, "Costs"). The head is taken apart for that only when its target
+    // The headers go straight into the head's `HeaderMap`, not through Pingora's
+    // `append_header` (docs/ARCHITECTURE.md, "The invoke tier": what that costs). The head is
+    // taken apart for that only when its target
     // lives in its `Uri` (origin-form, which `upstream_target` always makes), so putting it
     // back together loses nothing; any other target keeps Pingora's own path.
     let origin_form =
