@@ -2,20 +2,23 @@
 //! server without generated code) need to speak gRPC with prost-reflect
 //! [`DynamicMessage`](prost_reflect::DynamicMessage)s.
 //!
-//! - [`codec`]: the tonic codec of dynamic messages;
+//! - [`codec`]: the tonic codecs of dynamic messages and of encoded ones;
 //! - [`status`]: gRPC status codes by name, and the HTTP status each answers with;
 //! - [`transcode`]: HTTP/JSON ⇄ gRPC by the `google.api.http` rules: a [`MethodPlan`] per
 //!   API maps a request (path variables, query, JSON body) to the method's input message
-//!   and its reply to JSON; failures are [`TranscodeError`]s.
+//!   and its reply to JSON; failures are [`TranscodeError`]s;
+//! - [`reply_json`]: replies written as JSON in one pass over their protobuf bytes.
 //!
 //! It depends on no HTTP server, so it builds (and can be fuzzed) without Pingora.
 
 pub mod codec;
 mod error;
+pub mod reply_json;
 pub mod status;
 pub mod transcode;
 
-pub use codec::DynamicCodec;
+pub use codec::{BytesCodec, DynamicCodec};
 pub use error::{TranscodeError, TranscodeErrorKind};
+pub use reply_json::{ReplyWriter, ReplyWriters};
 pub use status::{code_by_name, code_name_and_status};
 pub use transcode::{check_json_depth, BindingSpec, MethodPlan, MAX_JSON_DEPTH};

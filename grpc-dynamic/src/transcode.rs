@@ -40,6 +40,7 @@
 //! that validation uses too.
 
 use crate::error::{TranscodeError, TranscodeErrorKind};
+use crate::reply_json::{ReplyWriter, ReplyWriters};
 use portico_control::fieldpath::{self, FieldPath, Syntax};
 use portico_control::Api;
 use prost_reflect::{
@@ -47,6 +48,7 @@ use prost_reflect::{
     MethodDescriptor, SerializeOptions, Value,
 };
 use std::borrow::Cow;
+use std::sync::Arc;
 
 /// The deepest JSON nesting (objects and arrays) a request body may have.
 pub const MAX_JSON_DEPTH: usize = 64;
@@ -90,6 +92,9 @@ pub struct MethodPlan {
     bindings: Vec<BindingPlan>,
     /// The `/router?method=` style: whole-message body, whole reply.
     router: BindingPlan,
+    /// Writes whole replies as JSON straight from their bytes (`None`: the type has
+    /// groups, every reply goes through a `DynamicMessage`).
+    reply: Option<Arc<ReplyWriter>>,
 }
 
 impl MethodPlan {
@@ -99,6 +104,16 @@ impl MethodPlan {
     pub fn new(
         method: &MethodDescriptor,
         bindings: &[BindingSpec],
+    ) -> Result<Self, TranscodeError> {
+        Self::with_writers(method, bindings, &mut ReplyWriters::default())
+    }
+
+    /// [`MethodPlan::new`], sharing the reply writer of the output type with the other
+    /// plans made with `writers` (one per descriptor pool).
+    pub fn with_writers(
+        method: &MethodDescriptor,
+        bindings: &[BindingSpec],
+        writers: &mut ReplyWriters,
     ) -> Result<Self, TranscodeError> {
         let input = method.input();
         let output = method.output();
@@ -133,6 +148,7 @@ impl MethodPlan {
         }
         Ok(MethodPlan {
             input,
+            reply: writers.get(&output),
             output,
             bindings: plans,
             router: BindingPlan {
@@ -144,6 +160,15 @@ impl MethodPlan {
 
     /// The plan of `method` for an API's bindings.
     pub fn for_api(method: &MethodDescriptor, api: &Api) -> Result<Self, TranscodeError> {
+        Self::for_api_with(method, api, &mut ReplyWriters::default())
+    }
+
+    /// [`MethodPlan::for_api`] with shared reply writers ([`MethodPlan::with_writers`]).
+    pub fn for_api_with(
+        method: &MethodDescriptor,
+        api: &Api,
+        writers: &mut ReplyWriters,
+    ) -> Result<Self, TranscodeError> {
         let specs: Vec<BindingSpec> = api
             .bindings
             .iter()
@@ -152,7 +177,7 @@ impl MethodPlan {
                 response_body: b.response_body.clone(),
             })
             .collect();
-        Self::new(method, &specs)
+        Self::with_writers(method, &specs, writers)
     }
 
     /// The request message type.
@@ -247,6 +272,32 @@ impl MethodPlan {
             set_at(&mut msg, &target, &value)?;
         }
         Ok(msg)
+    }
+
+    /// Writes the reply, as the backend sent its bytes, as the HTTP answer's JSON body: a
+    /// whole reply in one pass ([`ReplyWriter`]); a `response_body` field, or a reply the
+    /// one-pass writer leaves to the reference, through a `DynamicMessage`
+    /// ([`MethodPlan::response`]): the same JSON either way. A reply that does not decode
+    /// is a [`TranscodeErrorKind::BadReply`].
+    pub fn response_from_bytes(
+        &self,
+        binding: Option<usize>,
+        reply: &[u8],
+    ) -> Result<Vec<u8>, TranscodeError> {
+        let plan = self.binding(binding)?;
+        if let (None, Some(writer)) = (&plan.response, &self.reply) {
+            let mut out = Vec::with_capacity(reply.len() * 2 + 64);
+            if writer.write(reply, &mut out).is_ok() {
+                return Ok(out);
+            }
+        }
+        let message = DynamicMessage::decode(self.output.clone(), reply).map_err(|e| {
+            TranscodeError::new(
+                TranscodeErrorKind::BadReply,
+                format!("the backend's reply does not decode: {e}"),
+            )
+        })?;
+        self.response(binding, &message)
     }
 
     /// Writes the reply as the HTTP answer's JSON body: the whole message, or the binding's
@@ -1215,6 +1266,48 @@ mod tests {
         assert_eq!(text(2), r#"["a"]"#);
         assert_eq!(text(3), r#""0""#);
         assert_eq!(text(4), "[]");
+    }
+
+    #[test]
+    fn replies_from_bytes_say_what_the_decoded_reply_says() {
+        use prost::Message as _;
+        let specs = [
+            spec(None, None),
+            spec(None, Some("status")),
+            spec(None, Some("shop")),
+        ];
+        let p = plan(ORDER, "GetOrderStatus", &specs);
+        let mut order = sample_order();
+        // Everything the demo's answers carry: well-known types, a map, nested lists.
+        let extra = DynamicMessage::deserialize(
+            p.output().clone(),
+            json!({"shipWithin": "86400s", "attributes": {"gift": true, "note": ["x", 1]},
+                   "note": "leave at door", "labels": {"tier": "gold"},
+                   "items": [{"sku": "A-1", "qty": 2, "unitPrice": {"currencyCode": "EUR", "units": "3", "nanos": 500000000}}]}),
+        )
+        .unwrap();
+        order.merge(extra.encode_to_vec().as_slice()).unwrap();
+        let bytes = order.encode_to_vec();
+        for binding in [None, Some(0), Some(1), Some(2)] {
+            assert_eq!(
+                String::from_utf8(p.response_from_bytes(binding, &bytes).unwrap()).unwrap(),
+                String::from_utf8(p.response(binding, &order).unwrap()).unwrap(),
+                "binding {binding:?}"
+            );
+        }
+        // Bytes that do not decode are the backend's fault.
+        let e = p.response_from_bytes(Some(0), &[0x0a, 0x05]).unwrap_err();
+        assert_eq!(e.kind, TranscodeErrorKind::BadReply);
+        assert!(e.message.contains("does not decode"), "{}", e.message);
+        // An unusual encoding (fields out of order) goes the reference's way: same JSON.
+        let mut reordered = DynamicMessage::new(p.output().clone());
+        reordered.set_field_by_name("qty", Value::I32(3));
+        let mut backwards = reordered.encode_to_vec();
+        backwards.extend_from_slice(&[0x0a, 0x01, b'7']); // order_id after qty
+        assert_eq!(
+            String::from_utf8(p.response_from_bytes(Some(0), &backwards).unwrap()).unwrap(),
+            r#"{"orderId":"7","qty":3}"#
+        );
     }
 
     #[test]

@@ -44,8 +44,9 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use http::uri::PathAndQuery;
 use portico_control::{BackendKind, Snapshot};
-use portico_grpc_dynamic::{code_name_and_status, DynamicCodec};
-use prost_reflect::{DescriptorPool, DynamicMessage, MethodDescriptor};
+use portico_grpc_dynamic::{code_name_and_status, BytesCodec, ReplyWriters};
+use prost::Message as _;
+use prost_reflect::{DescriptorPool, MethodDescriptor};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,13 +74,15 @@ pub struct PreparedMethod {
 }
 
 impl PreparedMethod {
-    /// Resolves `service`/`method` in `pool` and plans the transcoding of `api`'s bindings.
+    /// Resolves `service`/`method` in `pool` and plans the transcoding of `api`'s bindings
+    /// (the reply writer shared through `writers`, one per pool).
     pub fn prepare(
         api: &portico_control::Api,
         pool: &DescriptorPool,
         service: &str,
         method: &str,
         descriptor: &str,
+        writers: &mut ReplyWriters,
     ) -> Result<Self, String> {
         let svc = pool
             .get_service_by_name(service)
@@ -95,7 +98,7 @@ impl PreparedMethod {
         }
         let path = PathAndQuery::try_from(format!("/{service}/{method}"))
             .map_err(|e| format!("bad method path /{service}/{method}: {e}"))?;
-        let plan = MethodPlan::for_api(&m, api).map_err(|e| e.message)?;
+        let plan = MethodPlan::for_api_with(&m, api, writers).map_err(|e| e.message)?;
         Ok(PreparedMethod {
             api_id: api.id.clone(),
             service: service.to_owned(),
@@ -126,6 +129,8 @@ impl GrpcMethods {
     /// answer 500 `INTERNAL`.
     pub fn build(snapshot: &Snapshot, previous: Option<&GrpcMethods>) -> GrpcMethods {
         let mut out = GrpcMethods::default();
+        // Reply writers by descriptor sha: APIs answering one type share one.
+        let mut writers: HashMap<String, ReplyWriters> = HashMap::new();
         for api in snapshot.apis.values() {
             let BackendKind::Grpc {
                 service,
@@ -142,7 +147,8 @@ impl GrpcMethods {
                     continue;
                 }
             };
-            match PreparedMethod::prepare(api, &pool, service, method, descriptor) {
+            let writers = writers.entry(descriptor.clone()).or_default();
+            match PreparedMethod::prepare(api, &pool, service, method, descriptor, writers) {
                 Ok(m) => {
                     out.methods.insert(api.id.clone(), Arc::new(m));
                 }
@@ -199,12 +205,12 @@ impl GrpcMethods {
     }
 }
 
-/// A call ready to send: the transcoded request message and its metadata (built before the
-/// breaker is asked, so a request that does not transcode never counts for or against the
-/// backend).
+/// A call ready to send: the transcoded request message, encoded, and its metadata (built
+/// before the breaker is asked, so a request that does not transcode never counts for or
+/// against the backend).
 #[derive(Debug, Clone)]
 pub struct GrpcRequest {
-    message: DynamicMessage,
+    message: Bytes,
     metadata: MetadataMap,
     /// The matched binding (its `response_body` shapes the answer).
     binding: Option<usize>,
@@ -319,7 +325,7 @@ impl GrpcInvoker {
             .request(route.binding, &route.vars, query, body)?;
         let metadata = forward::backend_headers(headers, caller, Target::Grpc);
         Ok(GrpcRequest {
-            message,
+            message: Bytes::from(message.encode_to_vec()),
             metadata: MetadataMap::from_headers(metadata),
             binding: route.binding,
         })
@@ -359,7 +365,7 @@ impl GrpcInvoker {
         let mut request = tonic::Request::new(message);
         *request.metadata_mut() = metadata;
         request.set_timeout(timeout);
-        let codec = DynamicCodec::client(method.plan.output().clone());
+        let codec = BytesCodec;
         let path = method.path.clone();
 
         let started = Instant::now();
@@ -380,7 +386,7 @@ impl GrpcInvoker {
             Err(_) => return Err(timeout_error(endpoint_addr, timeout)),
         };
         let (metadata, reply, _) = response.into_parts();
-        let body = method.plan.response(binding, &reply)?;
+        let body = method.plan.response_from_bytes(binding, &reply)?;
         let mut answer_headers = Vec::with_capacity(2);
         answer_headers.push(("content-type".to_owned(), "application/json".to_owned()));
         reply_metadata(&metadata, &mut answer_headers);

@@ -1,0 +1,1643 @@
+//! The reply direction of transcoding in one pass: a backend's protobuf bytes written
+//! straight as proto3 JSON, without decoding them into a `DynamicMessage` first
+//! (docs/ARCHITECTURE.md, "The invoke tier").
+//!
+//! The reference for what the JSON says is prost-reflect's serializer with default options
+//! (what [`MethodPlan::response`](crate::MethodPlan::response) writes): field JSON names, in
+//! field-number order; fields without presence left out when they hold their default;
+//! 64-bit integers as strings; enums by name (by number when unnamed); bytes as standard
+//! base64; non-finite floats as `"NaN"`, `"Infinity"`, `"-Infinity"`; the well-known types
+//! in their JSON forms. A [`ReplyWriter`] gives byte-for-byte that output (maps aside:
+//! prost-reflect writes a map's entries in no fixed order; this writer keeps the wire's).
+//!
+//! It takes on the encodings every protobuf library writes and leaves everything else to
+//! the reference, answering [`NotFast`]: a present `Any` or `FieldMask`, fields out of number order, a singular field sent
+//! twice (merge semantics), two members of one oneof, a repeated map key, wire types that
+//! do not fit the field, bad UTF-8, truncated input, nesting deeper than 100, out-of-range
+//! Timestamps and Durations, non-finite numbers in a `google.protobuf.Value`, unknown
+//! fields of a message that has extensions. The reference then decodes and writes the reply
+//! (or names its error), so the answer is the same either way. A message type with proto2
+//! groups is left to the reference whole ([`ReplyWriter::new`] answers `None`).
+
+use base64::prelude::{Engine as _, BASE64_STANDARD};
+use prost_reflect::{EnumDescriptor, FieldDescriptor, Kind, MessageDescriptor};
+use serde::Serializer as _;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// This reply is not for the one-pass writer; the reference path decides what it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotFast;
+
+/// Nesting deeper than this (messages, map entries included, as prost counts them against
+/// its limit of 100) is left to the reference, which refuses what is too deep.
+const MAX_DEPTH: u32 = 90;
+
+/// Field numbers up to this are found by direct index; beyond it, by binary search.
+const MAX_DENSE_NUMBER: u32 = 256;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scalar {
+    Double,
+    Float,
+    Int32,
+    Int64,
+    Uint32,
+    Uint64,
+    Sint32,
+    Sint64,
+    Fixed32,
+    Fixed64,
+    Sfixed32,
+    Sfixed64,
+    Bool,
+    String,
+    Bytes,
+}
+
+impl Scalar {
+    fn of(kind: &Kind) -> Option<Scalar> {
+        Some(match kind {
+            Kind::Double => Scalar::Double,
+            Kind::Float => Scalar::Float,
+            Kind::Int32 => Scalar::Int32,
+            Kind::Int64 => Scalar::Int64,
+            Kind::Uint32 => Scalar::Uint32,
+            Kind::Uint64 => Scalar::Uint64,
+            Kind::Sint32 => Scalar::Sint32,
+            Kind::Sint64 => Scalar::Sint64,
+            Kind::Fixed32 => Scalar::Fixed32,
+            Kind::Fixed64 => Scalar::Fixed64,
+            Kind::Sfixed32 => Scalar::Sfixed32,
+            Kind::Sfixed64 => Scalar::Sfixed64,
+            Kind::Bool => Scalar::Bool,
+            Kind::String => Scalar::String,
+            Kind::Bytes => Scalar::Bytes,
+            Kind::Message(_) | Kind::Enum(_) => return None,
+        })
+    }
+
+    /// The wire type of one (unpacked) value.
+    fn wire_type(self) -> u8 {
+        match self {
+            Scalar::Double | Scalar::Fixed64 | Scalar::Sfixed64 => WT_I64,
+            Scalar::Float | Scalar::Fixed32 | Scalar::Sfixed32 => WT_I32,
+            Scalar::String | Scalar::Bytes => WT_LEN,
+            _ => WT_VARINT,
+        }
+    }
+}
+
+const WT_VARINT: u8 = 0;
+const WT_I64: u8 = 1;
+const WT_LEN: u8 = 2;
+const WT_I32: u8 = 5;
+
+/// The well-known types with a JSON form of their own (prost-reflect's list, less `Any`
+/// and `FieldMask`, which are left to it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wkt {
+    Timestamp,
+    Duration,
+    Struct,
+    Value,
+    ListValue,
+    Empty,
+    Wrapper(Scalar),
+}
+
+#[derive(Debug)]
+enum Ty {
+    Scalar(Scalar),
+    /// Index into [`ReplyWriter::enums`].
+    Enum(usize),
+    /// Index into [`ReplyWriter::types`].
+    Message(usize),
+    Wkt(Wkt),
+    /// `Any` or `FieldMask`: a reply where one is present is the reference's to write.
+    Unhandled,
+}
+
+#[derive(Debug)]
+enum Card {
+    /// `oneof`: the index of a real (not synthetic) oneof within the message.
+    One {
+        presence: bool,
+        oneof: Option<u32>,
+    },
+    List,
+    Map {
+        key: Scalar,
+        value: Ty,
+    },
+}
+
+#[derive(Debug)]
+struct Field {
+    number: u32,
+    /// `"jsonName":`, escaped.
+    key: Box<[u8]>,
+    ty: Ty,
+    card: Card,
+}
+
+#[derive(Debug, Default)]
+struct Type {
+    /// By field number.
+    fields: Vec<Field>,
+    /// Field number → index in `fields` + 1 (0: none), for numbers up to
+    /// [`MAX_DENSE_NUMBER`].
+    dense: Vec<u16>,
+    /// The pool knows extensions of this message: an unknown number may be one.
+    extended: bool,
+}
+
+impl Type {
+    fn field(&self, number: u32) -> Option<&Field> {
+        if let Some(&i) = self.dense.get(number as usize) {
+            return (i != 0).then(|| &self.fields[usize::from(i) - 1]);
+        }
+        self.fields
+            .binary_search_by_key(&number, |f| f.number)
+            .ok()
+            .map(|i| &self.fields[i])
+    }
+}
+
+#[derive(Debug)]
+struct EnumNames {
+    /// `google.protobuf.NullValue`: written as `null`.
+    null: bool,
+    /// The default number (the first value's).
+    default: i32,
+    /// (number, `"NAME"` escaped), by number; aliases resolved as prost-reflect does.
+    names: Vec<(i32, Box<[u8]>)>,
+}
+
+/// Writes replies of one message type as JSON in one pass over their protobuf bytes. Built
+/// once per type and snapshot.
+#[derive(Debug)]
+pub struct ReplyWriter {
+    types: Vec<Type>,
+    enums: Vec<EnumNames>,
+    root: Ty,
+}
+
+/// Groups cannot be written by this writer.
+struct HasGroups;
+
+#[derive(Default)]
+struct Builder {
+    types: Vec<Type>,
+    type_index: HashMap<String, usize>,
+    enums: Vec<EnumNames>,
+    enum_index: HashMap<String, usize>,
+}
+
+impl Builder {
+    fn message(&mut self, md: &MessageDescriptor) -> Result<Ty, HasGroups> {
+        let wkt = match md.full_name() {
+            "google.protobuf.Timestamp" => Some(Wkt::Timestamp),
+            "google.protobuf.Duration" => Some(Wkt::Duration),
+            "google.protobuf.Struct" => Some(Wkt::Struct),
+            "google.protobuf.Value" => Some(Wkt::Value),
+            "google.protobuf.ListValue" => Some(Wkt::ListValue),
+            "google.protobuf.Empty" => Some(Wkt::Empty),
+            "google.protobuf.FloatValue" => Some(Wkt::Wrapper(Scalar::Float)),
+            "google.protobuf.DoubleValue" => Some(Wkt::Wrapper(Scalar::Double)),
+            "google.protobuf.Int32Value" => Some(Wkt::Wrapper(Scalar::Int32)),
+            "google.protobuf.Int64Value" => Some(Wkt::Wrapper(Scalar::Int64)),
+            "google.protobuf.UInt32Value" => Some(Wkt::Wrapper(Scalar::Uint32)),
+            "google.protobuf.UInt64Value" => Some(Wkt::Wrapper(Scalar::Uint64)),
+            "google.protobuf.BoolValue" => Some(Wkt::Wrapper(Scalar::Bool)),
+            "google.protobuf.StringValue" => Some(Wkt::Wrapper(Scalar::String)),
+            "google.protobuf.BytesValue" => Some(Wkt::Wrapper(Scalar::Bytes)),
+            "google.protobuf.Any" | "google.protobuf.FieldMask" => return Ok(Ty::Unhandled),
+            _ => None,
+        };
+        if let Some(wkt) = wkt {
+            return Ok(Ty::Wkt(wkt));
+        }
+        if let Some(&i) = self.type_index.get(md.full_name()) {
+            return Ok(Ty::Message(i));
+        }
+        let i = self.types.len();
+        self.types.push(Type::default());
+        self.type_index.insert(md.full_name().to_owned(), i);
+        let mut fields = Vec::with_capacity(md.fields().len());
+        let mut oneofs: Vec<String> = Vec::new();
+        for fd in md.fields() {
+            fields.push(self.field(&fd, &mut oneofs)?);
+        }
+        fields.sort_by_key(|f| f.number);
+        let max = fields.last().map_or(0, |f| f.number);
+        let dense = if max <= MAX_DENSE_NUMBER {
+            let mut dense = vec![0u16; max as usize + 1];
+            for (j, f) in fields.iter().enumerate() {
+                dense[f.number as usize] = j as u16 + 1;
+            }
+            dense
+        } else {
+            Vec::new()
+        };
+        self.types[i] = Type {
+            fields,
+            dense,
+            extended: md.extensions().len() > 0,
+        };
+        Ok(Ty::Message(i))
+    }
+
+    fn field(
+        &mut self,
+        fd: &FieldDescriptor,
+        oneofs: &mut Vec<String>,
+    ) -> Result<Field, HasGroups> {
+        if fd.is_group() {
+            return Err(HasGroups);
+        }
+        let card = if fd.is_map() {
+            let Kind::Message(entry) = fd.kind() else {
+                return Err(HasGroups);
+            };
+            let key = Scalar::of(&entry.map_entry_key_field().kind()).ok_or(HasGroups)?;
+            let value = self.kind(&entry.map_entry_value_field())?;
+            Card::Map { key, value }
+        } else if fd.is_list() {
+            Card::List
+        } else {
+            let oneof = match fd.containing_oneof() {
+                Some(o) if !o.is_synthetic() => {
+                    let name = o.name().to_owned();
+                    let at = match oneofs.iter().position(|n| *n == name) {
+                        Some(at) => at,
+                        None => {
+                            oneofs.push(name);
+                            oneofs.len() - 1
+                        }
+                    };
+                    Some(at as u32)
+                }
+                _ => None,
+            };
+            Card::One {
+                presence: fd.supports_presence(),
+                oneof,
+            }
+        };
+        let ty = if matches!(card, Card::Map { .. }) {
+            Ty::Scalar(Scalar::Bool) // unused: a map's types are in its `Card`
+        } else {
+            self.kind(fd)?
+        };
+        let mut key = serde_json::to_vec(fd.json_name()).unwrap_or_default();
+        key.push(b':');
+        Ok(Field {
+            number: fd.number(),
+            key: key.into_boxed_slice(),
+            ty,
+            card,
+        })
+    }
+
+    fn kind(&mut self, fd: &FieldDescriptor) -> Result<Ty, HasGroups> {
+        if fd.is_group() {
+            return Err(HasGroups);
+        }
+        Ok(match fd.kind() {
+            Kind::Message(md) => self.message(&md)?,
+            Kind::Enum(ed) => Ty::Enum(self.enumeration(&ed)),
+            other => Ty::Scalar(Scalar::of(&other).ok_or(HasGroups)?),
+        })
+    }
+
+    fn enumeration(&mut self, ed: &EnumDescriptor) -> usize {
+        if let Some(&i) = self.enum_index.get(ed.full_name()) {
+            return i;
+        }
+        let mut names: Vec<(i32, Box<[u8]>)> = Vec::new();
+        for v in ed.values() {
+            let n = v.number();
+            if names.iter().any(|(m, _)| *m == n) {
+                continue;
+            }
+            let name = ed
+                .get_value(n)
+                .map_or_else(|| v.name().to_owned(), |v| v.name().to_owned());
+            let quoted = serde_json::to_vec(&name).unwrap_or_default();
+            names.push((n, quoted.into_boxed_slice()));
+        }
+        names.sort_by_key(|(n, _)| *n);
+        let i = self.enums.len();
+        self.enums.push(EnumNames {
+            null: ed.full_name() == "google.protobuf.NullValue",
+            default: ed.default_value().number(),
+            names,
+        });
+        self.enum_index.insert(ed.full_name().to_owned(), i);
+        i
+    }
+}
+
+/// Reads protobuf wire format; every malformation is [`NotFast`].
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+type Fast<T> = Result<T, NotFast>;
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+
+    fn done(&self) -> bool {
+        self.pos >= self.buf.len()
+    }
+
+    #[inline]
+    fn varint(&mut self) -> Fast<u64> {
+        let mut value = 0u64;
+        for i in 0..10 {
+            let b = *self.buf.get(self.pos).ok_or(NotFast)?;
+            self.pos += 1;
+            if i == 9 && b > 1 {
+                return Err(NotFast);
+            }
+            value |= u64::from(b & 0x7f) << (7 * i);
+            if b < 0x80 {
+                return Ok(value);
+            }
+        }
+        Err(NotFast)
+    }
+
+    fn take(&mut self, n: usize) -> Fast<&'a [u8]> {
+        let end = self.pos.checked_add(n).ok_or(NotFast)?;
+        let s = self.buf.get(self.pos..end).ok_or(NotFast)?;
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn fixed32(&mut self) -> Fast<u32> {
+        let s = self.take(4)?;
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+
+    fn fixed64(&mut self) -> Fast<u64> {
+        let s = self.take(8)?;
+        let mut b = [0u8; 8];
+        b.copy_from_slice(s);
+        Ok(u64::from_le_bytes(b))
+    }
+
+    fn len_delimited(&mut self) -> Fast<&'a [u8]> {
+        let n = self.varint()?;
+        self.take(usize::try_from(n).map_err(|_| NotFast)?)
+    }
+
+    /// The next field's number and wire type.
+    fn key(&mut self) -> Fast<(u32, u8)> {
+        let key = u32::try_from(self.varint()?).map_err(|_| NotFast)?;
+        let number = key >> 3;
+        if number == 0 {
+            return Err(NotFast);
+        }
+        Ok((number, (key & 7) as u8))
+    }
+
+    fn skip(&mut self, wire_type: u8) -> Fast<()> {
+        match wire_type {
+            WT_VARINT => self.varint().map(drop),
+            WT_I64 => self.take(8).map(drop),
+            WT_LEN => self.len_delimited().map(drop),
+            WT_I32 => self.take(4).map(drop),
+            _ => Err(NotFast), // groups
+        }
+    }
+
+    /// One value of `s`, whose wire type the caller checked.
+    fn scalar(&mut self, s: Scalar) -> Fast<Raw<'a>> {
+        Ok(match s.wire_type() {
+            WT_VARINT => Raw::Varint(self.varint()?),
+            WT_I64 => Raw::Fixed64(self.fixed64()?),
+            WT_I32 => Raw::Fixed32(self.fixed32()?),
+            _ => Raw::Len(self.len_delimited()?),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Raw<'a> {
+    Varint(u64),
+    Fixed32(u32),
+    Fixed64(u64),
+    Len(&'a [u8]),
+}
+
+/// A scalar value as prost decodes it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Val<'a> {
+    I32(i32),
+    U32(u32),
+    I64(i64),
+    U64(u64),
+    F32(f32),
+    F64(f64),
+    Bool(bool),
+    Str(&'a str),
+    Bytes(&'a [u8]),
+}
+
+impl<'a> Val<'a> {
+    fn decode(s: Scalar, raw: Raw<'a>) -> Fast<Val<'a>> {
+        Ok(match (s, raw) {
+            (Scalar::Int32, Raw::Varint(v)) => Val::I32(v as i32),
+            (Scalar::Int64, Raw::Varint(v)) => Val::I64(v as i64),
+            (Scalar::Uint32, Raw::Varint(v)) => Val::U32(v as u32),
+            (Scalar::Uint64, Raw::Varint(v)) => Val::U64(v),
+            (Scalar::Sint32, Raw::Varint(v)) => {
+                let v = v as u32;
+                Val::I32(((v >> 1) as i32) ^ -((v & 1) as i32))
+            }
+            (Scalar::Sint64, Raw::Varint(v)) => Val::I64(((v >> 1) as i64) ^ -((v & 1) as i64)),
+            (Scalar::Bool, Raw::Varint(v)) => Val::Bool(v != 0),
+            (Scalar::Fixed32, Raw::Fixed32(v)) => Val::U32(v),
+            (Scalar::Sfixed32, Raw::Fixed32(v)) => Val::I32(v as i32),
+            (Scalar::Float, Raw::Fixed32(v)) => Val::F32(f32::from_bits(v)),
+            (Scalar::Fixed64, Raw::Fixed64(v)) => Val::U64(v),
+            (Scalar::Sfixed64, Raw::Fixed64(v)) => Val::I64(v as i64),
+            (Scalar::Double, Raw::Fixed64(v)) => Val::F64(f64::from_bits(v)),
+            (Scalar::String, Raw::Len(b)) => Val::Str(std::str::from_utf8(b).map_err(|_| NotFast)?),
+            (Scalar::Bytes, Raw::Len(b)) => Val::Bytes(b),
+            _ => return Err(NotFast),
+        })
+    }
+
+    /// The default value of a field of type `s` (proto3: zero, empty, false).
+    fn default_of(s: Scalar) -> Val<'static> {
+        match s {
+            Scalar::Int32 | Scalar::Sint32 | Scalar::Sfixed32 => Val::I32(0),
+            Scalar::Uint32 | Scalar::Fixed32 => Val::U32(0),
+            Scalar::Int64 | Scalar::Sint64 | Scalar::Sfixed64 => Val::I64(0),
+            Scalar::Uint64 | Scalar::Fixed64 => Val::U64(0),
+            Scalar::Float => Val::F32(0.0),
+            Scalar::Double => Val::F64(0.0),
+            Scalar::Bool => Val::Bool(false),
+            Scalar::String => Val::Str(""),
+            Scalar::Bytes => Val::Bytes(b""),
+        }
+    }
+
+    /// Whether prost-reflect counts it as the default (`-0.0 == 0.0`; NaN is not).
+    fn is_default(self) -> bool {
+        match self {
+            Val::I32(v) => v == 0,
+            Val::U32(v) => v == 0,
+            Val::I64(v) => v == 0,
+            Val::U64(v) => v == 0,
+            Val::F32(v) => v == 0.0,
+            Val::F64(v) => v == 0.0,
+            Val::Bool(v) => !v,
+            Val::Str(v) => v.is_empty(),
+            Val::Bytes(v) => v.is_empty(),
+        }
+    }
+
+    fn write(self, out: &mut Vec<u8>) {
+        if let Val::Bytes(v) = self {
+            out.push(b'"');
+            let start = out.len();
+            out.resize(start + base64::encoded_len(v.len(), true).unwrap_or(0), 0);
+            let n = BASE64_STANDARD
+                .encode_slice(v, &mut out[start..])
+                .unwrap_or(0);
+            out.truncate(start + n);
+            out.push(b'"');
+            return;
+        }
+        let mut ser = serde_json::Serializer::new(&mut *out);
+        // Writing into a Vec does not fail.
+        let _ = match self {
+            Val::I32(v) => ser.serialize_i32(v),
+            Val::U32(v) => ser.serialize_u32(v),
+            Val::I64(v) => ser.collect_str(&v),
+            Val::U64(v) => ser.collect_str(&v),
+            Val::F32(v) if v.is_finite() => ser.serialize_f32(v),
+            Val::F64(v) if v.is_finite() => ser.serialize_f64(v),
+            Val::F32(v) => ser.serialize_str(non_finite(f64::from(v))),
+            Val::F64(v) => ser.serialize_str(non_finite(v)),
+            Val::Bool(v) => ser.serialize_bool(v),
+            Val::Str(v) => ser.serialize_str(v),
+            Val::Bytes(_) => Ok(()),
+        };
+    }
+
+    /// As a map key: always a JSON string.
+    fn write_key(self, out: &mut Vec<u8>) {
+        use std::io::Write as _;
+        // Writing into a Vec does not fail.
+        let _ = match self {
+            Val::Str(_) => {
+                self.write(out);
+                Ok(())
+            }
+            Val::Bool(v) => write!(out, "\"{v}\""),
+            Val::I32(v) => write!(out, "\"{v}\""),
+            Val::U32(v) => write!(out, "\"{v}\""),
+            Val::I64(v) => write!(out, "\"{v}\""),
+            Val::U64(v) => write!(out, "\"{v}\""),
+            _ => Ok(()),
+        };
+    }
+}
+
+fn non_finite(v: f64) -> &'static str {
+    if v.is_nan() {
+        "NaN"
+    } else if v > 0.0 {
+        "Infinity"
+    } else {
+        "-Infinity"
+    }
+}
+
+/// A map key as it identifies an entry (to find repeated keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum KeyId<'a> {
+    Str(&'a str),
+    Int(i128),
+}
+
+impl<'a> KeyId<'a> {
+    fn of(v: Val<'a>) -> KeyId<'a> {
+        match v {
+            Val::Str(s) => KeyId::Str(s),
+            Val::I32(v) => KeyId::Int(v.into()),
+            Val::U32(v) => KeyId::Int(v.into()),
+            Val::I64(v) => KeyId::Int(v.into()),
+            Val::U64(v) => KeyId::Int(v.into()),
+            Val::Bool(v) => KeyId::Int(v.into()),
+            _ => KeyId::Int(i128::MIN),
+        }
+    }
+}
+
+/// The repeated field being written, while its values keep coming.
+enum Open<'a> {
+    None,
+    /// A list; whether `[` is written.
+    List(bool),
+    /// A map: the keys written so far.
+    Map(Vec<KeyId<'a>>),
+}
+
+impl Open<'_> {
+    fn close(&mut self, out: &mut Vec<u8>) {
+        match std::mem::replace(self, Open::None) {
+            Open::List(true) => out.push(b']'),
+            Open::Map(keys) if !keys.is_empty() => out.push(b'}'),
+            _ => {}
+        }
+    }
+}
+
+/// Writes `,` before every entry but the first of an object, then the entry's key.
+#[inline]
+fn entry(out: &mut Vec<u8>, first: &mut bool, key: &[u8]) {
+    if !std::mem::take(first) {
+        out.push(b',');
+    }
+    out.extend_from_slice(key);
+}
+
+impl ReplyWriter {
+    /// The writer of `md` replies; `None` when the type (or one it contains) has proto2
+    /// groups, which only the reference path reads.
+    pub fn new(md: &MessageDescriptor) -> Option<ReplyWriter> {
+        let mut b = Builder::default();
+        let root = b.message(md).ok()?;
+        Some(ReplyWriter {
+            types: b.types,
+            enums: b.enums,
+            root,
+        })
+    }
+
+    /// Appends the JSON of the reply `bytes` to `out`. On [`NotFast`] `out` is as it was.
+    pub fn write(&self, bytes: &[u8], out: &mut Vec<u8>) -> Result<(), NotFast> {
+        let start = out.len();
+        let written = self.value_of(&self.root, bytes, out, 0);
+        if written.is_err() {
+            out.truncate(start);
+        }
+        written
+    }
+
+    /// A message-typed value (`ty` is a message, a well-known type or left to the
+    /// reference).
+    fn value_of(&self, ty: &Ty, bytes: &[u8], out: &mut Vec<u8>, depth: u32) -> Fast<()> {
+        if depth > MAX_DEPTH {
+            return Err(NotFast);
+        }
+        match ty {
+            Ty::Message(i) => self.message(&self.types[*i], bytes, out, depth),
+            Ty::Wkt(w) => self.well_known(*w, bytes, out, depth),
+            // Present: the whole reply is the reference's (its depth limit counts from the
+            // top, which a writer of this value alone could not keep).
+            Ty::Unhandled | Ty::Scalar(_) | Ty::Enum(_) => Err(NotFast),
+        }
+    }
+
+    fn message(&self, t: &Type, bytes: &[u8], out: &mut Vec<u8>, depth: u32) -> Fast<()> {
+        out.push(b'{');
+        let mut r = Reader::new(bytes);
+        let mut first = true;
+        let mut last = 0u32;
+        let mut open = Open::None;
+        let mut oneofs = 0u64;
+        while !r.done() {
+            let (number, wt) = r.key()?;
+            let Some(f) = t.field(number) else {
+                if t.extended {
+                    return Err(NotFast);
+                }
+                r.skip(wt)?;
+                continue;
+            };
+            if number < last {
+                return Err(NotFast);
+            }
+            if number == last {
+                if matches!(f.card, Card::One { .. }) {
+                    return Err(NotFast); // sent twice: merged or replaced
+                }
+            } else {
+                open.close(out);
+                last = number;
+                open = match f.card {
+                    Card::One { .. } => Open::None,
+                    Card::List => Open::List(false),
+                    Card::Map { .. } => Open::Map(Vec::new()),
+                };
+            }
+            match &f.card {
+                Card::One { presence, oneof } => {
+                    if let Some(o) = *oneof {
+                        let bit = 1u64.checked_shl(o).ok_or(NotFast)?;
+                        if oneofs & bit != 0 {
+                            return Err(NotFast);
+                        }
+                        oneofs |= bit;
+                    }
+                    self.single(f, *presence, wt, &mut r, out, &mut first, depth)?;
+                }
+                Card::List => {
+                    let Open::List(opened) = &mut open else {
+                        return Err(NotFast);
+                    };
+                    self.list_values(f, wt, &mut r, out, &mut first, opened, depth)?;
+                }
+                Card::Map { key, value } => {
+                    let Open::Map(keys) = &mut open else {
+                        return Err(NotFast);
+                    };
+                    if wt != WT_LEN {
+                        return Err(NotFast);
+                    }
+                    let entry_bytes = r.len_delimited()?;
+                    self.map_entry(f, *key, value, entry_bytes, keys, out, &mut first, depth)?;
+                }
+            }
+        }
+        open.close(out);
+        out.push(b'}');
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn single(
+        &self,
+        f: &Field,
+        presence: bool,
+        wt: u8,
+        r: &mut Reader<'_>,
+        out: &mut Vec<u8>,
+        first: &mut bool,
+        depth: u32,
+    ) -> Fast<()> {
+        match &f.ty {
+            Ty::Scalar(s) => {
+                if wt != s.wire_type() {
+                    return Err(NotFast);
+                }
+                let v = Val::decode(*s, r.scalar(*s)?)?;
+                if presence || !v.is_default() {
+                    entry(out, first, &f.key);
+                    v.write(out);
+                }
+            }
+            Ty::Enum(e) => {
+                if wt != WT_VARINT {
+                    return Err(NotFast);
+                }
+                let n = r.varint()? as i32;
+                let names = &self.enums[*e];
+                if presence || n != names.default {
+                    entry(out, first, &f.key);
+                    write_enum(names, n, out);
+                }
+            }
+            ty => {
+                if wt != WT_LEN {
+                    return Err(NotFast);
+                }
+                let bytes = r.len_delimited()?;
+                entry(out, first, &f.key);
+                self.value_of(ty, bytes, out, depth + 1)?;
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn list_values(
+        &self,
+        f: &Field,
+        wt: u8,
+        r: &mut Reader<'_>,
+        out: &mut Vec<u8>,
+        first: &mut bool,
+        opened: &mut bool,
+        depth: u32,
+    ) -> Fast<()> {
+        let mut next = |out: &mut Vec<u8>| {
+            if std::mem::replace(opened, true) {
+                out.push(b',');
+            } else {
+                entry(out, first, &f.key);
+                out.push(b'[');
+            }
+        };
+        match &f.ty {
+            Ty::Scalar(s) => {
+                if wt == WT_LEN && *s != Scalar::String && *s != Scalar::Bytes {
+                    let mut packed = Reader::new(r.len_delimited()?);
+                    while !packed.done() {
+                        let v = Val::decode(*s, packed.scalar(*s)?)?;
+                        next(out);
+                        v.write(out);
+                    }
+                } else if wt == s.wire_type() {
+                    let v = Val::decode(*s, r.scalar(*s)?)?;
+                    next(out);
+                    v.write(out);
+                } else {
+                    return Err(NotFast);
+                }
+            }
+            Ty::Enum(e) => {
+                let names = &self.enums[*e];
+                if wt == WT_LEN {
+                    let mut packed = Reader::new(r.len_delimited()?);
+                    while !packed.done() {
+                        let n = packed.varint()? as i32;
+                        next(out);
+                        write_enum(names, n, out);
+                    }
+                } else if wt == WT_VARINT {
+                    let n = r.varint()? as i32;
+                    next(out);
+                    write_enum(names, n, out);
+                } else {
+                    return Err(NotFast);
+                }
+            }
+            ty => {
+                if wt != WT_LEN {
+                    return Err(NotFast);
+                }
+                let bytes = r.len_delimited()?;
+                next(out);
+                self.value_of(ty, bytes, out, depth + 1)?;
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn map_entry<'a>(
+        &self,
+        f: &Field,
+        key_type: Scalar,
+        value_type: &Ty,
+        bytes: &'a [u8],
+        keys: &mut Vec<KeyId<'a>>,
+        out: &mut Vec<u8>,
+        first: &mut bool,
+        depth: u32,
+    ) -> Fast<()> {
+        let mut r = Reader::new(bytes);
+        let mut key = Val::default_of(key_type);
+        let mut value: Option<Raw<'a>> = None;
+        while !r.done() {
+            match r.key()? {
+                (1, wt) if wt == key_type.wire_type() => {
+                    key = Val::decode(key_type, r.scalar(key_type)?)?;
+                }
+                (2, wt) => {
+                    let raw = match value_type {
+                        Ty::Scalar(s) if wt == s.wire_type() => r.scalar(*s)?,
+                        Ty::Enum(_) if wt == WT_VARINT => Raw::Varint(r.varint()?),
+                        Ty::Message(_) | Ty::Wkt(_) | Ty::Unhandled if wt == WT_LEN => {
+                            if value.is_some() {
+                                return Err(NotFast); // merged
+                            }
+                            Raw::Len(r.len_delimited()?)
+                        }
+                        _ => return Err(NotFast),
+                    };
+                    value = Some(raw);
+                }
+                (1, _) => return Err(NotFast),
+                (_, wt) => r.skip(wt)?,
+            }
+        }
+        let id = KeyId::of(key);
+        if keys.contains(&id) {
+            return Err(NotFast); // the reference keeps the last
+        }
+        if keys.is_empty() {
+            entry(out, first, &f.key);
+            out.push(b'{');
+        } else {
+            out.push(b',');
+        }
+        keys.push(id);
+        key.write_key(out);
+        out.push(b':');
+        match value_type {
+            Ty::Scalar(s) => match value {
+                Some(raw) => Val::decode(*s, raw)?.write(out),
+                None => Val::default_of(*s).write(out),
+            },
+            Ty::Enum(e) => {
+                let names = &self.enums[*e];
+                let n = match value {
+                    Some(Raw::Varint(v)) => v as i32,
+                    _ => names.default,
+                };
+                write_enum(names, n, out);
+            }
+            ty => {
+                let bytes = match value {
+                    Some(Raw::Len(b)) => b,
+                    _ => &[],
+                };
+                // The entry is a message, and so is its value.
+                self.value_of(ty, bytes, out, depth + 2)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn well_known(&self, w: Wkt, bytes: &[u8], out: &mut Vec<u8>, depth: u32) -> Fast<()> {
+        match w {
+            Wkt::Timestamp | Wkt::Duration => {
+                let (seconds, nanos) = seconds_and_nanos(bytes)?;
+                let text = if w == Wkt::Timestamp {
+                    if !(MIN_TIMESTAMP_SECONDS..=MAX_TIMESTAMP_SECONDS).contains(&seconds) {
+                        return Err(NotFast);
+                    }
+                    prost_types::Timestamp { seconds, nanos }.to_string()
+                } else {
+                    if seconds.unsigned_abs() > MAX_DURATION_SECONDS
+                        || nanos.unsigned_abs() > MAX_DURATION_NANOS
+                    {
+                        return Err(NotFast);
+                    }
+                    prost_types::Duration { seconds, nanos }.to_string()
+                };
+                Val::Str(&text).write(out);
+            }
+            Wkt::Wrapper(s) => {
+                let mut r = Reader::new(bytes);
+                let mut v = Val::default_of(s);
+                while !r.done() {
+                    match r.key()? {
+                        (1, wt) if wt == s.wire_type() => v = Val::decode(s, r.scalar(s)?)?,
+                        (1, _) => return Err(NotFast),
+                        (_, wt) => r.skip(wt)?,
+                    }
+                }
+                match v {
+                    // prost-reflect hands the wrapped number to serde_json, which writes
+                    // a non-finite one as null (a field's is written as a string).
+                    Val::F32(f) if !f.is_finite() => out.extend_from_slice(b"null"),
+                    Val::F64(f) if !f.is_finite() => out.extend_from_slice(b"null"),
+                    v => v.write(out),
+                }
+            }
+            Wkt::Empty => {
+                let mut r = Reader::new(bytes);
+                while !r.done() {
+                    let (_, wt) = r.key()?;
+                    r.skip(wt)?;
+                }
+                out.extend_from_slice(b"{}");
+            }
+            Wkt::Struct => self.structure(bytes, out, depth)?,
+            Wkt::ListValue => {
+                out.push(b'[');
+                let mut r = Reader::new(bytes);
+                let mut first = true;
+                while !r.done() {
+                    match r.key()? {
+                        (1, WT_LEN) => {
+                            let v = r.len_delimited()?;
+                            if !std::mem::take(&mut first) {
+                                out.push(b',');
+                            }
+                            self.well_known(Wkt::Value, v, out, depth + 1)?;
+                        }
+                        (1, _) => return Err(NotFast),
+                        (_, wt) => r.skip(wt)?,
+                    }
+                }
+                out.push(b']');
+            }
+            Wkt::Value => {
+                if depth > MAX_DEPTH {
+                    return Err(NotFast);
+                }
+                let mut r = Reader::new(bytes);
+                let mut kind: Option<(u32, Raw<'_>)> = None;
+                while !r.done() {
+                    let (number, wt) = r.key()?;
+                    let raw = match (number, wt) {
+                        (1 | 4, WT_VARINT) => Raw::Varint(r.varint()?),
+                        (2, WT_I64) => Raw::Fixed64(r.fixed64()?),
+                        (3 | 5 | 6, WT_LEN) => Raw::Len(r.len_delimited()?),
+                        (1..=6, _) => return Err(NotFast),
+                        (_, wt) => {
+                            r.skip(wt)?;
+                            continue;
+                        }
+                    };
+                    if kind.is_some() {
+                        return Err(NotFast); // replaced or merged
+                    }
+                    kind = Some((number, raw));
+                }
+                match kind {
+                    None | Some((1, _)) => out.extend_from_slice(b"null"),
+                    Some((2, Raw::Fixed64(bits))) => {
+                        let v = f64::from_bits(bits);
+                        if !v.is_finite() {
+                            return Err(NotFast);
+                        }
+                        Val::F64(v).write(out);
+                    }
+                    Some((3, raw)) => Val::decode(Scalar::String, raw)?.write(out),
+                    Some((4, Raw::Varint(v))) => Val::Bool(v != 0).write(out),
+                    Some((5, Raw::Len(b))) => self.structure(b, out, depth + 1)?,
+                    Some((6, Raw::Len(b))) => self.well_known(Wkt::ListValue, b, out, depth + 1)?,
+                    Some(_) => return Err(NotFast),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `google.protobuf.Struct`: its entries by key (prost-types keeps them in a BTreeMap).
+    fn structure(&self, bytes: &[u8], out: &mut Vec<u8>, depth: u32) -> Fast<()> {
+        let mut r = Reader::new(bytes);
+        let mut entries: Vec<(&str, &[u8])> = Vec::new();
+        while !r.done() {
+            match r.key()? {
+                (1, WT_LEN) => {
+                    let mut e = Reader::new(r.len_delimited()?);
+                    let (mut key, mut value): (&str, &[u8]) = ("", &[]);
+                    let mut has_value = false;
+                    while !e.done() {
+                        match e.key()? {
+                            (1, WT_LEN) => {
+                                key =
+                                    std::str::from_utf8(e.len_delimited()?).map_err(|_| NotFast)?
+                            }
+                            (2, WT_LEN) => {
+                                if std::mem::replace(&mut has_value, true) {
+                                    return Err(NotFast); // merged
+                                }
+                                value = e.len_delimited()?;
+                            }
+                            (1 | 2, _) => return Err(NotFast),
+                            (_, wt) => e.skip(wt)?,
+                        }
+                    }
+                    entries.push((key, value));
+                }
+                (1, _) => return Err(NotFast),
+                (_, wt) => r.skip(wt)?,
+            }
+        }
+        // Stable: of entries with one key the last is kept, as a map insert would.
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        out.push(b'{');
+        let mut first = true;
+        for (i, (key, value)) in entries.iter().enumerate() {
+            if entries.get(i + 1).is_some_and(|next| next.0 == *key) {
+                continue;
+            }
+            if !std::mem::take(&mut first) {
+                out.push(b',');
+            }
+            Val::Str(key).write(out);
+            out.push(b':');
+            // The entry is a message, and so is its Value.
+            self.well_known(Wkt::Value, value, out, depth + 2)?;
+        }
+        out.push(b'}');
+        Ok(())
+    }
+}
+
+const MAX_DURATION_SECONDS: u64 = 315_576_000_000;
+const MAX_DURATION_NANOS: u32 = 999_999_999;
+const MIN_TIMESTAMP_SECONDS: i64 = -62_135_596_800;
+const MAX_TIMESTAMP_SECONDS: i64 = 253_402_300_799;
+
+/// Fields 1 (`int64 seconds`) and 2 (`int32 nanos`) of a Timestamp or Duration.
+fn seconds_and_nanos(bytes: &[u8]) -> Fast<(i64, i32)> {
+    let mut r = Reader::new(bytes);
+    let (mut seconds, mut nanos) = (0i64, 0i32);
+    while !r.done() {
+        match r.key()? {
+            (1, WT_VARINT) => seconds = r.varint()? as i64,
+            (2, WT_VARINT) => nanos = r.varint()? as i32,
+            (1 | 2, _) => return Err(NotFast),
+            (_, wt) => r.skip(wt)?,
+        }
+    }
+    Ok((seconds, nanos))
+}
+
+fn write_enum(names: &EnumNames, n: i32, out: &mut Vec<u8>) {
+    if names.null {
+        out.extend_from_slice(b"null");
+        return;
+    }
+    match names.names.binary_search_by_key(&n, |(m, _)| *m) {
+        Ok(i) => out.extend_from_slice(&names.names[i].1),
+        Err(_) => Val::I32(n).write(out),
+    }
+}
+
+/// Reply writers shared by the APIs of one descriptor pool whose methods answer the same
+/// type.
+#[derive(Debug, Default)]
+pub struct ReplyWriters {
+    by_type: HashMap<String, Option<Arc<ReplyWriter>>>,
+}
+
+impl ReplyWriters {
+    /// The writer of `md` replies, built on first use.
+    pub fn get(&mut self, md: &MessageDescriptor) -> Option<Arc<ReplyWriter>> {
+        self.by_type
+            .entry(md.full_name().to_owned())
+            .or_insert_with(|| ReplyWriter::new(md).map(Arc::new))
+            .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message as _;
+    use prost_reflect::{DescriptorPool, DynamicMessage, MapKey, SerializeOptions, Value};
+    use serde_json::json;
+    use std::collections::HashMap;
+
+    fn pool() -> DescriptorPool {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata");
+        protox::Compiler::new([dir])
+            .unwrap()
+            .open_files(["reply.proto", "reply_proto2.proto"])
+            .unwrap()
+            .descriptor_pool()
+    }
+
+    fn message(name: &str) -> MessageDescriptor {
+        pool().get_message_by_name(name).unwrap()
+    }
+
+    fn everything() -> MessageDescriptor {
+        message("portico.test.reply.Everything")
+    }
+
+    /// prost-reflect's JSON of `bytes`, or `None` when it refuses them.
+    fn reference(md: &MessageDescriptor, bytes: &[u8]) -> Option<Vec<u8>> {
+        reference_or_why(md, bytes).ok()
+    }
+
+    fn reference_or_why(md: &MessageDescriptor, bytes: &[u8]) -> Result<Vec<u8>, String> {
+        let m = DynamicMessage::decode(md.clone(), bytes).map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        let mut ser = serde_json::Serializer::new(&mut out);
+        m.serialize_with_options(&mut ser, &SerializeOptions::new())
+            .map_err(|e| e.to_string())?;
+        Ok(out)
+    }
+
+    /// Writes `bytes` both ways. Whenever the writer takes a reply, the reference takes it
+    /// too and says the same: byte for byte, or (`ordered` false: maps, whose entries the
+    /// reference writes in no fixed order) as the same JSON value. Returns whether the
+    /// writer took it.
+    fn same_as_reference(md: &MessageDescriptor, bytes: &[u8], ordered: bool) -> bool {
+        let writer = ReplyWriter::new(md).expect("no groups");
+        let mut out = b"prefix".to_vec();
+        let fast = writer.write(bytes, &mut out);
+        let Ok(()) = fast else {
+            assert_eq!(out, b"prefix", "a refusal leaves the output as it was");
+            return false;
+        };
+        let out = &out[b"prefix".len()..];
+        let expected = match reference_or_why(md, bytes) {
+            Ok(expected) => expected,
+            Err(why) => panic!(
+                "the writer took a reply the reference refuses ({why}): {bytes:02x?} → {}",
+                String::from_utf8_lossy(out)
+            ),
+        };
+        if ordered {
+            assert_eq!(
+                String::from_utf8_lossy(out),
+                String::from_utf8_lossy(&expected),
+                "bytes {bytes:02x?}"
+            );
+        } else {
+            let a: serde_json::Value = serde_json::from_slice(out).expect("the writer's JSON");
+            let b: serde_json::Value = serde_json::from_slice(&expected).unwrap();
+            assert_eq!(a, b, "bytes {bytes:02x?}");
+        }
+        true
+    }
+
+    fn encode(md: &MessageDescriptor, v: serde_json::Value) -> Vec<u8> {
+        DynamicMessage::deserialize(md.clone(), v)
+            .unwrap()
+            .encode_to_vec()
+    }
+
+    #[test]
+    fn scalars_wkts_and_presence_are_written_as_the_reference_writes_them() {
+        let md = everything();
+        let cases = [
+            json!({}),
+            json!({"scalars": {}}),
+            json!({"scalars": {"fDouble": 1.5, "fFloat": 0.1, "fInt32": -1, "fInt64": "-9007199254740993",
+                   "fUint32": 4294967295u32, "fUint64": "18446744073709551615", "fSint32": -2147483648,
+                   "fSint64": "-9223372036854775808", "fFixed32": 7, "fFixed64": "8", "fSfixed32": -9,
+                   "fSfixed64": "-10", "fBool": true, "fString": "h\u{e9}llo \"q\" \\ \n \u{1} \u{1F600}",
+                   "fBytes": "AAEC/w==", "fEnum": "GREEN"}}),
+            json!({"scalars": {"fDouble": "NaN", "fFloat": "-Infinity", "fEnum": "CRIMSON"}}),
+            json!({"scalars": {"fDouble": 1e300, "fFloat": 3.4e38, "fEnum": 77}}),
+            json!({"scalars": {"fDouble": -0.0}}),
+            json!({"maybeInt": 0, "maybeString": "", "maybeColour": "COLOUR_UNSPECIFIED"}),
+            json!({"choiceText": ""}),
+            json!({"choiceNumber": "0"}),
+            json!({"choiceMessage": {}}),
+            json!({"ints": [0, -1, 2147483647], "sints": ["-1", "5"], "doubles": [0.5, "Infinity"],
+                   "fixeds": [1, 0], "flags": [true, false], "colours": ["RED", "BLUE", 9],
+                   "names": ["", "a"], "blobs": ["", "/w=="], "children": [{}, {"fInt32": 3}]}),
+            json!({"next": {"next": {"scalars": {"fBool": true}}}}),
+            json!({"at": "2026-01-02T03:04:05.120Z", "took": "-1.000000500s",
+                   "nothing": {}, "wDouble": 0, "wFloat": 1.25, "wInt64": "0", "wUint64": "5",
+                   "wInt32": -3, "wUint32": 0, "wBool": false, "wString": "", "wBytes": "AQ=="}),
+            json!({"at": "0001-01-01T00:00:00Z", "took": "315576000000s"}),
+            json!({"at": "9999-12-31T23:59:59.999999999Z", "took": "0.000001s"}),
+            json!({"attributes": {"b": [1, "x", null, true, {"z": {}}], "a": 1.5, "c": {"d": []}}}),
+            json!({"anything": null}),
+            json!({"anything": "text"}),
+            json!({"anything": {"k": [[]]}}),
+            json!({"list": [1, [2, [3]], {"x": false}]}),
+            json!({"stamps": ["1970-01-01T00:00:00Z", "2000-02-29T12:00:00.5Z"]}),
+            json!({"fieldWithAHighNumber": 5}),
+        ];
+        for case in cases {
+            let bytes = encode(&md, case.clone());
+            assert!(same_as_reference(&md, &bytes, true), "not taken: {case}");
+        }
+    }
+
+    #[test]
+    fn maps_are_written_with_every_key_type() {
+        let md = everything();
+        let cases = [
+            json!({"labels": {"": "", "b": "2", "a\"": "1"}}),
+            json!({"colourById": {"-5": "RED", "0": "COLOUR_UNSPECIFIED", "3": 42}}),
+            json!({"byLong": {"-9223372036854775808": {}, "1": {"fString": "x"}}}),
+            json!({"byFlag": {"true": 0.0, "false": -2.5}}),
+            json!({"times": {"18446744073709551615": "2026-01-01T00:00:00Z", "0": "1970-01-01T00:00:00Z"}}),
+            json!({"values": {"n": null, "s": "x", "l": [1], "o": {"a": 1}}}),
+        ];
+        for case in cases {
+            let bytes = encode(&md, case.clone());
+            assert!(same_as_reference(&md, &bytes, false), "not taken: {case}");
+        }
+        // An entry without key or value (prost leaves defaults out) is the defaults.
+        let entry_without_value = [0x8a, 0x01, 0x03, 0x0a, 0x01, b'k'];
+        let entry_without_key = [0x92, 0x01, 0x02, 0x10, 0x02];
+        let empty_entry = [0x9a, 0x01, 0x00];
+        let times_empty_entry = [0xaa, 0x01, 0x00];
+        for bytes in [
+            &entry_without_value[..],
+            &entry_without_key,
+            &empty_entry,
+            &times_empty_entry,
+        ] {
+            assert!(same_as_reference(&md, bytes, true), "{bytes:02x?}");
+        }
+    }
+
+    #[test]
+    fn a_reply_type_that_is_a_well_known_type_is_written_whole() {
+        let md = message("google.protobuf.Timestamp");
+        let bytes = encode(&md, json!("2026-11-30T10:00:00.000001Z"));
+        assert!(same_as_reference(&md, &bytes, true));
+        let md = message("google.protobuf.Empty");
+        assert!(same_as_reference(&md, &[], true));
+    }
+
+    #[test]
+    fn unusual_encodings_are_the_references_and_agree_with_it() {
+        let md = everything();
+        let scalars = message("portico.test.reply.Scalars");
+        // Unpacked repeated scalars and enums (proto2 writers): taken.
+        assert!(same_as_reference(
+            &md,
+            &[0x40, 0x01, 0x40, 0x02, 0x68, 0x01],
+            true
+        ));
+        // Packed, then unpacked, of one field: one list.
+        assert!(same_as_reference(
+            &md,
+            &[0x42, 0x02, 0x01, 0x02, 0x40, 0x03],
+            true
+        ));
+        // An empty packed list: no field.
+        assert!(same_as_reference(&md, &[0x42, 0x00], true));
+        // Unknown fields are skipped.
+        assert!(same_as_reference(
+            &md,
+            &[0xf8, 0x07, 0x01, 0x10, 0x05],
+            true
+        ));
+        // A proto3 field holding its default on the wire is left out.
+        assert!(same_as_reference(&scalars, &[0x18, 0x00, 0x72, 0x00], true));
+        // int32 from a varint over 32 bits: truncated, as prost does (2^32 reads as 0).
+        assert!(same_as_reference(
+            &scalars,
+            &[0x18, 0x80, 0x80, 0x80, 0x80, 0x10],
+            true
+        ));
+
+        let refused: [&[u8]; 11] = [
+            // Out of number order.
+            &[0xb8, 0x01, 0x01, 0x40, 0x01],
+            // A singular field twice (last wins / messages merge).
+            &[0x0a, 0x02, 0x18, 0x01, 0x0a, 0x02, 0x18, 0x02],
+            // Two members of one oneof.
+            &[0x2a, 0x01, b'a', 0x30, 0x01],
+            // A repeated map key.
+            &[
+                0x8a, 0x01, 0x03, 0x0a, 0x01, b'k', 0x8a, 0x01, 0x03, 0x0a, 0x01, b'k',
+            ],
+            // Wire type not the field's.
+            &[0x1d, 0, 0, 0, 0],
+            // Bad UTF-8.
+            &[0x72, 0x01, 0xff],
+            // Truncated.
+            &[0x0a, 0x05, 0x18],
+            // Field number 0.
+            &[0x00, 0x01],
+            // A group.
+            &[0xfb, 0x07, 0xfc, 0x07],
+            // A varint of 11 bytes.
+            &[
+                0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+            ],
+            // A non-finite number in a Value.
+            &[0xda, 0x01, 0x09, 0x11, 0, 0, 0, 0, 0, 0, 0xf0, 0x7f],
+        ];
+        for bytes in refused {
+            let md = if bytes == [0x72, 0x01, 0xff] || bytes[0] == 0x18 {
+                &scalars
+            } else {
+                &md
+            };
+            assert!(!same_as_reference(md, bytes, true), "{bytes:02x?} taken");
+        }
+        // Out-of-range Timestamp and Duration: the reference's to refuse.
+        for (field, seconds) in [(0xc2u8, 253_402_300_800i64), (0xca, 315_576_000_001)] {
+            let mut inner = vec![0x08];
+            prost::encoding::encode_varint(seconds as u64, &mut inner);
+            let mut bytes = vec![field, 0x01, inner.len() as u8];
+            bytes.extend_from_slice(&inner);
+            assert!(!same_as_reference(&md, &bytes, true));
+            assert!(reference(&md, &bytes).is_none());
+        }
+    }
+
+    #[test]
+    fn any_field_mask_extensions_and_depth_are_left_to_the_reference() {
+        let md = everything();
+        let scalars = message("portico.test.reply.Scalars");
+        let any = json!({"any": {"@type": "type.googleapis.com/portico.test.reply.Scalars", "fInt32": 1}});
+        let bytes = encode(&md, any);
+        assert!(!same_as_reference(&md, &bytes, true));
+        assert!(reference(&md, &bytes).is_some());
+        let bytes = encode(&md, json!({"mask": "aB,c.dE"}));
+        assert!(!same_as_reference(&md, &bytes, true));
+        // Unset, they do not matter.
+        assert!(same_as_reference(
+            &md,
+            &encode(&md, json!({"scalars": {"fInt32": 1}})),
+            true
+        ));
+
+        // proto2: presence keeps defaults; an extension is the reference's.
+        let legacy = message("portico.test.reply2.Legacy");
+        let bytes = encode(
+            &legacy,
+            json!({"count": 0, "name": "", "on": false, "unpacked": [1, 2], "packed": [3]}),
+        );
+        assert!(same_as_reference(&legacy, &bytes, true));
+        let mut with_extension = bytes.clone();
+        with_extension.extend_from_slice(&[0xa2, 0x06, 0x01, b'n']);
+        assert!(!same_as_reference(&legacy, &with_extension, true));
+        assert!(reference(&legacy, &with_extension).is_some());
+        // Groups: no writer at all.
+        assert!(ReplyWriter::new(&message("portico.test.reply2.WithGroup")).is_none());
+
+        // Nesting: taken while shallow, refused before the reference's limit.
+        let _ = scalars;
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut taken_at = 0;
+        for depth in 1..=120 {
+            let mut outer = vec![0xba, 0x01];
+            prost::encoding::encode_varint(bytes.len() as u64, &mut outer);
+            outer.extend_from_slice(&bytes);
+            bytes = outer;
+            if same_as_reference(&md, &bytes, true) {
+                taken_at = depth;
+            }
+        }
+        assert!(
+            (80..=MAX_DEPTH).contains(&taken_at),
+            "deepest taken: {taken_at}"
+        );
+    }
+
+    /// A small deterministic generator (xorshift64*).
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+        fn chance(&mut self, percent: u64) -> bool {
+            self.below(100) < percent
+        }
+        fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+            items[self.below(items.len() as u64) as usize]
+        }
+    }
+
+    fn random_json(rng: &mut Rng, depth: u32) -> serde_json::Value {
+        match rng.below(if depth > 3 { 4 } else { 6 }) {
+            0 => serde_json::Value::Null,
+            1 => json!(rng.pick(&[0.0, -0.0, 1.0, 0.1, -1e300, 123456789.125])),
+            2 => json!(rng.pick(&["", "x", "é\"\\\n"])),
+            3 => json!(rng.chance(50)),
+            4 => serde_json::Value::Array(
+                (0..rng.below(3))
+                    .map(|_| random_json(rng, depth + 1))
+                    .collect(),
+            ),
+            _ => serde_json::Value::Object(
+                (0..rng.below(4))
+                    .map(|_| {
+                        (
+                            rng.pick(&["a", "b", "", "ü"]).to_owned(),
+                            random_json(rng, depth + 1),
+                        )
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    fn random_scalar(rng: &mut Rng, kind: &Kind) -> Value {
+        let int = rng.pick(&[
+            0i64,
+            1,
+            -1,
+            127,
+            128,
+            i64::from(i32::MIN),
+            i64::from(i32::MAX),
+            i64::MIN,
+            i64::MAX,
+        ]);
+        let int = if rng.chance(30) {
+            rng.next() as i64
+        } else {
+            int
+        };
+        match kind {
+            Kind::Double => {
+                let random = f64::from_bits(rng.next());
+                Value::F64(rng.pick(&[
+                    0.0,
+                    -0.0,
+                    0.5,
+                    1e-300,
+                    f64::NAN,
+                    f64::INFINITY,
+                    f64::NEG_INFINITY,
+                    random,
+                ]))
+            }
+            Kind::Float => {
+                let random = f32::from_bits(rng.next() as u32);
+                Value::F32(rng.pick(&[0.0, -0.0, 0.1, 3.4e38, f32::NAN, f32::NEG_INFINITY, random]))
+            }
+            Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => Value::I32(int as i32),
+            Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => Value::I64(int),
+            Kind::Uint32 | Kind::Fixed32 => Value::U32(int as u32),
+            Kind::Uint64 | Kind::Fixed64 => Value::U64(int as u64),
+            Kind::Bool => Value::Bool(rng.chance(50)),
+            Kind::String => Value::String(
+                rng.pick(&["", "a", "h\u{e9}llo", "\"\\/\u{0}\u{1f}\u{7f}", "\u{1F600}"])
+                    .to_owned(),
+            ),
+            Kind::Bytes => Value::Bytes(
+                (0..rng.below(5))
+                    .map(|_| rng.next() as u8)
+                    .collect::<Vec<u8>>()
+                    .into(),
+            ),
+            Kind::Enum(_) => Value::EnumNumber(rng.pick(&[0, 1, 2, -3, 99])),
+            Kind::Message(_) => unreachable!(),
+        }
+    }
+
+    /// What a generated message holds that decides how it is checked.
+    #[derive(Default)]
+    struct Seen {
+        /// A map with two entries or more (written in no fixed order by the reference).
+        maps: bool,
+        /// An `Any` or a `FieldMask` (left to the reference).
+        unhandled: bool,
+    }
+
+    fn random_value(rng: &mut Rng, kind: &Kind, depth: u32, seen: &mut Seen) -> Value {
+        match kind {
+            Kind::Message(md) => Value::Message(random_message(rng, md, depth + 1, seen)),
+            other => random_scalar(rng, other),
+        }
+    }
+
+    fn random_message(
+        rng: &mut Rng,
+        md: &MessageDescriptor,
+        depth: u32,
+        seen: &mut Seen,
+    ) -> DynamicMessage {
+        let wkt_json = match md.full_name() {
+            "google.protobuf.Timestamp" => Some(json!(rng.pick(&[
+                "1970-01-01T00:00:00Z",
+                "0001-01-01T00:00:00Z",
+                "2026-05-06T07:08:09.123456Z",
+                "9999-12-31T23:59:59.999999999Z"
+            ]))),
+            "google.protobuf.Duration" => Some(json!(rng.pick(&[
+                "0s",
+                "-0.5s",
+                "1.000000001s",
+                "-315576000000s"
+            ]))),
+            "google.protobuf.Struct" => {
+                Some(json!({"k": random_json(rng, 1), "a": random_json(rng, 1)}))
+            }
+            "google.protobuf.Value" => Some(random_json(rng, 0)),
+            "google.protobuf.ListValue" => Some(json!([random_json(rng, 1)])),
+            "google.protobuf.Any" => {
+                Some(json!({"@type": "type.googleapis.com/google.protobuf.Empty", "value": {}}))
+            }
+            "google.protobuf.FieldMask" => Some(json!("a,bC")),
+            _ => None,
+        };
+        if let Some(v) = wkt_json {
+            seen.unhandled |= matches!(
+                md.full_name(),
+                "google.protobuf.Any" | "google.protobuf.FieldMask"
+            );
+            return DynamicMessage::deserialize(md.clone(), v).unwrap();
+        }
+        let mut m = DynamicMessage::new(md.clone());
+        for fd in md.fields() {
+            let nested = matches!(fd.kind(), Kind::Message(_));
+            let rare = matches!(fd.name(), "any" | "mask");
+            if !rng.chance(if rare {
+                3
+            } else if nested && depth > 2 {
+                5
+            } else {
+                45
+            }) {
+                continue;
+            }
+            let value = if fd.is_map() {
+                let Kind::Message(entry) = fd.kind() else {
+                    unreachable!()
+                };
+                let (kf, vf) = (entry.map_entry_key_field(), entry.map_entry_value_field());
+                let mut map = HashMap::new();
+                for _ in 0..rng.below(4) {
+                    let key = match random_scalar(rng, &kf.kind()) {
+                        Value::Bool(v) => MapKey::Bool(v),
+                        Value::I32(v) => MapKey::I32(v),
+                        Value::I64(v) => MapKey::I64(v),
+                        Value::U32(v) => MapKey::U32(v),
+                        Value::U64(v) => MapKey::U64(v),
+                        Value::String(v) => MapKey::String(v),
+                        other => unreachable!("{other:?}"),
+                    };
+                    map.insert(key, random_value(rng, &vf.kind(), depth, seen));
+                }
+                seen.maps |= map.len() > 1;
+                Value::Map(map)
+            } else if fd.is_list() {
+                Value::List(
+                    (0..rng.below(4))
+                        .map(|_| random_value(rng, &fd.kind(), depth, seen))
+                        .collect(),
+                )
+            } else {
+                random_value(rng, &fd.kind(), depth, seen)
+            };
+            m.set_field(&fd, value);
+        }
+        m
+    }
+
+    #[test]
+    fn random_replies_are_written_as_the_reference_writes_them() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let md = everything();
+        let (mut taken, mut total) = (0, 0);
+        for _ in 0..3000 {
+            let mut seen = Seen::default();
+            let m = random_message(&mut rng, &md, 0, &mut seen);
+            let bytes = m.encode_to_vec();
+            total += 1;
+            if same_as_reference(&md, &bytes, !seen.maps) {
+                taken += 1;
+            } else {
+                // The generator makes no other reason to leave a reply to the reference.
+                assert!(seen.unhandled, "not taken: {bytes:02x?}");
+                assert!(
+                    reference(&md, &bytes).is_some(),
+                    "refused by both: {bytes:02x?}"
+                );
+            }
+
+            // Mutations: whatever the writer takes, it says as the reference says.
+            let mut mutated = bytes.clone();
+            for _ in 0..1 + rng.below(3) {
+                if mutated.is_empty() {
+                    break;
+                }
+                let at = rng.below(mutated.len() as u64) as usize;
+                match rng.below(3) {
+                    0 => mutated[at] = rng.next() as u8,
+                    1 => {
+                        mutated.remove(at);
+                    }
+                    _ => mutated.insert(at, rng.next() as u8),
+                }
+            }
+            same_as_reference(&md, &mutated, false);
+        }
+        assert!(taken * 10 >= total * 8, "taken {taken} of {total}");
+    }
+}
