@@ -7,18 +7,23 @@
 //! - [`transcode`]: HTTP/JSON ⇄ gRPC by the `google.api.http` rules: a [`MethodPlan`] per
 //!   API maps a request (path variables, query, JSON body) to the method's input message
 //!   and its reply to JSON; failures are [`TranscodeError`]s;
-//! - [`reply_json`]: replies written as JSON in one pass over their protobuf bytes.
+//! - [`reply_json`], [`request_json`]: replies written as JSON in one pass over their
+//!   protobuf bytes, JSON bodies encoded as protobuf in one pass.
 //!
 //! It depends on no HTTP server, so it builds (and can be fuzzed) without Pingora.
 
 pub mod codec;
 mod error;
 pub mod reply_json;
+pub mod request_json;
 pub mod status;
+#[cfg(test)]
+mod testgen;
 pub mod transcode;
 
 pub use codec::{BytesCodec, DynamicCodec};
 pub use error::{TranscodeError, TranscodeErrorKind};
-pub use reply_json::{ReplyWriter, ReplyWriters};
+pub use reply_json::ReplyWriter;
+pub use request_json::{JsonCodecs, RequestEncoder};
 pub use status::{code_by_name, code_name_and_status};
 pub use transcode::{check_json_depth, BindingSpec, MethodPlan, MAX_JSON_DEPTH};

@@ -40,9 +40,11 @@
 //! that validation uses too.
 
 use crate::error::{TranscodeError, TranscodeErrorKind};
-use crate::reply_json::{ReplyWriter, ReplyWriters};
+use crate::reply_json::{NotFast, ReplyWriter};
+use crate::request_json::{JsonCodecs, RequestEncoder};
 use portico_control::fieldpath::{self, FieldPath, Syntax};
 use portico_control::Api;
+use prost::Message as _;
 use prost_reflect::{
     DeserializeOptions, DynamicMessage, FieldDescriptor, Kind, MapKey, MessageDescriptor,
     MethodDescriptor, SerializeOptions, Value,
@@ -72,8 +74,9 @@ enum BodyPlan {
     None,
     /// `body: "*"`.
     Whole,
-    /// `body: "<field>"`.
-    Field(FieldDescriptor),
+    /// `body: "<field>"`, with the one-pass encoder of the field's type when it is a
+    /// singular message.
+    Field(FieldDescriptor, Option<Arc<RequestEncoder>>),
 }
 
 #[derive(Debug, Clone)]
@@ -95,6 +98,8 @@ pub struct MethodPlan {
     /// Writes whole replies as JSON straight from their bytes (`None`: the type has
     /// groups, every reply goes through a `DynamicMessage`).
     reply: Option<Arc<ReplyWriter>>,
+    /// Encodes whole-message JSON bodies in one pass (`None`: the type has groups).
+    request: Option<Arc<RequestEncoder>>,
 }
 
 impl MethodPlan {
@@ -105,15 +110,15 @@ impl MethodPlan {
         method: &MethodDescriptor,
         bindings: &[BindingSpec],
     ) -> Result<Self, TranscodeError> {
-        Self::with_writers(method, bindings, &mut ReplyWriters::default())
+        Self::with_codecs(method, bindings, &mut JsonCodecs::default())
     }
 
-    /// [`MethodPlan::new`], sharing the reply writer of the output type with the other
-    /// plans made with `writers` (one per descriptor pool).
-    pub fn with_writers(
+    /// [`MethodPlan::new`], sharing the request encoders and reply writer of its types with
+    /// the other plans made with `codecs` (one per descriptor pool).
+    pub fn with_codecs(
         method: &MethodDescriptor,
         bindings: &[BindingSpec],
-        writers: &mut ReplyWriters,
+        codecs: &mut JsonCodecs,
     ) -> Result<Self, TranscodeError> {
         let input = method.input();
         let output = method.output();
@@ -123,7 +128,15 @@ impl MethodPlan {
                 None | Some("") => BodyPlan::None,
                 Some("*") => BodyPlan::Whole,
                 Some(name) => match fieldpath::lookup(&input, name, Syntax::Request) {
-                    Some(fd) => BodyPlan::Field(fd),
+                    Some(fd) => {
+                        let encoder = match fd.kind() {
+                            Kind::Message(md) if !fd.is_list() && !fd.is_map() => {
+                                codecs.request(&md)
+                            }
+                            _ => None,
+                        };
+                        BodyPlan::Field(fd, encoder)
+                    }
                     None => {
                         return Err(TranscodeError::bad_binding(format!(
                             "binding {i}: body \"{name}\" is not a field of {}",
@@ -147,8 +160,9 @@ impl MethodPlan {
             plans.push(BindingPlan { body, response });
         }
         Ok(MethodPlan {
+            reply: codecs.reply(&output),
+            request: codecs.request(&input),
             input,
-            reply: writers.get(&output),
             output,
             bindings: plans,
             router: BindingPlan {
@@ -160,14 +174,14 @@ impl MethodPlan {
 
     /// The plan of `method` for an API's bindings.
     pub fn for_api(method: &MethodDescriptor, api: &Api) -> Result<Self, TranscodeError> {
-        Self::for_api_with(method, api, &mut ReplyWriters::default())
+        Self::for_api_with(method, api, &mut JsonCodecs::default())
     }
 
-    /// [`MethodPlan::for_api`] with shared reply writers ([`MethodPlan::with_writers`]).
+    /// [`MethodPlan::for_api`] with shared codecs ([`MethodPlan::with_codecs`]).
     pub fn for_api_with(
         method: &MethodDescriptor,
         api: &Api,
-        writers: &mut ReplyWriters,
+        codecs: &mut JsonCodecs,
     ) -> Result<Self, TranscodeError> {
         let specs: Vec<BindingSpec> = api
             .bindings
@@ -177,7 +191,7 @@ impl MethodPlan {
                 response_body: b.response_body.clone(),
             })
             .collect();
-        Self::with_writers(method, &specs, writers)
+        Self::with_codecs(method, &specs, codecs)
     }
 
     /// The request message type.
@@ -220,12 +234,88 @@ impl MethodPlan {
                 check_json_depth(body, MAX_JSON_DEPTH)?;
                 parse_message(&self.input, body, "")?
             }
-            BodyPlan::Field(fd) => {
+            BodyPlan::Field(fd, _) => {
                 check_json_depth(body, MAX_JSON_DEPTH)?;
                 parse_body_field(&self.input, fd, body)?
             }
         };
+        self.bind_path_and_query(&mut msg, plan, binding, vars, query, false)?;
+        Ok(msg)
+    }
 
+    /// The request message's protobuf bytes (as [`MethodPlan::request`] builds it, encoded):
+    /// the JSON body encoded in one pass ([`RequestEncoder`]) when it can be, then the
+    /// path variables and query parameters as a second message after it, which a decoder
+    /// merges into the first (a later value of a field replaces an earlier one; messages
+    /// merge), just as they override the body here. A body the one-pass encoder leaves to
+    /// the reference, or path variables that a merge would not override the same way
+    /// (a default value, a message-typed field), go through [`MethodPlan::request`].
+    pub fn request_bytes(
+        &self,
+        binding: Option<usize>,
+        vars: &[(String, String)],
+        query: Option<&str>,
+        body: &[u8],
+    ) -> Result<Vec<u8>, TranscodeError> {
+        if let Ok(bytes) = self.request_in_one_pass(binding, vars, query, body) {
+            return Ok(bytes);
+        }
+        Ok(self.request(binding, vars, query, body)?.encode_to_vec())
+    }
+
+    fn request_in_one_pass(
+        &self,
+        binding: Option<usize>,
+        vars: &[(String, String)],
+        query: Option<&str>,
+        body: &[u8],
+    ) -> Result<Vec<u8>, NotFast> {
+        let plan = self.binding(binding).map_err(|_| NotFast)?;
+        let mut out = Vec::with_capacity(body.len() + 32);
+        match &plan.body {
+            BodyPlan::None => {}
+            _ if is_blank(body) => {}
+            BodyPlan::Whole => {
+                check_json_depth(body, MAX_JSON_DEPTH).map_err(|_| NotFast)?;
+                let encoder = self.request.as_ref().ok_or(NotFast)?;
+                encoder.encode(body, &mut out)?;
+            }
+            BodyPlan::Field(fd, Some(encoder)) => {
+                check_json_depth(body, MAX_JSON_DEPTH).map_err(|_| NotFast)?;
+                encoder.encode_as_field(fd.number(), body, &mut out)?;
+            }
+            BodyPlan::Field(_, None) => return Err(NotFast),
+        }
+        let query_used = !matches!(plan.body, BodyPlan::Whole)
+            && binding.is_some()
+            && query.is_some_and(|q| !q.is_empty());
+        if vars.is_empty() && !query_used {
+            return Ok(out);
+        }
+        let mut rest = DynamicMessage::new(self.input.clone());
+        let careful = !out.is_empty();
+        match self.bind_path_and_query(&mut rest, plan, binding, vars, query, careful) {
+            Ok(false) => {}
+            _ => return Err(NotFast),
+        }
+        rest.encode(&mut out).map_err(|_| NotFast)?;
+        Ok(out)
+    }
+
+    /// Steps 2 and 3 of a request (module docs): the path variables, then the query
+    /// parameters, into `msg`. With `careful`, answers whether a path variable sets a
+    /// message-typed field or a field to its default value (which an encoded message
+    /// appended to a body's would not override as setting it here does).
+    fn bind_path_and_query(
+        &self,
+        msg: &mut DynamicMessage,
+        plan: &BindingPlan,
+        binding: Option<usize>,
+        vars: &[(String, String)],
+        query: Option<&str>,
+        careful: bool,
+    ) -> Result<bool, TranscodeError> {
+        let mut needs_care = false;
         // 2. The path variables.
         let mut bound: Vec<String> = Vec::with_capacity(vars.len());
         for (path, value) in vars {
@@ -240,19 +330,24 @@ impl MethodPlan {
                     "path variable \"{path}\" names a repeated or map field"
                 )));
             }
-            set_at(&mut msg, &target, value)?;
+            set_at(msg, &target, value)?;
+            if careful {
+                let leaf = target.leaf();
+                needs_care |= matches!(leaf.kind(), Kind::Message(_))
+                    || parse_text(&leaf.kind(), value).map_or(true, |v| v == leaf.default_value());
+            }
             bound.push(target.proto_path());
         }
 
         // 3. The query parameters.
         if matches!(plan.body, BodyPlan::Whole) || binding.is_none() {
-            return Ok(msg);
+            return Ok(needs_care);
         }
         let Some(query) = query.filter(|q| !q.is_empty()) else {
-            return Ok(msg);
+            return Ok(needs_care);
         };
         let body_field = match &plan.body {
-            BodyPlan::Field(fd) => Some(fd.name()),
+            BodyPlan::Field(fd, _) => Some(fd.name()),
             _ => None,
         };
         for part in query.split('&').filter(|p| !p.is_empty()) {
@@ -269,9 +364,9 @@ impl MethodPlan {
                 continue; // Bound by the path.
             }
             let value = decode_query_component(raw_value)?;
-            set_at(&mut msg, &target, &value)?;
+            set_at(msg, &target, &value)?;
         }
-        Ok(msg)
+        Ok(needs_care)
     }
 
     /// Writes the reply, as the backend sent its bytes, as the HTTP answer's JSON body: a
@@ -1308,6 +1403,69 @@ mod tests {
             String::from_utf8(p.response_from_bytes(Some(0), &backwards).unwrap()).unwrap(),
             r#"{"orderId":"7","qty":3}"#
         );
+    }
+
+    #[test]
+    fn request_bytes_decode_to_the_request_message() {
+        use prost::Message as _;
+        let specs_of = |name: &str| -> Vec<BindingSpec> {
+            match name {
+                "UpdateOrder" => vec![spec(Some("order"), None)],
+                "CreateOrder" | "CancelOrder" => vec![spec(Some("*"), None)],
+                _ => vec![spec(None, None), spec(None, None)],
+            }
+        };
+        // (method, binding, path variables, query, body)
+        type Case<'a> = (
+            &'a str,
+            Option<usize>,
+            &'a [(&'a str, &'a str)],
+            Option<&'a str>,
+            &'a str,
+        );
+        let cases: &[Case] = &[
+            ("GetOrder", Some(0), &[("order_id", "42")], None, ""),
+            ("GetOrder", Some(1), &[("shop.id", "s1"), ("order_id", "42")], Some("x=1"), ""),
+            ("ListOrders", Some(0), &[], Some("statuses=ORDER_STATUS_PAID&tags=a&tags=b&filter.min_total_cents=100&pageSize=0"), ""),
+            ("CreateOrder", Some(0), &[], Some("item=ignored"), r#"{"item": "pen", "qty": 2, "shop": {"id": "s1"}, "labels": {"a": "b"}, "createdAt": "2026-01-01T00:00:00Z", "attributes": {"k": [1]}}"#),
+            ("CreateOrder", None, &[], None, r#"{"item": "pen", "tags": ["x", "y"], "items": [{"sku": "A", "qty": 1}]}"#),
+            ("CreateOrder", Some(0), &[], None, "  "),
+            // The path overrides the body, also with an empty value or a zero.
+            ("CancelOrder", Some(0), &[("order_id", "42")], None, r#"{"orderId": "ignored", "reason": "late", "refund": true}"#),
+            ("CancelOrder", Some(0), &[("order_id", "")], None, r#"{"orderId": "from-body", "reason": "late"}"#),
+            ("UpdateOrder", Some(0), &[("order.order_id", "42")], Some("update_mask=item,qty&order.item=from-query"), r#"{"orderId": "ignored", "item": "pen", "qty": 3}"#),
+            ("UpdateOrder", Some(0), &[("order.order_id", "")], None, r#"{"orderId": "from-body"}"#),
+            ("UpdateOrder", Some(0), &[("order.order_id", "7")], None, "{}"),
+            // Left to the reference: a body field given twice.
+            ("CreateOrder", Some(0), &[], None, r#"{"qty": 1, "qty": 0}"#),
+        ];
+        for (name, binding, vs, query, body) in cases {
+            let p = plan(ORDER, name, &specs_of(name));
+            let vs = vars(vs);
+            let reference = p.request(*binding, &vs, *query, body.as_bytes()).unwrap();
+            let bytes = p
+                .request_bytes(*binding, &vs, *query, body.as_bytes())
+                .unwrap();
+            let decoded = DynamicMessage::decode(p.input().clone(), bytes.as_slice()).unwrap();
+            assert_eq!(
+                to_json(&decoded),
+                to_json(&reference),
+                "{name} {vs:?} {query:?} {body}"
+            );
+            assert_eq!(
+                DynamicMessage::decode(p.input().clone(), reference.encode_to_vec().as_slice())
+                    .unwrap(),
+                decoded,
+                "{name} {vs:?} {query:?} {body}"
+            );
+        }
+        // A caller's mistake is the reference's diagnosis.
+        let p = plan(ORDER, "CreateOrder", &specs_of("CreateOrder"));
+        let e = p
+            .request_bytes(Some(0), &[], None, br#"{"qty": "many"}"#)
+            .unwrap_err();
+        assert_eq!(e.kind, TranscodeErrorKind::BadRequest);
+        assert!(e.message.contains("qty"), "{}", e.message);
     }
 
     #[test]

@@ -44,8 +44,7 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use http::uri::PathAndQuery;
 use portico_control::{BackendKind, Snapshot};
-use portico_grpc_dynamic::{code_name_and_status, BytesCodec, ReplyWriters};
-use prost::Message as _;
+use portico_grpc_dynamic::{code_name_and_status, BytesCodec, JsonCodecs};
 use prost_reflect::{DescriptorPool, MethodDescriptor};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -75,14 +74,14 @@ pub struct PreparedMethod {
 
 impl PreparedMethod {
     /// Resolves `service`/`method` in `pool` and plans the transcoding of `api`'s bindings
-    /// (the reply writer shared through `writers`, one per pool).
+    /// (its one-pass JSON codecs shared through `codecs`, one per pool).
     pub fn prepare(
         api: &portico_control::Api,
         pool: &DescriptorPool,
         service: &str,
         method: &str,
         descriptor: &str,
-        writers: &mut ReplyWriters,
+        codecs: &mut JsonCodecs,
     ) -> Result<Self, String> {
         let svc = pool
             .get_service_by_name(service)
@@ -98,7 +97,7 @@ impl PreparedMethod {
         }
         let path = PathAndQuery::try_from(format!("/{service}/{method}"))
             .map_err(|e| format!("bad method path /{service}/{method}: {e}"))?;
-        let plan = MethodPlan::for_api_with(&m, api, writers).map_err(|e| e.message)?;
+        let plan = MethodPlan::for_api_with(&m, api, codecs).map_err(|e| e.message)?;
         Ok(PreparedMethod {
             api_id: api.id.clone(),
             service: service.to_owned(),
@@ -129,8 +128,8 @@ impl GrpcMethods {
     /// answer 500 `INTERNAL`.
     pub fn build(snapshot: &Snapshot, previous: Option<&GrpcMethods>) -> GrpcMethods {
         let mut out = GrpcMethods::default();
-        // Reply writers by descriptor sha: APIs answering one type share one.
-        let mut writers: HashMap<String, ReplyWriters> = HashMap::new();
+        // JSON codecs by descriptor sha: APIs taking or answering one type share them.
+        let mut codecs: HashMap<String, JsonCodecs> = HashMap::new();
         for api in snapshot.apis.values() {
             let BackendKind::Grpc {
                 service,
@@ -147,8 +146,8 @@ impl GrpcMethods {
                     continue;
                 }
             };
-            let writers = writers.entry(descriptor.clone()).or_default();
-            match PreparedMethod::prepare(api, &pool, service, method, descriptor, writers) {
+            let codecs = codecs.entry(descriptor.clone()).or_default();
+            match PreparedMethod::prepare(api, &pool, service, method, descriptor, codecs) {
                 Ok(m) => {
                     out.methods.insert(api.id.clone(), Arc::new(m));
                 }
@@ -322,10 +321,10 @@ impl GrpcInvoker {
         let query = if route.router_style { None } else { query };
         let message = method
             .plan
-            .request(route.binding, &route.vars, query, body)?;
+            .request_bytes(route.binding, &route.vars, query, body)?;
         let metadata = forward::backend_headers(headers, caller, Target::Grpc);
         Ok(GrpcRequest {
-            message: Bytes::from(message.encode_to_vec()),
+            message: Bytes::from(message),
             metadata: MetadataMap::from_headers(metadata),
             binding: route.binding,
         })
