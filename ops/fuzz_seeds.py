@@ -96,7 +96,31 @@ def seeds(target):
         yield b"\x01" + frame(True, 9, b"hi") + frame(True, 8, b"\x03\xe8bye")
         yield b"\x05" + frame(False, 1, b"Hel") + frame(True, 10, b"") + frame(True, 0, b"lo")
         yield b"\x40" + frame(True, 1, b"x" * 300)
-    # A target added later (e.g. JSON->protobuf transcoding) gets its seeds here.
+    elif target == "transcode":
+        # Byte 0: bit 0 = direction (0 request JSON, 1 reply protobuf), the rest = the type
+        # (fuzz/fuzz_targets/transcode.rs: Everything, Scalars, Legacy, Struct, Timestamp).
+        everything, scalars, legacy, struct, timestamp = (bytes([2 * i]) for i in range(5))
+        yield everything + json.dumps({
+            "scalars": {"fInt32": -1, "fInt64": "9007199254740993", "fDouble": "NaN",
+                        "fString": "h\u00e9\"llo", "fBytes": "AAEC/w==", "fEnum": "GREEN"},
+            "maybeInt": 0, "choiceText": "", "ints": [1, "2", 3.0], "colours": ["RED", 2],
+            "labels": {"a": "b"}, "colourById": {"-1": "BLUE"}, "byFlag": {"true": 1.5},
+            "next": {"next": {"names": ["x"]}}, "at": "2026-01-02T03:04:05.1Z",
+            "took": "1.5s", "attributes": {"k": [1, None, {"z": True}]}, "anything": "v",
+            "wInt64": "5", "mask": "a.bC", "fieldWithAHighNumber": 7}).encode()
+        yield scalars + b'{"f_int32": "42", "fUint64": 1e3, "fFloat": "-Infinity", "fBool": false}'
+        yield legacy + b'{"count": 0, "on": true, "packed": [1, 2], "unpacked": [3]}'
+        yield struct + b'{"a": [1, "x", null, {"b": {}}], "c": 2.5}'
+        yield timestamp + b'"2026-11-30T10:00:00.000001Z"'
+        # Replies: Scalars {fInt32: 1, fString: "x", fEnum: 1}; Everything {scalars: that,
+        # ints: [1, 2] packed, labels {k: v}, at {seconds: 1}}; a Struct {a: 1.0}.
+        s = b"\x18\x01\x72\x01x\x80\x01\x01"
+        yield bytes([3]) + s
+        yield (bytes([1]) + b"\x0a" + bytes([len(s)]) + s + b"\x42\x02\x01\x02"
+               + b"\x8a\x01\x06\x0a\x01k\x12\x01v" + b"\xc2\x01\x02\x08\x01")
+        yield bytes([7]) + b"\x0a\x0e\x0a\x01a\x12\x09\x11" + b"\x00" * 6 + b"\xf0\x3f"
+        yield bytes([9]) + b"\x08\x80\xa3\x8a\xcc\x06\x10\x01"
+    # A target added later gets its seeds here.
 
 
 def main():

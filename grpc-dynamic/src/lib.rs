@@ -10,20 +10,26 @@
 //! - [`reply_json`], [`request_json`]: replies written as JSON in one pass over their
 //!   protobuf bytes, JSON bodies encoded as protobuf in one pass.
 //!
-//! It depends on no HTTP server, so it builds (and can be fuzzed) without Pingora.
+//! It depends on no HTTP server, so it builds (and can be fuzzed) without Pingora; without
+//! its default `tonic` feature (the codecs and status names) it needs no gRPC stack either
+//! (the fuzz targets build it so).
 
+#[cfg(feature = "tonic")]
 pub mod codec;
 mod error;
 pub mod reply_json;
 pub mod request_json;
+#[cfg(feature = "tonic")]
 pub mod status;
 #[cfg(test)]
 mod testgen;
 pub mod transcode;
 
+#[cfg(feature = "tonic")]
 pub use codec::{BytesCodec, DynamicCodec};
 pub use error::{TranscodeError, TranscodeErrorKind};
 pub use reply_json::ReplyWriter;
 pub use request_json::{JsonCodecs, RequestEncoder};
+#[cfg(feature = "tonic")]
 pub use status::{code_by_name, code_name_and_status};
 pub use transcode::{check_json_depth, BindingSpec, MethodPlan, MAX_JSON_DEPTH};

@@ -217,3 +217,26 @@ pub fn random_message(
     }
     m
 }
+
+/// `testdata/reply.bin`: the test descriptors compiled, for the fuzz target `transcode`
+/// (fuzz/), which does not compile `.proto` files itself.
+#[test]
+fn the_fuzz_targets_descriptor_set_is_current() {
+    use prost::Message as _;
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata");
+    let mut compiler = protox::Compiler::new([dir]).unwrap();
+    compiler.include_imports(true);
+    compiler
+        .open_files(["reply.proto", "reply_proto2.proto"])
+        .unwrap();
+    let bytes = compiler.file_descriptor_set().encode_to_vec();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/reply.bin");
+    if std::env::var_os("PORTICO_BLESS").is_some() {
+        std::fs::write(path, &bytes).unwrap();
+    }
+    assert!(
+        std::fs::read(path).is_ok_and(|b| b == bytes),
+        "testdata/reply.bin is not the compiled testdata/*.proto; write it with \
+         PORTICO_BLESS=1 cargo test -p portico-grpc-dynamic the_fuzz_targets_descriptor_set"
+    );
+}
