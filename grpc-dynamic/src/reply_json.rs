@@ -516,13 +516,25 @@ impl<'a> Val<'a> {
             out.push(b'"');
             return;
         }
+        if let Val::I64(_) | Val::U64(_) = self {
+            // As a string (proto3 JSON), with serde_json's digits (Display's, without the
+            // formatting machinery).
+            out.push(b'"');
+            let mut ser = serde_json::Serializer::new(&mut *out);
+            let _ = match self {
+                Val::I64(v) => ser.serialize_i64(v),
+                Val::U64(v) => ser.serialize_u64(v),
+                _ => Ok(()),
+            };
+            out.push(b'"');
+            return;
+        }
         let mut ser = serde_json::Serializer::new(&mut *out);
         // Writing into a Vec does not fail.
         let _ = match self {
             Val::I32(v) => ser.serialize_i32(v),
             Val::U32(v) => ser.serialize_u32(v),
-            Val::I64(v) => ser.collect_str(&v),
-            Val::U64(v) => ser.collect_str(&v),
+            Val::I64(_) | Val::U64(_) => Ok(()),
             Val::F32(v) if v.is_finite() => ser.serialize_f32(v),
             Val::F64(v) if v.is_finite() => ser.serialize_f64(v),
             Val::F32(v) => ser.serialize_str(non_finite(f64::from(v))),
@@ -905,20 +917,19 @@ impl ReplyWriter {
         match w {
             Wkt::Timestamp | Wkt::Duration => {
                 let (seconds, nanos) = seconds_and_nanos(bytes)?;
-                let text = if w == Wkt::Timestamp {
+                if w == Wkt::Timestamp {
                     if !(MIN_TIMESTAMP_SECONDS..=MAX_TIMESTAMP_SECONDS).contains(&seconds) {
                         return Err(NotFast);
                     }
-                    prost_types::Timestamp { seconds, nanos }.to_string()
+                    write_timestamp(seconds, nanos, out);
                 } else {
                     if seconds.unsigned_abs() > MAX_DURATION_SECONDS
                         || nanos.unsigned_abs() > MAX_DURATION_NANOS
                     {
                         return Err(NotFast);
                     }
-                    prost_types::Duration { seconds, nanos }.to_string()
-                };
-                Val::Str(&text).write(out);
+                    write_duration(seconds, nanos, out);
+                }
             }
             Wkt::Wrapper(s) => {
                 let mut r = Reader::new(bytes);
@@ -1067,6 +1078,98 @@ const MAX_DURATION_NANOS: u32 = 999_999_999;
 const MIN_TIMESTAMP_SECONDS: i64 = -62_135_596_800;
 const MAX_TIMESTAMP_SECONDS: i64 = 253_402_300_799;
 
+/// A Timestamp in RFC 3339 as prost-types writes it (`2026-01-02T03:04:05.120Z`: the
+/// fraction in 0, 3, 6 or 9 digits), for seconds within years 1 to 9999; nanos out of
+/// `0..1e9` (which prost-types normalizes first) through prost-types itself.
+fn write_timestamp(seconds: i64, nanos: i32, out: &mut Vec<u8>) {
+    if !(0..1_000_000_000).contains(&nanos) {
+        let text = prost_types::Timestamp { seconds, nanos }.to_string();
+        Val::Str(&text).write(out);
+        return;
+    }
+    let (days, secs) = (
+        seconds.div_euclid(86_400),
+        seconds.rem_euclid(86_400) as u32,
+    );
+    let (year, month, day) = civil_from_days(days);
+    out.push(b'"');
+    push_digits(out, year as u32, 4);
+    out.push(b'-');
+    push_digits(out, month, 2);
+    out.push(b'-');
+    push_digits(out, day, 2);
+    out.push(b'T');
+    push_digits(out, secs / 3600, 2);
+    out.push(b':');
+    push_digits(out, secs / 60 % 60, 2);
+    out.push(b':');
+    push_digits(out, secs % 60, 2);
+    push_fraction(out, nanos as u32);
+    out.extend_from_slice(b"Z\"");
+}
+
+/// A Duration as prost-types writes it (`-1.000000500s`); one whose seconds and nanos
+/// disagree in sign or whose nanos are a second or more through prost-types itself.
+fn write_duration(seconds: i64, nanos: i32, out: &mut Vec<u8>) {
+    let normal = nanos.unsigned_abs() < 1_000_000_000
+        && ((seconds >= 0 && nanos >= 0) || (seconds <= 0 && nanos <= 0));
+    if !normal {
+        let text = prost_types::Duration { seconds, nanos }.to_string();
+        Val::Str(&text).write(out);
+        return;
+    }
+    out.push(b'"');
+    if seconds < 0 || nanos < 0 {
+        out.push(b'-');
+    }
+    let _ = serde::Serializer::serialize_u64(
+        &mut serde_json::Serializer::new(&mut *out),
+        seconds.unsigned_abs(),
+    );
+    push_fraction(out, nanos.unsigned_abs());
+    out.extend_from_slice(b"s\"");
+}
+
+/// `.` and the nanos in 3, 6 or 9 digits (none when 0), as prost-types writes them.
+fn push_fraction(out: &mut Vec<u8>, nanos: u32) {
+    if nanos == 0 {
+        return;
+    }
+    out.push(b'.');
+    if nanos.is_multiple_of(1_000_000) {
+        push_digits(out, nanos / 1_000_000, 3);
+    } else if nanos.is_multiple_of(1_000) {
+        push_digits(out, nanos / 1_000, 6);
+    } else {
+        push_digits(out, nanos, 9);
+    }
+}
+
+/// `v` in exactly `width` decimal digits (it has no more).
+fn push_digits(out: &mut Vec<u8>, mut v: u32, width: usize) {
+    let start = out.len();
+    out.resize(start + width, b'0');
+    for at in (start..start + width).rev() {
+        out[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+}
+
+/// (year, month, day) of a day counted from 1970-01-01 in the proleptic Gregorian
+/// calendar (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
 /// Fields 1 (`int64 seconds`) and 2 (`int32 nanos`) of a Timestamp or Duration.
 fn seconds_and_nanos(bytes: &[u8]) -> Fast<(i64, i32)> {
     let mut r = Reader::new(bytes);
@@ -1197,6 +1300,59 @@ mod tests {
         for case in cases {
             let bytes = encode(&md, case.clone());
             assert!(same_as_reference(&md, &bytes, true), "not taken: {case}");
+        }
+    }
+
+    #[test]
+    fn timestamps_and_durations_are_written_as_prost_types_writes_them() {
+        let mut rng = Rng(0x5eed);
+        let nanos_of = |rng: &mut Rng| match rng.below(5) {
+            0 => 0,
+            1 => (rng.below(1000) * 1_000_000) as i32,
+            2 => (rng.below(1_000_000) * 1_000) as i32,
+            3 => rng.below(1_000_000_000) as i32,
+            _ => rng.next() as i32, // out of range: normalized by prost-types
+        };
+        let span = (MAX_TIMESTAMP_SECONDS - MIN_TIMESTAMP_SECONDS) as u64;
+        let edges = [
+            MIN_TIMESTAMP_SECONDS,
+            MAX_TIMESTAMP_SECONDS,
+            0,
+            -1,
+            951_782_400,
+            4_107_542_400,
+        ];
+        for i in 0..20_000 {
+            let seconds = match edges.get(i) {
+                Some(&s) => s,
+                None => MIN_TIMESTAMP_SECONDS + (rng.next() % (span + 1)) as i64,
+            };
+            let nanos = nanos_of(&mut rng);
+            let mut out = Vec::new();
+            write_timestamp(seconds, nanos, &mut out);
+            let expected = format!("\"{}\"", prost_types::Timestamp { seconds, nanos });
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                expected,
+                "{seconds} {nanos}"
+            );
+
+            let seconds =
+                (rng.next() % (2 * MAX_DURATION_SECONDS + 1)) as i64 - MAX_DURATION_SECONDS as i64;
+            let nanos = nanos_of(&mut rng);
+            let nanos = if rng.chance(50) {
+                nanos.wrapping_neg()
+            } else {
+                nanos
+            };
+            let mut out = Vec::new();
+            write_duration(seconds, nanos, &mut out);
+            let expected = format!("\"{}\"", prost_types::Duration { seconds, nanos });
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                expected,
+                "{seconds} {nanos}"
+            );
         }
     }
 

@@ -309,6 +309,61 @@ fn end_len(out: &mut Vec<u8>, start: usize) {
     out.splice(start - 1..start, prefix);
 }
 
+/// Appends `leaf` = `value` (a scalar or enum, as parsed from a path variable) within its
+/// `parents` (each a singular message field, outermost first), as a message of its own that
+/// a decoder merges into what comes before it.
+pub(crate) fn put_field_value(
+    parents: &[FieldDescriptor],
+    leaf: &FieldDescriptor,
+    value: &prost_reflect::Value,
+    out: &mut Vec<u8>,
+) -> Result<(), NotFast> {
+    use prost_reflect::Value as V;
+    let mut starts = [0usize; 8];
+    let starts = starts.get_mut(..parents.len()).ok_or(NotFast)?;
+    for (p, start) in parents.iter().zip(starts.iter_mut()) {
+        put_key(out, p.number(), WT_LEN);
+        *start = begin_len(out);
+    }
+    let number = leaf.number();
+    match (leaf.kind(), value) {
+        (Kind::String, V::String(v)) => {
+            put_key(out, number, WT_LEN);
+            put_varint(out, v.len() as u64);
+            out.extend_from_slice(v.as_bytes());
+        }
+        (Kind::Bytes, V::Bytes(v)) => {
+            put_key(out, number, WT_LEN);
+            put_varint(out, v.len() as u64);
+            out.extend_from_slice(v);
+        }
+        (Kind::Enum(_), V::EnumNumber(n)) => {
+            put_key(out, number, WT_VARINT);
+            put_varint(out, *n as i64 as u64);
+        }
+        (kind, v) => {
+            let s = Scalar::of(&kind).ok_or(NotFast)?;
+            use Scalar as S;
+            let num = match (s, v) {
+                (S::Bool, V::Bool(v)) => Num::Bool(*v),
+                (S::Int32 | S::Sint32 | S::Sfixed32, V::I32(v)) => Num::I32(*v),
+                (S::Int64 | S::Sint64 | S::Sfixed64, V::I64(v)) => Num::I64(*v),
+                (S::Uint32 | S::Fixed32, V::U32(v)) => Num::U32(*v),
+                (S::Uint64 | S::Fixed64, V::U64(v)) => Num::U64(*v),
+                (S::Float, V::F32(v)) => Num::F32(*v),
+                (S::Double, V::F64(v)) => Num::F64(*v),
+                _ => return Err(NotFast), // a value not of the field's type
+            };
+            put_key(out, number, s.wire_type());
+            num.put(s, out);
+        }
+    }
+    for &start in starts.iter().rev() {
+        end_len(out, start);
+    }
+    Ok(())
+}
+
 /// A scalar as converted from JSON.
 #[derive(Debug, Clone, Copy)]
 enum Num {

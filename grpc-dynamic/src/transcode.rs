@@ -41,7 +41,7 @@
 
 use crate::error::{TranscodeError, TranscodeErrorKind};
 use crate::reply_json::{NotFast, ReplyWriter};
-use crate::request_json::{JsonCodecs, RequestEncoder};
+use crate::request_json::{put_field_value, JsonCodecs, RequestEncoder};
 use portico_control::fieldpath::{self, FieldPath, Syntax};
 use portico_control::Api;
 use prost::Message as _;
@@ -289,7 +289,21 @@ impl MethodPlan {
         let query_used = !matches!(plan.body, BodyPlan::Whole)
             && binding.is_some()
             && query.is_some_and(|q| !q.is_empty());
-        if vars.is_empty() && !query_used {
+        if !query_used {
+            // Path variables only: each encoded where it stands (a scalar, maybe nested).
+            for (path, value) in vars {
+                let target =
+                    fieldpath::resolve(&self.input, path, Syntax::Request).map_err(|_| NotFast)?;
+                let leaf = target.leaf();
+                if leaf.is_list() || leaf.is_map() || matches!(leaf.kind(), Kind::Message(_)) {
+                    return Err(NotFast);
+                }
+                let value = parse_text(&leaf.kind(), value).map_err(|_| NotFast)?;
+                if !out.is_empty() && value == leaf.default_value() {
+                    return Err(NotFast); // would not override the body's value
+                }
+                put_field_value(target.parents(), leaf, &value, &mut out)?;
+            }
             return Ok(out);
         }
         let mut rest = DynamicMessage::new(self.input.clone());
