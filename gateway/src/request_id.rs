@@ -22,7 +22,13 @@ pub fn keep_or_make(headers: &http::HeaderMap) -> String {
 
 /// A fresh request id: 32 lower-case hex digits (128 random bits).
 pub fn make() -> String {
-    format!("{:032x}", fastrand::u128(..))
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bits = fastrand::u128(..);
+    let id: String = (0..32)
+        .rev()
+        .map(|i| char::from(HEX[((bits >> (4 * i)) & 0xf) as usize]))
+        .collect();
+    id
 }
 
 /// Whether `id` may be kept as a request id: 1–64 of `[A-Za-z0-9._-]`.
@@ -82,6 +88,16 @@ mod tests {
             h.insert(HEADER, HeaderValue::from_bytes(bad.as_bytes()).unwrap());
             let id = keep_or_make(&h);
             assert!(is_made(&id), "{bad:?} gave {id:?}");
+        }
+    }
+
+    #[test]
+    fn made_ids_are_the_random_bits_in_hex() {
+        for seed in [0, 7, u64::MAX] {
+            fastrand::seed(seed);
+            let id = make();
+            fastrand::seed(seed);
+            assert_eq!(id, format!("{:032x}", fastrand::u128(..)));
         }
     }
 

@@ -56,6 +56,12 @@ pub const BACKEND_IDENTITY: &[&str] = &[
 pub const APP_HEADER: &str = "x-portico-app";
 
 /// Headers that describe one hop: never forwarded.
+// The names the gateway puts on every backend call, parsed at compile time.
+const REQUEST_ID_NAME: HeaderName = HeaderName::from_static(request_id::HEADER);
+const APP_NAME: HeaderName = HeaderName::from_static(APP_HEADER);
+const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
 const HOP_BY_HOP: &[&str] = &[
     "connection",
     "keep-alive",
@@ -172,23 +178,20 @@ pub fn each_backend_header(
     }
     // The client's own versions of these were dropped above: each is put once.
     if let Ok(v) = HeaderValue::from_str(caller.request_id) {
-        put(HeaderName::from_static(request_id::HEADER), v);
+        put(REQUEST_ID_NAME, v);
     }
     if let Some(v) = caller.app_key.and_then(|k| HeaderValue::from_str(k).ok()) {
-        put(HeaderName::from_static(APP_HEADER), v);
+        put(APP_NAME, v);
     }
     if let Some(v) = forwarded_for(caller) {
-        put(HeaderName::from_static("x-forwarded-for"), v);
+        put(FORWARDED_FOR, v);
     }
     let proto = caller
         .peer_trusted
         .then(|| proxy_proto(headers))
         .flatten()
         .unwrap_or(caller.scheme);
-    put(
-        HeaderName::from_static("x-forwarded-proto"),
-        HeaderValue::from_static(proto),
-    );
+    put(FORWARDED_PROTO, HeaderValue::from_static(proto));
 }
 
 /// Whether a client header `name` is never passed on (see the module docs).

@@ -23,13 +23,14 @@ use crate::invoke::forward::{self, Caller, Target};
 use crate::model::{RouteMatch, Whole};
 use crate::request_id;
 use bytes::Bytes;
-use pingora_core::connectors::http::Connector;
+use pingora_core::connectors::http::v1::Connector;
 use pingora_core::connectors::ConnectorOptions;
 use pingora_core::protocols::http::client::HttpSession;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::ErrorType;
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::Session;
+use portico_control::template::Rewrite;
 use portico_control::template::Segment;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -78,10 +79,11 @@ pub fn prepare(
     req: &RequestHeader,
     route: &RouteMatch,
     rewrite: Option<&str>,
+    parsed: Option<&Rewrite>,
     body: Bytes,
     caller: &Caller<'_>,
 ) -> Result<HttpRequest, GatewayError> {
-    let (method, path_and_query) = upstream_target(req, route, rewrite)?;
+    let (method, path_and_query) = upstream_target(req, route, rewrite, parsed)?;
     let head = build_request_header(&method, &path_and_query, req, caller, &body)?;
     Ok(HttpRequest {
         has_host: req.headers.contains_key(http::header::HOST),
@@ -141,10 +143,20 @@ impl HttpInvoker {
         peer
     }
 
+    /// Returns a finished exchange's connection to the pool (backends speak HTTP/1.1).
+    async fn release(&self, upstream: HttpSession, peer: &HttpPeer) {
+        if let HttpSession::H1(session) = upstream {
+            self.connector
+                .release_http_session(session, peer, Some(UPSTREAM_IDLE))
+                .await;
+        }
+    }
+
     /// Sends `request` to `addr` and waits for the response header, within `deadline`.
     /// Connecting is bounded by the peer's total connection timeout (the time left), the
     /// exchange (request written, response header read) by one timeout: no wrapper per
-    /// step, since every wrapper moves the step's future (docs/ARCHITECTURE.md, "Costs").
+    /// step, since every wrapper moves the step's future (docs/ARCHITECTURE.md, "The invoke
+    /// tier").
     pub async fn attempt(
         &self,
         addr: SocketAddr,
@@ -157,7 +169,17 @@ impl HttpInvoker {
             return Attempt::Failed(timeout_error(addr));
         }
         let peer = Self::peer(addr, left);
-        let (mut upstream, reused) = match self.connector.get_http_session(&peer).await {
+        // A pooled connection is the usual case; dialling (Pingora's connect and TLS
+        // futures, ~9 KB of state) is boxed so that this future, and every future that
+        // awaits it up to the request filter, stays small (docs/ARCHITECTURE.md, "The
+        // invoke tier"): a future is moved whole at each boxing, whatever state it is in.
+        let pooled = match self.connector.reused_http_session(&peer).await {
+            Some(session) => Ok((HttpSession::H1(session), true)),
+            None => Box::pin(self.connector.get_http_session(&peer))
+                .await
+                .map(|(session, reused)| (HttpSession::H1(session), reused)),
+        };
+        let (mut upstream, reused) = match pooled {
             Err(e) => {
                 let err = match e.etype() {
                     ErrorType::ConnectTimedout => timeout_error(addr),
@@ -335,9 +357,7 @@ impl HttpInvoker {
             }
         }
         let peer = Self::peer(addr, UPSTREAM_IDLE);
-        self.connector
-            .release_http_session(*upstream, &peer, Some(UPSTREAM_IDLE))
-            .await;
+        self.release(*upstream, &peer).await;
         Ok(status)
     }
 }
@@ -429,9 +449,7 @@ impl HttpInvoker {
             done = chunk.is_none() || upstream.response_done();
         }
         let peer = Self::peer(addr, UPSTREAM_IDLE);
-        self.connector
-            .release_http_session(*upstream, &peer, Some(UPSTREAM_IDLE))
-            .await;
+        self.release(*upstream, &peer).await;
         Ok(Whole {
             status,
             headers,
@@ -503,6 +521,7 @@ pub fn upstream_target(
     req: &RequestHeader,
     route: &RouteMatch,
     rewrite: Option<&str>,
+    parsed: Option<&Rewrite>,
 ) -> Result<(http::Method, String), GatewayError> {
     let api = &route.api;
     if route.router_style {
@@ -549,12 +568,16 @@ pub fn upstream_target(
                 .get(i)
                 .ok_or_else(|| GatewayError::internal(format!("API {} binding {i}", api.id)))?
                 .template;
-            portico_control::template::render_rewrite(rewrite, template, &route.vars).map_err(
-                |e| {
-                    GatewayError::bad_request("the path variables do not fit the API")
-                        .with_detail(e)
-                },
-            )?
+            let rendered = match parsed {
+                // Parsed once per snapshot (`ApiRuntime::rewrite`).
+                Some(r) => r
+                    .render(template, &route.vars)
+                    .map_err(|f| format!("rewrite path {rewrite:?}: no value for {{{f}}}")),
+                None => portico_control::template::render_rewrite(rewrite, template, &route.vars),
+            };
+            rendered.map_err(|e| {
+                GatewayError::bad_request("the path variables do not fit the API").with_detail(e)
+            })?
         }
         _ => req.uri.path().to_owned(),
     };
@@ -688,7 +711,19 @@ mod tests {
         r: &RouteMatch,
         rewrite: Option<&str>,
     ) -> Result<(String, String), GatewayError> {
-        upstream_target(&req(method, target), r, rewrite).map(|(m, p)| (m.to_string(), p))
+        let raw = upstream_target(&req(method, target), r, rewrite, None);
+        // The rewrite parsed once per snapshot renders the same, errors included.
+        let parsed = rewrite.and_then(|t| Rewrite::parse(t).ok());
+        let once = upstream_target(&req(method, target), r, rewrite, parsed.as_ref());
+        match (&raw, once) {
+            (Ok(a), Ok(b)) => assert_eq!(a, &b),
+            (Err(a), Err(b)) => assert_eq!(
+                (a.status(), a.code.as_str(), &a.message, &a.detail),
+                (b.status(), b.code.as_str(), &b.message, &b.detail)
+            ),
+            (a, b) => panic!("{a:?} vs {b:?}"),
+        }
+        raw.map(|(m, p)| (m.to_string(), p))
     }
 
     fn pair(m: &str, p: &str) -> (String, String) {
@@ -784,7 +819,7 @@ mod tests {
             client_ip: Some("192.0.2.7".parse().unwrap()),
             ..Caller::new("rid-1")
         };
-        prepare(&r, &route, None, Bytes::from_static(body), &caller).unwrap()
+        prepare(&r, &route, None, None, Bytes::from_static(body), &caller).unwrap()
     }
 
     fn header<'h>(h: &'h RequestHeader, name: &str) -> Vec<&'h str> {

@@ -44,6 +44,7 @@ use bytes::Bytes;
 use grpc::{GrpcInvoker, GrpcMethods, GrpcRequest, PreparedMethod};
 use pingora_core::protocols::http::client::HttpSession;
 use pingora_proxy::Session;
+use portico_control::template::Rewrite;
 use portico_control::BackendKind;
 use routing::{Hints, Pick, Routing};
 use std::net::SocketAddr;
@@ -118,7 +119,7 @@ pub async fn call(
         .apis
         .get(&api.id)
         .ok_or_else(|| no_endpoint(&api.cluster, "has no endpoints"))?;
-    let prepared = prepare(&state.grpc, session, &call)?;
+    let prepared = prepare(&state.grpc, session, &call, target.rewrite.as_deref())?;
     sleep::wake_and_hold(&target.routing).await?;
     let _permit = target.bulkhead.acquire().await?;
     let timeout = Duration::from_millis(api.timeout_ms);
@@ -168,6 +169,7 @@ fn prepare(
     methods: &GrpcMethods,
     session: &Session,
     call: &Call<'_>,
+    parsed_rewrite: Option<&Rewrite>,
 ) -> Result<Prepared, GatewayError> {
     let req = session.req_header();
     let api = &call.route.api;
@@ -175,7 +177,8 @@ fn prepare(
         BackendKind::Http { path } => {
             let rewrite = path.as_deref();
             let body = call.body.clone();
-            let request = self::http::prepare(req, call.route, rewrite, body, &call.caller)?;
+            let request =
+                self::http::prepare(req, call.route, rewrite, parsed_rewrite, body, &call.caller)?;
             Ok(Prepared::Http(Box::new(request)))
         }
         BackendKind::Grpc { .. } => {

@@ -20,7 +20,8 @@ use crate::invoke::breaker::{Breaker, Clock};
 use crate::invoke::bulkhead::Bulkhead;
 use crate::invoke::grpc::GrpcMethods;
 use crate::invoke::routing::Routing;
-use portico_control::{v1, Api, Snapshot};
+use portico_control::template::Rewrite;
+use portico_control::{v1, Api, BackendKind, Snapshot};
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -98,6 +99,8 @@ pub struct ApiRuntime {
     pub addrs: Arc<HashMap<String, SocketAddr>>,
     /// The cluster's routing (shared by the APIs of that cluster).
     pub routing: Arc<Routing>,
+    /// An HTTP backend's rewrite path, parsed once (validation has checked it parses).
+    pub rewrite: Option<Arc<Rewrite>>,
 }
 
 impl ApiRuntime {
@@ -132,6 +135,10 @@ impl ApiRuntime {
             balancer: Arc::clone(&cluster.balancer),
             addrs: Arc::clone(&cluster.addrs),
             routing: Arc::clone(&cluster.routing),
+            rewrite: match &api.backend {
+                BackendKind::Http { path: Some(p) } => Rewrite::parse(p).ok().map(Arc::new),
+                _ => None,
+            },
         }
     }
 }
