@@ -96,15 +96,8 @@ fn check_head(session: &Session) -> Result<(), GatewayError> {
 
 /// The index of the first LF not preceded by CR, if any.
 fn bare_lf(head: &[u8]) -> Option<usize> {
-    let mut from = 0;
-    while let Some(i) = head[from..].iter().position(|&b| b == b'\n') {
-        let at = from + i;
-        if at == 0 || head[at - 1] != b'\r' {
-            return Some(at);
-        }
-        from = at + 1;
-    }
-    None
+    // memchr skips the bytes between line ends in words, not one by one.
+    memchr::memchr_iter(b'\n', head).find(|&at| at == 0 || head[at - 1] != b'\r')
 }
 
 /// Whether a field line of the raw head is named `Content-Length`. httparse has refused
