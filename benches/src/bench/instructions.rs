@@ -10,11 +10,11 @@ use std::path::Path;
 use crate::callgrind::{self, CgLoad, CgMeasure, CgPlan, FnCost, Profile};
 use crate::report::{f0, f1, ratio, table, write_section};
 use crate::services::{
-    check_signed, start_backend, start_bare_with, start_nginx_fixed, start_nginx_with,
-    start_portico, start_portico_with,
+    check_signed, start_backend, start_bare_with, start_nginx_with, start_portico,
+    start_portico_with,
 };
 use crate::svg::{self, Group};
-use crate::{edge, grpc, trees};
+use crate::{edge, grpc};
 use crate::{loadavg, Ctx};
 
 /// Functions listed per profile in RESULTS.md.
@@ -234,25 +234,11 @@ fn count_grpc_pair(ctx: &Ctx, plan: CgPlan) -> anyhow::Result<Pair> {
         .ok_or_else(|| anyhow::anyhow!("the demo backend did not report grpc="))?;
     let body = grpc::ORDER_BODY;
 
-    // 1. What the transcoded calls answer (a native Portico, gRPC APIs only).
-    let probe_dir = ctx.subdir("instr-grpc-probe")?;
-    write_grpc_tree(&probe_dir, grpc_addr, None)?;
-    let (get_answer, post_answer) = {
-        let p = start_portico(ctx, "portico-probe", &probe_dir, &[])?;
-        (
-            check_signed(p.addr, "GET", "/v1/orders/42", b"", "grpc get")?,
-            check_signed(p.addr, "POST", "/v1/orders", body.as_bytes(), "grpc post")?,
-        )
-    };
-    // 2. An HTTP backend answering exactly those bytes.
-    let fixed = start_nginx_fixed(
-        ctx,
-        "fixed-backend",
-        &[("/orders/42", &get_answer), ("/orders", &post_answer)],
-    )?;
+    // 1-2. What the transcoded calls answer, and an HTTP backend answering those bytes.
+    let (get_answer, post_answer, fixed) = grpc::same_bytes_backend(ctx, grpc_addr, "instr-grpc")?;
     // 3. One Portico with both kinds of API, counted under callgrind.
     let dir = ctx.subdir("instr-grpc-tree")?;
-    write_grpc_tree(&dir, grpc_addr, Some(fixed.addr))?;
+    grpc::write_grpc_tree(&dir, grpc_addr, Some(fixed.addr))?;
     let http_sizes = {
         let p = start_portico(ctx, "portico-check", &dir, &[])?;
         (
@@ -282,63 +268,6 @@ fn count_grpc_pair(ctx: &Ctx, plan: CgPlan) -> anyhow::Result<Pair> {
         http_sizes,
         measures,
     })
-}
-
-/// The gRPC suite's transcoded APIs on `grpc`, and (when `fixed` is given) HTTP APIs with
-/// the same paths under `/v1/http/` on the fixed-answer backend.
-fn write_grpc_tree(dir: &Path, grpc: SocketAddr, fixed: Option<SocketAddr>) -> anyhow::Result<()> {
-    trees::write_common(dir)?;
-    trees::write_cluster(dir, "bench-grpc", "grpc", grpc)?;
-    let sha = trees::write_demo_descriptor(dir)?;
-    let svc = portico_demo::grpc::ORDER_SERVICE;
-    trees::write_grpc_api(
-        dir,
-        "grpc.order.get",
-        "GET",
-        "/v1/orders/{order_id}",
-        None,
-        "bench-grpc",
-        svc,
-        "GetOrder",
-        &sha,
-        trees::bench_policy(),
-    )?;
-    trees::write_grpc_api(
-        dir,
-        "grpc.order.create",
-        "POST",
-        "/v1/orders",
-        Some("*"),
-        "bench-grpc",
-        svc,
-        "CreateOrder",
-        &sha,
-        trees::bench_policy(),
-    )?;
-    if let Some(addr) = fixed {
-        trees::write_cluster(dir, "bench-fixed", "http", addr)?;
-        trees::write_http_api(
-            dir,
-            "http.order.get",
-            "GET",
-            "/v1/http/orders/{order_id}",
-            "bench-fixed",
-            "/orders/{order_id}",
-            1000,
-            trees::bench_policy(),
-        )?;
-        trees::write_http_api(
-            dir,
-            "http.order.create",
-            "POST",
-            "/v1/http/orders",
-            "bench-fixed",
-            "/orders",
-            1000,
-            trees::bench_policy(),
-        )?;
-    }
-    Ok(())
 }
 
 fn pct_delta(a: f64, b: f64) -> String {
