@@ -19,6 +19,7 @@ pub mod codec;
 mod error;
 pub mod reply_json;
 pub mod request_json;
+mod schema;
 #[cfg(feature = "tonic")]
 pub mod status;
 #[cfg(test)]

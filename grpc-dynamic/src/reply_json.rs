@@ -19,10 +19,12 @@
 //! (or names its error), so the answer is the same either way. A message type with proto2
 //! groups is left to the reference whole ([`ReplyWriter::new`] answers `None`).
 
+use crate::schema::{
+    Card, EnumPlan, Field, Scalar, Schema, Ty, Type, Wkt, WT_I32, WT_I64, WT_LEN, WT_VARINT,
+};
 use base64::prelude::{Engine as _, BASE64_STANDARD};
-use prost_reflect::{EnumDescriptor, FieldDescriptor, Kind, MessageDescriptor};
+use prost_reflect::MessageDescriptor;
 use serde::Serializer as _;
-use std::collections::HashMap;
 
 /// This reply is not for the one-pass writer; the reference path decides what it says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,312 +33,6 @@ pub struct NotFast;
 /// Nesting deeper than this (messages, map entries included, as prost counts them against
 /// its limit of 100) is left to the reference, which refuses what is too deep.
 const MAX_DEPTH: u32 = 90;
-
-/// Field numbers up to this are found by direct index; beyond it, by binary search.
-const MAX_DENSE_NUMBER: u32 = 256;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Scalar {
-    Double,
-    Float,
-    Int32,
-    Int64,
-    Uint32,
-    Uint64,
-    Sint32,
-    Sint64,
-    Fixed32,
-    Fixed64,
-    Sfixed32,
-    Sfixed64,
-    Bool,
-    String,
-    Bytes,
-}
-
-impl Scalar {
-    pub(crate) fn of(kind: &Kind) -> Option<Scalar> {
-        Some(match kind {
-            Kind::Double => Scalar::Double,
-            Kind::Float => Scalar::Float,
-            Kind::Int32 => Scalar::Int32,
-            Kind::Int64 => Scalar::Int64,
-            Kind::Uint32 => Scalar::Uint32,
-            Kind::Uint64 => Scalar::Uint64,
-            Kind::Sint32 => Scalar::Sint32,
-            Kind::Sint64 => Scalar::Sint64,
-            Kind::Fixed32 => Scalar::Fixed32,
-            Kind::Fixed64 => Scalar::Fixed64,
-            Kind::Sfixed32 => Scalar::Sfixed32,
-            Kind::Sfixed64 => Scalar::Sfixed64,
-            Kind::Bool => Scalar::Bool,
-            Kind::String => Scalar::String,
-            Kind::Bytes => Scalar::Bytes,
-            Kind::Message(_) | Kind::Enum(_) => return None,
-        })
-    }
-
-    /// The wire type of one (unpacked) value.
-    pub(crate) fn wire_type(self) -> u8 {
-        match self {
-            Scalar::Double | Scalar::Fixed64 | Scalar::Sfixed64 => WT_I64,
-            Scalar::Float | Scalar::Fixed32 | Scalar::Sfixed32 => WT_I32,
-            Scalar::String | Scalar::Bytes => WT_LEN,
-            _ => WT_VARINT,
-        }
-    }
-}
-
-const WT_VARINT: u8 = 0;
-const WT_I64: u8 = 1;
-const WT_LEN: u8 = 2;
-const WT_I32: u8 = 5;
-
-/// The well-known types with a JSON form of their own (prost-reflect's list, less `Any`
-/// and `FieldMask`, which are left to it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wkt {
-    Timestamp,
-    Duration,
-    Struct,
-    Value,
-    ListValue,
-    Empty,
-    Wrapper(Scalar),
-}
-
-#[derive(Debug)]
-enum Ty {
-    Scalar(Scalar),
-    /// Index into [`ReplyWriter::enums`].
-    Enum(usize),
-    /// Index into [`ReplyWriter::types`].
-    Message(usize),
-    Wkt(Wkt),
-    /// `Any` or `FieldMask`: a reply where one is present is the reference's to write.
-    Unhandled,
-}
-
-#[derive(Debug)]
-enum Card {
-    /// `oneof`: the index of a real (not synthetic) oneof within the message.
-    One {
-        presence: bool,
-        oneof: Option<u32>,
-    },
-    List,
-    Map {
-        key: Scalar,
-        value: Ty,
-    },
-}
-
-#[derive(Debug)]
-struct Field {
-    number: u32,
-    /// `"jsonName":`, escaped.
-    key: Box<[u8]>,
-    ty: Ty,
-    card: Card,
-}
-
-#[derive(Debug, Default)]
-struct Type {
-    /// By field number.
-    fields: Vec<Field>,
-    /// Field number → index in `fields` + 1 (0: none), for numbers up to
-    /// [`MAX_DENSE_NUMBER`].
-    dense: Vec<u16>,
-    /// The pool knows extensions of this message: an unknown number may be one.
-    extended: bool,
-}
-
-impl Type {
-    fn field(&self, number: u32) -> Option<&Field> {
-        if let Some(&i) = self.dense.get(number as usize) {
-            return (i != 0).then(|| &self.fields[usize::from(i) - 1]);
-        }
-        self.fields
-            .binary_search_by_key(&number, |f| f.number)
-            .ok()
-            .map(|i| &self.fields[i])
-    }
-}
-
-#[derive(Debug)]
-struct EnumNames {
-    /// `google.protobuf.NullValue`: written as `null`.
-    null: bool,
-    /// The default number (the first value's).
-    default: i32,
-    /// (number, `"NAME"` escaped), by number; aliases resolved as prost-reflect does.
-    names: Vec<(i32, Box<[u8]>)>,
-}
-
-/// Writes replies of one message type as JSON in one pass over their protobuf bytes. Built
-/// once per type and snapshot.
-#[derive(Debug)]
-pub struct ReplyWriter {
-    types: Vec<Type>,
-    enums: Vec<EnumNames>,
-    root: Ty,
-}
-
-/// Groups cannot be written by this writer.
-struct HasGroups;
-
-#[derive(Default)]
-struct Builder {
-    types: Vec<Type>,
-    type_index: HashMap<String, usize>,
-    enums: Vec<EnumNames>,
-    enum_index: HashMap<String, usize>,
-}
-
-impl Builder {
-    fn message(&mut self, md: &MessageDescriptor) -> Result<Ty, HasGroups> {
-        let wkt = match md.full_name() {
-            "google.protobuf.Timestamp" => Some(Wkt::Timestamp),
-            "google.protobuf.Duration" => Some(Wkt::Duration),
-            "google.protobuf.Struct" => Some(Wkt::Struct),
-            "google.protobuf.Value" => Some(Wkt::Value),
-            "google.protobuf.ListValue" => Some(Wkt::ListValue),
-            "google.protobuf.Empty" => Some(Wkt::Empty),
-            "google.protobuf.FloatValue" => Some(Wkt::Wrapper(Scalar::Float)),
-            "google.protobuf.DoubleValue" => Some(Wkt::Wrapper(Scalar::Double)),
-            "google.protobuf.Int32Value" => Some(Wkt::Wrapper(Scalar::Int32)),
-            "google.protobuf.Int64Value" => Some(Wkt::Wrapper(Scalar::Int64)),
-            "google.protobuf.UInt32Value" => Some(Wkt::Wrapper(Scalar::Uint32)),
-            "google.protobuf.UInt64Value" => Some(Wkt::Wrapper(Scalar::Uint64)),
-            "google.protobuf.BoolValue" => Some(Wkt::Wrapper(Scalar::Bool)),
-            "google.protobuf.StringValue" => Some(Wkt::Wrapper(Scalar::String)),
-            "google.protobuf.BytesValue" => Some(Wkt::Wrapper(Scalar::Bytes)),
-            "google.protobuf.Any" | "google.protobuf.FieldMask" => return Ok(Ty::Unhandled),
-            _ => None,
-        };
-        if let Some(wkt) = wkt {
-            return Ok(Ty::Wkt(wkt));
-        }
-        if let Some(&i) = self.type_index.get(md.full_name()) {
-            return Ok(Ty::Message(i));
-        }
-        let i = self.types.len();
-        self.types.push(Type::default());
-        self.type_index.insert(md.full_name().to_owned(), i);
-        let mut fields = Vec::with_capacity(md.fields().len());
-        let mut oneofs: Vec<String> = Vec::new();
-        for fd in md.fields() {
-            fields.push(self.field(&fd, &mut oneofs)?);
-        }
-        fields.sort_by_key(|f| f.number);
-        let max = fields.last().map_or(0, |f| f.number);
-        let dense = if max <= MAX_DENSE_NUMBER {
-            let mut dense = vec![0u16; max as usize + 1];
-            for (j, f) in fields.iter().enumerate() {
-                dense[f.number as usize] = j as u16 + 1;
-            }
-            dense
-        } else {
-            Vec::new()
-        };
-        self.types[i] = Type {
-            fields,
-            dense,
-            extended: md.extensions().len() > 0,
-        };
-        Ok(Ty::Message(i))
-    }
-
-    fn field(
-        &mut self,
-        fd: &FieldDescriptor,
-        oneofs: &mut Vec<String>,
-    ) -> Result<Field, HasGroups> {
-        if fd.is_group() {
-            return Err(HasGroups);
-        }
-        let card = if fd.is_map() {
-            let Kind::Message(entry) = fd.kind() else {
-                return Err(HasGroups);
-            };
-            let key = Scalar::of(&entry.map_entry_key_field().kind()).ok_or(HasGroups)?;
-            let value = self.kind(&entry.map_entry_value_field())?;
-            Card::Map { key, value }
-        } else if fd.is_list() {
-            Card::List
-        } else {
-            let oneof = match fd.containing_oneof() {
-                Some(o) if !o.is_synthetic() => {
-                    let name = o.name().to_owned();
-                    let at = match oneofs.iter().position(|n| *n == name) {
-                        Some(at) => at,
-                        None => {
-                            oneofs.push(name);
-                            oneofs.len() - 1
-                        }
-                    };
-                    Some(at as u32)
-                }
-                _ => None,
-            };
-            Card::One {
-                presence: fd.supports_presence(),
-                oneof,
-            }
-        };
-        let ty = if matches!(card, Card::Map { .. }) {
-            Ty::Scalar(Scalar::Bool) // unused: a map's types are in its `Card`
-        } else {
-            self.kind(fd)?
-        };
-        let mut key = serde_json::to_vec(fd.json_name()).unwrap_or_default();
-        key.push(b':');
-        Ok(Field {
-            number: fd.number(),
-            key: key.into_boxed_slice(),
-            ty,
-            card,
-        })
-    }
-
-    fn kind(&mut self, fd: &FieldDescriptor) -> Result<Ty, HasGroups> {
-        if fd.is_group() {
-            return Err(HasGroups);
-        }
-        Ok(match fd.kind() {
-            Kind::Message(md) => self.message(&md)?,
-            Kind::Enum(ed) => Ty::Enum(self.enumeration(&ed)),
-            other => Ty::Scalar(Scalar::of(&other).ok_or(HasGroups)?),
-        })
-    }
-
-    fn enumeration(&mut self, ed: &EnumDescriptor) -> usize {
-        if let Some(&i) = self.enum_index.get(ed.full_name()) {
-            return i;
-        }
-        let mut names: Vec<(i32, Box<[u8]>)> = Vec::new();
-        for v in ed.values() {
-            let n = v.number();
-            if names.iter().any(|(m, _)| *m == n) {
-                continue;
-            }
-            let name = ed
-                .get_value(n)
-                .map_or_else(|| v.name().to_owned(), |v| v.name().to_owned());
-            let quoted = serde_json::to_vec(&name).unwrap_or_default();
-            names.push((n, quoted.into_boxed_slice()));
-        }
-        names.sort_by_key(|(n, _)| *n);
-        let i = self.enums.len();
-        self.enums.push(EnumNames {
-            null: ed.full_name() == "google.protobuf.NullValue",
-            default: ed.default_value().number(),
-            names,
-        });
-        self.enum_index.insert(ed.full_name().to_owned(), i);
-        i
-    }
-}
 
 /// Reads protobuf wire format; every malformation is [`NotFast`].
 struct Reader<'a> {
@@ -623,17 +319,20 @@ fn entry(out: &mut Vec<u8>, first: &mut bool, key: &[u8]) {
     out.extend_from_slice(key);
 }
 
+/// Writes replies of one message type as JSON in one pass over their protobuf bytes. Built
+/// once per type and snapshot.
+#[derive(Debug)]
+pub struct ReplyWriter {
+    schema: Schema,
+    root: Ty,
+}
+
 impl ReplyWriter {
     /// The writer of `md` replies; `None` when the type (or one it contains) has proto2
     /// groups, which only the reference path reads.
     pub fn new(md: &MessageDescriptor) -> Option<ReplyWriter> {
-        let mut b = Builder::default();
-        let root = b.message(md).ok()?;
-        Some(ReplyWriter {
-            types: b.types,
-            enums: b.enums,
-            root,
-        })
+        let (schema, root) = Schema::plan(md).ok()?;
+        Some(ReplyWriter { schema, root })
     }
 
     /// Appends the JSON of the reply `bytes` to `out`. On [`NotFast`] `out` is as it was.
@@ -653,11 +352,9 @@ impl ReplyWriter {
             return Err(NotFast);
         }
         match ty {
-            Ty::Message(i) => self.message(&self.types[*i], bytes, out, depth),
-            Ty::Wkt(w) => self.well_known(*w, bytes, out, depth),
-            // Present: the whole reply is the reference's (its depth limit counts from the
-            // top, which a writer of this value alone could not keep).
-            Ty::Unhandled | Ty::Scalar(_) | Ty::Enum(_) => Err(NotFast),
+            Ty::Message(i) => self.message(&self.schema.types[*i], bytes, out, depth),
+            Ty::Wkt(w, _) => self.well_known(*w, bytes, out, depth),
+            Ty::Scalar(_) | Ty::Enum(_) => Err(NotFast),
         }
     }
 
@@ -689,7 +386,7 @@ impl ReplyWriter {
                 last = number;
                 open = match f.card {
                     Card::One { .. } => Open::None,
-                    Card::List => Open::List(false),
+                    Card::List { .. } => Open::List(false),
                     Card::Map { .. } => Open::Map(Vec::new()),
                 };
             }
@@ -704,7 +401,7 @@ impl ReplyWriter {
                     }
                     self.single(f, *presence, wt, &mut r, out, &mut first, depth)?;
                 }
-                Card::List => {
+                Card::List { .. } => {
                     let Open::List(opened) = &mut open else {
                         return Err(NotFast);
                     };
@@ -754,7 +451,7 @@ impl ReplyWriter {
                     return Err(NotFast);
                 }
                 let n = r.varint()? as i32;
-                let names = &self.enums[*e];
+                let names = &self.schema.enums[*e];
                 if presence || n != names.default {
                     entry(out, first, &f.key);
                     write_enum(names, n, out);
@@ -809,7 +506,7 @@ impl ReplyWriter {
                 }
             }
             Ty::Enum(e) => {
-                let names = &self.enums[*e];
+                let names = &self.schema.enums[*e];
                 if wt == WT_LEN {
                     let mut packed = Reader::new(r.len_delimited()?);
                     while !packed.done() {
@@ -861,7 +558,7 @@ impl ReplyWriter {
                     let raw = match value_type {
                         Ty::Scalar(s) if wt == s.wire_type() => r.scalar(*s)?,
                         Ty::Enum(_) if wt == WT_VARINT => Raw::Varint(r.varint()?),
-                        Ty::Message(_) | Ty::Wkt(_) | Ty::Unhandled if wt == WT_LEN => {
+                        Ty::Message(_) | Ty::Wkt(..) if wt == WT_LEN => {
                             if value.is_some() {
                                 return Err(NotFast); // merged
                             }
@@ -894,7 +591,7 @@ impl ReplyWriter {
                 None => Val::default_of(*s).write(out),
             },
             Ty::Enum(e) => {
-                let names = &self.enums[*e];
+                let names = &self.schema.enums[*e];
                 let n = match value {
                     Some(Raw::Varint(v)) => v as i32,
                     _ => names.default,
@@ -915,6 +612,9 @@ impl ReplyWriter {
 
     fn well_known(&self, w: Wkt, bytes: &[u8], out: &mut Vec<u8>, depth: u32) -> Fast<()> {
         match w {
+            // Present, they leave the whole reply to the reference (its depth limit counts
+            // from the top, which a writer of this value alone could not keep).
+            Wkt::Any | Wkt::FieldMask => return Err(NotFast),
             Wkt::Timestamp | Wkt::Duration => {
                 let (seconds, nanos) = seconds_and_nanos(bytes)?;
                 if w == Wkt::Timestamp {
@@ -1185,14 +885,14 @@ fn seconds_and_nanos(bytes: &[u8]) -> Fast<(i64, i32)> {
     Ok((seconds, nanos))
 }
 
-fn write_enum(names: &EnumNames, n: i32, out: &mut Vec<u8>) {
+fn write_enum(names: &EnumPlan, n: i32, out: &mut Vec<u8>) {
     if names.null {
         out.extend_from_slice(b"null");
         return;
     }
-    match names.names.binary_search_by_key(&n, |(m, _)| *m) {
-        Ok(i) => out.extend_from_slice(&names.names[i].1),
-        Err(_) => Val::I32(n).write(out),
+    match names.name(n) {
+        Some(name) => out.extend_from_slice(name),
+        None => Val::I32(n).write(out),
     }
 }
 

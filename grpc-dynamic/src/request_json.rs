@@ -17,7 +17,8 @@
 //! `google.protobuf.Value` or `NullValue` is expected, an unknown key in a message that has
 //! extensions, and every error.
 
-use crate::reply_json::{NotFast, ReplyWriter, Scalar};
+use crate::reply_json::{NotFast, ReplyWriter};
+use crate::schema::{Card, Field, Scalar, Schema, Ty, Type, Wkt, WT_LEN, WT_VARINT};
 use base64::alphabet;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::{DecodeError, Engine as _};
@@ -32,208 +33,37 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-#[derive(Debug)]
-enum Ty {
-    Scalar(Scalar),
-    /// Index into [`RequestEncoder::enums`].
-    Enum(usize),
-    /// Index into [`RequestEncoder::types`].
-    Message(usize),
-    /// A well-known type: read by prost-reflect, then encoded.
-    WellKnown(MessageDescriptor),
-    /// `google.protobuf.NullValue`, which the reference reads by rules of its own.
-    Unhandled,
-}
-
-#[derive(Debug)]
-enum Card {
-    One,
-    List,
-    Map { key: Scalar, value: Ty },
-}
-
-#[derive(Debug)]
-struct Field {
-    number: u32,
-    ty: Ty,
-    card: Card,
-    /// Written even when it holds its default.
-    presence: bool,
-    /// A real (not synthetic) oneof, by index within the message.
-    oneof: Option<u32>,
-    packed: bool,
-    /// `google.protobuf.Value` or `NullValue`: `null` means something.
-    null_is_a_value: bool,
-}
-
-#[derive(Debug, Default)]
-struct Type {
-    fields: Vec<Field>,
-    /// JSON names over proto names, as the reference looks them up.
-    by_name: HashMap<Box<str>, usize>,
-    /// The pool knows extensions of this message: an unknown key may name one.
-    extended: bool,
-}
-
 /// Encodes JSON bodies of one message type as protobuf in one pass. Built once per type and
 /// snapshot.
 #[derive(Debug)]
 pub struct RequestEncoder {
-    types: Vec<Type>,
-    enums: Vec<EnumDescriptor>,
+    schema: Schema,
     root: Ty,
-}
-
-#[derive(Default)]
-struct Builder {
-    types: Vec<Type>,
-    type_index: HashMap<String, usize>,
-    enums: Vec<EnumDescriptor>,
-    enum_index: HashMap<String, usize>,
-}
-
-/// The message types prost-reflect reads by a JSON form of their own.
-fn is_well_known(name: &str) -> bool {
-    matches!(
-        name,
-        "google.protobuf.Any"
-            | "google.protobuf.Timestamp"
-            | "google.protobuf.Duration"
-            | "google.protobuf.FloatValue"
-            | "google.protobuf.DoubleValue"
-            | "google.protobuf.Int32Value"
-            | "google.protobuf.Int64Value"
-            | "google.protobuf.UInt32Value"
-            | "google.protobuf.UInt64Value"
-            | "google.protobuf.BoolValue"
-            | "google.protobuf.StringValue"
-            | "google.protobuf.BytesValue"
-            | "google.protobuf.FieldMask"
-            | "google.protobuf.Struct"
-            | "google.protobuf.ListValue"
-            | "google.protobuf.Value"
-            | "google.protobuf.Empty"
-    )
-}
-
-/// Groups cannot be encoded by this encoder.
-struct HasGroups;
-
-impl Builder {
-    fn message(&mut self, md: &MessageDescriptor) -> Result<Ty, HasGroups> {
-        if is_well_known(md.full_name()) {
-            return Ok(Ty::WellKnown(md.clone()));
-        }
-        if let Some(&i) = self.type_index.get(md.full_name()) {
-            return Ok(Ty::Message(i));
-        }
-        let i = self.types.len();
-        self.types.push(Type::default());
-        self.type_index.insert(md.full_name().to_owned(), i);
-        let mut fields = Vec::with_capacity(md.fields().len());
-        let mut oneofs: Vec<String> = Vec::new();
-        for fd in md.fields() {
-            fields.push(self.field(&fd, &mut oneofs)?);
-        }
-        let mut by_name = HashMap::with_capacity(fields.len() * 2);
-        for (j, fd) in md.fields().enumerate() {
-            by_name.insert(fd.name().into(), j);
-        }
-        for (j, fd) in md.fields().enumerate() {
-            by_name.insert(fd.json_name().into(), j);
-        }
-        self.types[i] = Type {
-            fields,
-            by_name,
-            extended: md.extensions().len() > 0,
-        };
-        Ok(Ty::Message(i))
-    }
-
-    fn field(
-        &mut self,
-        fd: &FieldDescriptor,
-        oneofs: &mut Vec<String>,
-    ) -> Result<Field, HasGroups> {
-        if fd.is_group() {
-            return Err(HasGroups);
-        }
-        let (card, ty) = if fd.is_map() {
-            let Kind::Message(entry) = fd.kind() else {
-                return Err(HasGroups);
-            };
-            let key = Scalar::of(&entry.map_entry_key_field().kind()).ok_or(HasGroups)?;
-            let value = self.kind(&entry.map_entry_value_field())?;
-            (Card::Map { key, value }, Ty::Scalar(Scalar::Bool))
-        } else if fd.is_list() {
-            (Card::List, self.kind(fd)?)
-        } else {
-            (Card::One, self.kind(fd)?)
-        };
-        let oneof = match fd.containing_oneof() {
-            Some(o) if !o.is_synthetic() => {
-                let at = match oneofs.iter().position(|n| n == o.name()) {
-                    Some(at) => at,
-                    None => {
-                        oneofs.push(o.name().to_owned());
-                        oneofs.len() - 1
-                    }
-                };
-                Some(at as u32)
-            }
-            _ => None,
-        };
-        let null_is_a_value = match fd.kind() {
-            Kind::Message(md) => md.full_name() == "google.protobuf.Value",
-            Kind::Enum(ed) => ed.full_name() == "google.protobuf.NullValue",
-            _ => false,
-        };
-        Ok(Field {
-            number: fd.number(),
-            ty,
-            card,
-            presence: fd.supports_presence(),
-            oneof,
-            packed: fd.is_packed(),
-            null_is_a_value,
-        })
-    }
-
-    fn kind(&mut self, fd: &FieldDescriptor) -> Result<Ty, HasGroups> {
-        if fd.is_group() {
-            return Err(HasGroups);
-        }
-        Ok(match fd.kind() {
-            Kind::Message(md) => self.message(&md)?,
-            Kind::Enum(ed) if ed.full_name() == "google.protobuf.NullValue" => Ty::Unhandled,
-            Kind::Enum(ed) => {
-                let i = match self.enum_index.get(ed.full_name()) {
-                    Some(&i) => i,
-                    None => {
-                        self.enums.push(ed.clone());
-                        self.enum_index
-                            .insert(ed.full_name().to_owned(), self.enums.len() - 1);
-                        self.enums.len() - 1
-                    }
-                };
-                Ty::Enum(i)
-            }
-            other => Ty::Scalar(Scalar::of(&other).ok_or(HasGroups)?),
-        })
-    }
 }
 
 impl RequestEncoder {
     /// The encoder of `md` requests; `None` when the type (or one it contains) has proto2
     /// groups.
     pub fn new(md: &MessageDescriptor) -> Option<RequestEncoder> {
-        let mut b = Builder::default();
-        let root = b.message(md).ok()?;
-        Some(RequestEncoder {
-            types: b.types,
-            enums: b.enums,
-            root,
-        })
+        let (schema, root) = Schema::plan(md).ok()?;
+        Some(RequestEncoder { schema, root })
+    }
+
+    /// The enum of `ty`, when it is one that reads as an enum here (`NullValue` does not:
+    /// the reference reads it by rules of its own).
+    fn enumeration(&self, e: usize) -> Option<&EnumDescriptor> {
+        let plan = &self.schema.enums[e];
+        (!plan.null).then_some(&plan.desc)
+    }
+
+    /// Whether a JSON `null` for a field of type `ty` means something (a
+    /// `google.protobuf.Value`, a `NullValue`) rather than "not set".
+    fn null_is_a_value(&self, ty: &Ty) -> bool {
+        match ty {
+            Ty::Wkt(Wkt::Value, _) => true,
+            Ty::Enum(e) => self.schema.enums[*e].null,
+            _ => false,
+        }
     }
 
     /// Appends the protobuf encoding of the JSON `body` (a whole message) to `out`. On
@@ -274,9 +104,6 @@ impl RequestEncoder {
         Ok(())
     }
 }
-
-const WT_VARINT: u8 = 0;
-const WT_LEN: u8 = 2;
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -446,14 +273,14 @@ impl<'de> DeserializeSeed<'de> for Put<'_> {
                 Ok(())
             }
             Ty::Enum(e) => {
-                let v = d.deserialize_any(EnumVisitor(&self.enc.enums[*e]))?;
+                let desc = self.enc.enumeration(*e).ok_or_else(not_fast)?;
+                let v = d.deserialize_any(EnumVisitor(desc))?;
                 if self.presence || v != 0 {
                     put_key(self.out, self.number, WT_VARINT);
                     Num::I32(v).put(Scalar::Int32, self.out);
                 }
                 Ok(())
             }
-            Ty::Unhandled => Err(not_fast()),
             ty => {
                 put_key(self.out, self.number, WT_LEN);
                 let at = begin_len(self.out);
@@ -669,15 +496,16 @@ impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
         match self.ty {
             Ty::Message(i) => d.deserialize_map(MessageVisitor {
                 enc: self.enc,
-                t: &self.enc.types[*i],
+                t: &self.enc.schema.types[*i],
                 out: self.out,
             }),
-            Ty::WellKnown(md) => {
+            // prost-reflect reads the well-known types (their JSON forms are its own).
+            Ty::Wkt(_, md) => {
                 let options = DeserializeOptions::new().deny_unknown_fields(false);
                 let m = DynamicMessage::deserialize_with_options(md.clone(), d, &options)?;
                 m.encode(self.out).map_err(|_| not_fast())
             }
-            Ty::Scalar(_) | Ty::Enum(_) | Ty::Unhandled => Err(not_fast()),
+            Ty::Scalar(_) | Ty::Enum(_) => Err(not_fast()),
         }
     }
 }
@@ -763,7 +591,7 @@ impl<'de> Visitor<'de> for MessageVisitor<'_> {
             if again {
                 return Err(not_fast()); // given twice: the reference keeps the last
             }
-            if let Some(o) = f.oneof {
+            if let Card::One { oneof: Some(o), .. } = f.card {
                 let bit = 1u64.checked_shl(o).ok_or_else(not_fast)?;
                 if oneofs & bit != 0 {
                     return Err(not_fast()); // the reference refuses it
@@ -798,7 +626,7 @@ impl<'de> Visitor<'de> for FieldSeed<'_> {
     }
 
     fn visit_none<E: serde::de::Error>(self) -> Result<bool, E> {
-        if self.f.null_is_a_value {
+        if self.enc.null_is_a_value(&self.f.ty) {
             return Err(not_fast());
         }
         Ok(false)
@@ -811,15 +639,15 @@ impl<'de> Visitor<'de> for FieldSeed<'_> {
     fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
         let f = self.f;
         match &f.card {
-            Card::One => Put {
+            Card::One { presence, .. } => Put {
                 enc: self.enc,
                 ty: &f.ty,
                 number: f.number,
-                presence: f.presence,
+                presence: *presence,
                 out: self.out,
             }
             .deserialize(d)?,
-            Card::List => d.deserialize_seq(ListVisitor {
+            Card::List { .. } => d.deserialize_seq(ListVisitor {
                 enc: self.enc,
                 f,
                 out: self.out,
@@ -852,7 +680,7 @@ impl<'de> Visitor<'de> for ListVisitor<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let f = self.f;
         let packed = match f.ty {
-            _ if !f.packed => None,
+            _ if !matches!(f.card, Card::List { packed: true }) => None,
             Ty::Scalar(s) if s.wire_type() != WT_LEN => Some(s),
             Ty::Enum(_) => Some(Scalar::Int32), // enums are encoded as int32
             _ => None,
@@ -898,9 +726,10 @@ impl<'de> DeserializeSeed<'de> for Packed<'_> {
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Num, D::Error> {
         match self.ty {
             Ty::Scalar(s) => d.deserialize_any(NumVisitor(*s)),
-            Ty::Enum(e) => d
-                .deserialize_any(EnumVisitor(&self.enc.enums[*e]))
-                .map(Num::I32),
+            Ty::Enum(e) => {
+                let desc = self.enc.enumeration(*e).ok_or_else(not_fast)?;
+                d.deserialize_any(EnumVisitor(desc)).map(Num::I32)
+            }
             _ => Err(not_fast()),
         }
     }
