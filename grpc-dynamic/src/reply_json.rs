@@ -556,7 +556,13 @@ impl ReplyWriter {
                 }
                 (2, wt) => {
                     let raw = match value_type {
-                        Ty::Scalar(s) if wt == s.wire_type() => r.scalar(*s)?,
+                        Ty::Scalar(s) if wt == s.wire_type() => {
+                            // Checked now: a value sent twice is decoded twice by the
+                            // reference, the first too (its UTF-8, say).
+                            let raw = r.scalar(*s)?;
+                            Val::decode(*s, raw)?;
+                            raw
+                        }
                         Ty::Enum(_) if wt == WT_VARINT => Raw::Varint(r.varint()?),
                         Ty::Message(_) | Ty::Wkt(..) if wt == WT_LEN => {
                             if value.is_some() {
@@ -752,14 +758,15 @@ impl ReplyWriter {
                 (_, wt) => r.skip(wt)?,
             }
         }
-        // Stable: of entries with one key the last is kept, as a map insert would.
         entries.sort_by(|a, b| a.0.cmp(b.0));
+        // A repeated key is the reference's: it keeps the last entry, but only after
+        // decoding every one (a dropped entry's bad value is still an error).
+        if entries.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err(NotFast);
+        }
         out.push(b'{');
         let mut first = true;
-        for (i, (key, value)) in entries.iter().enumerate() {
-            if entries.get(i + 1).is_some_and(|next| next.0 == *key) {
-                continue;
-            }
+        for (key, value) in &entries {
             if !std::mem::take(&mut first) {
                 out.push(b',');
             }
@@ -1164,6 +1171,21 @@ mod tests {
             };
             assert!(!same_as_reference(md, bytes, true), "{bytes:02x?} taken");
         }
+        // Found by the `transcode` fuzz target (2026-12-01): a Struct whose entries repeat a
+        // key, the dropped one's Value not decoding (tag 0), and a map entry whose string
+        // value, sent twice, is not UTF-8 the first time. The reference decodes everything
+        // before it keeps the last.
+        let structure = message("google.protobuf.Struct");
+        let repeated_key = [
+            0x0a, 0x0e, 0x0a, 0x01, b'a', 0x12, 0x05, 0, 0, 0, 0x0a, 0, 0x0a, 0, 0x0a, 0, 0x0a, 0,
+        ];
+        assert!(!same_as_reference(&structure, &repeated_key, true));
+        assert!(reference(&structure, &repeated_key).is_none());
+        let twice = [
+            0x8a, 0x01, 0x08, 0x0a, 0x01, b'k', 0x12, 0x01, 0xff, 0x12, 0x00,
+        ];
+        assert!(!same_as_reference(&md, &twice, true));
+        assert!(reference(&md, &twice).is_none());
         // Out-of-range Timestamp and Duration: the reference's to refuse.
         for (field, seconds) in [(0xc2u8, 253_402_300_800i64), (0xca, 315_576_000_001)] {
             let mut inner = vec![0x08];
