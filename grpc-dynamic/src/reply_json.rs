@@ -906,14 +906,10 @@ fn write_enum(names: &EnumPlan, n: i32, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testgen::{message, random_message, Rng, Seen};
+    use crate::testgen::{every_scalar, everything, message, random_message, Rng, Seen};
     use prost::Message as _;
     use prost_reflect::{DynamicMessage, SerializeOptions};
     use serde_json::json;
-
-    fn everything() -> MessageDescriptor {
-        message("portico.test.reply.Everything")
-    }
 
     /// prost-reflect's JSON of `bytes`, or `None` when it refuses them.
     fn reference(md: &MessageDescriptor, bytes: &[u8]) -> Option<Vec<u8>> {
@@ -975,11 +971,7 @@ mod tests {
         let cases = [
             json!({}),
             json!({"scalars": {}}),
-            json!({"scalars": {"fDouble": 1.5, "fFloat": 0.1, "fInt32": -1, "fInt64": "-9007199254740993",
-                   "fUint32": 4294967295u32, "fUint64": "18446744073709551615", "fSint32": -2147483648,
-                   "fSint64": "-9223372036854775808", "fFixed32": 7, "fFixed64": "8", "fSfixed32": -9,
-                   "fSfixed64": "-10", "fBool": true, "fString": "h\u{e9}llo \"q\" \\ \n \u{1} \u{1F600}",
-                   "fBytes": "AAEC/w==", "fEnum": "GREEN"}}),
+            every_scalar(),
             json!({"scalars": {"fDouble": "NaN", "fFloat": "-Infinity", "fEnum": "CRIMSON"}}),
             json!({"scalars": {"fDouble": 1e300, "fFloat": 3.4e38, "fEnum": 77}}),
             json!({"scalars": {"fDouble": -0.0}}),

@@ -823,12 +823,8 @@ impl JsonCodecs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testgen::{message, random_message, Rng, Seen};
+    use crate::testgen::{every_scalar, everything, message, random_message, Rng, Seen};
     use serde_json::json;
-
-    fn everything() -> MessageDescriptor {
-        message("portico.test.reply.Everything")
-    }
 
     fn lossy(body: &[u8]) -> String {
         String::from_utf8_lossy(body).into_owned()
@@ -881,11 +877,7 @@ mod tests {
         let cases = [
             json!({}),
             json!({"scalars": {}}),
-            json!({"scalars": {"fDouble": 1.5, "fFloat": 0.1, "fInt32": -1, "fInt64": "-9007199254740993",
-                   "fUint32": 4294967295u32, "fUint64": "18446744073709551615", "fSint32": -2147483648,
-                   "fSint64": "-9223372036854775808", "fFixed32": 7, "fFixed64": "8", "fSfixed32": -9,
-                   "fSfixed64": "-10", "fBool": true, "fString": "h\u{e9}llo \"q\" \\ \n \u{1} \u{1F600}",
-                   "fBytes": "AAEC/w==", "fEnum": "GREEN"}}),
+            every_scalar(),
             // Numbers as strings, integral floats, specials, enums by number and alias.
             json!({"scalars": {"fInt32": "42", "fUint64": 1e3, "fDouble": "NaN", "fFloat": "-Infinity",
                    "fSint64": -5.0, "fEnum": 2, "fFixed32": "0", "fBool": false}}),

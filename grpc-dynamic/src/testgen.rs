@@ -18,6 +18,21 @@ pub fn message(name: &str) -> MessageDescriptor {
     pool().get_message_by_name(name).unwrap()
 }
 
+/// The test type with every shape (testdata/reply.proto).
+pub fn everything() -> MessageDescriptor {
+    message("portico.test.reply.Everything")
+}
+
+/// An `Everything` whose `scalars` sets every scalar type and an enum, with strings needing
+/// escapes, the extremes of the integers and 64-bit integers as strings.
+pub fn every_scalar() -> serde_json::Value {
+    json!({"scalars": {"fDouble": 1.5, "fFloat": 0.1, "fInt32": -1, "fInt64": "-9007199254740993",
+        "fUint32": 4294967295u32, "fUint64": "18446744073709551615", "fSint32": -2147483648,
+        "fSint64": "-9223372036854775808", "fFixed32": 7, "fFixed64": "8", "fSfixed32": -9,
+        "fSfixed64": "-10", "fBool": true, "fString": "h\u{e9}llo \"q\" \\ \n \u{1} \u{1F600}",
+        "fBytes": "AAEC/w==", "fEnum": "GREEN"}})
+}
+
 /// A small deterministic generator (xorshift64*).
 pub struct Rng(pub u64);
 
