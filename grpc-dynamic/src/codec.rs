@@ -1,9 +1,9 @@
 //! tonic [`Codec`]s without generated code: [`DynamicCodec`] for prost-reflect messages (it
 //! encodes any [`DynamicMessage`] and decodes the one message type it was made for, so a
-//! client or a server needs only a descriptor), and [`BytesCodec`] for messages already
-//! encoded.
+//! client or a server needs only a descriptor). (The gateway's own client moves encoded
+//! bytes and needs no codec: `gateway/src/invoke/grpc_client.rs`.)
 
-use bytes::{Buf, BufMut, Bytes};
+use bytes::Buf;
 use prost::Message;
 use prost_reflect::{DynamicMessage, MessageDescriptor};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
@@ -99,45 +99,5 @@ impl Decoder for DynamicDecoder {
                 };
                 Status::internal(format!("{what} does not decode: {e}"))
             })
-    }
-}
-
-/// A tonic codec that moves messages as their protobuf bytes, untouched: the gateway
-/// encodes a request once when it prepares the call (a retry re-sends the same bytes) and
-/// writes a reply's JSON straight from its bytes ([`ReplyWriter`](crate::ReplyWriter)).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BytesCodec;
-
-impl Codec for BytesCodec {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = BytesCodec;
-    type Decoder = BytesCodec;
-
-    fn encoder(&mut self) -> BytesCodec {
-        *self
-    }
-
-    fn decoder(&mut self) -> BytesCodec {
-        *self
-    }
-}
-
-impl Encoder for BytesCodec {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put(item);
-        Ok(())
-    }
-}
-
-impl Decoder for BytesCodec {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
     }
 }

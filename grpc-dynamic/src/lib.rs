@@ -2,7 +2,7 @@
 //! server without generated code) need to speak gRPC with prost-reflect
 //! [`DynamicMessage`](prost_reflect::DynamicMessage)s.
 //!
-//! - [`codec`]: the tonic codecs of dynamic messages and of encoded ones;
+//! - [`codec`]: the tonic codec of dynamic messages;
 //! - [`status`]: gRPC status codes by name, and the HTTP status each answers with;
 //! - [`transcode`]: HTTP/JSON ⇄ gRPC by the `google.api.http` rules: a [`MethodPlan`] per
 //!   API maps a request (path variables, query, JSON body) to the method's input message
@@ -27,7 +27,7 @@ mod testgen;
 pub mod transcode;
 
 #[cfg(feature = "tonic")]
-pub use codec::{BytesCodec, DynamicCodec};
+pub use codec::DynamicCodec;
 pub use error::{TranscodeError, TranscodeErrorKind};
 pub use reply_json::ReplyWriter;
 pub use request_json::{JsonCodecs, RequestEncoder};

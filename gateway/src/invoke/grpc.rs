@@ -10,10 +10,10 @@
 //!
 //! # Channels and runtimes
 //!
-//! A channel is a tonic [`Channel`] made with `connect_lazy` on first use, inside the
-//! running runtime, never at start-up. Its background task (the connection
-//! driver and the request buffer) is spawned on the runtime that made it, so channels are
-//! cached per endpoint *and per runtime kind*: on a multi-threaded (work-stealing) runtime,
+//! A channel is a [`GrpcChannel`] (`grpc_client.rs`: one HTTP/2 connection, `h2` directly)
+//! dialled on first use, inside the running runtime, never at start-up. Its connection's
+//! task is spawned on the runtime that dialled it, so channels are cached per endpoint
+//! *and per runtime kind*: on a multi-threaded (work-stealing) runtime,
 //! Pingora's default, one channel per endpoint is shared by all worker threads; on a
 //! current-thread runtime (Pingora's no-steal mode, one runtime per thread) each thread has
 //! its own channel per endpoint, so no call depends on another thread's runtime being
@@ -38,19 +38,18 @@
 
 use crate::error::{Code, GatewayError};
 use crate::invoke::forward::{self, Caller, Target};
+use crate::invoke::grpc_client::{self, CallError, ChannelSettings, GrpcChannel};
 use crate::invoke::transcode::MethodPlan;
 use crate::model::{RouteMatch, Whole};
 use bytes::Bytes;
 use dashmap::DashMap;
 use http::uri::PathAndQuery;
 use portico_control::{BackendKind, Snapshot};
-use portico_grpc_dynamic::{code_name_and_status, BytesCodec, JsonCodecs};
+use portico_grpc_dynamic::{code_name_and_status, JsonCodecs};
 use prost_reflect::{DescriptorPool, MethodDescriptor};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tonic::metadata::MetadataMap;
-use tonic::transport::{Channel, Endpoint};
 use tonic::Status;
 
 /// The largest reply accepted from a backend (decoded protobuf bytes), by default.
@@ -209,15 +208,16 @@ impl GrpcMethods {
 /// against the backend).
 #[derive(Debug, Clone)]
 pub struct GrpcRequest {
-    message: Bytes,
-    metadata: MetadataMap,
+    /// The message as a gRPC frame (length-prefixed).
+    frame: Bytes,
+    metadata: http::HeaderMap,
     /// The matched binding (its `response_body` shapes the answer).
     binding: Option<usize>,
 }
 
 impl GrpcRequest {
     /// The metadata the backend will receive (besides `grpc-timeout`).
-    pub fn metadata(&self) -> &MetadataMap {
+    pub fn metadata(&self) -> &http::HeaderMap {
         &self.metadata
     }
 }
@@ -231,6 +231,8 @@ pub struct GrpcConfig {
     pub connect_timeout: Duration,
     /// HTTP/2 PING interval on busy connections, to notice dead peers.
     pub keepalive_interval: Duration,
+    /// How long such a PING may go unanswered before the connection is dropped.
+    pub keepalive_timeout: Duration,
 }
 
 impl Default for GrpcConfig {
@@ -239,6 +241,7 @@ impl Default for GrpcConfig {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             connect_timeout: Duration::from_secs(2),
             keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -251,7 +254,7 @@ type ChannelKey = (String, Option<std::thread::ThreadId>);
 #[derive(Debug, Default)]
 pub struct GrpcInvoker {
     config: GrpcConfig,
-    channels: DashMap<ChannelKey, Channel>,
+    channels: DashMap<ChannelKey, Arc<GrpcChannel>>,
 }
 
 impl GrpcInvoker {
@@ -268,7 +271,7 @@ impl GrpcInvoker {
 
     /// The channel to `addr` (`host:port`), made on first use on the current runtime.
     /// Must be called inside a Tokio runtime.
-    pub fn channel(&self, addr: &str) -> Result<Channel, GatewayError> {
+    pub fn channel(&self, addr: &str) -> Result<Arc<GrpcChannel>, GatewayError> {
         let per_thread = matches!(
             tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
             Ok(tokio::runtime::RuntimeFlavor::CurrentThread)
@@ -280,24 +283,23 @@ impl GrpcInvoker {
         if let Some(ch) = self.channels.get(&key) {
             return Ok(ch.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| {
-                GatewayError::upstream(
-                    Code::UpstreamError,
-                    "the backend could not be reached",
-                    format!("bad gRPC endpoint address {addr}: {e}"),
-                )
-            })?
-            .connect_timeout(self.config.connect_timeout)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(self.config.keepalive_interval)
-            .keep_alive_timeout(Duration::from_secs(10));
-        let channel = self
+        let settings = ChannelSettings {
+            connect_timeout: self.config.connect_timeout,
+            keepalive_interval: self.config.keepalive_interval,
+            keepalive_timeout: self.config.keepalive_timeout,
+        };
+        let channel = GrpcChannel::new(addr, settings).map_err(|why| {
+            GatewayError::upstream(
+                Code::UpstreamError,
+                "the backend could not be reached",
+                format!("gRPC backend {addr} is not reachable: {why}"),
+            )
+        })?;
+        Ok(self
             .channels
             .entry(key)
-            .or_insert_with(|| endpoint.connect_lazy())
-            .clone();
-        Ok(channel)
+            .or_insert_with(|| Arc::new(channel))
+            .clone())
     }
 
     /// Forgets the channels of endpoints not in `live` (call after a reload; a dropped
@@ -322,10 +324,15 @@ impl GrpcInvoker {
         let message = method
             .plan
             .request_bytes(route.binding, &route.vars, query, body)?;
-        let metadata = forward::backend_headers(headers, caller, Target::Grpc);
+        let mut metadata = forward::backend_headers(headers, caller, Target::Grpc);
+        // Unique to each call: never indexed by HPACK, so the constant metadata stays in
+        // the connection's header table (grpc_client.rs, `grpc_timeout`).
+        if let Some(id) = metadata.get_mut(crate::request_id::HEADER) {
+            id.set_sensitive(true);
+        }
         Ok(GrpcRequest {
-            message: Bytes::from(message),
-            metadata: MetadataMap::from_headers(metadata),
+            frame: grpc_client::frame(&message),
+            metadata,
             binding: route.binding,
         })
     }
@@ -354,41 +361,30 @@ impl GrpcInvoker {
             return Err(timeout_error(endpoint_addr, timeout));
         }
         let channel = self.channel(endpoint_addr)?;
-        let mut grpc = tonic::client::Grpc::new(channel)
-            .max_decoding_message_size(self.config.max_response_bytes);
         let GrpcRequest {
-            message,
+            frame,
             metadata,
             binding,
         } = request;
-        let mut request = tonic::Request::new(message);
-        *request.metadata_mut() = metadata;
-        request.set_timeout(timeout);
-        let codec = BytesCodec;
-        let path = method.path.clone();
-
         let started = Instant::now();
-        let call = async {
-            grpc.ready().await.map_err(|e| {
-                GatewayError::upstream(
-                    Code::UpstreamError,
-                    "the backend could not be reached",
-                    format!("gRPC backend {endpoint_addr} is not reachable: {e}"),
-                )
-            })?;
-            grpc.unary(request, path, codec)
-                .await
-                .map_err(|s| self.call_error(s, endpoint_addr, started.elapsed(), timeout))
-        };
-        let response = match tokio::time::timeout(timeout, call).await {
-            Ok(result) => result?,
+        let call = channel.unary(
+            &method.path,
+            metadata,
+            frame,
+            timeout,
+            self.config.max_response_bytes,
+        );
+        let reply = match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(e)) => {
+                return Err(self.call_error(e, endpoint_addr, started.elapsed(), timeout))
+            }
             Err(_) => return Err(timeout_error(endpoint_addr, timeout)),
         };
-        let (metadata, reply, _) = response.into_parts();
-        let body = method.plan.response_from_bytes(binding, &reply)?;
+        let body = method.plan.response_from_bytes(binding, &reply.message)?;
         let mut answer_headers = Vec::with_capacity(2);
         answer_headers.push(("content-type".to_owned(), "application/json".to_owned()));
-        reply_metadata(&metadata, &mut answer_headers);
+        reply_metadata(&reply.headers, &mut answer_headers);
         Ok(Whole {
             status: 200,
             headers: answer_headers,
@@ -415,54 +411,44 @@ impl GrpcInvoker {
         self.send(method, request, endpoint_addr, timeout).await
     }
 
-    /// Maps a failed call: locally made statuses (transport errors, the size limit) to
-    /// 502/504, the backend's own statuses by [`status_to_error`].
+    /// Maps a failed call: the transport's failures to 502/504 (a call that never reached
+    /// the backend says so in its detail, for [`unreachable`]), the backend's own statuses
+    /// by [`status_to_error`].
     fn call_error(
         &self,
-        status: Status,
+        error: CallError,
         addr: &str,
         elapsed: Duration,
         timeout: Duration,
     ) -> GatewayError {
-        use std::error::Error as _;
-        if status.code() == tonic::Code::OutOfRange
-            && status.message().contains("message length too large")
-        {
-            return GatewayError::upstream(
+        match error {
+            CallError::Unreachable(why) => GatewayError::upstream(
+                Code::UpstreamError,
+                "the backend could not be reached",
+                format!("gRPC backend {addr} is not reachable: {why}"),
+            ),
+            CallError::TooLarge(max) => GatewayError::upstream(
                 Code::UpstreamError,
                 "the backend's answer is too large",
-                format!(
-                    "gRPC backend {addr} replied more than {} bytes",
-                    self.config.max_response_bytes
-                ),
-            );
-        }
-        if let Some(source) = status.source() {
-            // Made by the client: the connection failed or broke.
-            if elapsed >= timeout {
-                return timeout_error(addr, timeout);
-            }
-            let source = source.to_string();
-            let detail = if status.message().contains(&source) {
-                status.message().to_owned()
-            } else {
-                format!("{} ({source})", status.message())
-            };
-            return GatewayError::upstream(
+                format!("gRPC backend {addr} replied more than {max} bytes"),
+            ),
+            CallError::Transport(_) if elapsed >= timeout => timeout_error(addr, timeout),
+            CallError::Transport(why) => GatewayError::upstream(
                 Code::UpstreamError,
                 "the backend failed to answer",
-                format!("gRPC backend {addr} failed: {detail}"),
-            );
+                format!("gRPC backend {addr} failed: {why}"),
+            ),
+            CallError::Status(status)
+                if elapsed >= timeout
+                    && matches!(
+                        status.code(),
+                        tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+                    ) =>
+            {
+                timeout_error(addr, timeout)
+            }
+            CallError::Status(status) => status_to_error(&status),
         }
-        if elapsed >= timeout
-            && matches!(
-                status.code(),
-                tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
-            )
-        {
-            return timeout_error(addr, timeout);
-        }
-        status_to_error(&status)
     }
 }
 
@@ -518,20 +504,19 @@ pub fn unreachable(e: &GatewayError) -> bool {
 /// Appends the reply's metadata as `grpc-metadata-<key>` headers, except gRPC's own, the
 /// transport's and [`forward::BACKEND_IDENTITY`] (the load report stays, for the balancer,
 /// which removes it: `invoke::call`).
-fn reply_metadata(metadata: &MetadataMap, out: &mut Vec<(String, String)>) {
-    for kv in metadata.iter() {
-        if let tonic::metadata::KeyAndValueRef::Ascii(key, value) = kv {
-            let k = key.as_str();
-            if k.starts_with("grpc-")
-                || k == "content-type"
-                || k == "date"
-                || super::forward::BACKEND_IDENTITY.contains(&k)
-            {
-                continue;
-            }
-            if let Ok(v) = value.to_str() {
-                out.push((format!("grpc-metadata-{k}"), v.to_owned()));
-            }
+fn reply_metadata(metadata: &http::HeaderMap, out: &mut Vec<(String, String)>) {
+    for (key, value) in metadata {
+        let k = key.as_str();
+        if k.starts_with("grpc-")
+            || k.ends_with("-bin")
+            || k == "content-type"
+            || k == "date"
+            || super::forward::BACKEND_IDENTITY.contains(&k)
+        {
+            continue;
+        }
+        if let Ok(v) = value.to_str() {
+            out.push((format!("grpc-metadata-{k}"), v.to_owned()));
         }
     }
 }
@@ -542,7 +527,7 @@ mod tests {
 
     #[test]
     fn reply_metadata_keeps_the_backends_identity_to_itself() {
-        let mut m = MetadataMap::new();
+        let mut m = http::HeaderMap::new();
         for (k, v) in [
             ("x-order-shard", "7"),
             ("server", "envoy"),
@@ -550,6 +535,7 @@ mod tests {
             ("via", "1.1 internal-lb"),
             ("grpc-status", "0"),
             ("x-portico-load", "cpu=0.1"),
+            ("trace-bin", "AAEC"),
         ] {
             m.insert(k, v.parse().unwrap());
         }

@@ -25,6 +25,7 @@ pub mod breaker;
 pub mod bulkhead;
 pub mod forward;
 pub mod grpc;
+pub mod grpc_client;
 pub mod health;
 pub mod http;
 pub mod routing;

@@ -1,0 +1,798 @@
+//! The HTTP/2 client of the gRPC backends: one unary call over one cleartext HTTP/2
+//! connection (prior knowledge, as every gRPC backend speaks it), with the `h2` crate
+//! directly.
+//!
+//! A [`GrpcChannel`] is one endpoint's connection, dialled on first use and dialled again
+//! once it has closed (the backend went away, sent GOAWAY, or stopped answering PINGs). Its
+//! calls are multiplexed on it: a call takes a handle to the connection, opens a stream,
+//! sends the request's HEADERS and its one DATA frame, and reads the reply's HEADERS, DATA
+//! and trailers; nothing is buffered or re-scheduled between the caller and the connection
+//! (tonic's `Channel` runs every call through a `tower::Buffer` task and a stack of boxed
+//! services: one task hop and several allocations per call, which this client leaves out;
+//! benches/RESULTS.md, "Transcoding").
+//!
+//! The connection's I/O runs in a task of its own on the runtime that dialled it, which
+//! also sends HTTP/2 PINGs every keep-alive interval *while calls are in flight* (a
+//! backend that does not answer one within the keep-alive timeout is taken as dead and the
+//! connection dropped). An idle connection is not pinged: gRPC servers count pings
+//! without calls as abuse (grpc-go's default enforcement answers GOAWAY
+//! `ENHANCE_YOUR_CALM`).
+//!
+//! What the call reports ([`CallError`]) is what the invoke tier needs to decide: whether
+//! anything reached the backend ([`CallError::Unreachable`]: the connection could not be
+//! made, or the backend refused the stream unprocessed, so another endpoint may be
+//! tried), a transport failure after the request went out, a reply over the size limit,
+//! or the backend's own status (from the trailers, from a trailers-only reply, or, for a
+//! reply that is not gRPC at all, the HTTP status mapped as gRPC's
+//! `http-grpc-status-mapping` says).
+
+use bytes::{Buf, Bytes, BytesMut};
+use h2::client::SendRequest;
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, TE};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{HeaderMap, Method, Request, Uri};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tonic::{Code, Status};
+
+/// The receive window per stream: a reply up to this size arrives without waiting for a
+/// WINDOW_UPDATE (HTTP/2's default is 64 KiB).
+const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+/// The receive window of the whole connection.
+const CONNECTION_WINDOW: u32 = 8 * 1024 * 1024;
+/// The largest header block accepted from a backend.
+const MAX_HEADER_LIST: u32 = 64 * 1024;
+
+static GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+
+/// Why a call failed.
+#[derive(Debug)]
+pub enum CallError {
+    /// Nothing reached the backend: no connection could be made, or the backend refused
+    /// the stream before processing it (`REFUSED_STREAM`). Safe to try elsewhere.
+    Unreachable(String),
+    /// The connection or the stream failed after the request went out, or the reply
+    /// broke the gRPC protocol.
+    Transport(String),
+    /// The reply's message is larger than the limit (bytes).
+    TooLarge(usize),
+    /// The backend answered a non-OK status.
+    Status(Status),
+}
+
+/// A successful reply: the response headers (the backend's metadata) and the message.
+#[derive(Debug)]
+pub struct Reply {
+    pub headers: HeaderMap,
+    pub message: Bytes,
+}
+
+/// Settings of a channel's connection.
+#[derive(Debug, Clone, Copy)]
+pub struct ChannelSettings {
+    /// How long dialling may take (TCP connect and the HTTP/2 preface).
+    pub connect_timeout: Duration,
+    /// PING interval while calls are in flight (zero: no pings).
+    pub keepalive_interval: Duration,
+    /// How long a PING may go unanswered before the connection is taken as dead.
+    pub keepalive_timeout: Duration,
+}
+
+/// One endpoint's HTTP/2 connection (see the module docs).
+#[derive(Debug)]
+pub struct GrpcChannel {
+    addr: String,
+    authority: Authority,
+    settings: ChannelSettings,
+    live: Mutex<Option<Live>>,
+    /// Held while dialling, so concurrent first calls make one connection.
+    dialling: tokio::sync::Mutex<()>,
+}
+
+/// The connection in use: a handle to open streams on it, and its shared state.
+#[derive(Debug, Clone)]
+struct Live {
+    send: SendRequest<Bytes>,
+    state: Arc<ConnState>,
+}
+
+#[derive(Debug, Default)]
+struct ConnState {
+    /// Set when the connection's task has ended, or a call found it unusable.
+    closed: AtomicBool,
+    /// Calls in flight (the keep-alive pings only while there are some).
+    in_flight: AtomicUsize,
+}
+
+/// Counts a call in flight for as long as it lives.
+struct InFlight(Arc<ConnState>);
+
+impl InFlight {
+    fn enter(state: &Arc<ConnState>) -> Self {
+        state.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(state.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl GrpcChannel {
+    /// A channel to `addr` (`host:port`); nothing is dialled until the first call.
+    pub fn new(addr: &str, settings: ChannelSettings) -> Result<Self, String> {
+        let authority: Authority = addr
+            .parse()
+            .map_err(|e| format!("bad gRPC endpoint address {addr}: {e}"))?;
+        if authority.port_u16().is_none() {
+            return Err(format!("bad gRPC endpoint address {addr}: no port"));
+        }
+        Ok(GrpcChannel {
+            addr: addr.to_owned(),
+            authority,
+            settings,
+            live: Mutex::new(None),
+            dialling: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Calls `path` with one `frame` (the length-prefixed message, [`frame`]) and `headers`
+    /// (the metadata; `content-type`, `te` and `grpc-timeout` are set here), and reads the
+    /// reply, refusing a message over `max_reply` bytes. The caller bounds the whole call
+    /// with its deadline; dropping the future resets the stream.
+    pub async fn unary(
+        &self,
+        path: &PathAndQuery,
+        mut headers: HeaderMap,
+        frame: Bytes,
+        timeout: Duration,
+        max_reply: usize,
+    ) -> Result<Reply, CallError> {
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        headers.insert(TE, HeaderValue::from_static("trailers"));
+        headers.insert(GRPC_TIMEOUT.clone(), grpc_timeout(timeout));
+        let mut request = Request::new(());
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = self.uri(path)?;
+        *request.headers_mut() = headers;
+
+        let (response, state) = self.open(request, frame).await?;
+        let _in_flight = InFlight::enter(&state);
+        let response = response.await.map_err(|e| {
+            if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
+                CallError::Unreachable(format!("the backend refused the stream: {e}"))
+            } else {
+                CallError::Transport(e.to_string())
+            }
+        })?;
+        let (parts, mut body) = response.into_parts();
+        if parts.status != http::StatusCode::OK {
+            // Not a gRPC reply (a proxy's, or a plain HTTP server's).
+            return Err(CallError::Status(Status::new(
+                code_of_http_status(parts.status.as_u16()),
+                format!("the backend answered HTTP status {}", parts.status.as_u16()),
+            )));
+        }
+        if let Some(status) = status_of(&parts.headers)? {
+            // Trailers-only: a status and nothing else.
+            return Err(CallError::Status(if status.code() == Code::Ok {
+                Status::internal("the backend answered OK without a message")
+            } else {
+                status
+            }));
+        }
+        let message = read_message(&mut body, max_reply).await?;
+        let trailers = body
+            .trailers()
+            .await
+            .map_err(|e| CallError::Transport(e.to_string()))?
+            .unwrap_or_default();
+        match status_of(&trailers)? {
+            Some(status) if status.code() == Code::Ok => Ok(Reply {
+                headers: parts.headers,
+                message,
+            }),
+            Some(status) => Err(CallError::Status(status)),
+            None => Err(CallError::Transport(
+                "the reply ended without a grpc-status".into(),
+            )),
+        }
+    }
+
+    fn uri(&self, path: &PathAndQuery) -> Result<Uri, CallError> {
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(Scheme::HTTP);
+        parts.authority = Some(self.authority.clone());
+        parts.path_and_query = Some(path.clone());
+        Uri::from_parts(parts).map_err(|e| {
+            CallError::Unreachable(format!("bad request URI for {}{path}: {e}", self.addr))
+        })
+    }
+
+    /// Opens the call's stream and sends the request on it. A connection found closed
+    /// before anything was sent on it is replaced once by a fresh one.
+    async fn open(
+        &self,
+        request: Request<()>,
+        frame: Bytes,
+    ) -> Result<(h2::client::ResponseFuture, Arc<ConnState>), CallError> {
+        let mut fresh = false;
+        let (mut send, state) = loop {
+            let live = match self.current() {
+                Some(live) => live,
+                None => {
+                    fresh = true;
+                    self.connect().await.map_err(CallError::Unreachable)?
+                }
+            };
+            match live.send.ready().await {
+                Ok(send) => break (send, live.state),
+                Err(e) => {
+                    // The connection cannot take a stream (closed, GOAWAY): nothing was
+                    // sent on it.
+                    live.state.closed.store(true, Ordering::Relaxed);
+                    if fresh {
+                        return Err(CallError::Unreachable(format!(
+                            "the connection failed before the call went out: {e}"
+                        )));
+                    }
+                    fresh = true;
+                    tracing::debug!(addr = %self.addr, "gRPC connection unusable ({e}); dialling again");
+                }
+            }
+        };
+        let (response, mut stream) = send.send_request(request, false).map_err(|e| {
+            state.closed.store(true, Ordering::Relaxed);
+            CallError::Unreachable(format!(
+                "the connection failed before the call went out: {e}"
+            ))
+        })?;
+        stream
+            .send_data(frame, true)
+            .map_err(|e| CallError::Transport(e.to_string()))?;
+        Ok((response, state))
+    }
+
+    /// The open connection, if any.
+    fn current(&self) -> Option<Live> {
+        let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        live.as_ref()
+            .filter(|l| !l.state.closed.load(Ordering::Relaxed))
+            .cloned()
+    }
+
+    /// Dials (or waits for a concurrent call's dial) and installs the new connection.
+    async fn connect(&self) -> Result<Live, String> {
+        let _dialling = self.dialling.lock().await;
+        if let Some(live) = self.current() {
+            return Ok(live);
+        }
+        let live = tokio::time::timeout(self.settings.connect_timeout, self.dial())
+            .await
+            .map_err(|_| {
+                format!(
+                    "no connection within {} ms",
+                    self.settings.connect_timeout.as_millis()
+                )
+            })??;
+        *self.live.lock().unwrap_or_else(|e| e.into_inner()) = Some(live.clone());
+        Ok(live)
+    }
+
+    async fn dial(&self) -> Result<Live, String> {
+        let tcp = tokio::net::TcpStream::connect(self.addr.as_str())
+            .await
+            .map_err(|e| format!("tcp connect error: {e}"))?;
+        let _ = tcp.set_nodelay(true);
+        let (send, mut connection) = h2::client::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .max_header_list_size(MAX_HEADER_LIST)
+            .enable_push(false)
+            .handshake::<_, Bytes>(tcp)
+            .await
+            .map_err(|e| format!("HTTP/2 handshake failed: {e}"))?;
+        let state = Arc::new(ConnState::default());
+        let ping = connection.ping_pong();
+        tokio::spawn(drive(
+            connection,
+            ping,
+            state.clone(),
+            self.addr.clone(),
+            self.settings,
+        ));
+        Ok(Live { send, state })
+    }
+}
+
+/// The connection's task: its I/O, and the keep-alive pings while calls are in flight.
+async fn drive(
+    connection: h2::client::Connection<tokio::net::TcpStream, Bytes>,
+    mut ping: Option<h2::PingPong>,
+    state: Arc<ConnState>,
+    addr: String,
+    settings: ChannelSettings,
+) {
+    let interval = settings.keepalive_interval;
+    let mut connection = std::pin::pin!(connection);
+    let why = loop {
+        tokio::select! {
+            biased;
+            done = &mut connection => break done.err().map(|e| e.to_string()),
+            _ = tokio::time::sleep(interval), if !interval.is_zero() => {}
+        }
+        let Some(ping) = ping.as_mut() else { continue };
+        if state.in_flight.load(Ordering::Relaxed) == 0 {
+            continue;
+        }
+        let pong = tokio::time::timeout(settings.keepalive_timeout, ping.ping(h2::Ping::opaque()));
+        tokio::select! {
+            biased;
+            done = &mut connection => break done.err().map(|e| e.to_string()),
+            answered = pong => match answered {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => break Some(format!("PING failed: {e}")),
+                Err(_) => break Some(format!(
+                    "no PING answer within {} ms", settings.keepalive_timeout.as_millis()
+                )),
+            },
+        }
+    };
+    state.closed.store(true, Ordering::Relaxed);
+    match why {
+        Some(why) => tracing::info!(addr = %addr, "gRPC connection closed: {why}"),
+        None => tracing::debug!(addr = %addr, "gRPC connection closed"),
+    }
+}
+
+/// The gRPC frame of one message: the compression flag (0), its length, the message.
+pub fn frame(message: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(5 + message.len());
+    out.extend_from_slice(&[0]);
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(message);
+    out.freeze()
+}
+
+/// Reads the reply's one message (unframed), refusing one over `max` bytes as soon as
+/// its length is known.
+async fn read_message(body: &mut h2::RecvStream, max: usize) -> Result<Bytes, CallError> {
+    let mut buf = BytesMut::new();
+    let mut expected: Option<usize> = None;
+    let mut first: Option<Bytes> = None;
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.map_err(|e| CallError::Transport(e.to_string()))?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        if first.is_none() && buf.is_empty() {
+            first = Some(chunk);
+        } else {
+            if let Some(f) = first.take() {
+                buf.extend_from_slice(&f);
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        let seen: &[u8] = first.as_deref().unwrap_or(&buf);
+        if expected.is_none() && seen.len() >= 5 {
+            if seen[0] != 0 {
+                return Err(CallError::Transport(
+                    "the reply is compressed, which the gateway did not ask for".into(),
+                ));
+            }
+            let len = u32::from_be_bytes([seen[1], seen[2], seen[3], seen[4]]) as usize;
+            if len > max {
+                return Err(CallError::TooLarge(max));
+            }
+            expected = Some(5 + len);
+        }
+        if let Some(n) = expected {
+            if seen.len() > n {
+                return Err(CallError::Transport(
+                    "the reply holds more than one message".into(),
+                ));
+            }
+        }
+    }
+    let mut whole = match first {
+        Some(f) => f,
+        None => buf.freeze(),
+    };
+    match expected {
+        Some(n) if whole.len() == n => {
+            whole.advance(5);
+            Ok(whole)
+        }
+        Some(_) => Err(CallError::Transport(
+            "the reply's message is cut short".into(),
+        )),
+        None if whole.is_empty() => Err(CallError::Transport(
+            "the backend answered OK without a message".into(),
+        )),
+        None => Err(CallError::Transport(
+            "the reply's frame is cut short".into(),
+        )),
+    }
+}
+
+/// The status in `headers` (`grpc-status`, `grpc-message` percent-decoded), if any.
+fn status_of(headers: &HeaderMap) -> Result<Option<Status>, CallError> {
+    let Some(code) = headers.get(&GRPC_STATUS) else {
+        return Ok(None);
+    };
+    let code = code
+        .to_str()
+        .ok()
+        .and_then(|c| c.parse::<i32>().ok())
+        .ok_or_else(|| CallError::Transport(format!("bad grpc-status {code:?}")))?;
+    let message = headers
+        .get(&GRPC_MESSAGE)
+        .map(|m| {
+            percent_encoding::percent_decode(m.as_bytes())
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+        .unwrap_or_default();
+    Ok(Some(Status::with_metadata(
+        Code::from_i32(code),
+        message,
+        tonic::metadata::MetadataMap::from_headers(headers.clone()),
+    )))
+}
+
+/// The gRPC code of a reply that is not gRPC, by its HTTP status (gRPC's
+/// `doc/http-grpc-status-mapping.md`).
+fn code_of_http_status(status: u16) -> Code {
+    match status {
+        400 => Code::Internal,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::Unimplemented,
+        429 | 502 | 503 | 504 => Code::Unavailable,
+        _ => Code::Unknown,
+    }
+}
+
+/// `grpc-timeout` for `timeout`: whole milliseconds rounded up (at most 8 digits, as the
+/// protocol allows), else whole seconds, else hours. Never indexed by HPACK: it changes
+/// with every call, and indexing it would only push the constant headers out of the table.
+fn grpc_timeout(timeout: Duration) -> HeaderValue {
+    const MAX: u128 = 99_999_999;
+    let ms = timeout.as_nanos().div_ceil(1_000_000).max(1);
+    let text = if ms <= MAX {
+        format!("{ms}m")
+    } else if ms.div_ceil(1000) <= MAX {
+        format!("{}S", ms.div_ceil(1000))
+    } else {
+        format!("{}H", ms.div_ceil(3_600_000).min(MAX))
+    };
+    // Digits and a unit are always a header value; the fallback is the longest deadline.
+    let mut value =
+        HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static("99999999H"));
+    value.set_sensitive(true);
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeout_fits_eight_digits_and_rounds_up() {
+        let t = |d: Duration| grpc_timeout(d).to_str().unwrap().to_owned();
+        assert_eq!(t(Duration::from_micros(1)), "1m");
+        assert_eq!(t(Duration::from_micros(1500)), "2m");
+        assert_eq!(t(Duration::from_secs(30)), "30000m");
+        assert_eq!(t(Duration::from_secs(100_000)), "100000S");
+        assert_eq!(t(Duration::from_secs(400_000_000)), "111112H");
+        assert!(grpc_timeout(Duration::from_secs(1)).is_sensitive());
+    }
+
+    #[test]
+    fn frames_are_length_prefixed() {
+        assert_eq!(&frame(b"abc")[..], &[0, 0, 0, 0, 3, b'a', b'b', b'c']);
+        assert_eq!(&frame(b"")[..], &[0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn statuses_come_from_grpc_status_and_grpc_message() {
+        let mut h = HeaderMap::new();
+        assert!(status_of(&h).unwrap().is_none());
+        h.insert(&GRPC_STATUS, HeaderValue::from_static("5"));
+        h.insert(
+            &GRPC_MESSAGE,
+            HeaderValue::from_static("order%2042%20not%20found"),
+        );
+        let s = status_of(&h).unwrap().unwrap();
+        assert_eq!(
+            (s.code(), s.message()),
+            (Code::NotFound, "order 42 not found")
+        );
+        h.insert(&GRPC_STATUS, HeaderValue::from_static("five"));
+        assert!(matches!(status_of(&h), Err(CallError::Transport(_))));
+    }
+
+    #[test]
+    fn http_statuses_map_as_grpc_says() {
+        for (http, code) in [
+            (400, Code::Internal),
+            (401, Code::Unauthenticated),
+            (403, Code::PermissionDenied),
+            (404, Code::Unimplemented),
+            (429, Code::Unavailable),
+            (502, Code::Unavailable),
+            (503, Code::Unavailable),
+            (504, Code::Unavailable),
+            (500, Code::Unknown),
+            (302, Code::Unknown),
+        ] {
+            assert_eq!(code_of_http_status(http), code, "{http}");
+        }
+    }
+
+    fn settings() -> ChannelSettings {
+        ChannelSettings {
+            connect_timeout: Duration::from_secs(1),
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn addresses_need_a_port() {
+        let s = settings();
+        assert!(GrpcChannel::new("127.0.0.1:50051", s).is_ok());
+        assert!(GrpcChannel::new("backend.internal:50051", s).is_ok());
+        assert!(GrpcChannel::new("127.0.0.1", s).is_err());
+        assert!(GrpcChannel::new("not a host:port", s).is_err());
+    }
+
+    /// How the test server answers a call.
+    #[derive(Clone, Copy, Debug)]
+    enum Answer {
+        /// The request's message back, then OK.
+        Echo,
+        /// Echo, then GOAWAY: the connection closes after the call.
+        EchoThenGoAway,
+        /// An HTTP status and no gRPC at all.
+        Http(u16),
+        /// A status in the headers and nothing else.
+        TrailersOnly(&'static str),
+        /// The message twice.
+        TwoMessages,
+        /// A message marked compressed.
+        Compressed,
+        /// `REFUSED_STREAM` before looking at the call.
+        Refuse,
+        /// Takes the call, then stops reading the connection (PINGs go unanswered).
+        Freeze,
+    }
+
+    /// A plaintext HTTP/2 server on a free loopback port answering every call as `answer`
+    /// says; counts the connections it accepts.
+    async fn server(answer: Answer) -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let count = connections.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut conn = h2::server::handshake(tcp).await.unwrap();
+                    while let Some(call) = conn.accept().await {
+                        let Ok((request, respond)) = call else { return };
+                        match answer {
+                            Answer::Freeze => {
+                                std::future::pending::<()>().await;
+                            }
+                            Answer::EchoThenGoAway => {
+                                tokio::spawn(reply(answer, request, respond));
+                                conn.graceful_shutdown();
+                            }
+                            _ => {
+                                tokio::spawn(reply(answer, request, respond));
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (addr, connections)
+    }
+
+    async fn reply(
+        answer: Answer,
+        request: http::Request<h2::RecvStream>,
+        mut respond: h2::server::SendResponse<Bytes>,
+    ) {
+        if let Answer::Refuse = answer {
+            respond.send_reset(h2::Reason::REFUSED_STREAM);
+            return;
+        }
+        let mut body = request.into_body();
+        let mut received = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            let _ = body.flow_control().release_capacity(chunk.len());
+            received.extend_from_slice(&chunk);
+        }
+        let grpc = |status: u16| {
+            http::Response::builder()
+                .status(status)
+                .header("content-type", "application/grpc")
+                .body(())
+                .unwrap()
+        };
+        let ok = || {
+            let mut t = HeaderMap::new();
+            t.insert(&GRPC_STATUS, HeaderValue::from_static("0"));
+            t
+        };
+        match answer {
+            Answer::Http(status) => {
+                respond.send_response(grpc(status), true).unwrap();
+            }
+            Answer::TrailersOnly(code) => {
+                let mut r = grpc(200);
+                r.headers_mut()
+                    .insert(&GRPC_STATUS, HeaderValue::from_static(code));
+                r.headers_mut()
+                    .insert(&GRPC_MESSAGE, HeaderValue::from_static("not%20here"));
+                respond.send_response(r, true).unwrap();
+            }
+            _ => {
+                let mut out = BytesMut::from(&received[..]);
+                match answer {
+                    Answer::TwoMessages => out.extend_from_slice(&received),
+                    Answer::Compressed => out[0] = 1,
+                    _ => {}
+                }
+                let mut stream = respond.send_response(grpc(200), false).unwrap();
+                stream.send_data(out.freeze(), false).unwrap();
+                stream.send_trailers(ok()).unwrap();
+            }
+        }
+    }
+
+    async fn call(channel: &GrpcChannel, message: &[u8]) -> Result<Reply, CallError> {
+        let path = PathAndQuery::from_static("/test.Echo/Echo");
+        let call = channel.unary(
+            &path,
+            HeaderMap::new(),
+            frame(message),
+            Duration::from_secs(5),
+            1024,
+        );
+        tokio::time::timeout(Duration::from_secs(5), call)
+            .await
+            .expect("the call ends")
+    }
+
+    #[tokio::test]
+    async fn calls_share_one_connection() {
+        let (addr, connections) = server(Answer::Echo).await;
+        let channel = GrpcChannel::new(&addr, settings()).unwrap();
+        for i in 0..5u8 {
+            let reply = call(&channel, &[i; 3]).await.unwrap();
+            assert_eq!(&reply.message[..], &[i; 3]);
+            assert_eq!(reply.headers["content-type"], "application/grpc");
+        }
+        assert_eq!(connections.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_closed_connection_is_dialled_again() {
+        let (addr, connections) = server(Answer::EchoThenGoAway).await;
+        let channel = GrpcChannel::new(&addr, settings()).unwrap();
+        for i in 0..3u8 {
+            let reply = call(&channel, &[i]).await.unwrap();
+            assert_eq!(&reply.message[..], &[i]);
+            // The GOAWAY arrives; the next call finds the connection closed.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(connections.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn nothing_listening_is_unreachable() {
+        let addr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        };
+        let channel = GrpcChannel::new(&addr, settings()).unwrap();
+        for _ in 0..2 {
+            match call(&channel, b"x").await {
+                Err(CallError::Unreachable(why)) => assert!(why.contains("tcp connect"), "{why}"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_stream_is_unreachable() {
+        let (addr, _) = server(Answer::Refuse).await;
+        let channel = GrpcChannel::new(&addr, settings()).unwrap();
+        assert!(matches!(
+            call(&channel, b"x").await,
+            Err(CallError::Unreachable(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn statuses_and_broken_replies() {
+        for (answer, check) in [
+            (
+                Answer::Http(404),
+                (|e: &CallError| matches!(e, CallError::Status(s) if s.code() == Code::Unimplemented))
+                    as fn(&CallError) -> bool,
+            ),
+            (
+                Answer::Http(503),
+                |e| matches!(e, CallError::Status(s) if s.code() == Code::Unavailable),
+            ),
+            (
+                Answer::TrailersOnly("5"),
+                |e| matches!(e, CallError::Status(s) if s.code() == Code::NotFound && s.message() == "not here"),
+            ),
+            (
+                Answer::TrailersOnly("0"),
+                |e| matches!(e, CallError::Status(s) if s.code() == Code::Internal),
+            ),
+            (
+                Answer::TwoMessages,
+                |e| matches!(e, CallError::Transport(w) if w.contains("more than one message")),
+            ),
+            (
+                Answer::Compressed,
+                |e| matches!(e, CallError::Transport(w) if w.contains("compressed")),
+            ),
+        ] {
+            let (addr, _) = server(answer).await;
+            let channel = GrpcChannel::new(&addr, settings()).unwrap();
+            let e = call(&channel, b"hello").await.unwrap_err();
+            assert!(check(&e), "{answer:?}: {e:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reply_over_the_limit_is_refused() {
+        let (addr, _) = server(Answer::Echo).await;
+        let channel = GrpcChannel::new(&addr, settings()).unwrap();
+        assert!(call(&channel, &[7; 1024]).await.is_ok());
+        assert!(matches!(
+            call(&channel, &[7; 1025]).await,
+            Err(CallError::TooLarge(1024))
+        ));
+        // The connection is still good.
+        assert!(call(&channel, b"ok").await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_backend_that_stops_answering_pings_is_dropped() {
+        let (addr, connections) = server(Answer::Freeze).await;
+        let channel = GrpcChannel::new(
+            &addr,
+            ChannelSettings {
+                keepalive_interval: Duration::from_millis(100),
+                keepalive_timeout: Duration::from_millis(200),
+                ..settings()
+            },
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        // No deadline on the call itself: only the keep-alive can end it.
+        match call(&channel, b"x").await {
+            Err(CallError::Transport(_)) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert!(channel.current().is_none(), "the connection is given up");
+        // The next call dials again.
+        let _ = tokio::time::timeout(Duration::from_millis(300), call(&channel, b"y")).await;
+        assert_eq!(connections.load(Ordering::SeqCst), 2);
+    }
+}
