@@ -9,14 +9,21 @@
 //! with another extension, and editor leftovers (`*~`, `*.swp`, `#*#`, `*.tmp`). The same
 //! layout is the registry's export and the gateway's disk snapshot (`crate::store`).
 //!
-//! The source polls a cheap fingerprint (path, length, mtime) every 250 ms and re-reads the
-//! tree when it changes; a file modified within the last two seconds is also re-read on each
-//! poll, so that two writes inside one mtime tick are not missed. A large tree waits longer
-//! between polls, [`PAUSE_PER_FILE`] per file it holds (up to [`MAX_INTERVAL`]): a poll
-//! costs a few µs per file, so polling stays near 2% of a core whatever the tree's size
-//! (10,000 APIs: 1.5 s between polls, where every 250 ms cost 13% of a core). The pause
-//! depends on the file count, not on how long a scan took, so a busy machine does not
-//! stretch it.
+//! The source checks a cheap fingerprint (path, length, mtime) and re-reads the tree when it
+//! changes; a file modified within the last two seconds is also re-read on each check, so
+//! that two writes inside one mtime tick are not missed.
+//!
+//! When to check: the operating system reports changes under the root ([`Watch`]: inotify
+//! on Linux, through the `notify` crate), and a change is checked at once, a burst of them
+//! (an export of the whole tree) as one check per [`EVENT_GAP`] (scaled by the tree's size
+//! as below). Besides, the tree is checked every [`WATCHED_INTERVAL`] in case a change was
+//! not reported (a network filesystem written from another host). Where no watch can be set
+//! up (the root is missing, the system's watch limit is reached), and while an entry cannot
+//! be read (a repair may change nothing that is reported), the source polls every 250 ms;
+//! a large tree waits longer between polls, [`PAUSE_PER_FILE`] per file it holds (up to
+//! [`MAX_INTERVAL`]): a check costs a few µs per file (10,000 APIs: 1.5 s between polls,
+//! where every 250 ms cost 13% of a core). The pause depends on the file count, not on how
+//! long a scan took, so a busy machine does not stretch it.
 
 use crate::source::ConfigSource;
 use crate::tree::{DocKind, Tree, MAX_DOCUMENT_BYTES};
@@ -46,6 +53,18 @@ pub fn pause_for(interval: Duration, files: usize) -> Duration {
         .min(MAX_INTERVAL)
         .max(interval)
 }
+
+/// How often a watched tree is checked anyway (changes the system did not report).
+pub const WATCHED_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The least time between two checks woken by reported changes (a small tree; a large one
+/// waits [`PAUSE_PER_FILE`] per file, as when polling), so that a burst of writes is read as
+/// one tree, not file by file.
+pub const EVENT_GAP: Duration = Duration::from_millis(100);
+
+/// How long a reported change settles before the check (create, write and close of one file
+/// arrive as three events).
+const SETTLE: Duration = Duration::from_millis(10);
 
 /// Files modified this recently are re-read on every poll (mtime granularity guard).
 const RECENT: Duration = Duration::from_secs(2);
@@ -329,6 +348,75 @@ fn has_recent(scan: &Scan) -> bool {
         .any(|e| now.saturating_sub(e.mtime_ns) < RECENT.as_nanos())
 }
 
+/// Change notification for a root directory and everything under it. Reads do not wake it
+/// (the source's own reads would); errors do (a queue overflow means changes were lost,
+/// which the check finds out).
+struct Watch {
+    _watcher: notify::RecommendedWatcher,
+    changed: mpsc::Receiver<()>,
+    /// The watched directory's identity: a root replaced by another directory (renamed
+    /// over) is watched again.
+    root_id: Option<(u64, u64)>,
+}
+
+impl Watch {
+    fn new(root: &Path) -> Option<Watch> {
+        use notify::event::{AccessKind, AccessMode, EventKind};
+        use notify::Watcher as _;
+        let root_id = dir_id(root);
+        let (tx, rx) = mpsc::channel(1);
+        let handler = move |event: notify::Result<notify::Event>| {
+            let wakes = match &event {
+                Ok(e) => match e.kind {
+                    EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+                    EventKind::Access(_) => false,
+                    _ => true,
+                },
+                Err(_) => true,
+            };
+            if wakes {
+                // Full: a wake-up is already pending.
+                let _ = tx.try_send(());
+            }
+        };
+        let mut watcher = match notify::recommended_watcher(handler) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::debug!(root = %root.display(), error = %e, "no change notification; polling");
+                return None;
+            }
+        };
+        if let Err(e) = watcher.watch(root, notify::RecursiveMode::Recursive) {
+            tracing::debug!(root = %root.display(), error = %e, "cannot watch the configuration directory; polling");
+            return None;
+        }
+        Some(Watch {
+            _watcher: watcher,
+            changed: rx,
+            root_id,
+        })
+    }
+
+    /// Whether the directory at `root` is still the one watched.
+    fn still_watches(&self, root: &Path) -> bool {
+        self.root_id.is_some() && dir_id(root) == self.root_id
+    }
+}
+
+/// A directory's (device, inode).
+fn dir_id(path: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
 #[async_trait::async_trait]
 impl ConfigSource for DirSource {
     fn describe(&self) -> String {
@@ -340,6 +428,7 @@ impl ConfigSource for DirSource {
         let mut last_content = None;
         let mut last_generation = 0u64;
         let mut last_error: Option<String> = None;
+        let mut watch: Option<Watch> = None;
         loop {
             let root = self.root.clone();
             let prev_fp = last_fp.clone();
@@ -361,7 +450,8 @@ impl ConfigSource for DirSource {
                     Ok(Some((fp, read_entries(&scan))))
                 })
                 .await;
-            let pause = pause_for(self.interval, files.load(Ordering::Relaxed));
+            let files = files.load(Ordering::Relaxed);
+            let readable = matches!(polled, Ok(Ok(_)));
             match polled {
                 Ok(Ok(None)) => {}
                 Ok(Ok(Some((fp, mut tree)))) => {
@@ -391,9 +481,41 @@ impl ConfigSource for DirSource {
                 }
                 Err(e) => tracing::warn!(error = %e, "configuration directory poll task failed"),
             }
+            if !readable || watch.as_ref().is_some_and(|w| !w.still_watches(&self.root)) {
+                watch = None;
+            }
+            if readable && watch.is_none() {
+                watch = Watch::new(&self.root);
+            }
+            let unreadable_entries = last_content
+                .as_ref()
+                .is_some_and(|(_, unreadable): &(_, BTreeMap<_, _>)| !unreadable.is_empty());
+            let polling = pause_for(self.interval, files);
+            let pause = match &watch {
+                Some(_) if !unreadable_entries => WATCHED_INTERVAL.max(self.interval),
+                _ => polling,
+            };
+            let checked = tokio::time::Instant::now();
+            let reported = async {
+                match watch.as_mut() {
+                    Some(w) => w.changed.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = updates.closed() => return,
                 () = tokio::time::sleep(pause) => {}
+                Some(()) = reported => {
+                    let gap = pause_for(EVENT_GAP, files).min(pause);
+                    let wait = gap.saturating_sub(checked.elapsed()).max(SETTLE);
+                    tokio::select! {
+                        () = updates.closed() => return,
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                    if let Some(w) = watch.as_mut() {
+                        while w.changed.try_recv().is_ok() {}
+                    }
+                }
             }
         }
     }
@@ -616,6 +738,69 @@ mod tests {
             .await
             .expect("run ends when the receiver goes")
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_reported_change_is_read_long_before_the_next_poll() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path().to_path_buf();
+        write(&r, "apis/a.json", "{\"v\":1}");
+        // Polling alone would see nothing for a minute.
+        let src = DirSource::new(&r).with_interval(Duration::from_secs(60));
+        let (tx, mut rx) = mpsc::channel(4);
+        let task = tokio::spawn(async move { src.run(tx).await });
+        let t1 = next(&mut rx).await;
+        assert_eq!(t1.docs["apis/a"], b"{\"v\":1}");
+        // Give the watch a moment to be set up after the first read.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for v in 2..5 {
+            let started = std::time::Instant::now();
+            write(&r, "apis/a.json", &format!("{{\"v\":{v}}}"));
+            let t = next(&mut rx).await;
+            assert_eq!(t.docs["apis/a"], format!("{{\"v\":{v}}}").as_bytes());
+            assert!(started.elapsed() < Duration::from_secs(5));
+        }
+        // A whole tree written at once arrives as few trees, the last one complete.
+        for i in 0..200 {
+            write(&r, &format!("apis/b{i}.json"), "{}");
+        }
+        let mut trees = 0;
+        loop {
+            let t = next(&mut rx).await;
+            trees += 1;
+            if t.docs.len() == 201 {
+                break;
+            }
+        }
+        assert!(trees < 20, "{trees} trees for one burst");
+        drop(rx);
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_root_replaced_by_another_directory_is_watched_again() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path().join("tree");
+        write(&r, "apis/a.json", "{}");
+        let src = DirSource::new(&r).with_interval(Duration::from_secs(60));
+        let (tx, mut rx) = mpsc::channel(4);
+        let task = tokio::spawn(async move { src.run(tx).await });
+        assert!(next(&mut rx).await.docs.contains_key("apis/a"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Replaced the way a deployment swaps a directory: the old one moved away, the new
+        // one moved in.
+        let new = d.path().join("tree.new");
+        write(&new, "apis/b.json", "{}");
+        fs::rename(&r, d.path().join("tree.old")).unwrap();
+        fs::rename(&new, &r).unwrap();
+        let t = next(&mut rx).await;
+        assert!(t.docs.contains_key("apis/b") && !t.docs.contains_key("apis/a"));
+        // And changes in the new one are reported.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        write(&r, "apis/c.json", "{}");
+        assert!(next(&mut rx).await.docs.contains_key("apis/c"));
+        drop(rx);
+        task.await.unwrap();
     }
 
     #[tokio::test]

@@ -685,6 +685,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn large_messages_wait_for_flow_control_both_ways() {
+        let (addr, _) = server(Answer::Echo).await;
+        let channel = GrpcChannel::new(&addr, settings()).unwrap();
+        // Larger than HTTP/2's default window of 64 KiB (the server's, for the request).
+        let message: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let path = PathAndQuery::from_static("/test.Echo/Echo");
+        for _ in 0..3 {
+            let call = channel.unary(
+                &path,
+                HeaderMap::new(),
+                frame(&message),
+                Duration::from_secs(5),
+                1 << 20,
+            );
+            let reply = tokio::time::timeout(Duration::from_secs(5), call)
+                .await
+                .expect("the call ends")
+                .unwrap();
+            assert_eq!(reply.message.len(), message.len());
+            assert!(reply.message[..] == message[..]);
+        }
+    }
+
+    #[tokio::test]
     async fn a_closed_connection_is_dialled_again() {
         let (addr, connections) = server(Answer::EchoThenGoAway).await;
         let channel = GrpcChannel::new(&addr, settings()).unwrap();
