@@ -136,6 +136,10 @@ pub struct Plane {
     /// Unix ms when the applied config was built.
     pub applied_at_ms: AtomicU64,
     pub reload: ReloadStatus,
+    /// Runtimes replaced by [`Plane::apply`] that requests in flight may still hold: they
+    /// are dropped here, off the traffic threads, once nothing else holds them
+    /// ([`Plane::release_retired`]).
+    retired: std::sync::Mutex<Vec<Arc<Runtime>>>,
 }
 
 impl Plane {
@@ -160,6 +164,7 @@ impl Plane {
             source: ArcSwap::from_pointee(String::from("none")),
             applied_at_ms: AtomicU64::new(0),
             reload: ReloadStatus::default(),
+            retired: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -202,6 +207,35 @@ impl Plane {
         self.ready.store(true, Ordering::Release);
         self.applied_at_ms
             .store(portico_control::clock::now_ms(), Ordering::Relaxed);
+        self.retire(previous);
+    }
+
+    /// Keeps a replaced runtime until nothing else holds it, so that its last holder is
+    /// not a request: dropping a runtime of 10,000 APIs takes ≈ 23 million instructions
+    /// (its route tree, per-API state), which would stall the traffic thread that happened
+    /// to finish the last request on it (benches/RESULTS.md, "10,000 APIs vs 10 APIs").
+    fn retire(&self, runtime: Arc<Runtime>) {
+        self.retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(runtime);
+        self.release_retired();
+    }
+
+    /// Drops the replaced runtimes nothing else holds any more (at each apply, and from the
+    /// housekeeping every few seconds); returns how many are still held.
+    pub fn release_retired(&self) -> usize {
+        let released: Vec<Arc<Runtime>> = {
+            let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+            let (free, held) = std::mem::take(&mut *retired)
+                .into_iter()
+                .partition(|rt| Arc::strong_count(rt) == 1);
+            *retired = held;
+            free
+        };
+        // Dropped outside the lock.
+        drop(released);
+        self.retired.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// The documents refused by the applied snapshot, and the failed build of a newer tree if
@@ -215,8 +249,10 @@ impl Plane {
         out
     }
 
-    /// Periodic upkeep off the request path: limiter cleanup and state gauges.
+    /// Periodic upkeep off the request path: limiter cleanup, replaced runtimes released,
+    /// state gauges.
     pub fn housekeeping(&self) {
+        self.release_retired();
         self.carried.limiters.housekeeping();
         self.carried
             .replay
@@ -432,6 +468,25 @@ mod tests {
         let text = plane.shared.metrics.render();
         assert!(!text.contains(r#"api="gone",plane="live"} 0"#), "{text}");
         assert!(text.contains(r#"portico_breaker_state{api="a",plane="live"} 0"#));
+    }
+
+    #[test]
+    fn a_replaced_runtime_is_dropped_by_the_plane_not_by_its_last_request() {
+        let plane = plane();
+        plane.apply(Arc::new(build_snapshot(&tree(&[]), None)));
+        // Every runtime replaced while nothing held it is gone at once.
+        assert_eq!(plane.release_retired(), 0);
+        // A request in flight holds the current runtime across a reload.
+        let held = plane.current.load_full();
+        let watch = Arc::downgrade(&held);
+        plane.apply(Arc::new(build_snapshot(&tree(&[]), None)));
+        assert_eq!(plane.release_retired(), 1, "still held by the request");
+        // The request ends (on a traffic thread): the runtime outlives it ...
+        std::thread::spawn(move || drop(held)).join().unwrap();
+        assert!(watch.upgrade().is_some());
+        // ... until the plane releases it.
+        assert_eq!(plane.release_retired(), 0);
+        assert!(watch.upgrade().is_none());
     }
 
     #[test]
