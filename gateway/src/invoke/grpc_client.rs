@@ -3,7 +3,9 @@
 //! directly.
 //!
 //! A [`GrpcChannel`] is one endpoint's connection, dialled on first use and dialled again
-//! once it has closed (the backend went away, sent GOAWAY, or stopped answering PINGs). Its
+//! once it has closed (the backend went away, sent GOAWAY, or stopped answering PINGs).
+//! One call dials at a time; the calls waiting for it take its outcome, a failure included
+//! (so an endpoint that drops SYNs costs them one connect timeout, not one each in turn). Its
 //! calls are multiplexed on it: a call takes a handle to the connection, opens a stream,
 //! sends the request's HEADERS and its one DATA frame, and reads the reply's HEADERS, DATA
 //! and trailers; nothing is buffered or re-scheduled between the caller and the connection
@@ -90,6 +92,12 @@ pub struct GrpcChannel {
     live: Mutex<Option<Live>>,
     /// Held while dialling, so concurrent first calls make one connection.
     dialling: tokio::sync::Mutex<()>,
+    /// The last dial that failed: when, and why. Calls that were waiting for it take its
+    /// outcome instead of dialling again one after another (an endpoint that drops SYNs
+    /// would otherwise hold each for the whole connect timeout in turn).
+    failed: Mutex<Option<(tokio::time::Instant, String)>>,
+    /// Dials attempted (for the tests).
+    dials: AtomicUsize,
 }
 
 /// The connection in use: a handle to open streams on it, and its shared state.
@@ -138,6 +146,8 @@ impl GrpcChannel {
             settings,
             live: Mutex::new(None),
             dialling: tokio::sync::Mutex::new(()),
+            failed: Mutex::new(None),
+            dials: AtomicUsize::new(0),
         })
     }
 
@@ -247,7 +257,10 @@ impl GrpcChannel {
             }
         };
         let (response, mut stream) = send.send_request(request, false).map_err(|e| {
-            state.closed.store(true, Ordering::Relaxed);
+            // The connection went away since `ready` (not a header h2 refuses to send).
+            if e.is_go_away() || e.is_io() {
+                state.closed.store(true, Ordering::Relaxed);
+            }
             CallError::Unreachable(format!(
                 "the connection failed before the call went out: {e}"
             ))
@@ -268,20 +281,38 @@ impl GrpcChannel {
 
     /// Dials (or waits for a concurrent call's dial) and installs the new connection.
     async fn connect(&self) -> Result<Live, String> {
+        let asked = tokio::time::Instant::now();
         let _dialling = self.dialling.lock().await;
         if let Some(live) = self.current() {
             return Ok(live);
         }
-        let live = tokio::time::timeout(self.settings.connect_timeout, self.dial())
+        if let Some((at, why)) = &*self.failed.lock().unwrap_or_else(|e| e.into_inner()) {
+            if *at >= asked {
+                // A dial that failed while this call waited for it.
+                return Err(why.clone());
+            }
+        }
+        self.dials.fetch_add(1, Ordering::Relaxed);
+        let dialled = tokio::time::timeout(self.settings.connect_timeout, self.dial())
             .await
             .map_err(|_| {
                 format!(
                     "no connection within {} ms",
                     self.settings.connect_timeout.as_millis()
                 )
-            })??;
-        *self.live.lock().unwrap_or_else(|e| e.into_inner()) = Some(live.clone());
-        Ok(live)
+            })
+            .and_then(|r| r);
+        match dialled {
+            Ok(live) => {
+                *self.live.lock().unwrap_or_else(|e| e.into_inner()) = Some(live.clone());
+                Ok(live)
+            }
+            Err(why) => {
+                *self.failed.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((tokio::time::Instant::now(), why.clone()));
+                Err(why)
+            }
+        }
     }
 
     async fn dial(&self) -> Result<Live, String> {
@@ -734,6 +765,70 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+    }
+
+    #[tokio::test]
+    async fn calls_waiting_on_a_dial_that_fails_share_its_outcome() {
+        // A listener that never accepts, its queue filled: further SYNs are dropped, as by
+        // a host that is down behind a firewall.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(1).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut queued = Vec::new();
+        for _ in 0..4 {
+            if let Ok(Ok(s)) = tokio::time::timeout(
+                Duration::from_millis(200),
+                tokio::net::TcpStream::connect(addr),
+            )
+            .await
+            {
+                queued.push(s);
+            }
+        }
+        let probe = tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await;
+        if probe.is_ok() {
+            // `net.ipv4.tcp_abort_on_overflow` answers RST instead: nothing hangs here.
+            eprintln!("this kernel does not drop SYNs past a full accept queue; skipped");
+            return;
+        }
+        let channel = Arc::new(
+            GrpcChannel::new(
+                &addr.to_string(),
+                ChannelSettings {
+                    connect_timeout: Duration::from_millis(300),
+                    ..settings()
+                },
+            )
+            .unwrap(),
+        );
+        let calls: Vec<_> = (0..5)
+            .map(|_| {
+                let channel = channel.clone();
+                tokio::spawn(async move { call(&channel, b"x").await })
+            })
+            .collect();
+        for c in calls {
+            match c.await.unwrap() {
+                Err(CallError::Unreachable(why)) => {
+                    assert!(why.contains("no connection within 300 ms"), "{why}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            channel.dials.load(Ordering::Relaxed),
+            1,
+            "one dial for five calls"
+        );
+        // A later call dials again.
+        let _ = call(&channel, b"x").await;
+        assert_eq!(channel.dials.load(Ordering::Relaxed), 2);
+        drop(queued);
     }
 
     #[tokio::test]
