@@ -35,13 +35,45 @@ pub fn zk_home() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/usr/share/zookeeper"))
 }
 
-/// A free TCP port on 127.0.0.1 (bound once and released, so it is free at the time of the call).
+/// A free TCP port on 127.0.0.1 for a server a test starts: bound once and released, so it
+/// is free at the time of the call. It is chosen *below* the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`, where outgoing connections take their local ports), so
+/// that no test's client connection can take it before the server binds it (a port from
+/// `bind(0)` is an ephemeral one, and under parallel tests one was taken that way), and one
+/// process never hands out the same port twice.
 pub fn free_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_start);
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    if high > low + 1_000 {
+        let random = std::collections::hash_map::RandomState::new();
+        for attempt in 0u64..2_000 {
+            let mut h = random.build_hasher();
+            h.write_u64(attempt);
+            let port = low + (h.finish() % u64::from(high - low)) as u16;
+            if given.contains(&port) {
+                continue;
+            }
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                given.insert(port);
+                return port;
+            }
+        }
+    }
+    // No room below the ephemeral range: any free port.
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0 to find a free port");
-    listener
+    let port = listener
         .local_addr()
         .expect("local_addr of a bound listener")
-        .port()
+        .port();
+    given.insert(port);
+    port
 }
 
 /// Polls `condition` every 10 ms until it holds or `timeout` passes; returns whether it held.
@@ -855,6 +887,27 @@ impl Drop for Redis {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_ports_are_below_the_ephemeral_range_and_never_repeated() {
+        let start: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(32768);
+        let ports: Vec<u16> = (0..200).map(|_| free_port()).collect();
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len(), "a port handed out twice");
+        if start > 11_000 {
+            assert!(
+                ports.iter().all(|p| *p < start),
+                "{ports:?} (ephemeral from {start})"
+            );
+        }
+        // Each is free: a server can bind it.
+        for p in ports.iter().take(20) {
+            TcpListener::bind(("127.0.0.1", *p)).unwrap();
+        }
+    }
 
     #[test]
     fn start_zkcli_pause_restart() {
