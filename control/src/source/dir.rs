@@ -651,9 +651,7 @@ mod tests {
         let r = d.path().to_path_buf();
         write(&r, "switches/a.json", "{}");
         std::os::unix::fs::symlink("b.json", r.join("switches/b.json")).unwrap();
-        let src = DirSource::new(&r).with_interval(Duration::from_millis(10));
-        let (tx, mut rx) = mpsc::channel(4);
-        let task = tokio::spawn(async move { src.run(tx).await });
+        let (mut rx, task) = start(&r, Duration::from_millis(10));
         let t1 = next(&mut rx).await;
         assert!(t1.docs.contains_key("switches/a"));
         assert!(t1.unreadable.contains_key("switches/b"));
@@ -688,6 +686,16 @@ mod tests {
         assert_eq!(file_path_for("apis/.hidden"), None);
         assert_eq!(file_path_for("nodes/x"), None);
         assert_eq!(file_path_for("apis/a\\b"), None);
+    }
+
+    /// Runs a source on `root` checked every `interval`: its trees, and its task.
+    fn start(
+        root: &Path,
+        interval: Duration,
+    ) -> (mpsc::Receiver<Tree>, tokio::task::JoinHandle<()>) {
+        let src = DirSource::new(root).with_interval(interval);
+        let (tx, rx) = mpsc::channel(4);
+        (rx, tokio::spawn(async move { src.run(tx).await }))
     }
 
     async fn next(rx: &mut mpsc::Receiver<Tree>) -> Tree {
@@ -746,9 +754,7 @@ mod tests {
         let r = d.path().to_path_buf();
         write(&r, "apis/a.json", "{\"v\":1}");
         // Polling alone would see nothing for a minute.
-        let src = DirSource::new(&r).with_interval(Duration::from_secs(60));
-        let (tx, mut rx) = mpsc::channel(4);
-        let task = tokio::spawn(async move { src.run(tx).await });
+        let (mut rx, task) = start(&r, Duration::from_secs(60));
         let t1 = next(&mut rx).await;
         assert_eq!(t1.docs["apis/a"], b"{\"v\":1}");
         // Give the watch a moment to be set up after the first read.
@@ -782,9 +788,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let r = d.path().join("tree");
         write(&r, "apis/a.json", "{}");
-        let src = DirSource::new(&r).with_interval(Duration::from_secs(60));
-        let (tx, mut rx) = mpsc::channel(4);
-        let task = tokio::spawn(async move { src.run(tx).await });
+        let (mut rx, task) = start(&r, Duration::from_secs(60));
         assert!(next(&mut rx).await.docs.contains_key("apis/a"));
         tokio::time::sleep(Duration::from_millis(100)).await;
         // Replaced the way a deployment swaps a directory: the old one moved away, the new
@@ -807,9 +811,7 @@ mod tests {
     async fn waits_for_a_missing_root() {
         let d = tempfile::tempdir().unwrap();
         let r = d.path().join("later");
-        let src = DirSource::new(&r).with_interval(Duration::from_millis(10));
-        let (tx, mut rx) = mpsc::channel(4);
-        let task = tokio::spawn(async move { src.run(tx).await });
+        let (mut rx, task) = start(&r, Duration::from_millis(10));
         assert!(rx.try_recv().is_err());
         write(&r, "apis/a.json", "{}");
         let t = next(&mut rx).await;
