@@ -33,9 +33,12 @@ use h2::client::SendRequest;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, TE};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, Method, Request, Uri};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::{Code, Status};
 
 /// The receive window per stream: a reply up to this size arrives without waiting for a
@@ -107,12 +110,121 @@ struct Live {
     state: Arc<ConnState>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct ConnState {
     /// Set when the connection's task has ended, or a call found it unusable.
     closed: AtomicBool,
     /// Calls in flight (the keep-alive pings only while there are some).
     in_flight: AtomicUsize,
+    /// Writes to the socket so far ([`Counted`]).
+    writes: AtomicU64,
+    /// `writes` when the socket ended: its read side reached the end or failed, or a write
+    /// failed (the backend closed or reset the connection); `u64::MAX` while it works.
+    ended_at: AtomicU64,
+}
+
+impl Default for ConnState {
+    fn default() -> Self {
+        ConnState {
+            closed: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            writes: AtomicU64::new(0),
+            ended_at: AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
+impl ConnState {
+    /// Whether the socket ended before anything was written after `queued_at` (a value of
+    /// `writes`): then a stream queued at that point never reached the backend. This is how
+    /// a backend that went away while the connection sat idle is found by the next call:
+    /// h2 reads the socket before it writes queued streams, and the write of the call's
+    /// frames to a reset socket fails whole.
+    fn ended_before_write(&self, queued_at: u64) -> bool {
+        self.ended_at.load(Ordering::Acquire) <= queued_at
+    }
+
+    /// Notes that the socket ended (the first time only).
+    fn end(&self) {
+        let writes = self.writes.load(Ordering::Acquire);
+        let _ =
+            self.ended_at
+                .compare_exchange(u64::MAX, writes, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+/// The connection's socket, counting writes and noting when it ends, so a call
+/// failed by the connection can tell whether any of it was sent ([`ConnState::ended_before_write`]).
+#[derive(Debug)]
+struct Counted {
+    io: tokio::net::TcpStream,
+    state: Arc<ConnState>,
+}
+
+impl Counted {
+    fn wrote(&self, r: Poll<std::io::Result<usize>>) -> Poll<std::io::Result<usize>> {
+        match &r {
+            Poll::Ready(Ok(n)) if *n > 0 => {
+                self.state.writes.fetch_add(1, Ordering::Release);
+            }
+            Poll::Ready(Err(_)) => self.state.end(),
+            _ => {}
+        }
+        r
+    }
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let room = buf.remaining() > 0;
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        let ended = match &r {
+            Poll::Ready(Ok(())) => room && buf.filled().len() == before,
+            Poll::Ready(Err(_)) => true,
+            Poll::Pending => false,
+        };
+        if ended {
+            self.state.end();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Counted {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.wrote(r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.wrote(r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }
 
 /// Counts a call in flight for as long as it lives.
@@ -171,15 +283,11 @@ impl GrpcChannel {
         *request.uri_mut() = self.uri(path)?;
         *request.headers_mut() = headers;
 
-        let (response, state) = self.open(request, frame).await?;
+        let (response, state, queued_at) = self.open(request, frame).await?;
         let _in_flight = InFlight::enter(&state);
-        let response = response.await.map_err(|e| {
-            if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
-                CallError::Unreachable(format!("the backend refused the stream: {e}"))
-            } else {
-                CallError::Transport(e.to_string())
-            }
-        })?;
+        let response = response
+            .await
+            .map_err(|e| failed_before_reply(e, &state, queued_at))?;
         let (parts, mut body) = response.into_parts();
         if parts.status != http::StatusCode::OK {
             // Not a gRPC reply (a proxy's, or a plain HTTP server's).
@@ -230,7 +338,7 @@ impl GrpcChannel {
         &self,
         request: Request<()>,
         frame: Bytes,
-    ) -> Result<(h2::client::ResponseFuture, Arc<ConnState>), CallError> {
+    ) -> Result<(h2::client::ResponseFuture, Arc<ConnState>, u64), CallError> {
         let mut fresh = false;
         let (mut send, state) = loop {
             let live = match self.current() {
@@ -256,6 +364,7 @@ impl GrpcChannel {
                 }
             }
         };
+        let queued_at = state.writes.load(Ordering::Acquire);
         let (response, mut stream) = send.send_request(request, false).map_err(|e| {
             // The connection went away since `ready` (not a header h2 refuses to send).
             if e.is_go_away() || e.is_io() {
@@ -268,7 +377,7 @@ impl GrpcChannel {
         stream
             .send_data(frame, true)
             .map_err(|e| CallError::Transport(e.to_string()))?;
-        Ok((response, state))
+        Ok((response, state, queued_at))
     }
 
     /// The open connection, if any.
@@ -320,6 +429,11 @@ impl GrpcChannel {
             .await
             .map_err(|e| format!("tcp connect error: {e}"))?;
         let _ = tcp.set_nodelay(true);
+        let state = Arc::new(ConnState::default());
+        let tcp = Counted {
+            io: tcp,
+            state: state.clone(),
+        };
         let (send, mut connection) = h2::client::Builder::new()
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
@@ -328,7 +442,6 @@ impl GrpcChannel {
             .handshake::<_, Bytes>(tcp)
             .await
             .map_err(|e| format!("HTTP/2 handshake failed: {e}"))?;
-        let state = Arc::new(ConnState::default());
         let ping = connection.ping_pong();
         tokio::spawn(drive(
             connection,
@@ -343,7 +456,7 @@ impl GrpcChannel {
 
 /// The connection's task: its I/O, and the keep-alive pings while calls are in flight.
 async fn drive(
-    connection: h2::client::Connection<tokio::net::TcpStream, Bytes>,
+    connection: h2::client::Connection<Counted, Bytes>,
     mut ping: Option<h2::PingPong>,
     state: Arc<ConnState>,
     addr: String,
@@ -378,6 +491,28 @@ async fn drive(
     match why {
         Some(why) => tracing::info!(addr = %addr, "gRPC connection closed: {why}"),
         None => tracing::debug!(addr = %addr, "gRPC connection closed"),
+    }
+}
+
+/// What a stream that failed before its reply's headers means: the backend did not take
+/// the call ([`CallError::Unreachable`], so another endpoint may be tried) when it refused
+/// the stream, when its GOAWAY named an earlier last stream (RFC 9113 §6.8: streams above it
+/// were not processed), or when it closed the connection before any of the call was
+/// written (`queued_at`, [`ConnState::ended_before_write`]); otherwise the call may have
+/// reached it ([`CallError::Transport`]).
+fn failed_before_reply(e: h2::Error, state: &ConnState, queued_at: u64) -> CallError {
+    if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
+        CallError::Unreachable(format!("the backend refused the stream: {e}"))
+    } else if e.is_go_away() && e.is_remote() {
+        CallError::Unreachable(format!(
+            "the backend is going away and did not take the call: {e}"
+        ))
+    } else if e.is_io() && state.ended_before_write(queued_at) {
+        CallError::Unreachable(format!(
+            "the backend closed the connection before the call was sent: {e}"
+        ))
+    } else {
+        CallError::Transport(e.to_string())
     }
 }
 
@@ -839,6 +974,118 @@ mod tests {
             call(&channel, b"x").await,
             Err(CallError::Unreachable(_))
         ));
+    }
+
+    /// What the hand-written server does with a call's HEADERS.
+    #[derive(Clone, Copy, Debug)]
+    enum Raw {
+        /// GOAWAY naming no stream as processed (a server shutting down).
+        GoAway,
+        /// Closes the connection at once.
+        Close,
+        /// `REFUSED_STREAM`; then, when the test says so, closes the connection.
+        RefuseThenCloseWhenTold,
+    }
+
+    /// A hand-written HTTP/2 server on a thread of its own, for the orderings h2's server
+    /// cannot be made to produce; it takes one connection.
+    fn raw_server(mode: Raw) -> (String, std::sync::mpsc::Sender<()>) {
+        use std::io::{Read, Write};
+        fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+            let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+            f.extend_from_slice(&[kind, flags]);
+            f.extend_from_slice(&stream.to_be_bytes());
+            f.extend_from_slice(payload);
+            f
+        }
+        const HEADERS: u8 = 1;
+        const RST_STREAM: u8 = 3;
+        const SETTINGS: u8 = 4;
+        const GOAWAY: u8 = 7;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tell, told) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            let (mut tcp, _) = listener.accept().unwrap();
+            let mut preface = [0u8; 24];
+            tcp.read_exact(&mut preface).unwrap();
+            tcp.write_all(&frame(SETTINGS, 0, 0, &[])).unwrap();
+            loop {
+                let mut head = [0u8; 9];
+                if tcp.read_exact(&mut head).is_err() {
+                    return;
+                }
+                let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+                let mut payload = vec![0; len];
+                if tcp.read_exact(&mut payload).is_err() {
+                    return;
+                }
+                let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+                match (head[3], mode) {
+                    (SETTINGS, _) if head[4] & 1 == 0 => {
+                        tcp.write_all(&frame(SETTINGS, 1, 0, &[])).unwrap();
+                    }
+                    (HEADERS, Raw::GoAway) => {
+                        // Last stream 0, NO_ERROR.
+                        tcp.write_all(&frame(GOAWAY, 0, 0, &[0; 8])).unwrap();
+                    }
+                    (HEADERS, Raw::Close) => return,
+                    (HEADERS, Raw::RefuseThenCloseWhenTold) => {
+                        let refused = 7u32.to_be_bytes();
+                        tcp.write_all(&frame(RST_STREAM, 0, stream, &refused))
+                            .unwrap();
+                        let _ = told.recv();
+                        return;
+                    }
+                    _ => {}
+                }
+            }
+        });
+        (addr, tell)
+    }
+
+    #[tokio::test]
+    async fn a_stream_above_the_goaway_last_stream_is_unreachable() {
+        let (addr, _) = raw_server(Raw::GoAway);
+        let channel = GrpcChannel::new(&addr, settings()).unwrap();
+        match call(&channel, b"x").await {
+            Err(CallError::Unreachable(why)) => assert!(why.contains("going away"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_backend_closed_before_the_call_went_out_is_unreachable() {
+        let (addr, close) = raw_server(Raw::RefuseThenCloseWhenTold);
+        let channel = GrpcChannel::new(&addr, settings()).unwrap();
+        // The refusal leaves the connection open.
+        assert!(matches!(
+            call(&channel, b"1").await,
+            Err(CallError::Unreachable(_))
+        ));
+        close.send(()).unwrap();
+        // The backend's end arrives while the connection's task cannot run (this runtime
+        // has one thread, blocked here): the next call is queued on a connection that
+        // still looks open, as when a backend goes away between two calls.
+        std::thread::sleep(Duration::from_millis(200));
+        match call(&channel, b"2").await {
+            Err(CallError::Unreachable(why)) => {
+                assert!(why.contains("before the call was sent"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(channel.dials.load(Ordering::SeqCst), 1, "one connection");
+    }
+
+    #[tokio::test]
+    async fn a_connection_closed_after_the_call_went_out_is_a_transport_failure() {
+        let (addr, _) = raw_server(Raw::Close);
+        let channel = GrpcChannel::new(&addr, settings()).unwrap();
+        // The call may have reached the backend: not to be tried elsewhere.
+        match call(&channel, b"x").await {
+            Err(CallError::Transport(_)) => {}
+            other => panic!("{other:?}"),
+        }
     }
 
     #[tokio::test]
