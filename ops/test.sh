@@ -133,6 +133,13 @@ done
 if [ "$tfailed" -gt 0 ]; then
     echo "  failing tests:"
     grep -E '^test .* \.\.\. FAILED$' "$logdir/test.log" | sed 's/^test /    /; s/ \.\.\. FAILED$//' || true
+    # Why, in a few lines each (the whole output is in the log): the failing tests' panics.
+    echo "  why (the first lines of each failing test's panic):"
+    grep -a -E '^test .* \.\.\. FAILED$' "$logdir/test.log" | sed 's/^test //; s/ \.\.\. FAILED$//' | head -n 10 |
+        while read -r name; do
+            grep -a -A4 -F "thread '$name' " "$logdir/test.log" |
+                grep -a -v -E '^(stack backtrace:|note: run with|--$)' | head -n 8 | sed 's/^/    /'
+        done || true
 fi
 if [ "$ignored" -gt 0 ]; then echo "  ($ignored ignored)"; fi
 if [ "$failed" -ne 0 ]; then
