@@ -9,6 +9,7 @@
 //! is what the node knows of the other gateways (membership, Redis).
 
 pub mod admin;
+pub mod deadline;
 pub mod edge;
 pub mod error;
 pub mod fleet;

@@ -267,6 +267,11 @@ async fn read_body(session: &mut Session, limit: u64) -> Result<Bytes, GatewayEr
             format!("request body larger than {limit} bytes"),
         )
     };
+    if session.is_body_empty() {
+        // No body by the request's framing (RFC 9112 §6.3: a GET without Content-Length
+        // or Transfer-Encoding): nothing to read, and no deadline that could fire.
+        return Ok(Bytes::new());
+    }
     if let Some(len) = session
         .req_header()
         .headers
@@ -289,11 +294,11 @@ async fn read_body(session: &mut Session, limit: u64) -> Result<Bytes, GatewayEr
         }
         Ok(())
     };
-    match tokio::time::timeout(BODY_READ_DEADLINE, read).await {
-        Err(_) => Err(GatewayError::bad_request(
+    match crate::deadline::within(BODY_READ_DEADLINE, read).await {
+        None => Err(GatewayError::bad_request(
             "request body not received in time",
         )),
-        Ok(r) => r.map(|()| buf.freeze()),
+        Some(r) => r.map(|()| buf.freeze()),
     }
 }
 

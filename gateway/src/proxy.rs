@@ -323,9 +323,9 @@ async fn bounded(
 ) -> pingora_error::Result<()> {
     match limit {
         None => write.await,
-        Some(limit) => match tokio::time::timeout(limit, write).await {
-            Ok(r) => r,
-            Err(_) => Error::e_explain(
+        Some(limit) => match crate::deadline::within(limit, write).await {
+            Some(r) => r,
+            None => Error::e_explain(
                 ErrorType::WriteTimedout,
                 format!("writing the response took longer than {limit:?}"),
             ),

@@ -13,6 +13,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("request_id", 0),
     ("observe", 0),
     ("tls", 0),
+    ("deadline", 0),
     ("model", 1),
     ("fleet", 1),
     ("edge", 2),

@@ -466,9 +466,9 @@ pub async fn write_bounded(
     write: impl Future<Output = pingora_error::Result<()>>,
 ) -> Result<(), GatewayError> {
     match limit {
-        Some(limit) => match tokio::time::timeout(limit, write).await {
-            Ok(r) => written(r),
-            Err(_) => Err(GatewayError::upstream(
+        Some(limit) => match crate::deadline::within(limit, write).await {
+            Some(r) => written(r),
+            None => Err(GatewayError::upstream(
                 Code::WriteTimeout,
                 "the response was not read in time",
                 format!("a write to the client did not finish within {limit:?}"),
