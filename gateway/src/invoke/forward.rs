@@ -177,7 +177,11 @@ pub fn each_backend_header(
         put(name, value.clone());
     }
     // The client's own versions of these were dropped above: each is put once.
-    if let Ok(v) = HeaderValue::from_str(caller.request_id) {
+    if let Ok(mut v) = HeaderValue::from_str(caller.request_id) {
+        // Unique to each call: over HTTP/2 (gRPC) never indexed by HPACK, so the constant
+        // metadata stays in the connection's header table (grpc_client.rs, `grpc_timeout`);
+        // HTTP/1 ignores the mark.
+        v.set_sensitive(true);
         put(REQUEST_ID_NAME, v);
     }
     if let Some(v) = caller.app_key.and_then(|k| HeaderValue::from_str(k).ok()) {
@@ -387,6 +391,8 @@ mod tests {
         assert!(all(&h, "x-portico-appkey").is_empty(), "{h:?}");
         assert!(all(&h, "x-portico-signature").is_empty());
         assert_eq!(all(&h, "x-portico-request-id"), ["rid-1"]);
+        // Unique per call: never indexed by HPACK.
+        assert!(h["x-portico-request-id"].is_sensitive());
         assert_eq!(all(&h, "x-forwarded-for"), ["192.0.2.7"]);
         assert_eq!(all(&h, "x-tenant"), ["t1"]);
         assert_eq!(all(&h, "tenant"), ["t2"]);

@@ -324,12 +324,7 @@ impl GrpcInvoker {
         let message = method
             .plan
             .request_bytes(route.binding, &route.vars, query, body)?;
-        let mut metadata = forward::backend_headers(headers, caller, Target::Grpc);
-        // Unique to each call: never indexed by HPACK, so the constant metadata stays in
-        // the connection's header table (grpc_client.rs, `grpc_timeout`).
-        if let Some(id) = metadata.get_mut(crate::request_id::HEADER) {
-            id.set_sensitive(true);
-        }
+        let metadata = forward::backend_headers(headers, caller, Target::Grpc);
         Ok(GrpcRequest {
             frame: grpc_client::frame(&message),
             metadata,
