@@ -9,8 +9,11 @@
 //! - [`validate`]: a [`Tree`] → one immutable [`Snapshot`], rejecting bad documents one by one.
 //! - [`source`]: the [`ConfigSource`] trait and the directory source (`--config-dir`).
 //! - [`store`]: the last-known-good snapshot on disk (`--snapshot-dir`).
+//! - [`egress`]: where outbound calls made for config authors may go (webhooks, callbacks,
+//!   health checks, `wake_url`, the reflection import).
 
 pub mod clock;
+pub mod egress;
 pub mod fieldpath;
 pub mod selector;
 pub mod sign;
