@@ -100,10 +100,32 @@ struct Args {
     /// or a piece of a streamed body); a client that does not read is cut off. 0: unbounded.
     #[arg(long, default_value_t = portico_gateway::proxy::DEFAULT_WRITE_TIMEOUT.as_millis() as u64)]
     write_timeout_ms: u64,
-    /// Open connections each traffic listener accepts; beyond, a new connection is answered
-    /// 503 `CONNECTION_LIMIT` and closed.
+    /// Open connections each traffic listener accepts (the plain, TLS, sandbox and sandbox
+    /// TLS listeners count apart); beyond, a new connection is answered 503
+    /// `CONNECTION_LIMIT` (HTTP/1) or closed (HTTP/2).
     #[arg(long, default_value_t = listener::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
+    /// Open connections one client address may hold on a plane's traffic listeners (plain
+    /// and TLS together); beyond, refused as at --max-connections. Addresses in
+    /// `ipacl.trusted_proxies` are not capped. 0: no cap.
+    #[arg(long, default_value_t = listener::DEFAULT_MAX_PER_ADDRESS)]
+    max_connections_per_address: usize,
+    /// A TLS handshake must be done within this of the connection's accept, in
+    /// milliseconds; the connection counts against the caps meanwhile.
+    #[arg(long, default_value_t = listener::DEFAULT_TLS_HANDSHAKE.as_millis() as u64)]
+    tls_handshake_timeout_ms: u64,
+    /// An HTTP/2 connection with no request in flight for this long gets a GOAWAY and is
+    /// closed, in milliseconds (like HTTP/1 keep-alive); 0: never.
+    #[arg(long, default_value_t = listener::h2::DEFAULT_IDLE.as_millis() as u64)]
+    h2_idle_timeout_ms: u64,
+    /// Streams one HTTP/2 connection may have open at once, and requests in flight: a
+    /// stream the client resets keeps its place until its request has stopped.
+    #[arg(long, default_value_t = listener::h2::DEFAULT_MAX_STREAMS)]
+    h2_max_streams: u32,
+    /// RST_STREAM frames a client may send over one HTTP/2 connection's life; past it, the
+    /// connection gets GOAWAY(ENHANCE_YOUR_CALM) and is closed. 0: no limit.
+    #[arg(long, default_value_t = listener::h2::DEFAULT_RESET_BUDGET)]
+    h2_reset_budget: u64,
     /// Bytes of the read buffer each accepted connection holds for its whole life, idle or
     /// not (Pingora's L4 buffer, 64 KiB by default there); 0: unbuffered reads. Request heads
     /// and bodies are read into the HTTP session's own buffers, so a small one costs no
@@ -550,7 +572,7 @@ fn serve_traffic(
     }
     let mut server = Server::new_with_opt_and_conf(Some(opt), conf);
     server.bootstrap();
-    let head_deadline = Duration::from_millis(args.head_timeout_ms);
+    let settings = connection_settings(args);
     let planes = std::iter::once((live, &args.listen, &args.tls_listen, "portico-live")).chain(
         sandbox
             .zip(args.sandbox_listen.as_ref())
@@ -558,29 +580,44 @@ fn serve_traffic(
     );
     for (plane, addr, tls_addr, name) in planes {
         let gateway = Gateway { plane };
-        let max_connections = args.max_connections;
-        let mut svc = listener::service(
-            &server.configuration,
-            gateway,
-            name,
-            head_deadline,
-            max_connections,
-            Duration::from_secs(args.drain_seconds),
-        );
+        // The TLS endpoint is one more listener of the same service: same pipeline, same
+        // connection handling (docs/OPERATIONS.md, "TLS"). It listens as plain TCP: the
+        // service handshakes each connection itself, counted and within its deadline.
+        let endpoint = match (tls_addr, &tls) {
+            (Some(tls_addr), Some(store)) => Some(listener::TlsEndpoint {
+                addr: tls_addr
+                    .parse()
+                    .with_context(|| format!("TLS listener address {tls_addr}"))?,
+                acceptor: Arc::new(store.listener_settings()?.build()),
+            }),
+            _ => None,
+        };
+        let mut svc = listener::service(&server.configuration, gateway, name, &settings, endpoint);
         let buffers = listener::buffers(args.read_buffer_bytes);
         svc.add_listener(ListenerConfig::tcp(addr.as_str()).l4_buffer(buffers));
-        // The TLS endpoint is one more listener of the same service: same pipeline, same
-        // connection handling (docs/OPERATIONS.md, "TLS").
-        if let (Some(tls_addr), Some(store)) = (tls_addr, &tls) {
-            svc.add_listener(
-                ListenerConfig::tcp(tls_addr.as_str())
-                    .tls(store.listener_settings()?)
-                    .l4_buffer(buffers),
-            );
+        if let Some(tls_addr) = tls_addr.as_ref().filter(|_| tls.is_some()) {
+            svc.add_listener(ListenerConfig::tcp(tls_addr.as_str()).l4_buffer(buffers));
         }
         server.add_service(svc);
     }
     server.run_forever()
+}
+
+/// The traffic listeners' connection limits and deadlines, from the flags.
+fn connection_settings(args: &Args) -> listener::ConnectionSettings {
+    listener::ConnectionSettings {
+        head_deadline: Duration::from_millis(args.head_timeout_ms),
+        max_connections: args.max_connections,
+        max_per_address: args.max_connections_per_address,
+        tls_handshake: Duration::from_millis(args.tls_handshake_timeout_ms.max(1)),
+        h2: listener::H2Limits {
+            idle: Duration::from_millis(args.h2_idle_timeout_ms),
+            max_streams: args.h2_max_streams.max(1),
+            reset_budget: args.h2_reset_budget,
+            handshake: Duration::from_millis(args.tls_handshake_timeout_ms.max(1)),
+        },
+        drain: Duration::from_secs(args.drain_seconds),
+    }
 }
 
 /// Reads `dir` once and applies it, so the gateway is ready before it accepts traffic.

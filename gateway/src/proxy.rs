@@ -29,6 +29,11 @@ use std::sync::Arc;
 /// The default for `--write-timeout-ms`: the longest one write of an answer may take.
 pub const DEFAULT_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
 
+/// The code of a request whose client went away before its answer (an HTTP/2 stream the
+/// client reset, or one still in flight when its connection ended), counted with status
+/// `499` in `portico_requests_total` and the access log, never as a gateway failure.
+pub const CLIENT_CLOSED: &str = "CLIENT_CLOSED";
+
 /// How long a connection refused at the connection limit may take to send its request
 /// head before it is closed without an answer.
 const REFUSAL_HEAD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -108,6 +113,12 @@ impl ProxyHttp for Gateway {
             // The merchant is gone or the response broke half-way: close the connection.
             tracing::debug!(request_id = %ctx.request_id, error = %e, "response not completed");
             session.set_keepalive(None);
+            if stream_reset(session) {
+                // Whatever the pipeline came to, nobody was left to answer: not a failure of
+                // the gateway's (docs/OPERATIONS.md, "Metrics").
+                ctx.status = 499;
+                ctx.code = CLIENT_CLOSED;
+            }
         }
         Ok(true)
     }
@@ -181,7 +192,7 @@ impl ProxyHttp for Gateway {
                 .observe(latency.as_secs_f64()),
             (None, None) => {}
         }
-        if ctx.code != "OK" {
+        if ctx.code != "OK" && ctx.code != CLIENT_CLOSED {
             m.rejections.with_label_values(&[plane, ctx.code]).inc();
         }
         if !shared.access_log.enabled() {
@@ -214,6 +225,17 @@ impl ProxyHttp for Gateway {
             detail: ctx.detail.as_deref(),
         });
     }
+}
+
+/// Whether the client reset this request's HTTP/2 stream (or the stream broke); never for
+/// HTTP/1. Looks without waiting.
+fn stream_reset(session: &mut Session) -> bool {
+    use futures::FutureExt;
+    session
+        .downstream_session
+        .watch_h2_stream_close()
+        .and_then(|closed| closed.now_or_never())
+        .is_some()
 }
 
 /// Whether a final response head has been written (a `100 Continue` answered to
@@ -349,6 +371,7 @@ fn status_label(status: u16) -> &'static str {
         409 => "409",
         413 => "413",
         429 => "429",
+        499 => "499",
         500 => "500",
         501 => "501",
         502 => "502",

@@ -59,6 +59,15 @@ pub struct Metrics {
     pub connections_open: IntGaugeVec,
     /// Connections refused by listener because it was at `--max-connections`.
     pub connections_refused: IntCounterVec,
+    /// Connections refused by listener because their client address was at
+    /// `--max-connections-per-address`.
+    pub connections_refused_per_address: IntCounterVec,
+    /// TLS handshakes that did not complete, by listener and reason (`timeout`: not within
+    /// `--tls-handshake-timeout-ms`; `error`).
+    pub tls_handshake_failures: IntCounterVec,
+    /// HTTP/2 connections the gateway closed with a GOAWAY, by listener and reason (`idle`,
+    /// `reset_budget`, `malformed`).
+    pub h2_goaways: IntCounterVec,
     /// Smart routing (docs/OPERATIONS.md, "Clusters: balancing, health, failover, sleep").
     pub routing: RoutingMetrics,
 }
@@ -208,6 +217,21 @@ const CONNECTIONS_REFUSED: Spec = Spec {
     help: "Connections refused because the listener was at its connection limit",
     labels: &["listener"],
 };
+const CONNECTIONS_REFUSED_PER_ADDRESS: Spec = Spec {
+    name: "portico_connections_refused_per_address_total",
+    help: "Connections refused because their client address was at its connection limit",
+    labels: &["listener"],
+};
+const TLS_HANDSHAKE_FAILURES: Spec = Spec {
+    name: "portico_tls_handshake_failures_total",
+    help: "TLS handshakes not completed, by listener and reason (timeout, error)",
+    labels: &["listener", "reason"],
+};
+const H2_GOAWAYS: Spec = Spec {
+    name: "portico_h2_goaway_total",
+    help: "HTTP/2 connections closed by the gateway with a GOAWAY, by listener and reason (idle, reset_budget, malformed)",
+    labels: &["listener", "reason"],
+};
 
 /// Snapshot build time buckets in seconds: 100 µs to 5 s.
 const BUILD_BUCKETS: &[f64] = &[0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
@@ -268,6 +292,9 @@ impl Metrics {
             replay_full: counters(&r, &REPLAY_FULL)?,
             connections_open: gauges(&r, &CONNECTIONS_OPEN)?,
             connections_refused: counters(&r, &CONNECTIONS_REFUSED)?,
+            connections_refused_per_address: counters(&r, &CONNECTIONS_REFUSED_PER_ADDRESS)?,
+            tls_handshake_failures: counters(&r, &TLS_HANDSHAKE_FAILURES)?,
+            h2_goaways: counters(&r, &H2_GOAWAYS)?,
             routing: RoutingMetrics {
                 active_set: gauges(&r, &CLUSTER_ACTIVE_SET)?,
                 endpoint_healthy: gauges(&r, &ENDPOINT_HEALTHY)?,
