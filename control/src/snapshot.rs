@@ -155,6 +155,10 @@ pub struct CacheSpec {
     pub key: Vec<Selector>,
     pub max_entries: usize,
     pub max_body_bytes: usize,
+    /// One answer for every app (`policy.cache.shared`).
+    pub shared: bool,
+    /// The query parameters (router style: body fields) in the key; `None`: all of them.
+    pub query: Option<Vec<String>>,
 }
 
 /// `policy.hot_keys`, with defaults filled in.
@@ -165,6 +169,8 @@ pub struct HotKeysSpec {
     pub bandwidth_share_above: f64,
     /// `None`: no bandwidth rule.
     pub link_bytes_per_s: Option<u64>,
+    /// How long a hot key's answer is cached; 0 (the default) unless the API opts in with
+    /// `read_only: true` and an explicit `auto_cache_ms`.
     pub auto_cache_ms: u64,
     pub top: usize,
 }

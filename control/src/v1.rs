@@ -142,6 +142,16 @@ pub struct CachePolicy {
     /// Largest body cached, in bytes (default 65,536); larger answers are streamed, not cached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_body_bytes: Option<u64>,
+    /// Whether one answer serves every app (default false: the verified app is part of every
+    /// key of a signed API, so an answer is served only to the app it was made for).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
+    /// The query parameters that matter for the answer, by name (default: the whole
+    /// canonical query is part of the key; router-style calls: the whole JSON body). Named
+    /// parameters are read from the query of a RESTful call and from the top-level fields of
+    /// a router-style call's body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<Vec<String>>,
 }
 
 /// `policy.hot_keys`: a bounded heavy-hitter count per key; hot keys are cached for
@@ -158,7 +168,8 @@ pub struct HotKeysPolicy {
     /// The link's bytes per second for the bandwidth rule (default: no bandwidth rule).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_bytes_per_s: Option<u64>,
-    /// How long a hot key's answer is cached (default 1000).
+    /// How long a hot key's answer is cached. Only an API that opts in caches hot keys by
+    /// itself: `read_only: true` and this field set (default: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_cache_ms: Option<u64>,
     /// How many keys the detector tracks and reports (default 20).

@@ -713,6 +713,30 @@ fn key_error(field: &str, e: &str) -> String {
     }
 }
 
+/// The most names in `policy.cache.query`.
+pub const MAX_CACHE_QUERY_NAMES: usize = 32;
+
+/// `policy.cache.query`: distinct, non-empty names of at most 128 bytes, sorted.
+fn cache_query_names(names: &[String]) -> Result<Vec<String>, String> {
+    if names.len() > MAX_CACHE_QUERY_NAMES {
+        return Err(format!(
+            "policy.cache.query: at most {MAX_CACHE_QUERY_NAMES} names"
+        ));
+    }
+    let mut out = Vec::with_capacity(names.len());
+    for (i, n) in names.iter().enumerate() {
+        if n.is_empty() || n.len() > 128 {
+            return Err(format!("policy.cache.query[{i}]: a name of 1 to 128 bytes"));
+        }
+        if out.contains(n) {
+            return Err(format!("policy.cache.query[{i}]: {n:?} is named twice"));
+        }
+        out.push(n.clone());
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// The parsed cache and hot-key policy of `p`; `None` when it has neither.
 pub fn hot_policy(p: &v1::Policy) -> Result<Option<HotPolicy>, String> {
     let cache = match &p.cache {
@@ -745,6 +769,11 @@ pub fn hot_policy(p: &v1::Policy) -> Result<Option<HotPolicy>, String> {
                 key,
                 max_entries: max_entries as usize,
                 max_body_bytes: max_body as usize,
+                shared: c.shared,
+                query: match &c.query {
+                    None => None,
+                    Some(names) => Some(cache_query_names(names)?),
+                },
             })
         }
     };
@@ -764,7 +793,12 @@ pub fn hot_policy(p: &v1::Policy) -> Result<Option<HotPolicy>, String> {
             if h.link_bytes_per_s == Some(0) {
                 return Err("policy.hot_keys.link_bytes_per_s: must be at least 1".to_owned());
             }
-            let auto_cache_ms = h.auto_cache_ms.unwrap_or(1000);
+            // Automatic caching is opt-in (docs/OPERATIONS.md, "Caching and hot keys"): an
+            // API that may be cached by itself says so twice, `read_only` and the ttl.
+            let auto_cache_ms = match h.auto_cache_ms {
+                Some(ms) if p.read_only => ms,
+                _ => 0,
+            };
             if auto_cache_ms > MAX_CACHE_TTL_MS {
                 return Err(format!(
                     "policy.hot_keys.auto_cache_ms: must be at most {MAX_CACHE_TTL_MS}"

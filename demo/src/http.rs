@@ -22,7 +22,8 @@
 //!   (after the delay, if any);
 //! - `hang=1` / `X-Demo-Hang: 1`: never answer, until the client goes away;
 //! - `cache_control=V` / `X-Demo-Cache-Control: V`: add `Cache-Control: V` to the answer
-//!   (for the gateway's response cache tests).
+//!   (for the gateway's response cache tests);
+//! - `vary=V` / `X-Demo-Vary: V`: add `Vary: V` to the answer (likewise).
 //!
 //! Every request but `/__stats*` is counted when it arrives (before any fault), so a test can
 //! tell whether the gateway touched the backend; `in_flight` counts requests being answered
@@ -218,6 +219,7 @@ struct Faults {
     status: Option<StatusCode>,
     hang: bool,
     cache_control: Option<String>,
+    vary: Option<String>,
 }
 
 impl Faults {
@@ -230,6 +232,7 @@ impl Faults {
                 "status" => f.status = parse_status(value).or(f.status),
                 "hang" => f.hang = f.hang || is_true(value),
                 "cache_control" => f.cache_control = Some(value.replace("%20", " ")),
+                "vary" => f.vary = Some(value.replace("%20", " ")),
                 _ => {}
             }
         }
@@ -245,6 +248,9 @@ impl Faults {
         }
         if let Some(v) = header("x-demo-cache-control") {
             f.cache_control = Some(v.trim().to_owned());
+        }
+        if let Some(v) = header("x-demo-vary") {
+            f.vary = Some(v.trim().to_owned());
         }
         f
     }
@@ -312,6 +318,9 @@ async fn faults(State(st): State<Shared>, req: Request, next: Next) -> Response 
     if let Some(v) = f.cache_control.and_then(|v| HeaderValue::from_str(&v).ok()) {
         resp.headers_mut()
             .insert(axum::http::header::CACHE_CONTROL, v);
+    }
+    if let Some(v) = f.vary.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        resp.headers_mut().insert(axum::http::header::VARY, v);
     }
     if let Some(load) = st
         .control

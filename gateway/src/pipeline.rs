@@ -202,9 +202,13 @@ pub async fn handle(
     let clients = &plane.shared.clients;
     let answer = invoke::call(clients, &rt.invoke, session, call, &mut ctx.upstream).await;
     // Hot APIs: count the answer's bytes, store a cacheable answer, mark it MISS or BYPASS.
-    rt.edge
-        .cache
-        .finish(ticket, answer, ctx.upstream.body_bytes, now)
+    rt.edge.cache.finish(
+        ticket,
+        answer,
+        ctx.upstream.body_bytes,
+        now,
+        &session.req_header().headers,
+    )
 }
 
 /// Refuses a request head with more than [`MAX_HEADERS`] headers or more than

@@ -239,6 +239,219 @@ fn cache_hits_misses_refusals_and_304s() {
     assert_eq!(backend_hits(&backend, "/echo/skus/BK-1"), 2);
 }
 
+/// A signed call as `key`/`secret`: its status, `X-Portico-Cache` and the app the backend
+/// saw (the demo echoes `X-Portico-App`) with the body it saw.
+fn call_as(
+    gw: &GatewayProcess,
+    method: &str,
+    path: &str,
+    key: &str,
+    secret: &str,
+    body: Option<&[u8]>,
+) -> (u16, String, String, String) {
+    let r = signed(&client(), method, &gw.url(path), key, secret, body)
+        .send()
+        .unwrap();
+    let status = r.status().as_u16();
+    let cache = header(&r, "x-portico-cache");
+    let v: Value = r.json().unwrap_or(Value::Null);
+    let app = v["headers"]["x-portico-app"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    (
+        status,
+        cache,
+        app,
+        v["body"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// Issue 24, item 1: a cached answer is never served to a caller it was not made for.
+#[test]
+fn two_apps_never_see_each_others_cached_answer() {
+    let backend = BackendProcess::start_http().unwrap();
+    let t = base_tree(&backend);
+    const KEY3: &str = "merchant-3";
+    const SECRET3: &str = "third-secret";
+    t.put(
+        "apps/merchant-3",
+        &json!({"secret": SECRET3, "apis": ["*"]}),
+    );
+    // The backend answers per app, and says so (`Vary: X-Portico-App`), publicly cacheable.
+    t.put(
+        "apis/acct.get",
+        &sku_api(
+            "acct.get",
+            "acct",
+            "signature",
+            json!({"cache": {"ttl_ms": 60000, "key": ["path:sku"]}}),
+        ),
+    );
+    t.put(
+        "apis/shared.get",
+        &sku_api(
+            "shared.get",
+            "shared",
+            "signature",
+            json!({"cache": {"ttl_ms": 60000, "shared": true, "query": ["region"]}}),
+        ),
+    );
+    t.put(
+        "apis/hotonly.get",
+        &sku_api(
+            "hotonly.get",
+            "hotonly",
+            "signature",
+            json!({"hot_keys": {"key": ["path:sku"], "rate_above": 2}}),
+        ),
+    );
+    t.put(
+        "apis/order.query",
+        &json!({
+            "id": "order.query",
+            "http": {"method": "POST", "path": "/v1/order/query"},
+            "backend": {"cluster": "demo-http", "timeout_ms": 3000, "http": {"path": "/echo/order/query"}},
+            "auth": "signature",
+            "policy": {"cache": {"ttl_ms": 60000}, "read_only": true}
+        }),
+    );
+    let gw = GatewayProcess::start(t.path(), &[]);
+    let public = "cache_control=public,max-age=60&vary=X-Portico-App";
+
+    // The issue's reproduction: A's answer for ?fields=all, then B for the same path without
+    // the query, then B with the query: each a MISS made for B.
+    let a_url = format!("/v1/acct/ACC-1?fields=all&{public}");
+    let (s, c, app, _) = call_as(&gw, "GET", &a_url, KEY, SECRET, None);
+    assert_eq!((s, c.as_str(), app.as_str()), (200, "MISS", KEY));
+    let (_, c, app, _) = call_as(&gw, "GET", &a_url, KEY, SECRET, None);
+    assert_eq!((c.as_str(), app.as_str()), ("HIT", KEY));
+    let b_plain = format!("/v1/acct/ACC-1?{public}");
+    let (_, c, app, _) = call_as(&gw, "GET", &b_plain, KEY3, SECRET3, None);
+    assert_eq!((c.as_str(), app.as_str()), ("MISS", KEY3));
+    let (_, c, app, _) = call_as(&gw, "GET", &a_url, KEY3, SECRET3, None);
+    assert_eq!((c.as_str(), app.as_str()), ("MISS", KEY3));
+    let (_, c, app, _) = call_as(&gw, "GET", &a_url, KEY3, SECRET3, None);
+    assert_eq!((c.as_str(), app.as_str()), ("HIT", KEY3));
+    let (_, c, app, _) = call_as(&gw, "GET", &a_url, KEY, SECRET, None);
+    assert_eq!((c.as_str(), app.as_str()), ("HIT", KEY));
+    // A query value holding the old separator byte is only another key.
+    let (_, c, app, _) = call_as(
+        &gw,
+        "GET",
+        &format!("/v1/acct/ACC-1?fields=all%1F&{public}"),
+        KEY3,
+        SECRET3,
+        None,
+    );
+    assert_eq!((c.as_str(), app.as_str()), ("MISS", KEY3));
+
+    // `shared: true` leaves the app out, but `Vary: X-Portico-App` still keeps the answers
+    // apart; an unnamed query parameter does not split entries, a named one does.
+    let shared = format!("/v1/shared/S-1?region=north&{public}");
+    let (_, c, app, _) = call_as(&gw, "GET", &shared, KEY, SECRET, None);
+    assert_eq!((c.as_str(), app.as_str()), ("MISS", KEY));
+    let (_, c, app, _) = call_as(&gw, "GET", &shared, KEY3, SECRET3, None);
+    assert_eq!((c.as_str(), app.as_str()), ("MISS", KEY3));
+    let (_, c, app, _) = call_as(&gw, "GET", &shared, KEY, SECRET, None);
+    assert_eq!((c.as_str(), app.as_str()), ("HIT", KEY));
+    let (_, c, app, _) = call_as(&gw, "GET", &format!("{shared}&page=2"), KEY3, SECRET3, None);
+    assert_eq!((c.as_str(), app.as_str()), ("HIT", KEY3));
+    let south = format!("/v1/shared/S-1?region=south&{public}");
+    let (_, c, _, _) = call_as(&gw, "GET", &south, KEY3, SECRET3, None);
+    assert_eq!(c, "MISS");
+    // Without Vary a shared answer is one for everybody: that is what `shared` says.
+    let one = "/v1/shared/S-2?cache_control=public";
+    let (_, c, app, _) = call_as(&gw, "GET", one, KEY, SECRET, None);
+    assert_eq!((c.as_str(), app.as_str()), ("MISS", KEY));
+    let (_, c, app, _) = call_as(&gw, "GET", one, KEY3, SECRET3, None);
+    assert_eq!((c.as_str(), app.as_str()), ("HIT", KEY));
+    // Never stored: Vary: *, private, Set-Cookie-free but per-call Vary.
+    for q in [
+        "vary=*",
+        "cache_control=private",
+        "vary=X-Portico-Request-Id",
+    ] {
+        for _ in 0..2 {
+            let (s, c, _, _) = call_as(&gw, "GET", &format!("/v1/shared/N?{q}"), KEY, SECRET, None);
+            assert_eq!((s, c.as_str()), (200, "BYPASS"), "{q}");
+        }
+    }
+
+    // Router style on a read-only cached API: keyed on the body, and on the app.
+    let router = "/router?method=order.query";
+    let (s, c, app, body) = call_as(
+        &gw,
+        "POST",
+        router,
+        KEY,
+        SECRET,
+        Some(br#"{"order_id":"2002"}"#),
+    );
+    assert_eq!((s, c.as_str(), app.as_str()), (200, "MISS", KEY), "{body}");
+    assert!(body.contains("2002"), "{body}");
+    let (_, c, _, body) = call_as(
+        &gw,
+        "POST",
+        router,
+        KEY,
+        SECRET,
+        Some(br#"{"order_id":"9999"}"#),
+    );
+    assert_eq!(c, "MISS");
+    assert!(body.contains("9999"), "{body}");
+    let (_, c, _, body) = call_as(
+        &gw,
+        "POST",
+        router,
+        KEY,
+        SECRET,
+        Some(br#"{ "order_id" : "2002" }"#),
+    );
+    assert_eq!(c, "HIT", "the same JSON, spaced otherwise");
+    assert!(body.contains("2002"), "{body}");
+    let (_, c, app, body) = call_as(
+        &gw,
+        "POST",
+        router,
+        KEY3,
+        SECRET3,
+        Some(br#"{"order_id":"2002"}"#),
+    );
+    assert_eq!((c.as_str(), app.as_str()), ("MISS", KEY3));
+    assert!(body.contains("2002"), "{body}");
+
+    // Hot keys alone never turn caching on: the key turns hot, answers still go to the
+    // backend, each for its own app.
+    let hot = "/v1/hotonly/H-1?cache_control=public,max-age=60";
+    let mut sent = 0u64;
+    let mut calls_while_hot = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while calls_while_hot < 20 && Instant::now() < deadline {
+        let (key, secret) = if sent % 2 == 0 {
+            (KEY, SECRET)
+        } else {
+            (KEY3, SECRET3)
+        };
+        let (s, c, app, _) = call_as(&gw, "GET", hot, key, secret, None);
+        assert_eq!((s, c.as_str(), app.as_str()), (200, "BYPASS", key));
+        sent += 1;
+        if sent % 10 == 0
+            && hot_keys_of(&gw, "hotonly.get")
+                .iter()
+                .any(|k| k["key"] == "H-1")
+        {
+            calls_while_hot += 10;
+        }
+    }
+    assert!(
+        calls_while_hot >= 20,
+        "H-1 never turned hot: {}",
+        gw.status()["hot_keys"]
+    );
+    assert_eq!(backend_hits(&backend, "/echo/hotonly/H-1"), sent);
+}
+
 #[test]
 fn many_distinct_keys_stay_bounded() {
     let backend = BackendProcess::start_http().unwrap();
@@ -299,6 +512,22 @@ fn key_level_and_dimension_switches() {
     assert_eq!(backend_hits(&backend, "/echo/skus/BK-1"), 0);
     assert_eq!(get(&gw, "/v1/skus/BK-2", &[]).status(), 200);
     assert_eq!(backend_hits(&backend, "/echo/skus/BK-2"), 1);
+    // Issue 24, item 2: the router style is matched on the same field, from its body (the
+    // router's own query is not the request).
+    let r = signed(
+        &client(),
+        "POST",
+        &gw.url("/router?method=sku.get&sku=BK-2"),
+        KEY,
+        SECRET,
+        Some(br#"{"sku":"BK-1"}"#),
+    )
+    .send()
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().unwrap();
+    assert_eq!(v, json!({"sku": "BK-1", "stock": 0}));
+    assert_eq!(backend_hits(&backend, "/echo/skus/BK-1"), 0);
 
     // Only the combination of region and carrier.
     let both = [("X-Region", "north"), ("X-Carrier", "cm")];
@@ -377,7 +606,8 @@ fn a_hot_key_among_cold_keys_is_found_and_cached() {
             "hot.get",
             "hot",
             "none",
-            json!({"hot_keys": {"key": ["path:sku"], "rate_above": 100, "auto_cache_ms": 1000}}),
+            json!({"hot_keys": {"key": ["path:sku"], "rate_above": 100, "auto_cache_ms": 1000},
+                   "read_only": true}),
         ),
     );
     let gw = GatewayProcess::start(t.path(), &[]);

@@ -7,15 +7,28 @@
 //!
 //! A request is cacheable when it is a `GET` (or a router-style call of an API with
 //! `"read_only": true`) and the API caches its key: every key under a `policy.cache` with
-//! `ttl_ms > 0`, or a key the hot-key detector finds hot (for `auto_cache_ms`) unless the
-//! API says `"cache": {"ttl_ms": 0}`. A fresh entry answers at once (`X-Portico-Cache: HIT`),
+//! `ttl_ms > 0`, or a key the hot-key detector finds hot on an API that opted in to automatic
+//! caching (`read_only: true` and an explicit `hot_keys.auto_cache_ms`; validation leaves
+//! `auto_cache_ms` at 0 otherwise). A fresh entry answers at once (`X-Portico-Cache: HIT`),
 //! or 304 with an empty body when `If-None-Match` names its `ETag`. Otherwise the stage leaves
 //! a [`CacheTicket`] in the context. For a cacheable request the invoke tier reads a 200
-//! answer whole (up to `max_body_bytes`, with a `Content-Length`, without `Cache-Control:
-//! no-store|private` or `Set-Cookie`); [`CacheStage::finish`] then stores it and adds `ETag`
-//! and `X-Portico-Cache: MISS`. Anything else is streamed like any proxied answer, marked
-//! `BYPASS`, with no `ETag` (an answer that is not cacheable carries none), and only its byte
-//! count reaches the detector, at the end of the stream.
+//! answer whole (up to `max_body_bytes`, with a `Content-Length`); [`CacheStage::finish`]
+//! then stores it, unless it says `Cache-Control: no-store|private`, sets a cookie or says
+//! `Vary: *`, and adds `ETag` and `X-Portico-Cache: MISS`. Anything else is streamed like any
+//! proxied answer, marked `BYPASS`, with no `ETag` (an answer that is not cacheable carries
+//! none), and only its byte count reaches the detector, at the end of the stream.
+//!
+//! For whom an entry is made (docs/SECURITY.md, "Trust between merchants"): the key
+//! ([`cache_key`]) always holds the verified app, unless the API is `auth: none` or its
+//! cache says `"shared": true`; the path as sent and the whole canonical query (or the
+//! parameters `policy.cache.query` names); for a router-style call, the whole JSON body in
+//! canonical form (or the fields named) in place of path and query; the values of the key
+//! selectors; and a client's `Authorization` and `Cookie`. An answer with `Vary` is stored
+//! under the base key plus the named request headers' values, with a marker under the base
+//! key naming them; a header the gateway itself sets towards the backend is read as the
+//! gateway set it (`X-Portico-App`: the verified app; `X-Forwarded-For`, `X-Real-IP`: the
+//! client address), and one that is unique per call (`X-Portico-Request-Id`) makes the
+//! answer not storable.
 //!
 //! The per-request work for a key that is not hot is kept small: the detector's key is a
 //! hash of the selector values (no string is built), and the cache key is built only for a
@@ -27,15 +40,18 @@
 //! most [`hot_keys::MAX_KEY_BYTES`]. Caches and detectors are carried across reloads while
 //! the API's definition is unchanged.
 
-use crate::edge::hot_keys::{bounded_key, Detector, Tally};
+use crate::edge::cache_key::KeyWriter;
+use crate::edge::hot_keys::{Detector, Tally};
 use crate::edge::{keys, Carried, EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::GatewayError;
 use crate::model::{Response, Whole};
 use bytes::Bytes;
+use http::HeaderMap;
 use portico_control::{v1, HotPolicy, Snapshot};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hasher;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -55,6 +71,9 @@ struct Entry {
     stored_ms: u64,
     expires_ms: u64,
     seq: u64,
+    /// A marker, not an answer: the answers under this base key vary by these request
+    /// headers (lower-case, sorted) and are stored under [`varied_key`]s.
+    vary: Option<Arc<[String]>>,
 }
 
 #[derive(Debug, Default)]
@@ -184,6 +203,9 @@ pub struct CacheTicket {
     pub max_body: usize,
     /// The `If-None-Match` sent, if any.
     pub if_none_match: Option<String>,
+    /// What the gateway tells the backend about the caller, for `Vary` on the headers it sets.
+    pub app: Option<String>,
+    pub client_ip: Option<IpAddr>,
 }
 
 impl CacheTicket {
@@ -283,19 +305,28 @@ impl Stage for CacheStage {
         let mut key = String::new();
         let mut if_none_match = None;
         if ttl_ms > 0 {
-            let selectors = match &policy.cache {
-                Some(c) => &c.key,
-                None => policy.hot_keys.as_ref().map_or(&[][..], |h| &h.key[..]),
-            };
-            let binding = route.binding.map_or(-1, |b| b as i64);
-            let full = format!("{binding}\x1e{}", keys::key_of(selectors, req, ctx));
-            key = bounded_key(&full).into_owned();
+            key = cache_key(policy, req, ctx);
             if_none_match = req
                 .headers
                 .get(http::header::IF_NONE_MATCH)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
-            if let Some(entry) = hot.cache.get(&key, req.now_ms) {
+            let found = hot.cache.get(&key, req.now_ms).and_then(|e| match &e.vary {
+                None => Some(e),
+                Some(names) => {
+                    let varied = varied_key(
+                        &key,
+                        names,
+                        req.headers,
+                        ctx.app_key.as_deref(),
+                        client(req, ctx),
+                    )?;
+                    hot.cache
+                        .get(&varied, req.now_ms)
+                        .filter(|e| e.vary.is_none())
+                }
+            });
+            if let Some(entry) = found {
                 hot.hits.fetch_add(1, Ordering::Relaxed);
                 return Flow::Respond(Ok(Response::Whole(answer(
                     &entry,
@@ -316,6 +347,12 @@ impl Stage for CacheStage {
             ttl_ms,
             max_body,
             if_none_match,
+            app: if ttl_ms > 0 {
+                ctx.app_key.clone()
+            } else {
+                None
+            },
+            client_ip: client(req, ctx),
         });
         Flow::Continue
     }
@@ -333,6 +370,7 @@ impl CacheStage {
         result: Result<Response, GatewayError>,
         streamed_bytes: u64,
         now_ms: u64,
+        request_headers: &HeaderMap,
     ) -> Result<Response, GatewayError> {
         let Some(ticket) = ticket else {
             return result;
@@ -352,10 +390,25 @@ impl CacheStage {
             d.add_bytes(tally, whole.body.len() as u64);
         }
         let ttl_ms = ticket.ttl_ms;
+        let vary = vary_names(&whole.headers);
+        // The key an answer that varies is stored under; `None`: it varies by something
+        // unique to each call.
+        let varied = match &vary {
+            None => Some(None),
+            Some(names) => varied_key(
+                &ticket.key,
+                names,
+                request_headers,
+                ticket.app.as_deref(),
+                ticket.client_ip,
+            )
+            .map(Some),
+        };
         if ttl_ms == 0
             || whole.status != 200
             || whole.body.len() > ticket.max_body
             || !storable(&whole.headers)
+            || varied.is_none()
         {
             whole
                 .headers
@@ -375,9 +428,25 @@ impl CacheStage {
             stored_ms: now_ms,
             expires_ms: now_ms.saturating_add(ttl_ms),
             seq: 0,
+            vary: None,
         };
         let out = answer(&entry, "MISS", ticket.if_none_match.as_deref(), now_ms);
-        ticket.api.cache.put(ticket.key, entry);
+        match (varied.flatten(), vary) {
+            (Some(varied), Some(names)) => {
+                let marker = Entry {
+                    headers: Vec::new(),
+                    body: Bytes::new(),
+                    etag: String::new(),
+                    stored_ms: now_ms,
+                    expires_ms: entry.expires_ms,
+                    seq: 0,
+                    vary: Some(names),
+                };
+                ticket.api.cache.put(ticket.key, marker);
+                ticket.api.cache.put(varied, entry);
+            }
+            _ => ticket.api.cache.put(ticket.key, entry),
+        }
         ticket.api.misses.fetch_add(1, Ordering::Relaxed);
         Ok(Response::Whole(out))
     }
@@ -439,12 +508,137 @@ fn answer(entry: &Entry, how: &str, if_none_match: Option<&str>, now_ms: u64) ->
     }
 }
 
+/// The client address the gateway decided (what `X-Forwarded-For` starts with).
+fn client(req: &EdgeRequest<'_>, ctx: &EdgeCtx) -> Option<IpAddr> {
+    ctx.client_ip.or(req.peer)
+}
+
+/// The cache key of a cacheable request (see the module docs for its parts and
+/// docs/OPERATIONS.md, "Caching and hot keys"), encoded by [`KeyWriter`].
+pub fn cache_key(policy: &HotPolicy, req: &EdgeRequest<'_>, ctx: &EdgeCtx) -> String {
+    let mut k = KeyWriter::new();
+    let Some(route) = ctx.route.as_ref() else {
+        return k.finish();
+    };
+    let spec = policy.cache.as_ref();
+    let names = spec.and_then(|c| c.query.as_deref());
+    let binding = route.binding.map(|b| b.to_string());
+    k.part(b'b', Some(binding.as_deref().unwrap_or("router")));
+    let shared = spec.is_some_and(|c| c.shared) || route.api.auth == v1::AuthMode::None;
+    k.part(b'a', if shared { None } else { ctx.app_key.as_deref() });
+    if route.router_style {
+        // The request is the body: the whole of it, or the fields named.
+        let body = keys::router_body(req, ctx);
+        match (names, body) {
+            (None, Some(json)) => k.part(b'j', Some(&json.to_string())),
+            (None, None) => k.part(b'r', Some(&hex::encode(Sha256::digest(req.body)))),
+            (Some(names), _) => {
+                for name in names {
+                    k.part(b'n', Some(name));
+                    let v = body.and_then(|b| keys::body_field(b, name));
+                    k.part(b'f', v.as_deref());
+                }
+            }
+        }
+    } else {
+        k.part(b'p', Some(req.path));
+        let query = req.query.unwrap_or("");
+        match names {
+            None => k.part(b'q', Some(&portico_control::sign::canonical_query(query))),
+            Some(names) => {
+                for name in names {
+                    k.part(b'n', Some(name));
+                    let values = keys::query_values(query, name);
+                    k.part(b'c', Some(&values.len().to_string()));
+                    for v in &values {
+                        k.part(b'v', Some(v));
+                    }
+                }
+            }
+        }
+    }
+    let selectors = match spec {
+        Some(c) => &c.key[..],
+        None => policy.hot_keys.as_ref().map_or(&[][..], |h| &h.key[..]),
+    };
+    for sel in selectors {
+        k.part(b's', keys::value(sel, req, ctx).as_deref());
+    }
+    // Credentials of a client the gateway did not verify (an `auth: none` API, or one the
+    // backend checks itself): an answer made for them is theirs.
+    for name in [http::header::AUTHORIZATION, http::header::COOKIE] {
+        let mut values = req.headers.get_all(&name).iter().peekable();
+        if values.peek().is_some() {
+            for v in values {
+                k.part(b'h', Some(&String::from_utf8_lossy(v.as_bytes())));
+            }
+        }
+    }
+    k.finish()
+}
+
+/// The names an answer's `Vary` lists (lower-case, sorted, once each); `None` without
+/// `Vary`. `*` is kept as a name: [`storable`] refuses such an answer.
+fn vary_names(headers: &[(String, String)]) -> Option<Arc<[String]>> {
+    let mut names: Vec<String> = headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("vary"))
+        .flat_map(|(_, v)| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    names.sort();
+    names.dedup();
+    Some(names.into())
+}
+
+/// The key of the answer under `base` that varies by `names`: the base key and each named
+/// header's value as the backend received it. `None` when a name is one the gateway sets
+/// anew for each call, so no two calls could share the answer.
+fn varied_key(
+    base: &str,
+    names: &[String],
+    headers: &HeaderMap,
+    app: Option<&str>,
+    client_ip: Option<IpAddr>,
+) -> Option<String> {
+    let mut k = KeyWriter::new();
+    k.part(b'B', Some(base));
+    for name in names {
+        k.part(b'N', Some(name));
+        match name.as_str() {
+            "*" => return None,
+            crate::invoke::forward::APP_HEADER => k.part(b'V', app),
+            "x-forwarded-for" | "x-real-ip" | "forwarded" => {
+                k.part(b'V', client_ip.map(|ip| ip.to_string()).as_deref())
+            }
+            n if n.starts_with("x-portico-") => return None,
+            n => {
+                let mut values = headers.get_all(n).iter().peekable();
+                if values.peek().is_none() {
+                    k.part(b'V', None);
+                }
+                for v in values {
+                    k.part(b'V', Some(&String::from_utf8_lossy(v.as_bytes())));
+                }
+            }
+        }
+    }
+    Some(k.finish())
+}
+
 /// Whether an answer with these headers may be stored: no `Cache-Control: no-store` or
-/// `private`, no `Set-Cookie`.
+/// `private`, no `Set-Cookie`, no `Vary: *`.
 pub fn storable(headers: &[(String, String)]) -> bool {
     headers.iter().all(|(k, v)| {
         if k.eq_ignore_ascii_case("set-cookie") {
             return false;
+        }
+        if k.eq_ignore_ascii_case("vary") {
+            return !v.split(',').any(|n| n.trim() == "*");
         }
         if k.eq_ignore_ascii_case("cache-control") {
             return !v.split(',').any(|d| {
@@ -486,6 +680,7 @@ mod tests {
             stored_ms: 0,
             expires_ms,
             seq: 0,
+            vary: None,
         }
     }
 
@@ -562,6 +757,8 @@ mod tests {
         assert!(!storable(&h("Cache-Control", "public, no-store")));
         assert!(!storable(&h("cache-control", "private")));
         assert!(!storable(&h("Set-Cookie", "a=b")));
+        assert!(!storable(&h("Vary", "Accept, *")));
+        assert!(storable(&h("Vary", "Accept")));
         assert!(storable(&[]));
     }
 }

@@ -371,6 +371,35 @@ mod tests {
     }
 
     #[test]
+    fn a_router_style_call_is_matched_by_its_body_fields() {
+        let stage = keyed_stage(&[(
+            "sku.get@sku-BK-1",
+            serde_json::json!({"degraded": true, "match": {"path:sku": ["BK-1"]}}),
+        )]);
+        let run_router = |body: &'static [u8]| {
+            let map = HeaderMap::new();
+            let mut req = get("/router", &map, None);
+            req.method = "POST";
+            req.query = Some("method=sku.get&sku=BK-2");
+            req.body = body;
+            let mut ctx = routed(&api("sku.get", AuthMode::None, vec![]));
+            if let Some(route) = ctx.route.as_mut() {
+                route.router_style = true;
+                route.binding = None;
+            }
+            stage.apply(&req, &mut ctx)
+        };
+        // The same key as the RESTful GET /skus/BK-1, sent as the body.
+        match run_router(br#"{"sku":"BK-1"}"#) {
+            Flow::Respond(Err(e)) => assert_eq!(e.code, Code::ApiDegraded),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(run_router(br#"{"sku":"BK-2"}"#), Flow::Continue));
+        // The router's own query is not the request: `sku=BK-1` there matches nothing.
+        assert!(matches!(run_router(b"{}"), Flow::Continue));
+    }
+
+    #[test]
     fn the_api_wide_switch_wins() {
         let stage = keyed_stage(&[
             (

@@ -8,6 +8,7 @@
 
 pub mod auth;
 pub mod cache;
+pub mod cache_key;
 pub mod degrade;
 pub mod framing;
 pub mod hot_keys;
@@ -89,6 +90,9 @@ pub struct EdgeCtx {
     /// Set by `auth` for a signed call whose nonce the node found fresh, when nonces are
     /// also recorded cluster-wide (Redis): the pipeline claims it right after `auth`.
     pub nonce_claim: Option<crate::fleet::NonceClaim>,
+    /// A router-style call's body as JSON, parsed at most once, when a key selector first
+    /// reads it (`keys::router_body`).
+    pub router_body: std::sync::OnceLock<Option<serde_json::Value>>,
 }
 
 impl EdgeCtx {
