@@ -3,7 +3,9 @@
 //! - **Membership.** How many gateways are registered in ZooKeeper's `nodes/` (followed with a
 //!   child watch by `portico_control::zk`), at least 1. Cluster-scope rate limits are split by
 //!   it when there is no Redis or Redis is down: each node admits `limit / members`.
-//! - **Redis** (`--redis redis://host:port`, optional). Shared counters for cluster-scope rate
+//! - **Redis** (`--redis redis://host:port` or `rediss://` for TLS, optional; an ACL user and
+//!   password from `--redis-user` and `--redis-password-file` / `PORTICO_REDIS_PASSWORD`,
+//!   [`RedisSettings`]). Shared counters for cluster-scope rate
 //!   limits ([`Lease`]) and the cluster-wide nonce record ([`Fleet::claim_nonce`]). One
 //!   connection (multiplexed, reconnecting), a health probe every [`PROBE_EVERY`]; its state
 //!   is `/status`'s `redis` and `/metrics`' `portico_redis_up`. While Redis is down, limits
@@ -142,6 +144,7 @@ impl FleetMetrics {
 /// The Redis side: the connection and its health.
 struct RedisLink {
     url: String,
+    client: redis::Client,
     conn: ArcSwapOption<ConnectionManager>,
     up: AtomicBool,
     /// Unix ms of the last change of `up` (the start, before the first probe).
@@ -183,7 +186,8 @@ impl std::fmt::Debug for Fleet {
 impl Default for Fleet {
     /// A gateway on its own: one member, no Redis.
     fn default() -> Self {
-        Fleet::new(None)
+        // Without Redis there is no URL to refuse.
+        Fleet::with_redis(None).unwrap_or_else(|_| unreachable!())
     }
 }
 
@@ -191,23 +195,88 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// How to reach Redis: the URL (`redis://host:port[/db]`, or `rediss://` for TLS) and the
+/// credentials, which never come from the command line (docs/OPERATIONS.md, "Redis
+/// credentials and TLS"): the ACL user (`--redis-user`, default `default`) and the password
+/// from a file of mode 0600 (`--redis-password-file`) or `PORTICO_REDIS_PASSWORD`.
+#[derive(Clone, Default)]
+pub struct RedisSettings {
+    pub url: String,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    /// PEM CA certificates a `rediss://` server is verified against (else the system's).
+    pub ca_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSettings")
+            .field("url", &redact(&self.url))
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("ca_pem", &self.ca_pem.is_some())
+            .finish()
+    }
+}
+
+impl RedisSettings {
+    /// Settings for `url` without credentials.
+    pub fn url(url: &str) -> RedisSettings {
+        RedisSettings {
+            url: url.to_owned(),
+            ..RedisSettings::default()
+        }
+    }
+
+    /// The client these settings describe (nothing connects yet): the URL's own user and
+    /// password are replaced by `user` / `password` when those are given.
+    pub fn client(&self) -> redis::RedisResult<redis::Client> {
+        use redis::IntoConnectionInfo as _;
+        let mut info = self.url.as_str().into_connection_info()?;
+        if let Some(user) = &self.user {
+            info.redis.username = Some(user.clone());
+        }
+        if let Some(password) = &self.password {
+            info.redis.password = Some(password.clone());
+        }
+        let tls = matches!(info.addr, redis::ConnectionAddr::TcpTls { .. });
+        if tls {
+            // rustls needs a process-wide provider; the gateway's is ring (a second install
+            // is refused harmlessly).
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        match (&self.ca_pem, tls) {
+            (Some(pem), true) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                },
+            ),
+            _ => redis::Client::open(info),
+        }
+    }
+}
+
 impl Fleet {
-    /// A fleet using Redis at `redis_url` (`redis://host:port[/db]`) when given. Nothing
-    /// connects until [`Fleet::start`].
-    pub fn new(redis_url: Option<&str>) -> Fleet {
+    /// A fleet using Redis as `redis` says when given; `Err` for a URL the client refuses.
+    /// Nothing connects until [`Fleet::start`].
+    pub fn with_redis(redis: Option<RedisSettings>) -> redis::RedisResult<Fleet> {
         let metrics = FleetMetrics::new();
         metrics.members.set(1);
-        let (refills, refill_rx) = match redis_url {
+        let client = redis.as_ref().map(RedisSettings::client).transpose()?;
+        let (refills, refill_rx) = match &redis {
             Some(_) => {
                 let (tx, rx) = mpsc::unbounded_channel();
                 (Some(tx), Some(rx))
             }
             None => (None, None),
         };
-        Fleet {
+        Ok(Fleet {
             members: AtomicU32::new(1),
-            redis: redis_url.map(|url| RedisLink {
-                url: url.to_owned(),
+            redis: redis.zip(client).map(|(settings, client)| RedisLink {
+                url: settings.url,
+                client,
                 conn: ArcSwapOption::empty(),
                 up: AtomicBool::new(false),
                 since_ms: AtomicU64::new(portico_control::clock::now_ms()),
@@ -217,7 +286,7 @@ impl Fleet {
             refills,
             refill_rx: Mutex::new(refill_rx),
             metrics,
-        }
+        })
     }
 
     /// Starts following `members` (ZooKeeper's `nodes/`, when the gateway runs on ZooKeeper)
@@ -328,12 +397,17 @@ impl Fleet {
         loop {
             let conn = r.conn.load_full();
             match conn {
-                None => match connect(&r.url).await {
+                None => match connect(&r.client).await {
                     Ok(c) => {
                         r.conn.store(Some(Arc::new(c)));
                         continue;
                     }
-                    Err(e) => self.mark(false, Some(format!("connect: {e}"))),
+                    Err(e) => {
+                        if auth_refused(&e) {
+                            tracing::error!(url = %redact(&r.url), error = %e, "redis: authentication refused: give the ACL user (--redis-user) and its password (--redis-password-file or PORTICO_REDIS_PASSWORD)");
+                        }
+                        self.mark(false, Some(format!("connect: {e}")))
+                    }
                 },
                 Some(c) => {
                     let mut c = (*c).clone();
@@ -362,6 +436,12 @@ impl Fleet {
     /// The Redis URL (`--redis`), for a module that needs its own connection.
     pub fn redis_url(&self) -> Option<&str> {
         self.redis.as_ref().map(|r| r.url.as_str())
+    }
+
+    /// A client for Redis with the fleet's credentials and TLS, for a module that needs its
+    /// own connection (the notifications store, the wake-up subscription).
+    pub fn redis_client(&self) -> Option<&redis::Client> {
+        self.redis.as_ref().map(|r| &r.client)
     }
 
     /// Records a failed Redis command of another module (the notifications store): counted
@@ -486,20 +566,58 @@ impl NonceClaim {
     }
 }
 
-async fn connect(url: &str) -> redis::RedisResult<ConnectionManager> {
-    connect_with(url, REDIS_TIMEOUT).await
+async fn connect(client: &redis::Client) -> redis::RedisResult<ConnectionManager> {
+    connect_with(client, REDIS_TIMEOUT).await
 }
 
-/// A connection to `url` whose commands time out after `timeout` (connecting too); it
+/// A connection by `client` whose commands time out after `timeout` (connecting too); it
 /// reconnects by itself. The fleet's own uses [`REDIS_TIMEOUT`]; the notifications store
 /// opens another, so its traffic never queues behind or before the request path's.
-pub async fn connect_with(url: &str, timeout: Duration) -> redis::RedisResult<ConnectionManager> {
-    let client = redis::Client::open(url)?;
+pub async fn connect_with(
+    client: &redis::Client,
+    timeout: Duration,
+) -> redis::RedisResult<ConnectionManager> {
+    let client = client.clone();
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(timeout)
         .set_response_timeout(timeout)
         .set_number_of_retries(1);
     ConnectionManager::new_with_config(client, config).await
+}
+
+/// Reads a secret from `path`: its text without surrounding whitespace, refusing a file that
+/// group or others may read (like ssh does for keys) and an empty one.
+pub fn read_private_file(path: &std::path::Path) -> Result<String, String> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(format!(
+                "{shown} is readable by others (mode {mode:04o}): run `chmod 600 {shown}`"
+            ));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = meta;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(format!("{shown} is empty"));
+    }
+    Ok(text.to_owned())
+}
+
+/// Whether Redis refused the credentials (none given to a server that wants them, or wrong
+/// ones).
+pub fn auth_refused(e: &redis::RedisError) -> bool {
+    let text = e.to_string();
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+        || text.contains("NOAUTH")
+        || text.contains("WRONGPASS")
 }
 
 /// The URL without a password (`redis://:secret@host` → `redis://:***@host`).

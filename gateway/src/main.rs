@@ -132,11 +132,33 @@ struct Args {
     /// extra reads (benches/RESULTS.md, "Memory per idle keep-alive connection").
     #[arg(long, default_value_t = listener::DEFAULT_READ_BUFFER_BYTES)]
     read_buffer_bytes: usize,
-    /// Redis for the fleet (`redis://host:port[/db]`): shared counters of cluster-scope rate
-    /// limits and the cluster-wide nonce record (docs/OPERATIONS.md, "Running a cluster").
-    /// Without it, cluster-scope limits are split by the gateways in ZooKeeper's `nodes/`.
+    /// Redis for the fleet (`redis://host:port[/db]`, or `rediss://` for TLS): shared
+    /// counters of cluster-scope rate limits, the cluster-wide nonce record and the
+    /// notification streams (docs/OPERATIONS.md, "Running a cluster"). Without it,
+    /// cluster-scope limits are split by the gateways in ZooKeeper's `nodes/`. Put no
+    /// password in it: see --redis-password-file.
     #[arg(long, env = "PORTICO_REDIS")]
     redis: Option<String>,
+    /// The Redis ACL user to authenticate as (default: Redis's `default` user when a
+    /// password is given).
+    #[arg(long, env = "PORTICO_REDIS_USER")]
+    redis_user: Option<String>,
+    /// File holding the Redis password (one line, mode 0600); else the PORTICO_REDIS_PASSWORD
+    /// environment variable. The password is never given on the command line itself
+    /// (docs/OPERATIONS.md, "Redis credentials and TLS").
+    #[arg(long, env = "PORTICO_REDIS_PASSWORD_FILE")]
+    redis_password_file: Option<PathBuf>,
+    /// CA certificates (PEM) a `rediss://` server is verified against (default: the
+    /// system's roots).
+    #[arg(long, env = "PORTICO_REDIS_CA_FILE")]
+    redis_ca_file: Option<PathBuf>,
+    /// File holding the notification key (at least 32 characters, mode 0600; the same on
+    /// every gateway of a cluster): each notification stored in Redis carries an
+    /// HMAC-SHA256 made with it, and an entry without a valid one is dropped, never
+    /// delivered (docs/SECURITY.md, "A hostile Redis"). Without it a gateway with --redis
+    /// makes a key of its own at start, which no other gateway (nor its own next run) knows.
+    #[arg(long, env = "PORTICO_NOTIFY_KEY_FILE")]
+    notify_key_file: Option<PathBuf>,
     /// Zero-downtime restart: take the listening sockets over from the gateway running with
     /// the same --upgrade-sock (Pingora's graceful upgrade), which is then sent SIGQUIT and
     /// drains (docs/OPERATIONS.md, "Restarts and upgrades"; ./ops/restart-gateway.sh).
@@ -262,16 +284,47 @@ fn init_logging() {
         .init();
 }
 
+/// Redis as the flags say: the URL, the ACL user, the password from its file or
+/// `PORTICO_REDIS_PASSWORD` (never from the command line), the CA file for `rediss://`.
+fn redis_settings(args: &Args) -> anyhow::Result<Option<portico_gateway::fleet::RedisSettings>> {
+    let Some(url) = args.redis.as_deref().filter(|u| !u.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let password = match &args.redis_password_file {
+        Some(path) => Some(
+            portico_gateway::fleet::read_private_file(path)
+                .map_err(|e| anyhow::anyhow!("--redis-password-file: {e}"))?,
+        ),
+        None => std::env::var("PORTICO_REDIS_PASSWORD")
+            .ok()
+            .map(|p| p.trim().to_owned())
+            .filter(|p| !p.is_empty()),
+    };
+    if url.contains('@') && password.is_none() {
+        tracing::warn!("--redis: a password in the URL is visible in the process list; use --redis-password-file or PORTICO_REDIS_PASSWORD");
+    }
+    let ca_pem = match &args.redis_ca_file {
+        Some(path) => Some(
+            std::fs::read(path).with_context(|| format!("--redis-ca-file {}", path.display()))?,
+        ),
+        None => None,
+    };
+    Ok(Some(portico_gateway::fleet::RedisSettings {
+        url: url.to_owned(),
+        user: args.redis_user.clone().filter(|u| !u.is_empty()),
+        password,
+        ca_pem,
+    }))
+}
+
 /// The process-wide services: metrics, the access log, the backend clients, the clock.
 fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
     let metrics = Metrics::new().context("registering metrics")?;
     let access_log = AccessLog::start(args.access_log.clone(), metrics.access_log_dropped.clone())
         .context("opening the access log")?;
-    let redis = args.redis.as_deref().filter(|u| !u.trim().is_empty());
-    if let Some(url) = redis {
-        redis::Client::open(url).with_context(|| format!("--redis {url}"))?;
-    }
-    let fleet = Arc::new(Fleet::new(redis));
+    let redis = redis_settings(args)?;
+    let shown = redis.as_ref().map(|r| format!("{r:?}")).unwrap_or_default();
+    let fleet = Arc::new(Fleet::with_redis(redis).with_context(|| format!("--redis: {shown}"))?);
     fleet
         .metrics
         .register(&metrics.registry)
@@ -287,6 +340,12 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
         callback_max_backoff: Duration::from_millis(args.notify_callback_max_backoff_ms.max(1000)),
         publish_rate: args.notify_publish_rate,
         publish_burst: args.notify_publish_burst,
+        mac_key: args
+            .notify_key_file
+            .as_deref()
+            .map(notify::store::MacKey::from_file)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--notify-key-file: {e}"))?,
         ..notify::Config::default()
     };
     let notify = Arc::new(notify::Notifier::new(notify_config, fleet.clone()));

@@ -807,26 +807,79 @@ pub struct Redis {
     port: u16,
     child: Option<Child>,
     _dir: tempfile::TempDir,
+    /// The `default` user's password (`requirepass`, written to a 0600 config file, never on
+    /// the server's command line), if any.
+    password: Option<String>,
 }
 
 impl Redis {
     /// Starts a server and waits until it answers `PING` (panics if it does not within
     /// [`START_TIMEOUT`]).
     pub fn start() -> Redis {
+        Redis::start_with(None)
+    }
+
+    /// Starts a server whose `default` user needs `password` (`requirepass`).
+    pub fn start_with_password(password: &str) -> Redis {
+        Redis::start_with(Some(password.to_owned()))
+    }
+
+    fn start_with(password: Option<String>) -> Redis {
         let dir = tempfile::tempdir().expect("temporary directory for redis");
         let mut redis = Redis {
             port: free_port(),
             child: None,
             _dir: dir,
+            password,
         };
         redis.start_again();
         redis
     }
 
+    /// The password, if the server has one.
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    /// Writes the password to a new file of mode 0600 under the server's directory (for
+    /// `--redis-password-file`); panics without a password.
+    pub fn password_file(&self) -> std::path::PathBuf {
+        use std::os::unix::fs::OpenOptionsExt;
+        let password = self
+            .password
+            .as_deref()
+            .expect("a Redis without a password");
+        let path = self._dir.path().join(format!("password-{}", free_port()));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .expect("writing the Redis password file");
+        f.write_all(password.as_bytes())
+            .expect("writing the Redis password file");
+        path
+    }
+
     /// Starts the server again on the same port (after [`Redis::kill`]).
     pub fn start_again(&mut self) {
         let bin = std::env::var("PORTICO_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let child = Command::new(&bin)
+        let mut cmd = Command::new(&bin);
+        if let Some(password) = &self.password {
+            // The password goes in a config file (0600), not on the command line.
+            use std::os::unix::fs::OpenOptionsExt;
+            let conf = self._dir.path().join("redis.conf");
+            let _ = std::fs::remove_file(&conf);
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&conf)
+                .expect("writing redis.conf");
+            writeln!(f, "requirepass \"{password}\"").expect("writing redis.conf");
+            cmd.arg(&conf);
+        }
+        let child = cmd
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
@@ -852,21 +905,44 @@ impl Redis {
         self.port
     }
 
-    /// Whether the server answers `PING` with `+PONG`.
+    /// Whether the server answers `PING` with `+PONG` (authenticating first when it has a
+    /// password).
     pub fn ping(&self) -> bool {
         self.command("PING\r\n")
             .is_some_and(|r| r.starts_with("+PONG"))
     }
 
-    /// Sends one inline command and returns the first reply read (for tests' checks).
+    /// Sends one inline command (after `AUTH` when the server has a password) and returns
+    /// the first reply read (for tests' checks).
     pub fn command(&self, line: &str) -> Option<String> {
+        self.command_as(self.password.as_deref(), line)
+    }
+
+    /// Sends one inline command after `AUTH password` when given, without it else.
+    pub fn command_as(&self, password: Option<&str>, line: &str) -> Option<String> {
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        s.write_all(line.as_bytes()).ok()?;
         let mut buf = [0u8; 4096];
+        if let Some(p) = password {
+            s.write_all(&resp(&["AUTH", p])).ok()?;
+            let n = s.read(&mut buf).ok()?;
+            if !buf[..n].starts_with(b"+OK") {
+                return Some(String::from_utf8_lossy(&buf[..n]).into_owned());
+            }
+        }
+        s.write_all(line.as_bytes()).ok()?;
         let n = s.read(&mut buf).ok()?;
         Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+    }
+
+    /// Sends one command given as its arguments (RESP, so any bytes), with `AUTH` first when
+    /// the server has a password; the first reply read.
+    pub fn command_args(&self, args: &[&str]) -> Option<String> {
+        self.command_as(
+            self.password.as_deref(),
+            &String::from_utf8_lossy(&resp(args)),
+        )
     }
 
     /// Kills the server (SIGKILL) and waits for it to end.
@@ -876,6 +952,17 @@ impl Redis {
             let _ = c.wait();
         }
     }
+}
+
+/// `args` as a RESP array of bulk strings.
+fn resp(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out
 }
 
 impl Drop for Redis {

@@ -76,6 +76,9 @@ pub struct Config {
     pub publish_rate: u32,
     /// Publishes per app accepted at once above the rate (`--notify-publish-burst`).
     pub publish_burst: u32,
+    /// The key of the MAC every Redis stream entry carries (`--notify-key-file`); `None`: a
+    /// key of this process's own, made at start.
+    pub mac_key: Option<store::MacKey>,
 }
 
 /// Dead letters kept on this node at most (the oldest forgotten).
@@ -95,6 +98,7 @@ impl Default for Config {
             callback_max_backoff: Duration::from_secs(60),
             publish_rate: 1000,
             publish_burst: 2000,
+            mac_key: None,
         }
     }
 }
@@ -112,6 +116,7 @@ pub struct NotifyMetrics {
     pub closed: IntCounterVec,
     pub publish_limited: IntCounterVec,
     pub duplicates: IntCounter,
+    pub forged: IntCounter,
 }
 
 impl NotifyMetrics {
@@ -172,6 +177,10 @@ impl NotifyMetrics {
                 "portico_notify_duplicates_total",
                 "Publishes whose id was already published for the app and topic (answered with the original event, nothing stored)",
             ),
+            forged: counter(
+                "portico_notify_forged_total",
+                "Redis stream entries dropped undelivered: no valid MAC of the notification key, or a valid entry written again (docs/SECURITY.md, \"A hostile Redis\")",
+            ),
         }
     }
 
@@ -187,6 +196,7 @@ impl NotifyMetrics {
         registry.register(Box::new(self.closed.clone()))?;
         registry.register(Box::new(self.publish_limited.clone()))?;
         registry.register(Box::new(self.duplicates.clone()))?;
+        registry.register(Box::new(self.forged.clone()))?;
         Ok(())
     }
 }
@@ -293,14 +303,23 @@ pub fn granted_topics(snapshot: &Snapshot, app_key: &str) -> Vec<String> {
 impl Notifier {
     /// A notifier on Redis Streams when the fleet has Redis, else on this node's memory.
     pub fn new(config: Config, fleet: Arc<Fleet>) -> Notifier {
+        let metrics = NotifyMetrics::new();
         let store = if fleet.has_redis() {
-            Store::Redis(store::RedisStore::new(Arc::clone(&fleet)))
+            let key = config.mac_key.clone().unwrap_or_else(|| {
+                tracing::warn!("notify: no notification key (--notify-key-file): entries in Redis are signed with a key of this process only, so other gateways, and this one after a restart, drop them as forged");
+                store::MacKey::ephemeral()
+            });
+            Store::Redis(Box::new(store::RedisStore::new(
+                Arc::clone(&fleet),
+                key,
+                metrics.forged.clone(),
+            )))
         } else {
             Store::Memory(store::MemoryStore::new(config.memory_events))
         };
         Notifier {
             store,
-            metrics: NotifyMetrics::new(),
+            metrics,
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
             wakers: Mutex::new(HashMap::new()),
             holders: Mutex::new(HashMap::new()),
@@ -332,13 +351,12 @@ impl Notifier {
     /// a growing pause; streams poll at `config.poll` while it is not subscribed).
     pub async fn follow_wakes(self: Arc<Self>) {
         use futures::StreamExt;
-        let Some(url) = self.fleet.redis_url().map(str::to_owned) else {
+        let Some(client) = self.fleet.redis_client().cloned() else {
             return;
         };
         let mut pause = Duration::from_millis(250);
         loop {
             let subscribed = async {
-                let client = redis::Client::open(url.as_str())?;
                 let mut pubsub =
                     tokio::time::timeout(store::REDIS_TIMEOUT, client.get_async_pubsub())
                         .await

@@ -24,13 +24,29 @@
 //! on one shard). In memory, a map per app of at most [`MEMORY_DEDUPE_KEYS`] ids (the
 //! oldest forgotten first).
 //!
+//! # Redis is not trusted with the content (docs/SECURITY.md, "A hostile Redis")
+//! Every entry carries `m`, an HMAC-SHA256 ([`MacKey`], `--notify-key-file`, a key Redis never
+//! sees) over the app, the entry's id and every field delivered or signed (topic, payload,
+//! publish time, expiry, publisher id, keep-until time). The publisher chooses the id itself
+//! (`<now ms>-0`, or just above the stream's last id when that is not above it: one script,
+//! [`PUBLISH`], retried with the id Redis reports) so that the MAC binds it: an entry moved
+//! to another id or another app's stream does not verify. Entries are checked as they are
+//! read ([`RedisStore`]); one that fails is acknowledged and deleted, logged and counted in
+//! `portico_notify_forged_total`, and never handed to a stream or a callback. A valid entry
+//! written again (a replay) is refused too: by its id, which must be above the last id this
+//! node handed out as new for the app and not one acknowledged through this node, and by its
+//! keep-until time (`r`, the publish time plus the retention), past which it is dropped.
+//!
 //! # Memory: the same semantics, on one node
 //! A queue per app of at most `memory_max_events` events (the oldest dropped beyond it, and
 //! after the retention), a cursor, and the pending (delivered, unacknowledged) ids with the
 //! time each was last sent.
 
 use crate::fleet::Fleet;
+use hmac::{Hmac, Mac};
+use prometheus::IntCounter;
 use redis::Value;
+use sha2::Sha256;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -63,6 +79,110 @@ impl std::fmt::Display for EventId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}-{}", self.ms, self.seq)
     }
+}
+
+/// The notification key: the HMAC-SHA256 key of every stream entry (`--notify-key-file`),
+/// the same on every gateway of a cluster and never given to Redis.
+#[derive(Clone)]
+pub struct MacKey(Hmac<Sha256>);
+
+impl std::fmt::Debug for MacKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MacKey(<redacted>)")
+    }
+}
+
+/// The shortest notification key accepted, in bytes of the file's text.
+pub const MIN_KEY_BYTES: usize = 32;
+
+/// What the MAC of an entry starts with: a MAC of this kind is never one of another kind.
+const MAC_DOMAIN: &[u8] = b"PORTICO-NOTIFY-ENTRY-v1";
+
+impl MacKey {
+    /// A key of `bytes` (at least [`MIN_KEY_BYTES`]).
+    pub fn new(bytes: &[u8]) -> Result<MacKey, String> {
+        if bytes.len() < MIN_KEY_BYTES {
+            return Err(format!(
+                "the notification key must be at least {MIN_KEY_BYTES} bytes (e.g. `openssl rand -hex 32`)"
+            ));
+        }
+        Hmac::<Sha256>::new_from_slice(bytes)
+            .map(MacKey)
+            .map_err(|e| format!("notification key: {e}"))
+    }
+
+    /// Reads the key from `path` (mode 0600, its text without surrounding whitespace).
+    pub fn from_file(path: &std::path::Path) -> Result<MacKey, String> {
+        let text = crate::fleet::read_private_file(path)?;
+        MacKey::new(text.as_bytes()).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// A random key known to this process only (a gateway with Redis and no key file).
+    pub fn ephemeral() -> MacKey {
+        let mut bytes = [0u8; 32];
+        let random = rustls::crypto::ring::default_provider()
+            .secure_random
+            .fill(&mut bytes);
+        if random.is_err() {
+            // No system randomness: still a key no Redis holds, if a weaker one.
+            for b in &mut bytes {
+                *b = fastrand::u8(..);
+            }
+        }
+        MacKey::new(&bytes).unwrap_or_else(|_| unreachable!())
+    }
+
+    fn digest(&self, app: &str, id: EventId, f: &EntryFields<'_>) -> Hmac<Sha256> {
+        let mut m = self.0.clone();
+        m.update(MAC_DOMAIN);
+        let id = id.to_string();
+        let at = f.published_at_ms.to_string();
+        let x = f.expires_at_ms.to_string();
+        let r = f.keep_until_ms.to_string();
+        let mut parts: Vec<(u8, &[u8])> = vec![
+            (b'a', app.as_bytes()),
+            (b'i', id.as_bytes()),
+            (b't', f.topic.as_bytes()),
+            (b'p', f.payload.as_bytes()),
+            (b'@', at.as_bytes()),
+            (b'x', x.as_bytes()),
+            (b'r', r.as_bytes()),
+        ];
+        if let Some(k) = f.key {
+            parts.push((b'k', k.as_bytes()));
+        }
+        // Tagged and length-prefixed: no two different entries encode alike.
+        for (tag, value) in parts {
+            m.update(&[tag]);
+            m.update(&(value.len() as u64).to_be_bytes());
+            m.update(value);
+        }
+        m
+    }
+
+    /// The MAC (hex) of an entry of `app`'s stream with id `id`.
+    pub fn sign(&self, app: &str, id: EventId, f: &EntryFields<'_>) -> String {
+        hex::encode(self.digest(app, id, f).finalize().into_bytes())
+    }
+
+    /// Whether `mac` (hex) is the MAC of the entry (compared in constant time).
+    pub fn verify(&self, app: &str, id: EventId, f: &EntryFields<'_>, mac: &str) -> bool {
+        let Ok(bytes) = hex::decode(mac) else {
+            return false;
+        };
+        self.digest(app, id, f).verify_slice(&bytes).is_ok()
+    }
+}
+
+/// The fields of a stream entry the MAC covers (besides the app and the id).
+#[derive(Debug, Clone, Copy)]
+pub struct EntryFields<'a> {
+    pub topic: &'a str,
+    pub payload: &'a str,
+    pub published_at_ms: u64,
+    pub expires_at_ms: u64,
+    pub keep_until_ms: u64,
+    pub key: Option<&'a str>,
 }
 
 /// One stored notification.
@@ -117,7 +237,7 @@ pub struct Batch {
 /// The notifications store: Redis Streams or this node's memory.
 pub enum Store {
     Memory(MemoryStore),
-    Redis(RedisStore),
+    Redis(Box<RedisStore>),
 }
 
 impl Store {
@@ -388,6 +508,57 @@ pub struct RedisStore {
     /// Apps whose consumer group this process created or found, so that a publish does not
     /// send `XGROUP CREATE` every time; an app is forgotten on `NOGROUP` (Redis lost it).
     groups: Mutex<HashSet<String>>,
+    /// The key of every entry's MAC.
+    key: MacKey,
+    /// What this node handed out per app, to refuse an entry written again.
+    seen: Mutex<HashMap<String, Seen>>,
+    /// Entries refused (`portico_notify_forged_total`).
+    forged: IntCounter,
+}
+
+/// Ids acknowledged through this node remembered per app at most (the oldest forgotten).
+pub const SEEN_ACKED_MAX: usize = 10_000;
+
+/// Per app: the last id handed out as new, and ids acknowledged through this node.
+#[derive(Debug, Default)]
+struct Seen {
+    high: Option<EventId>,
+    acked: HashSet<EventId>,
+    order: VecDeque<EventId>,
+}
+
+impl Seen {
+    fn acked(&mut self, id: EventId) {
+        if self.acked.insert(id) {
+            self.order.push_back(id);
+        }
+        while self.order.len() > SEEN_ACKED_MAX {
+            if let Some(old) = self.order.pop_front() {
+                self.acked.remove(&old);
+            }
+        }
+    }
+}
+
+/// An entry as read, before it is checked.
+#[derive(Debug)]
+struct Raw {
+    event: Event,
+    keep_until_ms: u64,
+    mac: Option<String>,
+}
+
+impl Raw {
+    fn fields(&self) -> EntryFields<'_> {
+        EntryFields {
+            topic: &self.event.topic,
+            payload: &self.event.payload,
+            published_at_ms: self.event.published_at_ms,
+            expires_at_ms: self.event.expires_at_ms,
+            keep_until_ms: self.keep_until_ms,
+            key: self.event.key.as_deref(),
+        }
+    }
 }
 
 /// The Pub/Sub channel every gateway with Redis subscribes to: a message is the key of an
@@ -407,15 +578,31 @@ fn dedupe_key(app: &str, topic: &str, key: &str) -> String {
     format!("portico:notify:{{{app}}}:dedupe:{topic}:{key}")
 }
 
-/// KEYS: the de-duplication key, the stream. ARGV: its expiry (ms), `MINID`, then the
-/// entry's fields and values. Answers `{1, new id}` or `{0, original id}`.
-const PUBLISH_ONCE: &str = r"
-local prev = redis.call('GET', KEYS[1])
-if prev then return {0, prev} end
-local id = redis.call('XADD', KEYS[2], 'MINID', '~', ARGV[2], '*', unpack(ARGV, 3))
-redis.call('SET', KEYS[1], id, 'PX', ARGV[1])
+/// KEYS: the stream, then the de-duplication key if the event has a publisher id. ARGV: the
+/// de-duplication expiry (ms), `MINID`, the id chosen, the app (announced on
+/// [`WAKE_CHANNEL`]), then the entry's fields and values. Answers `{1, id}` (stored),
+/// `{0, original id}` (a duplicate) or `{2, the stream's last id}` (the id chosen is not
+/// above it: choose again).
+const PUBLISH: &str = r"
+if KEYS[2] then
+  local prev = redis.call('GET', KEYS[2])
+  if prev then return {0, prev} end
+end
+local ok, id = pcall(redis.call, 'XADD', KEYS[1], 'MINID', '~', ARGV[2], ARGV[3], unpack(ARGV, 5))
+if not ok then
+  local info = redis.call('XINFO', 'STREAM', KEYS[1])
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then return {2, info[i + 1]} end
+  end
+  return redis.error_reply('XADD refused the id ' .. ARGV[3])
+end
+if KEYS[2] then redis.call('SET', KEYS[2], id, 'PX', ARGV[1]) end
+redis.call('PUBLISH', 'portico:notify:wake', ARGV[4])
 return {1, id}
 ";
+
+/// Tries of a publish whose chosen id another publisher took first.
+const PUBLISH_TRIES: usize = 8;
 
 /// Redis's answer as text, for errors. A lost connection is reported to the fleet (its
 /// probe decides when Redis is back); a slow command is not: notifications run on their own
@@ -449,18 +636,23 @@ fn items(v: &Value) -> &[Value] {
 
 /// One stream entry `[id, [field, value, ...]]`; `None` for an entry whose data was
 /// trimmed away.
-fn entry(v: &Value) -> Option<Event> {
+fn entry(v: &Value) -> Option<Raw> {
     let parts = items(v);
     let id = EventId::parse(&text(parts.first()?)?)?;
     let fields = items(parts.get(1)?);
-    let mut e = Event {
-        id,
-        topic: String::new(),
-        payload: String::from("null"),
-        published_at_ms: id.ms,
-        expires_at_ms: 0,
-        key: None,
+    let mut raw = Raw {
+        event: Event {
+            id,
+            topic: String::new(),
+            payload: String::from("null"),
+            published_at_ms: id.ms,
+            expires_at_ms: 0,
+            key: None,
+        },
+        keep_until_ms: 0,
+        mac: None,
     };
+    let e = &mut raw.event;
     for pair in fields.chunks(2) {
         let (Some(k), Some(v)) = (pair.first().and_then(text), pair.get(1).and_then(text)) else {
             continue;
@@ -471,14 +663,16 @@ fn entry(v: &Value) -> Option<Event> {
             "at" => e.published_at_ms = v.parse().unwrap_or(id.ms),
             "x" => e.expires_at_ms = v.parse().unwrap_or(0),
             "k" => e.key = Some(v),
+            "r" => raw.keep_until_ms = v.parse().unwrap_or(0),
+            "m" => raw.mac = Some(v),
             _ => {}
         }
     }
-    Some(e)
+    Some(raw)
 }
 
 /// The entries of an `XREADGROUP` answer (one stream).
-fn read_entries(v: &Value) -> Vec<Event> {
+fn read_entries(v: &Value) -> Vec<Raw> {
     let mut out = Vec::new();
     for stream in items(v) {
         if let Some(entries) = items(stream).get(1) {
@@ -488,41 +682,113 @@ fn read_entries(v: &Value) -> Vec<Event> {
     out
 }
 
+/// Why an entry read from Redis is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// No MAC, or one that does not verify.
+    Forged,
+    /// A valid entry this node already handed out as new or saw acknowledged.
+    Replayed,
+    /// Past its keep-until time (an old entry written again, or one never trimmed).
+    Stale,
+}
+
 impl RedisStore {
-    pub fn new(fleet: Arc<Fleet>) -> RedisStore {
+    pub fn new(fleet: Arc<Fleet>, key: MacKey, forged: IntCounter) -> RedisStore {
         RedisStore {
             fleet,
             conn: tokio::sync::OnceCell::new(),
             groups: Mutex::new(HashSet::new()),
+            key,
+            seen: Mutex::new(HashMap::new()),
+            forged,
         }
+    }
+
+    fn seen(&self) -> MutexGuard<'_, HashMap<String, Seen>> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Why `raw` (read from `app`'s stream; `fresh`: handed out as new) must not be
+    /// delivered, if it must not.
+    fn judge(&self, app: &str, raw: &Raw, fresh: bool, now_ms: u64) -> Option<Refused> {
+        let valid = raw
+            .mac
+            .as_deref()
+            .is_some_and(|m| self.key.verify(app, raw.event.id, &raw.fields(), m));
+        if !valid {
+            return Some(Refused::Forged);
+        }
+        if raw.keep_until_ms <= now_ms {
+            return Some(Refused::Stale);
+        }
+        let mut seen = self.seen();
+        let s = seen.entry(app.to_owned()).or_default();
+        let id = raw.event.id;
+        if s.acked.contains(&id) || (fresh && s.high.is_some_and(|h| id <= h)) {
+            return Some(Refused::Replayed);
+        }
+        if fresh {
+            s.high = Some(id);
+        }
+        None
+    }
+
+    /// The entries of `raw` that may be delivered; the others are logged, counted (all
+    /// but stale ones) and acknowledged and deleted, so that they are never read again.
+    async fn checked(&self, app: &str, raw: Vec<Raw>, fresh: bool) -> Vec<Event> {
+        let now = portico_control::clock::now_ms();
+        let mut out = Vec::with_capacity(raw.len());
+        let mut refused = Vec::new();
+        for r in raw {
+            match self.judge(app, &r, fresh, now) {
+                None => out.push(r.event),
+                Some(why) => {
+                    if why == Refused::Stale {
+                        tracing::debug!(app, id = %r.event.id, "notify: entry past its retention dropped");
+                    } else {
+                        self.forged.inc();
+                        tracing::warn!(app, id = %r.event.id, reason = ?why, "notify: a Redis stream entry failed verification and was dropped (docs/SECURITY.md, \"A hostile Redis\")");
+                    }
+                    refused.push(r.event.id.to_string());
+                }
+            }
+        }
+        if !refused.is_empty() {
+            if let Ok(mut c) = self.conn().await {
+                let key = stream_key(app);
+                let mut pipe = redis::pipe();
+                pipe.cmd("XACK")
+                    .arg(&key)
+                    .arg(GROUP)
+                    .arg(&refused)
+                    .ignore()
+                    .cmd("XDEL")
+                    .arg(&key)
+                    .arg(&refused)
+                    .ignore();
+                let r: redis::RedisResult<()> = pipe.query_async(&mut c).await;
+                if let Err(e) = r {
+                    tracing::debug!(app, error = %e, "notify: dropping refused entries failed");
+                }
+            }
+        }
+        out
     }
 
     /// This store's connection, opened on first use; `Err` while the fleet's probe finds
     /// Redis down (fail fast rather than wait for a timeout).
     async fn conn(&self) -> Result<redis::aio::ConnectionManager, String> {
-        let url = self
+        let client = self
             .fleet
-            .redis_url()
+            .redis_client()
             .filter(|_| self.fleet.redis_up())
             .ok_or_else(|| "Redis is not reachable".to_owned())?;
         self.conn
-            .get_or_try_init(|| crate::fleet::connect_with(url, REDIS_TIMEOUT))
+            .get_or_try_init(|| crate::fleet::connect_with(client, REDIS_TIMEOUT))
             .await
             .cloned()
             .map_err(|e| failed(&self.fleet, "connect", &e))
-    }
-
-    /// Announces that `app`'s stream grew ([`WAKE_CHANNEL`]).
-    async fn wake(&self, c: &mut redis::aio::ConnectionManager, app: &str) {
-        let r: redis::RedisResult<u64> = redis::cmd("PUBLISH")
-            .arg(WAKE_CHANNEL)
-            .arg(app)
-            .query_async(c)
-            .await;
-        if let Err(e) = r {
-            // The event is stored: a stream on another node finds it at its next poll.
-            tracing::debug!(app, error = %e, "notify: PUBLISH wake failed");
-        }
     }
 
     /// A `NOGROUP` answer: the group is gone (Redis restarted empty, the key was deleted).
@@ -562,14 +828,30 @@ impl RedisStore {
     async fn publish(&self, app: &str, e: NewEvent) -> Result<Stored, String> {
         self.ensure_group(app).await?;
         let mut c = self.conn().await?;
-        let oldest = portico_control::clock::now_ms().saturating_sub(e.retention_ms);
-        if let Some(k) = &e.key {
-            let script = redis::Script::new(PUBLISH_ONCE);
+        let now = portico_control::clock::now_ms();
+        let oldest = now.saturating_sub(e.retention_ms);
+        let keep_until_ms = e.published_at_ms.saturating_add(e.retention_ms.max(1));
+        let fields = EntryFields {
+            topic: &e.topic,
+            payload: &e.payload,
+            published_at_ms: e.published_at_ms,
+            expires_at_ms: e.expires_at_ms,
+            keep_until_ms,
+            key: e.key.as_deref(),
+        };
+        let mut id = EventId { ms: now, seq: 0 };
+        for _ in 0..PUBLISH_TRIES {
+            let mac = self.key.sign(app, id, &fields);
+            let script = redis::Script::new(PUBLISH);
             let mut inv = script.prepare_invoke();
-            inv.key(dedupe_key(app, &e.topic, k))
-                .key(stream_key(app))
-                .arg(e.dedupe_ms.max(1))
+            inv.key(stream_key(app));
+            if let Some(k) = &e.key {
+                inv.key(dedupe_key(app, &e.topic, k));
+            }
+            inv.arg(e.dedupe_ms.max(1))
                 .arg(oldest)
+                .arg(id.to_string())
+                .arg(app)
                 .arg("t")
                 .arg(&e.topic)
                 .arg("p")
@@ -578,55 +860,49 @@ impl RedisStore {
                 .arg(e.published_at_ms)
                 .arg("x")
                 .arg(e.expires_at_ms)
-                .arg("k")
-                .arg(k);
-            let (fresh, id): (i64, String) = inv
+                .arg("r")
+                .arg(keep_until_ms);
+            if let Some(k) = &e.key {
+                inv.arg("k").arg(k);
+            }
+            inv.arg("m").arg(mac);
+            let (outcome, answered): (i64, String) = inv
                 .invoke_async(&mut c)
                 .await
-                .map_err(|err| failed(&self.fleet, "XADD (once)", &err))?;
-            let id =
-                EventId::parse(&id).ok_or_else(|| format!("XADD answered an odd id {id:?}"))?;
-            if fresh != 0 {
-                self.wake(&mut c, app).await;
+                .map_err(|err| failed(&self.fleet, "XADD", &err))?;
+            let answered = EventId::parse(&answered)
+                .ok_or_else(|| format!("XADD answered an odd id {answered:?}"))?;
+            match outcome {
+                1 => {
+                    return Ok(Stored {
+                        id: answered,
+                        duplicate: false,
+                    })
+                }
+                0 => {
+                    return Ok(Stored {
+                        id: answered,
+                        duplicate: true,
+                    })
+                }
+                // Another publisher (or a clock ahead of ours) took the id: just above it.
+                _ => {
+                    id = std::cmp::max(
+                        EventId {
+                            ms: portico_control::clock::now_ms(),
+                            seq: 0,
+                        },
+                        EventId {
+                            ms: answered.ms,
+                            seq: answered.seq.saturating_add(1),
+                        },
+                    );
+                }
             }
-            return Ok(Stored {
-                id,
-                duplicate: fresh == 0,
-            });
         }
-        let mut cmd = redis::cmd("XADD");
-        cmd.arg(stream_key(app))
-            .arg("MINID")
-            .arg("~")
-            .arg(oldest)
-            .arg("*")
-            .arg("t")
-            .arg(&e.topic)
-            .arg("p")
-            .arg(&e.payload)
-            .arg("at")
-            .arg(e.published_at_ms)
-            .arg("x")
-            .arg(e.expires_at_ms);
-        if let Some(k) = &e.key {
-            cmd.arg("k").arg(k);
-        }
-        // Stored and announced in one round trip.
-        let mut pipe = redis::pipe();
-        pipe.add_command(cmd)
-            .cmd("PUBLISH")
-            .arg(WAKE_CHANNEL)
-            .arg(app)
-            .ignore();
-        let (id,): (String,) = pipe
-            .query_async(&mut c)
-            .await
-            .map_err(|err| failed(&self.fleet, "XADD", &err))?;
-        let id = EventId::parse(&id).ok_or_else(|| format!("XADD answered an odd id {id:?}"))?;
-        Ok(Stored {
-            id,
-            duplicate: false,
-        })
+        Err(format!(
+            "XADD: no free id after {PUBLISH_TRIES} tries (publishers racing on {app:?})"
+        ))
     }
 
     async fn resume(&self, app: &str, last_acked: Option<EventId>) -> Result<Vec<Event>, String> {
@@ -673,10 +949,10 @@ impl RedisStore {
                 .await
                 .map_err(|e| failed(&self.fleet, "XREADGROUP", &e))?;
             let got = read_entries(&v);
-            let Some(last) = got.last().map(|e| e.id) else {
+            let Some(last) = got.last().map(|r| r.event.id) else {
                 break;
             };
-            out.extend(got);
+            out.extend(self.checked(app, got, false).await);
             after = last.to_string();
         }
         Ok(out)
@@ -718,11 +994,12 @@ impl RedisStore {
             }
             Err(e) => return Err(failed(&self.fleet, "poll", &e)),
         };
-        let redeliver = items(&claimed)
+        let redeliver: Vec<Raw> = items(&claimed)
             .get(1)
             .map(|v| items(v).iter().filter_map(entry).collect())
             .unwrap_or_default();
-        let fresh = read_entries(&fresh);
+        let redeliver = self.checked(app, redeliver, false).await;
+        let fresh = self.checked(app, read_entries(&fresh), true).await;
         let pending = items(&summary)
             .first()
             .and_then(text)
@@ -738,6 +1015,13 @@ impl RedisStore {
     async fn ack(&self, app: &str, ids: &[EventId]) -> Result<u64, String> {
         if ids.is_empty() {
             return Ok(0);
+        }
+        {
+            let mut seen = self.seen();
+            let s = seen.entry(app.to_owned()).or_default();
+            for id in ids {
+                s.acked(*id);
+            }
         }
         let mut c = self.conn().await?;
         let ids: Vec<String> = ids.iter().map(EventId::to_string).collect();
@@ -797,6 +1081,52 @@ mod tests {
             retention_ms: 86_400_000,
             dedupe_ms: 86_400_000,
         }
+    }
+
+    #[test]
+    fn entry_macs_bind_the_app_the_id_and_every_field() {
+        let key = MacKey::new(&[7u8; 32]).unwrap();
+        let f = EntryFields {
+            topic: "orders",
+            payload: r#"{"refund":"IBAN-X"}"#,
+            published_at_ms: 5,
+            expires_at_ms: 0,
+            keep_until_ms: 10,
+            key: Some("k1"),
+        };
+        let id = EventId { ms: 5, seq: 0 };
+        let mac = key.sign("merchant-1", id, &f);
+        assert!(key.verify("merchant-1", id, &f, &mac));
+        // Another app's stream, another id, any field changed, another key: refused.
+        assert!(!key.verify("merchant-2", id, &f, &mac));
+        assert!(!key.verify("merchant-1", EventId { ms: 5, seq: 1 }, &f, &mac));
+        for changed in [
+            EntryFields {
+                topic: "orderz",
+                ..f
+            },
+            EntryFields { payload: "{}", ..f },
+            EntryFields {
+                keep_until_ms: 11,
+                ..f
+            },
+            EntryFields {
+                expires_at_ms: 1,
+                ..f
+            },
+            EntryFields { key: None, ..f },
+            EntryFields {
+                key: Some("k2"),
+                ..f
+            },
+        ] {
+            assert!(!key.verify("merchant-1", id, &changed, &mac));
+        }
+        assert!(!MacKey::new(&[8u8; 32])
+            .unwrap()
+            .verify("merchant-1", id, &f, &mac));
+        assert!(!key.verify("merchant-1", id, &f, "zz"));
+        assert!(MacKey::new(b"short").is_err());
     }
 
     #[test]
