@@ -49,6 +49,9 @@ def sign_headers(method, path, app_key, secret, body=b"", query=""):
             "X-Portico-Nonce": nonce, "X-Portico-Signature": sig}
 
 
+CALLBACK_DOMAIN = "PORTICO-CALLBACK-v1"
+
+
 def verify_callback(method, raw_target, headers, body: bytes, secret, seen_nonces) -> bool:
     """True if a callback POST is genuine: the signature of the request as received, a
     timestamp within 300 s, a nonce not seen before (seen_nonces: a dict nonce -> expiry ms
@@ -63,7 +66,9 @@ def verify_callback(method, raw_target, headers, body: bytes, secret, seen_nonce
     if abs(now - int(ts)) > MAX_SKEW_MS:
         return False
     path, _, query = raw_target.partition("?")
-    sts = string_to_sign(method, path, query, app_key, ts, nonce, body)
+    # A callback's string-to-sign starts with its own line, so that a callback can never be
+    # presented to the gateway as one of your requests (docs/PROTOCOL.md, "Callbacks").
+    sts = CALLBACK_DOMAIN + "\n" + string_to_sign(method, path, query, app_key, ts, nonce, body)
     want = hmac.new(secret.encode(), sts.encode(), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(want, sig):
         return False

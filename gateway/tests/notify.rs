@@ -56,6 +56,7 @@ fn node(tree: &ConfigTree, redis: Option<&Redis>, extra: &[&str]) -> Node {
     ];
     if let Some(r) = redis {
         args.extend(["--redis".into(), r.url()]);
+        args.extend(["--notify-key-file".into(), notify_key_file(tree)]);
     }
     args.extend(extra.iter().map(|s| s.to_string()));
     let gw = GatewayProcess::start_args(args);
@@ -70,6 +71,17 @@ fn node(tree: &ConfigTree, redis: Option<&Redis>, extra: &[&str]) -> Node {
         );
     }
     Node { gw, internal }
+}
+
+/// The notification key every gateway on `tree` shares (a 0600 file in the tree's folder).
+fn notify_key_file(tree: &ConfigTree) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = tree.path().join("notify.key");
+    if !path.exists() {
+        std::fs::write(&path, "notify-key-0123456789abcdef0123456789abcdef").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    path.display().to_string()
 }
 
 /// Publishes `payload` on `topic` (to `app`, or every granted app); the answer's events.
@@ -520,7 +532,8 @@ struct Hook {
 }
 
 /// A callback receiver on a free port: answers 500 to the first `fail` POSTs, then 204;
-/// verifies each signature with `secret` (§3.1, the path and query it was sent to).
+/// verifies each signature with `secret` (the callback scheme: `PORTICO-CALLBACK-v1`, then
+/// §3.1 over the path and query it was sent to).
 fn receiver(secret: &'static str, fail: usize) -> (u16, mpsc::Receiver<Hook>) {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -575,8 +588,7 @@ fn receiver(secret: &'static str, fail: usize) -> (u16, mpsc::Receiver<Hook>) {
                 Some((p, q)) => (p.to_owned(), Some(q.to_owned())),
                 None => (target.clone(), None),
             };
-            let sts = portico_control::sign::string_to_sign(
-                "POST",
+            let sts = portico_gateway::notify::callback::callback_string_to_sign(
                 &path,
                 query.as_deref(),
                 &header("x-portico-appkey"),
@@ -687,9 +699,17 @@ fn a_node_without_an_internal_listener_delivers_callbacks() {
         &json!({"secret": "callback-secret-1", "apis": [], "topics": ["orders"],
                 "callback_url": format!("http://127.0.0.1:{port}/hooks")}),
     );
+    let key_file = notify_key_file(&t);
     let quiet = GatewayProcess::start(
         t.path(),
-        &["--redis", &redis.url(), "--internal-listen", "off"],
+        &[
+            "--redis",
+            &redis.url(),
+            "--notify-key-file",
+            &key_file,
+            "--internal-listen",
+            "off",
+        ],
     );
     assert!(wait_until(Duration::from_secs(10), || quiet.status()
         ["redis"]["state"]

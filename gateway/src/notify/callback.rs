@@ -1,7 +1,8 @@
 //! Callbacks (docs/PROTOCOL.md, "Notifications: callbacks"): for an app with a
 //! `callback_url`, the gateway POSTs each event, in order, signed with the app's secret by
-//! the §3.1 scheme (a fresh timestamp and nonce on every try, the path and query of the
-//! URL), and acknowledges it on a 2xx answer. A failed try is retried after 1 s, 2 s, 4 s, …
+//! the §3.1 scheme behind a first line `PORTICO-CALLBACK-v1` ([`callback_string_to_sign`]:
+//! a callback is never a valid request, nor a request a valid callback; a fresh timestamp
+//! and nonce on every try, the path and query of the URL), and acknowledges it on a 2xx answer. A failed try is retried after 1 s, 2 s, 4 s, …
 //! (capped at `callback_max_backoff`); after `callback_attempts` tries the event becomes a
 //! dead letter (kept, bounded, on `/status`) and the next one is sent.
 //!
@@ -202,6 +203,47 @@ async fn deliver(n: &Notifier, client: &reqwest::Client, app: &str, node: &str, 
     let _ = n.store.ack(app, &[e.id]).await;
 }
 
+/// The first line of a callback's string-to-sign (docs/PROTOCOL.md, "Notifications:
+/// callbacks"): the rest is the §3.1 string-to-sign of the POST. A request's string-to-sign
+/// starts with its method, upper-cased, which can never be this line (it has a lower-case
+/// `v`), so a callback's signature never verifies as a request's, nor the other way round.
+pub const CALLBACK_SIGNING_DOMAIN: &str = "PORTICO-CALLBACK-v1";
+
+/// The string-to-sign of a callback POST to `path`?`raw_query`.
+pub fn callback_string_to_sign(
+    path: &str,
+    raw_query: Option<&str>,
+    app: &str,
+    timestamp: &str,
+    nonce: &str,
+    body: &[u8],
+) -> String {
+    let request = sign::string_to_sign("POST", path, raw_query, app, timestamp, nonce, body);
+    format!("{CALLBACK_SIGNING_DOMAIN}\n{request}")
+}
+
+/// The four headers of a callback POST, signed with the app's secret over
+/// [`callback_string_to_sign`].
+pub fn sign_callback(
+    secret: &[u8],
+    path: &str,
+    raw_query: Option<&str>,
+    app: &str,
+    timestamp_ms: u64,
+    nonce: &str,
+    body: &[u8],
+) -> sign::SignedHeaders {
+    let timestamp = timestamp_ms.to_string();
+    let sts = callback_string_to_sign(path, raw_query, app, &timestamp, nonce, body);
+    sign::SignedHeaders {
+        app_key: app.to_owned(),
+        timestamp,
+        nonce: nonce.to_owned(),
+        signature: sign::sign(secret, &sts),
+        string_to_sign: sts,
+    }
+}
+
 /// One signed POST; `Err` with why unless the answer is 2xx.
 async fn post(
     client: &reqwest::Client,
@@ -214,9 +256,8 @@ async fn post(
 ) -> Result<(), String> {
     let parsed = reqwest::Url::parse(url).map_err(|err| format!("callback_url: {err}"))?;
     let nonce = format!("cb{:030x}", fastrand::u128(..) >> 8);
-    let signed = sign::sign_request(
+    let signed = sign_callback(
         secret.as_bytes(),
-        "POST",
         parsed.path(),
         parsed.query(),
         app,
@@ -242,5 +283,75 @@ async fn post(
         Ok(())
     } else {
         Err(format!("answered {}", status.as_u16()))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod signing_tests {
+    use super::*;
+
+    const SECRET: &[u8] = b"s3cr3t-value";
+
+    /// docs/PROTOCOL.md, "Notifications: callbacks": the worked example.
+    #[test]
+    fn the_documented_callback_vector() {
+        let body = br#"{"id":"1796000000000-0","topic":"orders","published_at":"2026-11-30T00:53:20Z","payload":{"order_id":"1001","state":"paid"}}"#;
+        let signed = sign_callback(
+            SECRET,
+            "/hooks/portico",
+            Some("shop=7"),
+            "merchant-1",
+            1_796_000_000_000,
+            "cb0123456789abcdef",
+            body,
+        );
+        assert!(signed.string_to_sign.starts_with("PORTICO-CALLBACK-v1\nPOST\n/hooks/portico\nshop=7\nmerchant-1\n1796000000000\ncb0123456789abcdef\n"));
+        assert_eq!(signed.string_to_sign.lines().count(), 8);
+        assert_eq!(signed.signature, sign::sign(SECRET, &signed.string_to_sign));
+        println!("{}\n{}", signed.string_to_sign, signed.signature);
+    }
+
+    /// A captured callback presented as a request to the gateway (same method, path, query,
+    /// app, timestamp, nonce, body: the §3.1 verification) is refused, and a request's
+    /// signature is no callback's.
+    #[test]
+    fn a_callback_signature_is_never_a_request_signature() {
+        let body = br#"{"id":"1-0","topic":"orders","payload":{}}"#;
+        let cb = sign_callback(
+            SECRET,
+            "/router",
+            Some("method=refund"),
+            "merchant-1",
+            1_796_000_000_000,
+            "cbnonce0001",
+            body,
+        );
+        let as_request = sign::string_to_sign(
+            "POST",
+            "/router",
+            Some("method=refund"),
+            "merchant-1",
+            &cb.timestamp,
+            &cb.nonce,
+            body,
+        );
+        assert!(!sign::verify(SECRET, &as_request, &cb.signature));
+        let req = sign::sign_request(
+            SECRET,
+            "POST",
+            "/router",
+            Some("method=refund"),
+            "merchant-1",
+            1_796_000_000_000,
+            "cbnonce0001",
+            body,
+        );
+        assert!(!sign::verify(SECRET, &cb.string_to_sign, &req.signature));
+        assert_ne!(req.signature, cb.signature);
+        // Whatever the method, a request's first line is upper-cased: never the domain line.
+        let forged =
+            sign::string_to_sign("portico-callback-v1", "/", None, "a", "1", "nonce0001", b"");
+        assert!(!forged.starts_with(CALLBACK_SIGNING_DOMAIN));
     }
 }
