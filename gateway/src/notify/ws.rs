@@ -13,7 +13,9 @@
 //! `write_response_body`.
 //!
 //! Server → client: one text frame per event (the event JSON of `sse::event_json`), a ping
-//! after `heartbeat` of silence, a pong for every ping, and on the gateway's close a text
+//! after `heartbeat` of silence, a pong for the latest ping at most
+//! [`wsframe::PONGS_PER_SECOND`] times a second (a client over its control-frame budget,
+//! [`wsframe::ControlBudget`], is closed with 1008), and on the gateway's close a text
 //! frame `{"type":"close","reason","message"}` then a close frame ([`close_code`]).
 //! Client → server: `{"type":"ack","ids":[..]}` any time; `{"type":"resume","after":"<id>"}`
 //! as the first message only (the gateway waits [`RESUME_WAIT`] for it; without it the
@@ -168,6 +170,8 @@ pub async fn serve(
         heartbeat: n.config.heartbeat,
         unanswered_ping: None,
         closed: false,
+        started: Instant::now(),
+        control: wsframe::ControlBudget::new(0),
     };
     let end = async {
         let last_acked = match header_resume {
@@ -210,6 +214,10 @@ struct Ws<'a> {
     unanswered_ping: Option<Instant>,
     /// Whether the closing handshake is done (nothing more may be written).
     closed: bool,
+    /// The clock of `control`.
+    started: Instant,
+    /// The client's control frames: pongs coalesced and rate-limited, floods closed.
+    control: wsframe::ControlBudget,
 }
 
 /// What reading the client found.
@@ -221,6 +229,35 @@ enum Heard {
 }
 
 impl Ws<'_> {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Counts a control frame of the client's (a ping's payload, or `None` for a pong);
+    /// over the budget, closes with 1008.
+    async fn control_frame(&mut self, ping: Option<Vec<u8>>) -> Result<(), ()> {
+        let now = self.now_ms();
+        if let Err(v) = self.control.received(now, ping) {
+            tracing::info!(
+                reason = v.reason(),
+                "notify: WebSocket closed for a control-frame flood"
+            );
+            self.violation(v).await;
+            return Err(());
+        }
+        Ok(())
+    }
+
+    /// Writes the pong of the latest ping if one is due and allowed now.
+    async fn flush_pong(&mut self) -> Result<(), ()> {
+        let now = self.now_ms();
+        if let Some(payload) = self.control.take_pong(now) {
+            self.send(wsframe::encode(wsframe::OP_PONG, &payload))
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn send(&mut self, frame: Vec<u8>) -> Result<(), ()> {
         if self.closed {
             return Err(());
@@ -278,10 +315,13 @@ impl Ws<'_> {
     async fn handle(&mut self, m: Message, first: bool) -> Result<Heard, ()> {
         match m {
             Message::Ping(p) => {
-                self.send(wsframe::encode(wsframe::OP_PONG, &p)).await?;
+                self.control_frame(Some(p)).await?;
                 Ok(Heard::Nothing)
             }
-            Message::Pong => Ok(Heard::Nothing),
+            Message::Pong => {
+                self.control_frame(None).await?;
+                Ok(Heard::Nothing)
+            }
             Message::Binary => {
                 self.refuse(1003, "binary messages are not accepted; send JSON text")
                     .await;
@@ -346,7 +386,9 @@ impl Ws<'_> {
                 Err(_) => return Ok(None),
                 Ok(m) => m?,
             };
-            match self.handle(m, true).await? {
+            let heard = self.handle(m, true).await?;
+            self.flush_pong().await?;
+            match heard {
                 Heard::Nothing => {}
                 Heard::Resume(after) => return Ok(after),
                 Heard::Acks(ids) => {
@@ -415,12 +457,19 @@ impl Transport for Ws<'_> {
                     }
                 }
             }
+            self.flush_pong().await?;
             if !acks.is_empty() {
                 return Ok(acks);
             }
+            // A pong held back by the pong rate is written when it may be.
+            let pong_wait = self
+                .control
+                .pong_wait_ms(self.now_ms())
+                .map(Duration::from_millis);
             // Reading is cancel-safe: a read not finished has taken nothing off the socket.
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return Ok(acks),
+                _ = tokio::time::sleep(pong_wait.unwrap_or_default()), if pong_wait.is_some() => {}
                 _ = woken.as_mut() => return Ok(acks),
                 read = self.session.read_request_body() => match read {
                     Ok(Some(bytes)) => {

@@ -11,6 +11,12 @@
 //!
 //! Binary messages are reported at their first frame ([`Message::Binary`]); the caller
 //! closes with 1003 without reading them.
+//!
+//! Control frames cost the gateway writes, so they have a budget per connection
+//! ([`ControlBudget`]): pings are answered with at most [`PONGS_PER_SECOND`] pongs a second,
+//! each for the latest ping only (pongs coalesced, RFC 6455 §5.5.3 allows it), and a client
+//! sending more than [`CONTROL_BURST`] control frames at once, or more than
+//! [`CONTROL_PER_SECOND`] a second over time, is closed with 1008.
 
 /// The bytes of a control frame's payload at most (§5.5).
 pub const MAX_CONTROL_PAYLOAD: usize = 125;
@@ -46,6 +52,8 @@ pub enum Violation {
     TooLarge,
     /// Text that is not UTF-8.
     BadUtf8,
+    /// More control frames than the connection's budget ([`ControlBudget`]).
+    ControlFlood,
 }
 
 impl Violation {
@@ -55,6 +63,7 @@ impl Violation {
             Violation::Unmasked | Violation::Protocol(_) => 1002,
             Violation::TooLarge => 1009,
             Violation::BadUtf8 => 1007,
+            Violation::ControlFlood => 1008,
         }
     }
 
@@ -65,7 +74,77 @@ impl Violation {
             Violation::Protocol(why) => why,
             Violation::TooLarge => "message too large",
             Violation::BadUtf8 => "text is not UTF-8",
+            Violation::ControlFlood => "too many control frames",
         }
+    }
+}
+
+/// Pong writes per second at most, per connection.
+pub const PONGS_PER_SECOND: u64 = 2;
+/// Control frames (pings, pongs) a client may send at once...
+pub const CONTROL_BURST: u64 = 50;
+/// ... and per second over time; beyond, the connection is closed with 1008.
+pub const CONTROL_PER_SECOND: u64 = 5;
+
+/// The control-frame budget of one connection; time is the caller's, in ms (monotonic).
+#[derive(Debug, Clone)]
+pub struct ControlBudget {
+    /// Control frames that may still be sent at once, in thousandths.
+    tokens_milli: u64,
+    last_ms: u64,
+    /// The payload of the latest ping not answered yet.
+    pending_pong: Option<Vec<u8>>,
+    /// When the last pong was written.
+    last_pong_ms: Option<u64>,
+}
+
+impl ControlBudget {
+    /// A full budget at `now_ms`.
+    pub fn new(now_ms: u64) -> ControlBudget {
+        ControlBudget {
+            tokens_milli: CONTROL_BURST * 1000,
+            last_ms: now_ms,
+            pending_pong: None,
+            last_pong_ms: None,
+        }
+    }
+
+    /// Counts one control frame from the client: a ping (its payload) or a pong (`None`).
+    /// A ping replaces any ping not answered yet. `Err` when the budget is spent: close.
+    pub fn received(&mut self, now_ms: u64, ping: Option<Vec<u8>>) -> Result<(), Violation> {
+        let elapsed = now_ms.saturating_sub(self.last_ms);
+        self.last_ms = self.last_ms.max(now_ms);
+        self.tokens_milli = self
+            .tokens_milli
+            .saturating_add(elapsed.saturating_mul(CONTROL_PER_SECOND))
+            .min(CONTROL_BURST * 1000);
+        if self.tokens_milli < 1000 {
+            return Err(Violation::ControlFlood);
+        }
+        self.tokens_milli -= 1000;
+        if ping.is_some() {
+            self.pending_pong = ping;
+        }
+        Ok(())
+    }
+
+    /// How long until the pending pong may be written: `None` with no ping to answer.
+    pub fn pong_wait_ms(&self, now_ms: u64) -> Option<u64> {
+        self.pending_pong.as_ref()?;
+        let gap = 1000 / PONGS_PER_SECOND;
+        Some(
+            self.last_pong_ms
+                .map_or(0, |at| (at + gap).saturating_sub(now_ms)),
+        )
+    }
+
+    /// The payload of the pong to write now, if one is pending and allowed.
+    pub fn take_pong(&mut self, now_ms: u64) -> Option<Vec<u8>> {
+        if self.pong_wait_ms(now_ms)? > 0 {
+            return None;
+        }
+        self.last_pong_ms = Some(now_ms);
+        self.pending_pong.take()
     }
 }
 
@@ -372,6 +451,37 @@ mod tests {
         assert!(matches!(decode_all(&rsv, 64), Err(Violation::Protocol(_))));
         let binary = encode_masked(true, OP_BINARY, b"x", M);
         assert_eq!(decode_all(&binary, 64).unwrap(), vec![Message::Binary]);
+    }
+
+    #[test]
+    fn pings_are_coalesced_and_bounded_then_a_flood_is_refused() {
+        let mut b = ControlBudget::new(0);
+        // A burst of pings within 1 ms: one pong now, for the latest ping only.
+        for i in 0..10u8 {
+            b.received(0, Some(vec![i])).unwrap();
+        }
+        assert_eq!(b.take_pong(0), Some(vec![9]));
+        assert_eq!(b.take_pong(0), None);
+        b.received(1, Some(vec![10])).unwrap();
+        assert_eq!(b.take_pong(1), None, "at most PONGS_PER_SECOND a second");
+        assert_eq!(b.pong_wait_ms(1), Some(499));
+        assert_eq!(b.take_pong(500), Some(vec![10]));
+        // The rest of the burst, then the first frame over budget is a 1008.
+        let left = CONTROL_BURST - 11;
+        for _ in 0..left {
+            b.received(500, None).unwrap();
+        }
+        // 500 ms refilled 2.5 frames.
+        b.received(500, None).unwrap();
+        b.received(500, None).unwrap();
+        let over = b.received(500, Some(vec![1])).unwrap_err();
+        assert_eq!(over.close_code(), 1008);
+        // A client pinging once a second is never refused.
+        let mut calm = ControlBudget::new(0);
+        for s in 0..1000u64 {
+            calm.received(s * 1000, Some(vec![])).unwrap();
+            assert!(calm.take_pong(s * 1000).is_some());
+        }
     }
 
     #[test]
