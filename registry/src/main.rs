@@ -84,6 +84,34 @@ struct Args {
     /// The console's address as people reach it, for links in notifications.
     #[arg(long)]
     public_url: Option<String>,
+    /// Seconds a request head may take to arrive in full (and a connection may wait for its
+    /// first request) before the connection is closed (docs/OPERATIONS.md, "The registry's
+    /// listener").
+    #[arg(long, default_value_t = portico_registry::listener::DEFAULT_HEADER_READ_TIMEOUT_S,
+        value_parser = clap::value_parser!(u64).range(1..=10))]
+    header_read_timeout_s: u64,
+    /// Seconds a connection may stay open with no request in progress.
+    #[arg(long, default_value_t = portico_registry::listener::DEFAULT_IDLE_TIMEOUT_S,
+        value_parser = clap::value_parser!(u64).range(1..=3600))]
+    idle_timeout_s: u64,
+    /// Open connections at most (0: no cap); above it new connections are closed at once.
+    #[arg(long, default_value_t = portico_registry::listener::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+    /// Open connections per client address at most (0: no cap; raise it, or use 0, when a
+    /// reverse proxy connects for everyone).
+    #[arg(long, default_value_t = portico_registry::listener::DEFAULT_MAX_CONNECTIONS_PER_IP)]
+    max_connections_per_ip: usize,
+    /// Portal try-it calls per client address and minute (0: none); more answer 429.
+    #[arg(long, default_value_t = portico_registry::portal::forward::DEFAULT_TRY_PER_MINUTE)]
+    portal_try_per_minute: u32,
+    /// CIDRs outbound calls made for config authors (webhooks, reflection import) may not
+    /// reach, besides the defaults (link-local, metadata addresses); comma-separated
+    /// (docs/OPERATIONS.md, "Egress policy").
+    #[arg(long, env = "PORTICO_EGRESS_DENY", default_value = "")]
+    egress_deny: String,
+    /// CIDRs those calls may reach even inside a denied range (the most specific rule decides).
+    #[arg(long, env = "PORTICO_EGRESS_ALLOW", default_value = "")]
+    egress_allow: String,
 }
 
 /// The webhook secret: `--webhook-secret-file`, else `PORTICO_WEBHOOK_SECRET`, else none.
@@ -275,12 +303,23 @@ async fn run() -> anyhow::Result<()> {
             .transpose()
             .map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
     };
-    portico_registry::portal::catalog::set_public_urls(
-        portico_registry::portal::catalog::PublicUrls {
-            gateway: public_url("portal-gateway-url", &args.portal_gateway_url)?,
-            sandbox: public_url("portal-sandbox-url", &args.portal_sandbox_url)?,
-        },
+    let urls = portico_registry::portal::catalog::PublicUrls {
+        gateway: public_url("portal-gateway-url", &args.portal_gateway_url)?,
+        sandbox: public_url("portal-sandbox-url", &args.portal_sandbox_url)?,
+    };
+    portico_registry::portal::catalog::require_public_urls(&urls, args.listen)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    portico_registry::portal::catalog::set_public_urls(urls);
+    portico_registry::portal::forward::set_try_per_minute(args.portal_try_per_minute);
+    let egress = portico_control::egress::Policy::new(
+        &portico_control::egress::parse_nets(&args.egress_deny)
+            .map_err(|e| anyhow::anyhow!("--egress-deny: {e}"))?,
+        &portico_control::egress::parse_nets(&args.egress_allow)
+            .map_err(|e| anyhow::anyhow!("--egress-allow: {e}"))?,
     );
+    let (deny, allow) = egress.operator_rules();
+    tracing::info!(?deny, ?allow, defaults = ?portico_control::egress::DEFAULT_DENY, "egress policy");
+    portico_control::egress::set_global(egress);
     let zk_auth = portico_control::zk::ZkAuth::from_file_or_env(args.zk_auth_file.as_deref())
         .map_err(|e| anyhow::anyhow!("ZooKeeper credentials: {e}"))?;
     match &zk_auth {
@@ -310,7 +349,14 @@ async fn run() -> anyhow::Result<()> {
         ),
     }
     start_observing(&args, &state, addr)?;
-    portico_registry::server::serve(listener, state).await?;
+    let limits = portico_registry::server::Limits {
+        header_read_timeout: std::time::Duration::from_secs(args.header_read_timeout_s),
+        idle_timeout: std::time::Duration::from_secs(args.idle_timeout_s),
+        max_connections: args.max_connections,
+        max_connections_per_ip: args.max_connections_per_ip,
+    };
+    tracing::info!(?limits, "listener limits");
+    portico_registry::server::serve_with(listener, state, limits).await?;
     Ok(())
 }
 

@@ -468,8 +468,34 @@ pub async fn fetch_by_reflection(addr: &str, services: Option<&[String]>) -> Api
         .map_err(|e| ApiError::bad_request(format!("addr {addr:?}: {e}")))?
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(15));
+    // The address is the author's: through the egress policy, connecting to the checked
+    // addresses only (docs/OPERATIONS.md, "Egress policy").
+    let parsed: http::Uri = uri
+        .parse()
+        .map_err(|e| ApiError::bad_request(format!("addr {addr:?}: {e}")))?;
+    let host = parsed
+        .host()
+        .ok_or_else(|| ApiError::bad_request(format!("addr {addr:?}: no host")))?;
+    let port = parsed
+        .port_u16()
+        .unwrap_or(if parsed.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        });
+    let addrs = portico_control::egress::global()
+        .resolve(host, port)
+        .await
+        .map_err(|e| {
+            if e.by_policy() {
+                tracing::warn!(addr, error = %e, "egress: reflection import refused");
+                ApiError::bad_request(format!("addr {addr:?}: {e}"))
+            } else {
+                ApiError::bad_gateway(format!("cannot connect to {uri}: {e}"))
+            }
+        })?;
     let channel = endpoint
-        .connect()
+        .connect_with_connector(crate::egress::Pinned(addrs))
         .await
         .map_err(|e| ApiError::bad_gateway(format!("cannot connect to {uri}: {e}")))?;
     let fetched = tokio::time::timeout(Duration::from_secs(30), async {

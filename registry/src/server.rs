@@ -6,6 +6,7 @@
 
 use crate::api;
 use crate::error::{ApiError, Envelope, ErrorBody};
+pub use crate::listener::Limits;
 use crate::openapi;
 use crate::state::{AppState, Config, RequestId, Shared, REQUEST_ID_HEADER};
 use axum::body::Body;
@@ -59,10 +60,20 @@ pub fn router(state: Shared) -> Router {
 }
 
 /// Serves `router(state)` on `listener` until the process ends, with the autoscale task
-/// ([`crate::autoscale`]) running beside it.
+/// ([`crate::autoscale`]) running beside it, under the default [`Limits`].
 pub async fn serve(listener: tokio::net::TcpListener, state: Shared) -> std::io::Result<()> {
+    serve_with(listener, state, Limits::default()).await
+}
+
+/// [`serve`] with the listener's `limits` (timeouts and connection caps,
+/// [`crate::listener`]).
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    state: Shared,
+    limits: Limits,
+) -> std::io::Result<()> {
     crate::autoscale::start(&state);
-    axum::serve(listener, router(state)).await
+    crate::listener::serve(listener, router(state), limits).await
 }
 
 /// Starts a registry on `addr` (use port 0 for a free one) on the current runtime; returns the

@@ -123,6 +123,11 @@ impl Store {
         self
     }
 
+    /// The credentials the store authenticates with, if any.
+    pub fn auth(&self) -> Option<&ZkAuth> {
+        self.auth.as_ref()
+    }
+
     /// The user the store authenticates as, if any.
     pub fn auth_user(&self) -> Option<&str> {
         self.auth.as_ref().map(ZkAuth::user)

@@ -103,6 +103,32 @@ pub struct Outcome {
     pub error: Option<String>,
 }
 
+/// An error with its sources (reqwest's own text leaves out why the request failed).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// Whether the egress policy refused the call (no retry helps).
+fn is_egress_refusal(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<portico_control::egress::Refused>()
+            .is_some_and(portico_control::egress::Refused::by_policy)
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 /// Where notifications go out from: the HTTP client, the webhook secret, the mailer.
 #[derive(Clone)]
 pub struct Sender {
@@ -116,7 +142,8 @@ pub struct Sender {
 impl Sender {
     /// A sender signing with `secret` and mailing through `mailer`.
     pub fn new(secret: Option<Vec<u8>>, mailer: Option<Mailer>) -> Result<Sender, String> {
-        let http = reqwest::Client::builder()
+        // Webhooks name any URL an author wrote: through the egress policy, never redirected.
+        let http = crate::egress::client_builder()
             .timeout(ATTEMPT_TIMEOUT)
             .user_agent(concat!("portico-registry/", env!("CARGO_PKG_VERSION")))
             .build()
@@ -174,6 +201,10 @@ impl Sender {
             status: None,
             error: None,
         };
+        if let Err(e) = crate::egress::check_call(url) {
+            outcome.error = Some(e.to_string());
+            return outcome;
+        }
         for n in 1..=ATTEMPTS {
             let wait = backoff(n).mul_f64(self.backoff_scale);
             if !wait.is_zero() {
@@ -204,7 +235,12 @@ impl Sender {
                         break;
                     }
                 }
-                Err(e) => outcome.error = Some(e.to_string()),
+                Err(e) => {
+                    outcome.error = Some(error_chain(&e));
+                    if is_egress_refusal(&e) {
+                        break;
+                    }
+                }
             }
             tracing::debug!(url, attempt = n, error = ?outcome.error, "alert webhook not delivered yet");
         }

@@ -20,8 +20,24 @@ pub async fn validate_change(state: &Shared, env: Env, changes: &[Change]) -> Ap
     check_change(tree, env, changes)
 }
 
-/// [`validate_change`] against a given tree.
+/// [`validate_change`] against a given tree. A changed document naming an outbound target the
+/// egress policy refuses (an alert webhook to `169.254.169.254`, ...) is refused first, with
+/// 400 `BAD_REQUEST` and the reason ([`crate::egress::check_document`]).
 pub fn check_change(tree: Tree, env: Env, changes: &[Change]) -> ApiResult<()> {
+    for (rel, data) in changes {
+        let Some(doc) = data
+            .as_deref()
+            .and_then(|d| serde_json::from_slice::<serde_json::Value>(d).ok())
+        else {
+            continue;
+        };
+        crate::egress::check_document(rel, &doc).map_err(|why| {
+            ApiError::bad_request(format!(
+                "{}: refused by the egress policy (docs/OPERATIONS.md, \"Egress policy\"): {why}",
+                env.path(rel)
+            ))
+        })?;
+    }
     let before = build_snapshot(&tree, None);
     let mut after_tree = tree;
     for (rel, data) in changes {

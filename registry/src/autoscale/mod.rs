@@ -100,9 +100,10 @@ pub async fn events(state: &Shared, cluster: &str) -> ApiResult<Vec<Value>> {
 }
 
 async fn run(a: Arc<Autoscaler>, key: usize) {
-    let client = match reqwest::Client::builder()
+    // Webhooks and sleep URLs name any URL an author wrote: through the egress policy
+    // (`crate::egress`), never redirected.
+    let client = match crate::egress::client_builder()
         .timeout(CALL_TIMEOUT)
-        .no_proxy()
         .build()
     {
         Ok(c) => c,
@@ -305,6 +306,7 @@ fn task_ctx(id: &str) -> Ctx {
 
 /// POSTs `body` to `url`: the answer's status, or why it failed (a non-2xx answer fails).
 async fn call(client: &reqwest::Client, url: &str, body: &Value) -> Result<u16, String> {
+    crate::egress::check_call(url).map_err(|e| format!("POST {url}: {e}"))?;
     let resp = client
         .post(url)
         .json(body)

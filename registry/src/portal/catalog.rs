@@ -79,6 +79,46 @@ pub fn set_public_urls(urls: PublicUrls) -> bool {
     URLS.set(urls).is_ok()
 }
 
+/// Checks that the public URLs are given unless the registry runs in local mode: listening
+/// on a loopback address (`--listen 127.0.0.1:9000`, the default), where only this machine
+/// reaches the portal and the nodes' own (loopback) listeners are what merchants use.
+/// Anywhere else the portal would otherwise name internal node addresses to merchants.
+pub fn require_public_urls(urls: &PublicUrls, listen: std::net::SocketAddr) -> Result<(), String> {
+    if listen.ip().is_loopback() {
+        return Ok(());
+    }
+    let missing: Vec<&str> = [
+        ("--portal-gateway-url", urls.gateway.is_none()),
+        ("--portal-sandbox-url", urls.sandbox.is_none()),
+    ]
+    .into_iter()
+    .filter(|(_, m)| *m)
+    .map(|(f, _)| f)
+    .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} required: the registry listens on {listen}, not a loopback address, so the \
+             developer portal must name the gateways' public URLs, never the nodes' own \
+             addresses (docs/OPERATIONS.md, \"The merchants' portal\")",
+            missing.join(" and ")
+        ))
+    }
+}
+
+/// The public sandbox base URL merchants see for `node` (the configured one, else the node's
+/// sandbox listener: local mode only, see [`require_public_urls`]).
+pub fn public_sandbox_base(node: &NodeInfo) -> String {
+    match URLS.get().and_then(|u| u.sandbox.clone()) {
+        Some(u) => u,
+        None => format!(
+            "http://{}",
+            node.sandbox_addr.as_deref().unwrap_or_default()
+        ),
+    }
+}
+
 /// A public base URL as given to `--portal-gateway-url` / `--portal-sandbox-url`: `http://` or
 /// `https://`, a host, no query or fragment; without its trailing `/`.
 pub fn check_public_url(url: &str) -> Result<String, String> {
@@ -150,6 +190,29 @@ mod tests {
         ] {
             assert!(check_public_url(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn public_urls_are_required_outside_local_mode() {
+        let none = PublicUrls::default();
+        assert!(require_public_urls(&none, "127.0.0.1:9000".parse().unwrap()).is_ok());
+        assert!(require_public_urls(&none, "[::1]:9000".parse().unwrap()).is_ok());
+        let err = require_public_urls(&none, "0.0.0.0:9000".parse().unwrap()).unwrap_err();
+        assert!(
+            err.contains("--portal-gateway-url and --portal-sandbox-url"),
+            "{err}"
+        );
+        let half = PublicUrls {
+            gateway: Some("https://api.example.com".into()),
+            sandbox: None,
+        };
+        let err = require_public_urls(&half, "10.0.0.2:9000".parse().unwrap()).unwrap_err();
+        assert!(err.starts_with("--portal-sandbox-url required"), "{err}");
+        let both = PublicUrls {
+            gateway: Some("https://api.example.com".into()),
+            sandbox: Some("https://sandbox.example.com".into()),
+        };
+        assert!(require_public_urls(&both, "10.0.0.2:9000".parse().unwrap()).is_ok());
     }
 
     #[test]

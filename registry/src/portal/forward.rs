@@ -9,6 +9,16 @@
 //! registered sandbox listener (never the live plane, never another address), a path and
 //! query on it, the signature, request id and `Content-Type` headers, and a body of at most
 //! [`MAX_BODY_BYTES`].
+//!
+//! The route is anonymous, so it is fenced (docs/SECURITY.md, "The registry and the
+//! internet"): at most `--portal-try-per-minute` calls per client address (IPv6 by /64; 429
+//! `RATE_LIMITED` with `Retry-After` past it), the answer relayed up to
+//! [`crate::sandbox_call::MAX_SHOWN_BODY`] bytes as it streams in (never buffered whole), and
+//! the merchant's address passed on as `X-Forwarded-For`, as a trusted proxy does: the
+//! sandbox listener's IP deny list and per-IP limits see the merchant, not the registry, when
+//! the registry is one of the sandbox tree's `ipacl.trusted_proxies` (`./ops/up.sh` makes it
+//! one). The answer names the public sandbox URL (`--portal-sandbox-url`), never the node's
+//! address.
 
 use crate::error::{ApiError, ApiResult};
 use crate::sandbox_call::{self, pick};
@@ -17,8 +27,95 @@ use portico_control::sign::{HEADER_APP_KEY, HEADER_NONCE, HEADER_SIGNATURE, HEAD
 use portico_control::validate::METHODS;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
-use std::time::Duration;
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Try-it calls per client address and minute, by default (`--portal-try-per-minute`).
+pub const DEFAULT_TRY_PER_MINUTE: u32 = 30;
+static PER_MINUTE: AtomicU32 = AtomicU32::new(DEFAULT_TRY_PER_MINUTE);
+/// Client addresses tracked at most (idle ones are dropped first; past it, calls from new
+/// addresses wait until some are).
+const MAX_TRACKED: usize = 100_000;
+
+/// Sets the per-address rate (0: try-it is off).
+pub fn set_try_per_minute(n: u32) {
+    PER_MINUTE.store(n, Ordering::Relaxed);
+}
+
+/// The address a client is limited under: IPv4 as is (IPv4-mapped IPv6 too), IPv6 by /64.
+fn limit_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+            }
+        },
+        v4 => v4,
+    }
+}
+
+/// Per-address token buckets: (tokens, last refill).
+type Buckets = HashMap<IpAddr, (f64, Instant)>;
+
+fn buckets() -> &'static Mutex<Buckets> {
+    static B: std::sync::OnceLock<Mutex<Buckets>> = std::sync::OnceLock::new();
+    B.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Takes one call from `ip`'s bucket (`per_minute` a minute, bursts of as many); `Err` with
+/// the seconds to wait.
+fn take(map: &mut Buckets, ip: IpAddr, per_minute: u32, now: Instant) -> Result<(), u64> {
+    if per_minute == 0 {
+        return Err(60);
+    }
+    let cap = f64::from(per_minute);
+    let rate = cap / 60.0;
+    if map.len() >= MAX_TRACKED && !map.contains_key(&ip) {
+        map.retain(|_, (tokens, at)| *tokens + now.duration_since(*at).as_secs_f64() * rate < cap);
+        if map.len() >= MAX_TRACKED {
+            return Err(60);
+        }
+    }
+    let (tokens, at) = map.entry(ip).or_insert((cap, now));
+    *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * rate).min(cap);
+    *at = now;
+    if *tokens >= 1.0 {
+        *tokens -= 1.0;
+        Ok(())
+    } else {
+        Err(((1.0 - *tokens) / rate).ceil().max(1.0) as u64)
+    }
+}
+
+/// The 429 `RATE_LIMITED` answer (with `Retry-After`) when `client` may not make another
+/// try-it call now, else `None` (`client` `None`: a registry served without its listener,
+/// counted as one client).
+pub fn admit(client: Option<IpAddr>) -> Option<axum::response::Response> {
+    use axum::response::IntoResponse;
+    let ip = client.unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    let per_minute = PER_MINUTE.load(Ordering::Relaxed);
+    let mut map = buckets().lock().unwrap_or_else(|e| e.into_inner());
+    let wait = take(&mut map, limit_key(ip), per_minute, Instant::now()).err()?;
+    {
+        let mut response = ApiError::new(
+            axum::http::StatusCode::TOO_MANY_REQUESTS,
+            "RATE_LIMITED",
+            format!(
+                "too many try-it calls from your address (at most {per_minute} a minute); retry in {wait} s"
+            ),
+        )
+        .into_response();
+        response
+            .headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, wait.into());
+        Some(response)
+    }
+}
 
 /// Largest body forwarded (the gateway's default body limit).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -104,7 +201,15 @@ fn check(req: &TryRequest) -> ApiResult<()> {
 /// [`sandbox_call::send`]); answers `{node_id, request: {method, url, headers, body},
 /// response: {status, headers, body, body_encoding, truncated}, latency_ms}`. 503
 /// `NO_SANDBOX_GATEWAY` when no node runs one, 502 `UPSTREAM_ERROR` when it cannot be reached.
-pub async fn forward(state: &Shared, request_id: &str, req: TryRequest) -> ApiResult<Value> {
+///
+/// `client`: the merchant's address (the TCP peer), passed on as `X-Forwarded-For` (`None`
+/// only for a registry served without its listener); the caller has [`admit`]ted it.
+pub async fn forward(
+    state: &Shared,
+    request_id: &str,
+    client: Option<IpAddr>,
+    req: TryRequest,
+) -> ApiResult<Value> {
     check(&req)?;
     let node = pick::node(state, None).await?;
     let addr = node.sandbox_addr.as_deref().unwrap_or_default();
@@ -125,9 +230,31 @@ pub async fn forward(state: &Shared, request_id: &str, req: TryRequest) -> ApiRe
             format!("{request_id}-portal"),
         ));
     }
+    if let Some(ip) = client {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+            v4 => v4,
+        };
+        headers.push(("X-Forwarded-For".to_owned(), ip.to_string()));
+    }
     let body = req.body.clone().unwrap_or_default();
-    let received =
-        sandbox_call::send(method, &url, &headers, body.as_bytes(), TIMEOUT, &node).await?;
+    let received = sandbox_call::send(method, &url, &headers, body.as_bytes(), TIMEOUT, &node)
+        .await
+        .map_err(|mut e| {
+            // Never the node's address: merchants see the public sandbox URL only.
+            if let Some(addr) = node.sandbox_addr.as_deref().filter(|a| !a.is_empty()) {
+                e.message = e.message.replace(addr, "the sandbox");
+            }
+            e
+        })?;
+    let shown_url = {
+        let base = super::catalog::public_sandbox_base(&node);
+        let path_and_query = url
+            .strip_prefix("http://")
+            .and_then(|rest| rest.find('/').map(|i| &rest[i..]))
+            .unwrap_or("/");
+        format!("{base}{path_and_query}")
+    };
     tracing::info!(
         request_id,
         node = %node.node_id,
@@ -141,7 +268,7 @@ pub async fn forward(state: &Shared, request_id: &str, req: TryRequest) -> ApiRe
     let sent: Map<String, Value> = headers.into_iter().map(|(k, v)| (k, json!(v))).collect();
     Ok(json!({
         "node_id": node.node_id,
-        "request": {"method": req.method, "url": url, "headers": sent, "body": body},
+        "request": {"method": req.method, "url": shown_url, "headers": sent, "body": body},
         "response": received.to_json(),
         "latency_ms": received.latency_ms,
     }))
@@ -177,5 +304,29 @@ mod tests {
         let big =
             req(json!({"method": "POST", "path": "/a", "body": "x".repeat(MAX_BODY_BYTES + 1)}));
         assert_eq!(check(&big).unwrap_err().code, "BODY_TOO_LARGE");
+    }
+
+    #[test]
+    fn try_calls_are_limited_per_address() {
+        let mut map = Buckets::new();
+        let t0 = Instant::now();
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        for _ in 0..3 {
+            take(&mut map, a, 3, t0).unwrap();
+        }
+        let wait = take(&mut map, a, 3, t0).unwrap_err();
+        assert_eq!(wait, 20, "one token in 20 s at 3 a minute");
+        take(&mut map, b, 3, t0).unwrap();
+        take(&mut map, a, 3, t0 + Duration::from_secs(20)).unwrap();
+        assert!(take(&mut map, a, 0, t0).is_err(), "0: off");
+        let v6a: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let v6b: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        assert_eq!(limit_key(v6a), limit_key(v6b), "one /64");
+        assert_eq!(
+            limit_key("::ffff:192.0.2.1".parse().unwrap()),
+            a,
+            "IPv4-mapped is IPv4"
+        );
     }
 }

@@ -5,7 +5,7 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /portal/openapi.json` | the OpenAPI 3.1 document of every public API ([`catalog::public_apis`]) |
-//! | `GET /portal/apps/<app_key>/openapi.json` | the document of the APIs that app can call; the request must be signed by that app ([`signed`]) |
+//! | `GET /portal/apps/<app_key>/openapi.json` | the document of the APIs that app can call; the request must be signed by that app ([`signed`], checked against the apps held in memory, [`keys`], before anything is read) |
 //! | `POST /portal/try` | forwards a request the browser signed to a sandbox listener ([`forward`]) |
 //! | `GET /portal/`, `/portal/...` | the portal's pages (`admin-ui/portal/`, built into `<console dir>/portal/`) |
 //!
@@ -18,6 +18,7 @@ pub mod cache;
 pub mod catalog;
 pub mod example;
 pub mod forward;
+pub mod keys;
 pub mod openapi;
 pub mod schema;
 pub mod signed;
@@ -29,12 +30,13 @@ use crate::error::{ApiError, ApiResult};
 use crate::input::{check_name, parse_json};
 use crate::state::Shared;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Extension;
 use axum::Router;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// The portal's routes (mounted at the root by [`crate::server::router`]).
@@ -48,6 +50,7 @@ pub fn router() -> Router<Shared> {
         .route("/portal/{*rest}", get(page))
         .layer(Extension(Arc::new(cache::PublicDocument::default())))
         .layer(Extension(Arc::new(cache::AppDocuments::default())))
+        .layer(Extension(Arc::new(keys::LiveApps::default())))
 }
 
 /// `GET /portal/openapi.json`.
@@ -67,13 +70,16 @@ async fn public_document(
 async fn app_document(
     State(state): State<Shared>,
     Extension(cache): Extension<Arc<cache::AppDocuments>>,
+    Extension(keys): Extension<Arc<keys::LiveApps>>,
     Path(app_key): Path<String>,
     ctx: Ctx,
     uri: Uri,
 ) -> ApiResult<Response> {
     check_name("app key", &app_key)?;
-    let live = catalog::load(&state).await?;
-    let app = live.snapshot.apps.get(&app_key).cloned();
+    // The signature is checked against the apps held in memory: nothing is read from
+    // ZooKeeper for a request that is not verified ([`keys`]).
+    let apps = keys.get(&state).await?;
+    let app = apps.get(&app_key).cloned();
     let request = signed::Signed {
         headers: &ctx.headers,
         method: "GET",
@@ -90,6 +96,7 @@ async fn app_document(
     let Some(app) = app else {
         return Err(ApiError::internal("the app vanished"));
     };
+    let live = catalog::load(&state).await?;
     let body = cache.get(&live, &app_key, &app)?;
     let mut response = raw_json_response(StatusCode::OK, body.to_vec(), None);
     response.headers_mut().insert(
@@ -100,9 +107,18 @@ async fn app_document(
 }
 
 /// `POST /portal/try`.
-async fn try_call(State(state): State<Shared>, ctx: Ctx, body: Bytes) -> ApiResult<Response> {
+async fn try_call(
+    State(state): State<Shared>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    ctx: Ctx,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let client = peer.map(|Extension(ConnectInfo(addr))| addr.ip());
+    if let Some(refused) = forward::admit(client) {
+        return Ok(refused);
+    }
     let (req, _) = parse_json::<forward::TryRequest>(&body, "try")?;
-    let answer = forward::forward(&state, &ctx.request_id, req).await?;
+    let answer = forward::forward(&state, &ctx.request_id, client, req).await?;
     Ok(json_response(StatusCode::OK, &answer, None))
 }
 

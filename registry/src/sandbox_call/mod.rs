@@ -32,31 +32,35 @@ use serde_json::{json, Map, Value};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// Largest response body shown (the rest is cut, and `truncated` says so).
-const MAX_SHOWN_BODY: usize = 1024 * 1024;
+/// Largest response body relayed and shown: the body is read as it streams in and no further
+/// than this (the connection is then dropped, and `truncated` says so), so a large or endless
+/// answer costs the registry this much memory at most.
+pub const MAX_SHOWN_BODY: usize = 1024 * 1024;
 
 /// What came back from the gateway.
 pub struct Received {
     status: u16,
     headers: Map<String, Value>,
+    /// At most [`MAX_SHOWN_BODY`] bytes.
     bytes: Vec<u8>,
-    /// From sending to the whole body read, in milliseconds (one decimal).
+    /// Whether the body went on past [`MAX_SHOWN_BODY`] (not read further).
+    truncated: bool,
+    /// From sending to the body read (to its end or the cap), in milliseconds (one decimal).
     pub latency_ms: f64,
 }
 
 impl Received {
     /// The answer's `response` part: `{status, headers, body, body_encoding, body_bytes,
-    /// truncated}` (the body cut at [`MAX_SHOWN_BODY`]).
+    /// truncated}` (`body_bytes`: the bytes shown, at most [`MAX_SHOWN_BODY`]).
     pub fn to_json(&self) -> Value {
-        let cut = self.bytes.len().min(MAX_SHOWN_BODY);
-        let (body, encoding) = shown(&self.bytes[..cut]);
+        let (body, encoding) = shown(&self.bytes);
         json!({
             "status": self.status,
             "headers": self.headers,
             "body": body,
             "body_encoding": encoding,
             "body_bytes": self.bytes.len(),
-            "truncated": self.bytes.len() > MAX_SHOWN_BODY,
+            "truncated": self.truncated,
         })
     }
 
@@ -148,7 +152,8 @@ async fn load_draft(state: &Shared, api_id: Option<&str>) -> ApiResult<Option<v1
     ))
 }
 
-/// Sends a request to `node`'s sandbox listener and reads the whole answer (502
+/// Sends a request to `node`'s sandbox listener and reads the answer up to
+/// [`MAX_SHOWN_BODY`] (502
 /// `UPSTREAM_ERROR` when the node cannot be reached or read). Both "try it"s send through
 /// here: the console's ([`call`]) and the portal's (`crate::portal::forward`).
 pub async fn send(
@@ -188,17 +193,29 @@ pub async fn send(
             }
         }
     }
-    let bytes = resp.bytes().await.map_err(|e| {
+    let mut resp = resp;
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut truncated = false;
+    while let Some(chunk) = resp.chunk().await.map_err(|e| {
         ApiError::bad_gateway(format!(
             "reading the sandbox response from gateway node {}: {e}",
             node.node_id
         ))
-    })?;
+    })? {
+        let room = MAX_SHOWN_BODY - bytes.len();
+        if chunk.len() > room {
+            bytes.extend_from_slice(&chunk[..room]);
+            truncated = true;
+            break;
+        }
+        bytes.extend_from_slice(&chunk);
+    }
     let latency_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
     Ok(Received {
         status,
         headers,
-        bytes: bytes.to_vec(),
+        bytes,
+        truncated,
         latency_ms,
     })
 }
