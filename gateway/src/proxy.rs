@@ -98,7 +98,23 @@ impl ProxyHttp for Gateway {
         if !write_timeout.is_zero() {
             session.set_write_timeout(Some(write_timeout));
         }
-        let written = match pipeline::handle(&self.plane, session, ctx).await {
+        // An HTTP/2 stream the client resets stops its work at once: the pipeline (and the
+        // backend call in it) is dropped, which frees its bulkhead permit.
+        let handled = match crate::listener::h2::current_stream() {
+            None => Some(pipeline::handle(&self.plane, session, ctx).await),
+            Some(stream) => tokio::select! {
+                biased;
+                () = stream.reset() => None,
+                handled = pipeline::handle(&self.plane, session, ctx) => Some(handled),
+            },
+        };
+        let Some(handled) = handled else {
+            ctx.status = 499;
+            ctx.code = CLIENT_CLOSED;
+            ctx.detail = Some("the client reset the stream before its answer".to_owned());
+            return Ok(true);
+        };
+        let written = match handled {
             Ok(Response::Streamed(status)) => {
                 ctx.status = status;
                 Ok(())

@@ -622,45 +622,81 @@ fn a_reset_flood_gets_enhance_your_calm_and_frees_every_permit() {
 
 #[test]
 fn one_connection_never_has_more_backend_calls_than_its_stream_limit() {
-    let e = env(
-        &["--h2-max-streams", "10", "--h2-reset-budget", "0"],
-        &[b"h2"],
-    );
+    let e = env(&["--h2-max-streams", "10"], &[b"h2"]);
     runtime().block_on(async {
         let local: IpAddr = "127.0.0.1".parse().unwrap();
-        let (send, conn) = h2_connect(&e, local).await.unwrap();
-        let before = {
-            let backend = e.backend.http;
-            tokio::task::spawn_blocking(move || backend_count(backend)).await.unwrap()
-        };
-        // Open and reset 60 streams, each slow in the backend: h2 frees a reset stream's
-        // place at once, the gateway keeps its slot until its call ends.
-        let mut max_in_flight = 0.0f64;
-        for i in 0..60 {
-            let Ok(mut ready) = send.clone().ready().await else {
-                break;
-            };
-            let Ok((_resp, mut stream)) = ready.send_request(get("/v1/slow", Some(3000)), true)
-            else {
-                continue;
-            };
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            stream.send_reset(h2::Reason::CANCEL);
-            if i % 10 == 9 {
-                let m = metrics(&e.gw).await;
-                max_in_flight = max_in_flight.max(metric(&m, "portico_bulkhead_in_flight", &["public.slow"]));
-            }
-            if conn.is_finished() {
-                break;
-            }
+        let (send, _conn) = h2_connect(&e, local).await.unwrap();
+        // Ten slow calls fill the connection's stream limit.
+        let mut open = std::collections::VecDeque::new();
+        for _ in 0..10 {
+            let mut ready = send.clone().ready().await.unwrap();
+            open.push_back(
+                ready
+                    .send_request(get("/v1/slow", Some(3000)), true)
+                    .unwrap(),
+            );
         }
-        let m = metrics(&e.gw).await;
-        max_in_flight = max_in_flight.max(metric(&m, "portico_bulkhead_in_flight", &["public.slow"]));
+        assert!(
+            metrics_until(&e.gw, Duration::from_secs(10), |m| {
+                metric(m, "portico_bulkhead_in_flight", &["public.slow"]) == 10.0
+            })
+            .await
+        );
+        // Backend calls in flight, sampled all along.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let admin = e.gw.admin;
+        let sampler = std::thread::spawn({
+            let stop = stop.clone();
+            move || {
+                let (mut max, mut samples) = (0.0f64, 0);
+                let http = client();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let text = http
+                        .get(format!("http://{admin}/metrics"))
+                        .send()
+                        .unwrap()
+                        .text()
+                        .unwrap();
+                    max = max.max(metric(
+                        &text,
+                        "portico_bulkhead_in_flight",
+                        &["public.slow"],
+                    ));
+                    samples += 1;
+                }
+                (max, samples)
+            }
+        });
+        // The pattern that drove 256 calls on one connection: reset a stream, open the next at
+        // once (h2 frees a reset stream's place immediately), 100 times.
+        for _ in 0..100 {
+            let (_resp, mut stream) = open.pop_front().unwrap();
+            stream.send_reset(h2::Reason::CANCEL);
+            let mut ready = send.clone().ready().await.unwrap();
+            open.push_back(
+                ready
+                    .send_request(get("/v1/slow", Some(3000)), true)
+                    .unwrap(),
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        // Let the last ones start, then stop sampling.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (max, samples) = tokio::task::spawn_blocking(move || sampler.join().unwrap())
+            .await
+            .unwrap();
         let backend = e.backend.http;
-        let reached = tokio::task::spawn_blocking(move || backend_count(backend)).await.unwrap() - before;
-        println!("60 reset streams on one connection: {reached} backend calls, at most {max_in_flight} at once");
-        assert!(max_in_flight <= 10.0, "{max_in_flight} backend calls at once");
-        assert!(reached <= 10, "{reached} calls reached the backend within its delay");
+        let reached = tokio::task::spawn_blocking(move || backend_count(backend))
+            .await
+            .unwrap();
+        println!(
+            "100 resets and reopens on one connection (limit 10): {reached} backend calls, \
+             at most {max} at once over {samples} samples"
+        );
+        assert_eq!(max, 10.0, "backend calls at once on one connection");
+        assert!(reached > 10, "the reset streams were served too: {reached}");
+        drop(open);
     });
 }
 
@@ -676,14 +712,15 @@ fn backend_count(addr: SocketAddr) -> u64 {
 }
 
 #[test]
-fn a_reset_stream_is_a_499_client_closed_not_a_500() {
+fn a_reset_stream_stops_its_backend_call_at_once_and_is_a_499_not_a_500() {
     let e = env(&[], &[b"h2"]);
     runtime().block_on(async {
         let local: IpAddr = "127.0.0.1".parse().unwrap();
         let (mut send, _conn) = h2_connect(&e, local).await.unwrap();
         let mut ready = send.clone().ready().await.unwrap();
+        // 30 s in the backend.
         let (_resp, mut stream) = ready
-            .send_request(get("/v1/slow", Some(600)), true)
+            .send_request(get("/v1/slow", Some(30_000)), true)
             .unwrap();
         assert!(
             metrics_until(&e.gw, Duration::from_secs(10), |m| {
@@ -692,8 +729,17 @@ fn a_reset_stream_is_a_499_client_closed_not_a_500() {
             .await
         );
         stream.send_reset(h2::Reason::CANCEL);
+        let reset = Instant::now();
         assert!(
-            metrics_until(&e.gw, Duration::from_secs(10), |m| {
+            metrics_until(&e.gw, Duration::from_secs(2), |m| {
+                metric(m, "portico_bulkhead_in_flight", &["public.slow"]) == 0.0
+            })
+            .await,
+            "the permit is still held"
+        );
+        let freed = reset.elapsed();
+        assert!(
+            metrics_until(&e.gw, Duration::from_secs(2), |m| {
                 metric(
                     m,
                     "portico_requests_total",
@@ -704,6 +750,7 @@ fn a_reset_stream_is_a_499_client_closed_not_a_500() {
             "{}",
             metrics(&e.gw).await
         );
+        println!("a reset stream's bulkhead permit was free {freed:?} after the reset");
         let m = metrics(&e.gw).await;
         assert_eq!(
             metric(&m, "portico_requests_total", &["status=\"500\""]),

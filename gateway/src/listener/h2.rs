@@ -39,14 +39,15 @@ use pingora_core::protocols::http::v2::server::{self, H2Accept, HttpSession};
 use pingora_core::protocols::http::ServerSession;
 use pingora_core::protocols::{Digest, Stream};
 use pingora_core::server::ShutdownWatch;
+use std::collections::{HashMap, VecDeque};
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -72,6 +73,9 @@ const GOAWAY_FLUSH: Duration = Duration::from_secs(1);
 
 /// The client connection preface (RFC 9113 §3.4), which precedes the client's frames.
 const PREFACE_LEN: usize = 24;
+
+/// The `HEADERS` frame type (RFC 9113 §6.2).
+const HEADERS: u8 = 0x1;
 
 /// The `RST_STREAM` frame type (RFC 9113 §6.4).
 const RST_STREAM: u8 = 0x3;
@@ -134,6 +138,49 @@ enum End {
     GoAway(GoAway),
 }
 
+tokio::task_local! {
+    /// The reset signal of the HTTP/2 stream a task serves (set by [`serve`] around each
+    /// stream's task; absent for HTTP/1).
+    static STREAM: Arc<StreamReset>;
+}
+
+/// The reset signal of the HTTP/2 stream the current task serves, if it is one: the request
+/// phase races its pipeline against it (`proxy.rs`), so a stream the client resets stops its
+/// work at once: the backend call is dropped (cancelled) and its bulkhead permit freed.
+pub fn current_stream() -> Option<Arc<StreamReset>> {
+    STREAM.try_with(Arc::clone).ok()
+}
+
+/// Fired when the client resets one stream.
+#[derive(Debug, Default)]
+pub struct StreamReset {
+    fired: AtomicBool,
+    notify: Notify,
+}
+
+impl StreamReset {
+    fn fire(&self) {
+        self.fired.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    /// Whether the client has reset the stream.
+    pub fn is_reset(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the client has reset the stream (at once if it has).
+    pub async fn reset(&self) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.is_reset() {
+            return;
+        }
+        notified.await;
+    }
+}
+
 /// Serves one HTTP/2 connection (ALPN `h2`) with `app` until it closes (see the module
 /// docs).
 pub async fn serve<A>(
@@ -152,8 +199,8 @@ where
         proxy_digest: stream.get_proxy_digest(),
         socket_digest: stream.get_socket_digest(),
     });
-    let resets = Arc::new(ResetCount::new(limits.reset_budget));
-    let stream: Stream = Box::new(FrameTap::new(stream, resets.clone()));
+    let frames = Arc::new(Frames::new(limits.reset_budget));
+    let stream: Stream = Box::new(FrameTap::new(stream, frames.clone()));
     let mut options = server::default_h2_options();
     options.max_concurrent_streams(limits.max_streams);
     let mut conn = match within(limits.handshake, server::handshake(stream, Some(options))).await {
@@ -169,6 +216,9 @@ where
     };
     let slots = Arc::new(Semaphore::new(limits.max_streams.max(1) as usize));
     let mut tasks: JoinSet<()> = JoinSet::new();
+    // The reset signals of the streams in flight, by stream id.
+    let mut in_flight: HashMap<u32, Arc<StreamReset>> = HashMap::new();
+    let mut cancelled = 0;
     let mut idle_since = Instant::now();
     let mut draining = false;
     let mut malformed = 0;
@@ -178,13 +228,24 @@ where
             (tasks.is_empty() && !limits.idle.is_zero()).then(|| idle_since + limits.idle);
         tokio::select! {
             biased;
-            () = resets.exceeded() => break End::GoAway(GoAway::ResetBudget),
+            () = frames.event.notified() => {
+                if frames.over_budget() {
+                    break End::GoAway(GoAway::ResetBudget);
+                }
+                for id in frames.take_resets() {
+                    if let Some(stream) = in_flight.remove(&id) {
+                        stream.fire();
+                    }
+                }
+            }
             _ = watch.changed(), if !draining => {
                 // Pingora's drain: no new streams past the GOAWAY, those in flight finish.
                 conn.graceful_shutdown();
                 draining = true;
             }
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => {
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                cancelled += u64::from(joined.is_err_and(|e| e.is_cancelled()));
+                in_flight.retain(|_, s| Arc::strong_count(s) > 1);
                 if tasks.is_empty() {
                     idle_since = Instant::now();
                 }
@@ -194,16 +255,26 @@ where
             }
             next = next_stream(&mut conn, &slots, &digest) => match next {
                 Next::Session(session, slot) => {
+                    let reset = Arc::new(StreamReset::default());
+                    match frames.accepted() {
+                        Some(Accepted { id, reset: false }) => {
+                            in_flight.insert(id, reset.clone());
+                        }
+                        // Reset before it was accepted: its request never starts.
+                        Some(Accepted { reset: true, .. }) => reset.fire(),
+                        None => {}
+                    }
                     let app = app.clone();
                     let shutdown = shutdown.clone();
-                    tasks.spawn(async move {
+                    tasks.spawn(STREAM.scope(reset, async move {
                         // The slot is the stream's until its task ends, answered or aborted.
                         let _slot = slot;
                         app.process_new_http(ServerSession::new_http2(*session), &shutdown)
                             .await;
-                    });
+                    }));
                 }
                 Next::Rejected => {
+                    let _ = frames.accepted();
                     malformed += 1;
                     if malformed >= MAX_MALFORMED {
                         break End::GoAway(GoAway::Malformed);
@@ -215,7 +286,6 @@ where
     };
     // Whatever still runs has nobody to answer to: aborted at once, which cancels its backend
     // call and frees its bulkhead permit.
-    let aborted = tasks.len() as u64;
     tasks.abort_all();
     let goaway = match end {
         End::Closed => None,
@@ -231,8 +301,13 @@ where
         }
     };
     // The aborted tasks finish dropping before the connection's place is given back.
-    while tasks.join_next().await.is_some() {}
-    Served { goaway, aborted }
+    while let Some(joined) = tasks.join_next().await {
+        cancelled += u64::from(joined.is_err_and(|e| e.is_cancelled()));
+    }
+    Served {
+        goaway,
+        aborted: cancelled,
+    }
 }
 
 /// The next event of a connection's accept loop.
@@ -282,69 +357,134 @@ async fn next_stream(
     }
 }
 
-/// The `RST_STREAM`s a client sent on one connection, against its budget.
-struct ResetCount {
+/// A stream h2 handed to the accept loop, as the frames tell it.
+#[derive(Debug, PartialEq, Eq)]
+struct Accepted {
+    id: u32,
+    /// The client reset it before it was accepted.
+    reset: bool,
+}
+
+/// What the frames of one connection tell that h2 does not: the client's `RST_STREAM`s
+/// (against the budget) and which stream each accepted request is.
+///
+/// h2 hands streams to the accept loop in the order their `HEADERS` arrived (client stream
+/// ids only grow), except those it refuses or resets itself (past the stream limit,
+/// malformed headers), for which it writes a `RST_STREAM` before the next accept returns. So
+/// the accepted stream is the oldest opened one not reset by the gateway. Should that ever
+/// not hold (the gateway's `RST_STREAM` still unwritten because the client does not read),
+/// a reset meant for one of a client's streams could stop another of the same connection's:
+/// never another client's.
+struct Frames {
     budget: u64,
-    seen: AtomicU64,
-    over: Notify,
+    /// Woken when the client resets a stream.
+    event: Notify,
+    state: Mutex<FrameState>,
 }
 
-impl ResetCount {
+#[derive(Default)]
+struct FrameState {
+    /// `RST_STREAM`s received.
+    resets: u64,
+    /// The highest stream id opened so far.
+    last_opened: u32,
+    /// Streams opened and not yet accepted, oldest first, and whether the client reset them.
+    pending: VecDeque<(u32, bool)>,
+    /// Accepted streams the client has reset since the loop last looked.
+    reset_ids: Vec<u32>,
+}
+
+impl Frames {
     fn new(budget: u64) -> Self {
-        ResetCount {
+        Frames {
             budget,
-            seen: AtomicU64::new(0),
-            over: Notify::new(),
+            event: Notify::new(),
+            state: Mutex::new(FrameState::default()),
         }
     }
 
-    fn note(&self) {
-        let seen = self.seen.fetch_add(1, Ordering::Relaxed) + 1;
-        if self.budget != 0 && seen == self.budget + 1 {
-            // Stored if the loop is not waiting right now: the next wait returns at once.
-            self.over.notify_one();
+    fn state(&self) -> std::sync::MutexGuard<'_, FrameState> {
+        // Only this connection's task locks it, never across a wait: not poisoned in practice,
+        // and a poisoned state is still a valid one.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the client has sent more resets than the budget.
+    fn over_budget(&self) -> bool {
+        self.budget != 0 && self.state().resets > self.budget
+    }
+
+    /// The accepted streams reset since the last call.
+    fn take_resets(&self) -> Vec<u32> {
+        std::mem::take(&mut self.state().reset_ids)
+    }
+
+    /// The stream h2 has just handed to the accept loop.
+    fn accepted(&self) -> Option<Accepted> {
+        let (id, reset) = self.state().pending.pop_front()?;
+        Some(Accepted { id, reset })
+    }
+
+    /// A frame header the client sent.
+    fn received(&self, kind: u8, stream: u32) {
+        match kind {
+            HEADERS => {
+                let mut state = self.state();
+                // Trailers come on an open stream; a new stream has a higher id than any.
+                if stream > state.last_opened {
+                    state.last_opened = stream;
+                    state.pending.push_back((stream, false));
+                }
+            }
+            RST_STREAM => {
+                let mut state = self.state();
+                state.resets += 1;
+                if let Some(pending) = state.pending.iter_mut().find(|(id, _)| *id == stream) {
+                    pending.1 = true;
+                } else if stream <= state.last_opened {
+                    state.reset_ids.push(stream);
+                }
+                drop(state);
+                self.event.notify_one();
+            }
+            _ => {}
         }
     }
 
-    /// Resolves once the client has sent more resets than the budget.
-    async fn exceeded(&self) {
-        if self.budget == 0 {
-            return std::future::pending().await;
+    /// A frame header the gateway sent: a stream h2 reset before accepting it is never
+    /// accepted.
+    fn sent(&self, kind: u8, stream: u32) {
+        if kind == RST_STREAM {
+            self.state().pending.retain(|(id, _)| *id != stream);
         }
-        self.over.notified().await;
     }
 }
 
-/// A connection whose incoming HTTP/2 frame headers are read as they pass, to count the
-/// client's `RST_STREAM`s (h2 does not report them). Costs a few comparisons per frame.
-struct FrameTap {
-    inner: Stream,
-    resets: Arc<ResetCount>,
-    /// Bytes of the client preface still to skip.
-    preface: usize,
-    /// The frame header being read, and how much of it has arrived.
+/// Follows the frame headers in one direction of a connection.
+struct FrameReader {
+    /// Bytes still to skip before the first frame (the client preface).
+    skip: usize,
     header: [u8; 9],
     have: usize,
     /// Bytes of the current frame's payload still to skip.
     payload: usize,
 }
 
-impl FrameTap {
-    fn new(inner: Stream, resets: Arc<ResetCount>) -> Self {
-        FrameTap {
-            inner,
-            resets,
-            preface: PREFACE_LEN,
+impl FrameReader {
+    fn new(skip: usize) -> Self {
+        FrameReader {
+            skip,
             header: [0; 9],
             have: 0,
             payload: 0,
         }
     }
 
-    /// Follows the frames in the next bytes the connection read.
-    fn feed(&mut self, mut bytes: &[u8]) {
-        let skip = self.preface.min(bytes.len());
-        self.preface -= skip;
+    /// Reads the next bytes of the direction, calling `frame(type, stream id)` for each frame
+    /// header completed in them.
+    fn feed(&mut self, mut bytes: &[u8], mut frame: impl FnMut(u8, u32)) {
+        let skip = self.skip.min(bytes.len());
+        self.skip -= skip;
         bytes = &bytes[skip..];
         while !bytes.is_empty() {
             if self.payload > 0 {
@@ -361,10 +501,41 @@ impl FrameTap {
                 self.have = 0;
                 let h = self.header;
                 self.payload = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
-                if h[3] == RST_STREAM {
-                    self.resets.note();
-                }
+                let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+                frame(h[3], stream);
             }
+        }
+    }
+}
+
+/// A connection whose HTTP/2 frame headers are read as they pass, both ways (see
+/// [`Frames`]). Costs a few comparisons per frame.
+struct FrameTap {
+    inner: Stream,
+    frames: Arc<Frames>,
+    incoming: FrameReader,
+    outgoing: FrameReader,
+}
+
+impl FrameTap {
+    fn new(inner: Stream, frames: Arc<Frames>) -> Self {
+        FrameTap {
+            inner,
+            frames,
+            incoming: FrameReader::new(PREFACE_LEN),
+            outgoing: FrameReader::new(0),
+        }
+    }
+
+    fn wrote(&mut self, bufs: &[io::IoSlice<'_>], mut n: usize) {
+        let frames = &self.frames;
+        for buf in bufs {
+            if n == 0 {
+                break;
+            }
+            let part = &buf[..n.min(buf.len())];
+            n -= part.len();
+            self.outgoing.feed(part, |kind, id| frames.sent(kind, id));
         }
     }
 }
@@ -379,9 +550,52 @@ impl AsyncRead for FrameTap {
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = polled {
-            this.feed(&buf.filled()[before..]);
+            let frames = &this.frames;
+            this.incoming.feed(&buf.filled()[before..], |kind, id| {
+                frames.received(kind, id)
+            });
         }
         polled
+    }
+}
+
+impl AsyncWrite for FrameTap {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = polled {
+            this.wrote(&[io::IoSlice::new(buf)], n);
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = polled {
+            this.wrote(bufs, n);
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
@@ -399,50 +613,100 @@ mod tests {
         f
     }
 
-    #[test]
-    fn resets_are_counted_across_any_split_of_the_bytes() {
-        let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-        bytes.extend(frame(0x4, 6, 0)); // SETTINGS
-        for id in 0..5u32 {
-            bytes.extend(frame(0x1, 40, 2 * id + 1)); // HEADERS
-                                                      // A payload full of bytes that look like RST_STREAM frame types.
-            let mut data = frame(0x0, 27, 2 * id + 1);
-            data[9..].fill(RST_STREAM);
-            bytes.extend(data);
-            bytes.extend(frame(RST_STREAM, 4, 2 * id + 1));
-        }
-        let mut rng = fastrand::Rng::with_seed(3);
-        for _ in 0..200 {
-            let (server, _client) = tokio::io::duplex(64);
-            let count = Arc::new(ResetCount::new(3));
-            let mut tap = FrameTap::new(Box::new(server), count.clone());
-            let mut at = 0;
-            while at < bytes.len() {
-                let n = rng.usize(1..=(bytes.len() - at).min(50));
-                tap.feed(&bytes[at..at + n]);
-                at += n;
-            }
-            assert_eq!(count.seen.load(Ordering::Relaxed), 5);
+    /// Feeds `bytes` to a client-side reader in random pieces.
+    fn received(frames: &Frames, bytes: &[u8], rng: &mut fastrand::Rng) {
+        let mut reader = FrameReader::new(PREFACE_LEN);
+        let mut at = 0;
+        while at < bytes.len() {
+            let n = rng.usize(1..=(bytes.len() - at).min(50));
+            reader.feed(&bytes[at..at + n], |kind, id| frames.received(kind, id));
+            at += n;
         }
     }
 
+    #[test]
+    fn resets_and_opened_streams_are_read_across_any_split_of_the_bytes() {
+        let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        bytes.extend(frame(0x4, 6, 0)); // SETTINGS
+        for id in 0..5u32 {
+            bytes.extend(frame(HEADERS, 40, 2 * id + 1));
+            // A payload full of bytes that look like frame types.
+            let mut data = frame(0x0, 27, 2 * id + 1);
+            data[9..].fill(RST_STREAM);
+            bytes.extend(data);
+            bytes.extend(frame(HEADERS, 3, 2 * id + 1)); // trailers: not a new stream
+        }
+        bytes.extend(frame(RST_STREAM, 4, 9));
+        bytes.extend(frame(RST_STREAM, 4, 1));
+        let mut rng = fastrand::Rng::with_seed(3);
+        for _ in 0..200 {
+            let frames = Frames::new(1);
+            received(&frames, &bytes, &mut rng);
+            assert_eq!(frames.state().resets, 2);
+            assert!(frames.over_budget());
+            let ids: Vec<_> = std::iter::from_fn(|| frames.accepted()).collect();
+            let expected: Vec<_> = [1, 3, 5, 7, 9]
+                .into_iter()
+                .map(|id| Accepted {
+                    id,
+                    reset: id == 1 || id == 9,
+                })
+                .collect();
+            assert_eq!(ids, expected);
+        }
+    }
+
+    #[test]
+    fn a_stream_the_gateway_reset_is_never_accepted_and_later_resets_are_reported() {
+        let frames = Frames::new(0);
+        for id in [1, 3, 5] {
+            frames.received(HEADERS, id);
+        }
+        // h2 refused stream 3 (past the stream limit).
+        let mut out = FrameReader::new(0);
+        let mut written = frame(0x4, 0, 0);
+        written.extend(frame(RST_STREAM, 4, 3));
+        out.feed(&written, |kind, id| frames.sent(kind, id));
+        assert_eq!(
+            frames.accepted(),
+            Some(Accepted {
+                id: 1,
+                reset: false
+            })
+        );
+        assert_eq!(
+            frames.accepted(),
+            Some(Accepted {
+                id: 5,
+                reset: false
+            })
+        );
+        assert_eq!(frames.accepted(), None);
+        frames.received(RST_STREAM, 5);
+        frames.received(RST_STREAM, 99); // never opened: nothing to stop
+        assert_eq!(frames.take_resets(), vec![5]);
+        assert!(frames.take_resets().is_empty());
+        assert!(!frames.over_budget(), "no budget: never over");
+    }
+
     #[tokio::test]
-    async fn the_budget_is_exceeded_by_one_reset_more() {
-        let count = ResetCount::new(2);
-        count.note();
-        count.note();
-        let over = tokio::time::timeout(Duration::from_millis(20), count.exceeded()).await;
-        assert!(over.is_err(), "two resets are within a budget of two");
-        count.note();
-        // Noted before anyone waited: the wait returns at once.
-        tokio::time::timeout(Duration::from_secs(1), count.exceeded())
+    async fn a_stream_reset_wakes_its_waiter_and_stays_reset() {
+        let reset = Arc::new(StreamReset::default());
+        let waiter = tokio::spawn({
+            let reset = reset.clone();
+            async move { reset.reset().await }
+        });
+        tokio::task::yield_now().await;
+        reset.fire();
+        tokio::time::timeout(Duration::from_secs(1), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(1), reset.reset())
             .await
             .unwrap();
-        let unlimited = ResetCount::new(0);
-        for _ in 0..1000 {
-            unlimited.note();
-        }
-        let over = tokio::time::timeout(Duration::from_millis(20), unlimited.exceeded()).await;
-        assert!(over.is_err());
+        assert!(current_stream().is_none(), "not in a stream's task");
+        let inside = STREAM.scope(reset.clone(), async { current_stream().is_some() });
+        assert!(inside.await);
     }
 }

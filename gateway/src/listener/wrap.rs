@@ -8,9 +8,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, ReadBuf};
 
-/// Implements Pingora's `IO` bundle (all but `AsyncRead`) for `$ty` by delegating to its
-/// `inner: Stream` field.
-macro_rules! delegate_io {
+/// Implements `AsyncWrite` for `$ty` by delegating to its `inner: Stream` field.
+macro_rules! delegate_write {
     ($ty:ty) => {
         impl tokio::io::AsyncWrite for $ty {
             fn poll_write(
@@ -47,7 +46,13 @@ macro_rules! delegate_io {
                 std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
             }
         }
+    };
+}
 
+/// Implements Pingora's `IO` bundle (all but `AsyncRead` and `AsyncWrite`) for `$ty` by
+/// delegating to its `inner: Stream` field.
+macro_rules! delegate_io {
+    ($ty:ty) => {
         #[async_trait::async_trait]
         impl pingora_core::protocols::Shutdown for $ty {
             async fn shutdown(&mut self) {
@@ -157,4 +162,5 @@ impl AsyncRead for Raw {
     }
 }
 
+delegate_write!(Raw);
 delegate_io!(Raw);
