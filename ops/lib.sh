@@ -231,12 +231,32 @@ EOF
     die "the ZooKeeper ensemble did not reach a quorum (logs: $dir/*/logs/)"
 }
 
-# redis_ok PORT: whether the Redis on 127.0.0.1:PORT answers PING.
+# redis_credentials DIR: the Redis ACL user `portico`'s password (DIR/redis-password) and the
+# notification key (DIR/notify-key: every stream entry's MAC, a key Redis never holds), both
+# random, mode 0600, in DIR (0700). Made once: existing files are kept (and their modes fixed).
+redis_credentials() {
+    local dir="$1" f
+    (umask 077 && mkdir -p "$dir")
+    chmod 700 "$dir"
+    for f in redis-password notify-key; do
+        [ -s "$dir/$f" ] ||
+            (umask 077 && python3 -c 'import secrets; print(secrets.token_hex(32))' >"$dir/$f")
+        chmod 600 "$dir/$f"
+    done
+}
+
+# redis_ok PORT [PASSWORD_FILE]: whether the Redis on 127.0.0.1:PORT answers PING (as the ACL
+# user `portico` with the password in PASSWORD_FILE when given).
 redis_ok() {
-    python3 - "$1" <<'EOF'
+    python3 - "$1" "${2:-}" <<'EOF'
 import socket, sys
 try:
     with socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1) as s:
+        if sys.argv[2]:
+            pw = open(sys.argv[2]).read().strip().encode()
+            s.sendall(b"*3\r\n$4\r\nAUTH\r\n$7\r\nportico\r\n$%d\r\n%s\r\n" % (len(pw), pw))
+            if not s.recv(64).startswith(b"+OK"):
+                sys.exit(1)
         s.sendall(b"PING\r\n")
         sys.exit(0 if s.recv(64).startswith(b"+PONG") else 1)
 except OSError:
@@ -244,15 +264,26 @@ except OSError:
 EOF
 }
 
-# start_redis PORT: Debian's redis-server on 127.0.0.1:PORT without persistence (the fleet's
-# counters and nonces are short-lived), pid in $RUN/pids/redis.pid. Waits for PONG.
+# start_redis PORT CREDENTIALS_DIR: Debian's redis-server on 127.0.0.1:PORT without
+# persistence (the fleet's counters and nonces are short-lived), pid in $RUN/pids/redis.pid.
+# Authenticated (docs/OPERATIONS.md, "Redis credentials and TLS"): the `default` user is off
+# and the one user, `portico`, is limited to the `portico:*` keys and channels, without the
+# dangerous commands (FLUSHALL, CONFIG, ACL, ...); the ACL file holds the SHA-256 of its
+# password, never the password, and the server's command line names only its config file
+# (both 0600). Waits for PONG.
 start_redis() {
-    local port="$1" i
+    local port="$1" creds="$2" i hash
     command -v redis-server >/dev/null 2>&1 || ensure_packages redis-server
-    start_bg redis "$RUN/logs/redis.log" redis-server --port "$port" --bind 127.0.0.1 \
-        --save "" --appendonly no --dir "$RUN"
+    hash="$(python3 -c 'import hashlib,sys; print(hashlib.sha256(open(sys.argv[1]).read().strip().encode()).hexdigest())' "$creds/redis-password")"
+    (
+        umask 077
+        printf 'user default off\nuser portico on #%s ~portico:* &portico:* +@all -@dangerous\n' "$hash" >"$RUN/redis-users.acl"
+        printf 'port %s\nbind 127.0.0.1\nsave ""\nappendonly no\ndir %s\naclfile %s\n' \
+            "$port" "$RUN" "$RUN/redis-users.acl" >"$RUN/redis.conf"
+    )
+    start_bg redis "$RUN/logs/redis.log" redis-server "$RUN/redis.conf"
     for ((i = 0; i < 300; i++)); do
-        if redis_ok "$port"; then return 0; fi
+        if redis_ok "$port" "$creds/redis-password"; then return 0; fi
         pid_alive "$RUN/pids/redis.pid" || break
         sleep 0.1
     done

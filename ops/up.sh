@@ -91,14 +91,19 @@ trap '[ "$up_ok" = 1 ] || { warn "startup failed; stopping what was started"; "$
 # --- ZooKeeper -----------------------------------------------------------------------
 rm -rf "$RUN/zookeeper"
 redis_url=""
+redis_auth="$RUN/redis"
+# How each gateway reaches Redis: the ACL user, the password and the notification key from
+# 0600 files, never on a command line (docs/OPERATIONS.md, "Redis credentials and TLS").
+redis_args=()
 if [ "$cluster" = 1 ]; then
     zk_ports=("$(pick_port 2181)" "$(pick_port 2182)" "$(pick_port 2183)")
     zk_hosts="127.0.0.1:${zk_ports[0]},127.0.0.1:${zk_ports[1]},127.0.0.1:${zk_ports[2]}"
     log "ZooKeeper ensemble on $zk_hosts"
     start_zk_ensemble "$RUN/zookeeper" "${zk_ports[@]}"
     redis_port="$(pick_port "${PORTICO_REDIS_PORT:-6379}")"
-    log "Redis on 127.0.0.1:$redis_port"
-    start_redis "$redis_port"
+    redis_credentials "$redis_auth"
+    log "Redis on 127.0.0.1:$redis_port (ACL user portico; password and notification key in $redis_auth/)"
+    start_redis "$redis_port" "$redis_auth"
     redis_url="redis://127.0.0.1:$redis_port"
 else
     zk_port="$(pick_port "${PORTICO_ZK_PORT:-2181}")"
@@ -213,7 +218,9 @@ fi
 gw_name=gateway
 if [ "$cluster" = 1 ]; then
     gw_name=gateway-1
-    gw_args+=(--redis "$redis_url")
+    redis_args=(--redis "$redis_url" --redis-user portico --redis-password-file "$redis_auth/redis-password"
+        --notify-key-file "$redis_auth/notify-key")
+    gw_args+=("${redis_args[@]}")
 fi
 log "$gw_name on 127.0.0.1:$gw_port (${tls_url:+TLS $tls_url, }sandbox 127.0.0.1:$sandbox_port, admin 127.0.0.1:$admin_port)"
 start_bg "$gw_name" "$RUN/logs/$gw_name.log" "$bindir/portico-gateway" "${gw_args[@]}"
@@ -233,7 +240,7 @@ if [ "$cluster" = 1 ]; then
             --listen "127.0.0.1:$p" --admin-listen "127.0.0.1:$a" \
             --access-log "$RUN/logs/access-$n.log" --zk "$zk_hosts" \
             --zk-auth-file "$zk_auth/gateway" --snapshot-dir "$RUN/snapshot-$n" \
-            --node-id "local-$n" --redis "$redis_url" \
+            --node-id "local-$n" "${redis_args[@]}" \
             --internal-listen "127.0.0.1:$(free_port)" --publish-token-file "$publish_token_file"
         wait_http "http://127.0.0.1:$a/readyz" 60 "$RUN/pids/gateway-$n.pid" || {
             tail -n 40 "$RUN/logs/gateway-$n.log" >&2 || true
@@ -277,6 +284,9 @@ PORTICO_ADMIN_3=${cluster_admins[2]}
 PORTICO_REGISTRY_1=$registry_url
 PORTICO_REGISTRY_2=$registry2_url
 PORTICO_REDIS=$redis_url
+PORTICO_REDIS_USER=portico
+PORTICO_REDIS_PASSWORD_FILE=$redis_auth/redis-password
+PORTICO_NOTIFY_KEY_FILE=$redis_auth/notify-key
 EOF
 fi
 
