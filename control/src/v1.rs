@@ -275,6 +275,10 @@ pub enum Per {
 pub struct Cluster {
     pub protocol: Protocol,
     pub endpoints: Vec<Endpoint>,
+    /// The `Host` an HTTP backend receives (default: the endpoint's address as configured);
+    /// a client's own `Host` never reaches a backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// How an endpoint is chosen (default `round_robin`, weighted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub balancing: Option<Balancing>,

@@ -969,7 +969,27 @@ fn check_cluster(name: &str, raw: &[u8]) -> Result<v1::Cluster, String> {
     let mut seen: HashMap<&str, String> = HashMap::with_capacity(c.endpoints.len());
     check_endpoints("endpoints", &c.endpoints, &mut seen)?;
     check_routing(&c, &mut seen)?;
+    if let Some(host) = &c.host {
+        check_host(host).map_err(|e| format!("host: {e}"))?;
+    }
     Ok(c)
+}
+
+/// A cluster's `host`: a host name or address, with an optional port, as a `Host` header
+/// carries it (RFC 9110 §7.2: no user info, path or spaces), at most 255 bytes.
+fn check_host(host: &str) -> Result<(), String> {
+    if host.is_empty() || host.len() > 255 {
+        return Err("must be 1 to 255 bytes".to_owned());
+    }
+    let ok = host
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']'));
+    if !ok {
+        return Err(format!(
+            "{host:?} is not a host name or address with an optional port"
+        ));
+    }
+    Ok(())
 }
 
 /// A list of endpoints: addresses, weights, no address twice (across both sets).
@@ -1974,7 +1994,9 @@ mod tests {
             .put("clusters/w0", json!({"protocol": "http", "endpoints": [{"addr": "h:80", "weight": 0}]}))
             .put("clusters/dup", json!({"protocol": "http", "endpoints": [{"addr": "h:80"}, {"addr": "h:80"}]}))
             .put("clusters/proto", json!({"protocol": "ftp", "endpoints": [{"addr": "h:80"}]}))
-            .put("clusters/v6", json!({"protocol": "grpc", "endpoints": [{"addr": "[::1]:50051"}, {"addr": "a-b.c_d.example:1"}]}));
+            .put("clusters/v6", json!({"protocol": "grpc", "endpoints": [{"addr": "[::1]:50051"}, {"addr": "a-b.c_d.example:1"}]}))
+            .put("clusters/host", json!({"protocol": "http", "host": "orders.internal:8080", "endpoints": [{"addr": "h:80"}]}))
+            .put("clusters/badhost", json!({"protocol": "http", "host": "a b/c", "endpoints": [{"addr": "h:80"}]}));
         let s = t.build(None);
         assert!(reason(&s, "clusters/empty").starts_with("endpoints:"));
         assert!(reason(&s, "clusters/badaddr").starts_with("endpoints[0].addr:"));
@@ -1990,7 +2012,9 @@ mod tests {
             reason(&s, "clusters/proto")
         );
         assert!(s.clusters.contains_key("v6"));
-        assert_eq!(s.rejected.len(), 6);
+        assert!(s.clusters.contains_key("host"));
+        assert!(reason(&s, "clusters/badhost").starts_with("host:"));
+        assert_eq!(s.rejected.len(), 7);
     }
 
     /// A cluster document with every routing field of issue 11.

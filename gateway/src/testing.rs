@@ -124,6 +124,7 @@ pub fn cluster(endpoints: &[(&str, u32)]) -> Arc<v1::Cluster> {
                 weight: *weight,
             })
             .collect(),
+        host: None,
         balancing: None,
         hash_key: None,
         sticky: None,

@@ -274,12 +274,24 @@ fn signature_failures_are_401_and_never_reach_the_backend() {
     );
     assert_eq!((s, c.as_str()), (401, "SIGNATURE_EXPIRED"));
 
-    let (s, c, _) = code_of(
-        signed(&e.http, "GET", &url, "nobody", SECRET, None)
+    // An unknown app key and a known key's wrong signature cannot be told apart (issue 24,
+    // item 9): same status, code and message, the app key and nonce aside.
+    let (ts, n) = (now_ms(), nonce());
+    let (s, c, unknown) = code_of(
+        signed_at(&e.http, "GET", &url, "nobody-9", SECRET, None, ts, &n)
             .send()
             .unwrap(),
     );
-    assert_eq!((s, c.as_str()), (401, "APP_UNKNOWN"));
+    assert_eq!((s, c.as_str()), (401, "SIGNATURE_INVALID"));
+    let (s2, c2, wrong) = code_of(
+        signed_at(&e.http, "GET", &url, KEY, "not-the-secret", None, ts, &n)
+            .send()
+            .unwrap(),
+    );
+    assert_eq!((s2, c2), (s, c));
+    let text =
+        |v: &serde_json::Value, key: &str| v["message"].as_str().unwrap().replace(key, "KEY");
+    assert_eq!(text(&unknown, "nobody-9"), text(&wrong, KEY));
 
     // A body that differs from the signed one.
     let sent = signed(

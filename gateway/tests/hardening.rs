@@ -44,6 +44,11 @@ fn env(extra: impl FnOnce(&ConfigTree), args: &[&str]) -> Env {
         "clusters/http",
         &json!({"protocol": "http", "endpoints": [{"addr": backend.http.to_string()}]}),
     );
+    // The same backend under a name of its own (`host`): what its `Host` says.
+    t.put(
+        "clusters/http-named",
+        &json!({"protocol": "http", "host": "orders.internal", "endpoints": [{"addr": backend.http.to_string()}]}),
+    );
     t.put(
         "clusters/dead",
         &json!({"protocol": "http", "endpoints": [{"addr": format!("127.0.0.1:{dead_port}")}]}),
@@ -59,6 +64,8 @@ fn env(extra: impl FnOnce(&ConfigTree), args: &[&str]) -> Env {
                "backend": {"cluster": "http", "http": {"path": "/echo"}}, "auth": "none"}),
         json!({"id": "echo.signed", "http": {"method": "GET", "path": "/signed/echo"},
                "backend": {"cluster": "http", "http": {"path": "/echo"}}, "auth": "signature"}),
+        json!({"id": "echo.named", "http": {"method": "GET", "path": "/named/echo"},
+               "backend": {"cluster": "http-named", "http": {"path": "/echo"}}, "auth": "none"}),
         json!({"id": "order.get", "http": {"method": "GET", "path": "/grpc/v1/orders/{order_id}"},
                "backend": {"cluster": "grpc", "timeout_ms": 2000, "grpc": grpc_api("GetOrder")},
                "auth": "signature"}),
@@ -134,6 +141,12 @@ fn forge(req: reqwest::blocking::RequestBuilder) -> reqwest::blocking::RequestBu
         .header("Connection", "keep-alive, X-Hop-Secret")
         .header("X-Hop-Secret", "for the next hop only")
         .header("X-Tenant", "t1")
+        .header("Host", "admin.internal")
+        .header("X-HTTP-Method-Override", "DELETE")
+        .header("X-HTTP-Method", "DELETE")
+        .header("X-Method-Override", "DELETE")
+        .header("X-Original-URL", "/admin/drop-all")
+        .header("X-Rewrite-URL", "/admin/drop-all")
 }
 
 const SIGNATURE_HEADERS: &[&str] = &[
@@ -151,6 +164,11 @@ const FORGED: &[&str] = &[
     "x-real-ip",
     "forwarded",
     "x-hop-secret",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    "x-original-url",
+    "x-rewrite-url",
 ];
 
 #[test]
@@ -172,6 +190,17 @@ fn forged_identity_and_signatures_never_reach_an_http_backend() {
     assert_eq!(h["x-forwarded-proto"], "http", "{h:?}");
     assert_eq!(h["x-tenant"], "t1");
     assert!(h["x-portico-request-id"].len() >= 8);
+    // Issue 24, item 7: the Host is the gateway's (the endpoint as configured), not the
+    // client's; a cluster with `host` names that.
+    assert_eq!(h["host"], e.backend.http.to_string(), "{h:?}");
+    let named = echoed(forge(e.http.get(e.gw.url("/named/echo"))).send().unwrap());
+    assert_eq!(named["host"], "orders.internal", "{named:?}");
+    for k in FORGED {
+        assert!(
+            !named.contains_key(*k),
+            "{k} reached the backend: {named:?}"
+        );
+    }
 
     // A signed call: X-Portico-App is the verified app; no signature header is passed on.
     let url = e.gw.url("/signed/echo");

@@ -457,5 +457,5 @@ fn the_sandbox_listener_serves_drafts_only() {
         .send()
         .unwrap(),
     );
-    assert_eq!((s, c2.as_str()), (401, "APP_UNKNOWN"));
+    assert_eq!((s, c2.as_str()), (401, "SIGNATURE_INVALID"));
 }

@@ -10,10 +10,13 @@
 //!    too: it can never be inside the window);
 //! 3. the nonce is 8–64 of `[A-Za-z0-9_-]`, else 401 `SIGNATURE_INVALID` (it is part of the
 //!    signed material, so a malformed one is an invalid signature, not a bad request);
-//! 4. the app key names an app of the snapshot, else 401 `APP_UNKNOWN` (disabled apps still
-//!    authenticate; `permit` refuses them, so only a secret holder learns the app is off);
+//! 4. the app key names an app of the snapshot, and
 //! 5. the signature matches (constant-time compare), else 401 `SIGNATURE_INVALID`; the
-//!    message shows the string-to-sign the gateway computed, escaped, to help merchants;
+//!    message shows the string-to-sign the gateway computed, escaped, to help merchants. An
+//!    unknown app key gets exactly the same answer, after an HMAC of the same cost, so app
+//!    keys cannot be enumerated (the access log's `detail` says which it was; docs/SECURITY.md,
+//!    "Trust between merchants"). Disabled apps still authenticate; `permit` refuses them, so
+//!    only a secret holder learns the app is off;
 //! 6. the nonce was not seen for this app in the window, else 401 `NONCE_REPLAYED`. The
 //!    nonce is recorded only now, after the signature verified, so nobody without the
 //!    secret can fill the cache or burn a merchant's nonces.
@@ -45,6 +48,8 @@ use std::sync::Arc;
 pub struct AuthStage {
     /// Each app with its secret's HMAC key schedule done once per snapshot.
     apps: HashMap<String, (Arc<v1::App>, SigningKey)>,
+    /// What an unknown app key's call is checked against, so it costs what a known one does.
+    unknown: SigningKey,
     replay: Arc<ReplayCache>,
 }
 
@@ -149,9 +154,7 @@ impl AuthStage {
                 "{HEADER_NONCE} must be 8-64 of [A-Za-z0-9_-]"
             )));
         }
-        let Some((app, key)) = self.apps.get(signed.app_key) else {
-            return Err(GatewayError::new(Code::AppUnknown, "unknown app key"));
-        };
+        let found = self.apps.get(signed.app_key);
         let sts = string_to_sign(
             req.method,
             req.path,
@@ -161,10 +164,18 @@ impl AuthStage {
             signed.nonce,
             req.body,
         );
-        if !key.verify(&sts, signed.signature) {
-            return Err(invalid(format!(
+        let mismatch = || {
+            invalid(format!(
                 "signature does not match; the gateway's string-to-sign is {sts:?}"
-            )));
+            ))
+        };
+        let Some((app, key)) = found else {
+            // The same work and the same answer as a wrong signature.
+            let _ = self.unknown.verify(&sts, signed.signature);
+            return Err(mismatch().with_detail("unknown app key"));
+        };
+        if !key.verify(&sts, signed.signature) {
+            return Err(mismatch());
         }
         self.record_nonce(&signed, ts, req.now_ms)?;
         if self.replay.is_shared_across_nodes() {
@@ -217,6 +228,7 @@ impl Stage for AuthStage {
             .collect();
         AuthStage {
             apps,
+            unknown: SigningKey::new(b"portico: no such app"),
             replay: Arc::clone(&carried.replay),
         }
     }
@@ -507,7 +519,22 @@ mod tests {
         assert_eq!(code(run(&s, &get_req(&h, NOW_MS))), "SIGNATURE_INVALID");
         let mut h = vector_1();
         h.insert(HEADER_APP_KEY, "merchant-2".parse().unwrap());
-        assert_eq!(code(run(&s, &get_req(&h, NOW_MS))), "APP_UNKNOWN");
+        let unknown = run(&s, &get_req(&h, NOW_MS));
+        // Indistinguishable from a known app's wrong signature (issue 24, item 9): status,
+        // code and message; only the access log's detail tells them apart.
+        let mut h = vector_1();
+        h.insert(HEADER_APP_KEY, "merchant-1".parse().unwrap());
+        h.insert(HEADER_SIGNATURE, "00".repeat(32).parse().unwrap());
+        let wrong = run(&s, &get_req(&h, NOW_MS));
+        let (Err((_, u)), Err((_, w))) = (unknown, wrong) else {
+            panic!("both refused");
+        };
+        assert_eq!((u.status(), &u.code), (w.status(), &w.code));
+        assert_eq!(u.code, Code::SignatureInvalid);
+        let u_msg = u.message.replace("merchant-2", "KEY");
+        let w_msg = w.message.replace("merchant-1", "KEY");
+        assert_eq!(u_msg, w_msg);
+        assert_eq!(u.detail.as_deref(), Some("unknown app key"));
     }
 
     #[test]

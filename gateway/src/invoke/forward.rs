@@ -8,6 +8,10 @@
 //! - hop-by-hop headers (`Connection`, `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`,
 //!   `Transfer-Encoding`, `Upgrade`, `Proxy-Authenticate`, `Proxy-Authorization`) and every
 //!   header a `Connection` header names (RFC 9110 §7.6.1);
+//! - `Host` (the HTTP relay names the cluster's host or the endpoint itself), and the headers
+//!   some frameworks read as another method or target than the one the gateway routed and
+//!   checked permissions for: `X-HTTP-Method-Override`, `X-HTTP-Method`, `X-Method-Override`,
+//!   `X-Original-URL`, `X-Rewrite-URL`;
 //! - every `X-Portico-*` header: the gateway speaks for itself. The signature headers
 //!   (`X-Portico-AppKey`, `-Timestamp`, `-Nonce`, `-Signature`) never leave the gateway (anyone
 //!   who saw them could replay the call on another gateway node within the signature
@@ -74,8 +78,19 @@ const HOP_BY_HOP: &[&str] = &[
     "upgrade",
 ];
 
-/// Headers the gateway frames itself (the body was read whole and is re-framed).
-const FRAMING: &[&str] = &["content-length", "expect"];
+/// Headers the gateway frames itself (the body was read whole and is re-framed), and the
+/// `Host` it names itself.
+const FRAMING: &[&str] = &["content-length", "expect", "host"];
+
+/// Headers that would let a client choose another method or target than the one the gateway
+/// routed and checked permissions for, in frameworks that honour them.
+const OVERRIDES: &[&str] = &[
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    "x-original-url",
+    "x-rewrite-url",
+];
 
 /// Headers about the client's connection believed only from a trusted proxy.
 const FROM_TRUSTED_PROXY: &[&str] = &[
@@ -206,6 +221,7 @@ fn dropped(name: &HeaderName, caller: &Caller<'_>, named: &[HeaderName]) -> bool
     let bare = n.strip_prefix("grpc-metadata-").unwrap_or(n);
     HOP_BY_HOP.contains(&n)
         || FRAMING.contains(&n)
+        || OVERRIDES.contains(&n)
         || bare.starts_with("x-portico-")
         || matches!(n, "forwarded" | "x-forwarded-for" | "x-forwarded-proto")
         || (!caller.peer_trusted && FROM_TRUSTED_PROXY.contains(&n))
@@ -326,6 +342,11 @@ mod tests {
             ("content-length", b"7"),
             ("accept", b"application/json"),
             ("host", b"api.example"),
+            ("x-http-method-override", b"DELETE"),
+            ("X-HTTP-Method", b"DELETE"),
+            ("x-method-override", b"DELETE"),
+            ("x-original-url", b"/admin/drop"),
+            ("x-rewrite-url", b"/admin/drop"),
             ("x-tenant", b"t1"),
             ("grpc-metadata-tenant", b"t2"),
             ("grpc-timeout", b"1S"),
@@ -362,6 +383,12 @@ mod tests {
             "keep-alive",
             "te",
             "content-length",
+            "host",
+            "x-http-method-override",
+            "x-http-method",
+            "x-method-override",
+            "x-original-url",
+            "x-rewrite-url",
         ] {
             assert!(all(&h, gone).is_empty(), "{gone} was forwarded: {h:?}");
         }
@@ -370,7 +397,6 @@ mod tests {
         assert_eq!(all(&h, "x-forwarded-for"), ["192.0.2.7"]);
         assert_eq!(all(&h, "x-forwarded-proto"), ["http"]);
         assert_eq!(all(&h, "accept"), ["application/json"]);
-        assert_eq!(all(&h, "host"), ["api.example"]);
         assert_eq!(all(&h, "x-tenant"), ["t1"]);
         // Not a gRPC backend: grpc-metadata-* headers are just headers, but never ours.
         assert_eq!(all(&h, "grpc-metadata-tenant"), ["t2"]);
@@ -398,6 +424,8 @@ mod tests {
         assert_eq!(all(&h, "tenant"), ["t2"]);
         for gone in [
             "host",
+            "x-http-method-override",
+            "x-original-url",
             "grpc-timeout",
             "trace-bin",
             "connection",

@@ -10,8 +10,9 @@
 //! The upstream request ([`prepare`]): the method and path from [`upstream_target`] (the
 //! API's rewrite filled with the path variables, or the path as sent; for the router style
 //! the API's own first binding), the headers of `forward.rs` (what the gateway decided
-//! about the caller, nothing a client made up), `Host` (the endpoint's address when the
-//! merchant sent none) and `Content-Length`.
+//! about the caller, nothing a client made up), `Host` (the gateway's decision, never the
+//! client's: the cluster's `host`, or the endpoint's address as configured; docs/PROTOCOL.md,
+//! "What backends receive") and `Content-Length`.
 //!
 //! The response: the backend's status and headers, except hop-by-hop ones (and those its
 //! `Connection` names) and the ones that describe what runs behind the gateway (`Server`,
@@ -60,13 +61,11 @@ fn response_dropped(name: &str) -> bool {
 #[derive(Debug)]
 pub struct HttpRequest {
     head: Box<RequestHeader>,
-    /// Whether the merchant sent a `Host` (else each attempt names the endpoint).
-    has_host: bool,
     body: Bytes,
 }
 
 impl HttpRequest {
-    /// The request head as it will be sent (without the endpoint's `Host`, when added).
+    /// The request head as it will be sent (without `Host`, which each attempt sets).
     pub fn head(&self) -> &RequestHeader {
         &self.head
     }
@@ -86,7 +85,6 @@ pub fn prepare(
     let (method, path_and_query) = upstream_target(req, route, rewrite, parsed)?;
     let head = build_request_header(&method, &path_and_query, req, caller, &body)?;
     Ok(HttpRequest {
-        has_host: req.headers.contains_key(http::header::HOST),
         head: Box::new(head),
         body,
     })
@@ -152,7 +150,8 @@ impl HttpInvoker {
         }
     }
 
-    /// Sends `request` to `addr` and waits for the response header, within `deadline`.
+    /// Sends `request` to `addr`, naming `host` in its `Host`, and waits for the response
+    /// header, within `deadline`.
     /// Connecting is bounded by the peer's total connection timeout (the time left), the
     /// exchange (request written, response header read) by one timeout: no wrapper per
     /// step, since every wrapper moves the step's future (docs/ARCHITECTURE.md, "The invoke
@@ -160,6 +159,7 @@ impl HttpInvoker {
     pub async fn attempt(
         &self,
         addr: SocketAddr,
+        host: &str,
         mut request: HttpRequest,
         deadline: Instant,
     ) -> Attempt {
@@ -193,20 +193,14 @@ impl HttpInvoker {
             }
             Ok(connected) => connected,
         };
-        if !request.has_host {
-            if let Err(e) = request
-                .head
-                .insert_header(http::header::HOST, addr.to_string())
-            {
-                return Attempt::Failed(GatewayError::internal(format!("Host header: {e}")));
-            }
+        if let Err(e) = request.head.insert_header(http::header::HOST, host) {
+            return Attempt::Failed(GatewayError::internal(format!("Host header: {e}")));
         }
         // A pooled connection the backend had closed is, for an idempotent method, as good
         // as a refused one (docs/OPERATIONS.md): keep what the retry needs, for those only.
         let retryable = reused && request.head.method.is_idempotent();
         let spare = retryable.then(|| HttpRequest {
             head: request.head.clone(),
-            has_host: request.has_host,
             body: request.body.clone(),
         });
         let HttpRequest { head, body, .. } = request;
@@ -868,7 +862,6 @@ mod tests {
         }
         assert_eq!(header(h, "content-length"), ["7"]);
         assert_eq!(header(h, "accept"), ["application/json"]);
-        assert!(!out.has_host);
         // The client's own XFF is not passed on (its peer is not a trusted proxy).
         assert_eq!(header(h, "x-forwarded-for"), ["192.0.2.7"]);
         assert_eq!(header(h, "x-portico-request-id"), ["rid-1"]);
@@ -876,10 +869,10 @@ mod tests {
     }
 
     #[test]
-    fn a_bodiless_get_keeps_the_host_and_has_no_length() {
+    fn a_bodiless_get_has_no_length_and_never_the_clients_host() {
         let out = outgoing("GET", &[("host", "api.example")], b"");
-        assert!(out.has_host);
-        assert_eq!(header(out.head(), "host"), ["api.example"]);
+        // Each attempt names the backend's host itself.
+        assert!(header(out.head(), "host").is_empty());
         assert!(header(out.head(), "content-length").is_empty());
         // A POST without a body still says so.
         let out = outgoing("POST", &[("host", "api.example")], b"");

@@ -395,7 +395,14 @@ async fn first_answer(
         };
         upstream.addr = Some(addr);
         let _in_flight = pick.endpoint.enter();
-        match http.attempt(addr, sending, deadline).await {
+        // `Host` is the gateway's decision (docs/PROTOCOL.md, "What backends receive").
+        let host = target
+            .routing
+            .cluster
+            .host
+            .as_deref()
+            .unwrap_or(&pick.endpoint.addr);
+        match http.attempt(addr, host, sending, deadline).await {
             Attempt::Answered(answer, latency) => return Ok((answer, latency, pick)),
             Attempt::ConnectFailed(e, unsent) => {
                 observe(&target.routing, &pick, Duration::ZERO, None, true);
