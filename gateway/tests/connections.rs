@@ -554,8 +554,12 @@ fn a_reset_flood_gets_enhance_your_calm_and_frees_every_permit() {
             })
             .await
         );
-        // Then requests each reset once the gateway has taken it: spaced so that h2's own
-        // guard (resets of streams not yet accepted) never sees them.
+        // Then requests each reset once it has reached the backend (so the gateway has taken
+        // it, and h2's own guard, which counts resets of streams not yet taken, never sees
+        // them): the spaced pattern that went through 3,000 times on one connection.
+        let backend = e.backend.http;
+        let arrived = move || tokio::task::spawn_blocking(move || backend_count(backend));
+        let mut reached = arrived().await.unwrap();
         let mut sent = 0;
         for _ in 0..80 {
             let Ok(mut ready) = send.clone().ready().await else {
@@ -566,7 +570,11 @@ fn a_reset_flood_gets_enhance_your_calm_and_frees_every_permit() {
                 break;
             };
             sent += 1;
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            let until = Instant::now() + Duration::from_secs(5);
+            while arrived().await.unwrap() == reached && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            reached += 1;
             stream.send_reset(h2::Reason::CANCEL);
             if conn.is_finished() {
                 break;
