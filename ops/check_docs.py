@@ -55,6 +55,19 @@ def main() -> int:
         if sig != "769729970a6fb2f192b1f144cd7b5373cec72689e24dd90516fcb9751d369c73":
             problems.append("snippet signs vector 1 as %s" % sig)
 
+    # The callback example: its string-to-sign and signature are what sign.py computes.
+    cb_body = (
+        b'{"id":"1796000000000-0","topic":"orders","published_at":"2026-11-30T00:53:20Z",'
+        b'"payload":{"order_id":"1001","state":"paid"}}'
+    )
+    cb_sts = sign.callback_string_to_sign(
+        "/hooks/portico", "shop=7", KEY, TS, "cb0123456789abcdef", cb_body
+    )
+    if ("```\n%s\n```" % cb_sts) not in doc:
+        problems.append("no code block with the callback example's string-to-sign")
+    if sign.signature(SECRET, cb_sts) not in doc:
+        problems.append("the callback example's signature is missing")
+
     for p in problems:
         print("docs/PROTOCOL.md: " + p)
     print("check_docs: %s" % ("ok" if not problems else "%d problems" % len(problems)))

@@ -64,6 +64,33 @@ def string_to_sign(method, path, raw_query, app_key, timestamp, nonce, body: byt
     )
 
 
+# The first line of a callback's string-to-sign (docs/PROTOCOL.md, "Callbacks"): a callback
+# is signed over it and then the request's seven lines, so it never verifies as a request.
+CALLBACK_DOMAIN = "PORTICO-CALLBACK-v1"
+
+
+def callback_string_to_sign(path, raw_query, app_key, timestamp, nonce, body: bytes) -> str:
+    """The string-to-sign of a callback POST the gateway sent to path?raw_query."""
+    return CALLBACK_DOMAIN + "\n" + string_to_sign(
+        "POST", path, raw_query, app_key, timestamp, nonce, body
+    )
+
+
+def verify_callback(secret: str, raw_target: str, headers, body: bytes) -> bool:
+    """Whether a received callback's X-Portico-Signature is the gateway's (signature only:
+    also check the timestamp's window and the nonce's novelty, docs/PROTOCOL.md)."""
+    path, _, query = raw_target.partition("?")
+    sts = callback_string_to_sign(
+        path,
+        query,
+        headers.get("X-Portico-AppKey", ""),
+        headers.get("X-Portico-Timestamp", ""),
+        headers.get("X-Portico-Nonce", ""),
+        body,
+    )
+    return hmac.compare_digest(signature(secret, sts), headers.get("X-Portico-Signature", ""))
+
+
 def signature(secret: str, sts: str) -> str:
     return hmac.new(secret.encode(), sts.encode(), hashlib.sha256).hexdigest()
 
@@ -113,7 +140,35 @@ def self_test() -> int:
         print("%s %s %s" % ("ok  " if ok else "FAIL", method, target))
         if not ok:
             print("  string-to-sign: %r\n  signature: %s" % (sts, headers["X-Portico-Signature"]))
-    print("sign.py self-test: %d passed, %d failed" % (len(cases) - failed, failed))
+    # The callback vector: signed in its own domain, never valid as the same request.
+    body = (
+        b'{"id":"1796000000000-0","topic":"orders","published_at":"2026-11-30T00:53:20Z",'
+        b'"payload":{"order_id":"1001","state":"paid"}}'
+    )
+    cb_sts = callback_string_to_sign(
+        "/hooks/portico", "shop=7", key, ts, "cb0123456789abcdef", body
+    )
+    cb_sig = signature(secret, cb_sts)
+    want = "cff5413a59f1ff12680e8afab43fce035f3a11a53afdf3a75415389897772714"
+    headers = {
+        "X-Portico-AppKey": key,
+        "X-Portico-Timestamp": ts,
+        "X-Portico-Nonce": "cb0123456789abcdef",
+        "X-Portico-Signature": cb_sig,
+    }
+    as_request = string_to_sign(
+        "POST", "/hooks/portico", "shop=7", key, ts, "cb0123456789abcdef", body
+    )
+    ok = (
+        cb_sig == want
+        and verify_callback(secret, "/hooks/portico?shop=7", headers, body)
+        and signature(secret, as_request) != cb_sig
+    )
+    failed += not ok
+    print("%s callback POST /hooks/portico?shop=7" % ("ok  " if ok else "FAIL"))
+    if not ok:
+        print("  string-to-sign: %r\n  signature: %s" % (cb_sts, cb_sig))
+    print("sign.py self-test: %d passed, %d failed" % (len(cases) + 1 - failed, failed))
     return 1 if failed else 0
 
 
