@@ -243,7 +243,10 @@ pub async fn forward(
         .map_err(|mut e| {
             // Never the node's address: merchants see the public sandbox URL only.
             if let Some(addr) = node.sandbox_addr.as_deref().filter(|a| !a.is_empty()) {
-                e.message = e.message.replace(addr, "the sandbox");
+                e.message = e
+                    .message
+                    .replace(&format!(" at {addr}"), "")
+                    .replace(addr, "-");
             }
             e
         })?;

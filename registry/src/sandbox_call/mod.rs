@@ -174,9 +174,10 @@ pub async fn send(
     let started = Instant::now();
     let resp = builder.send().await.map_err(|e| {
         ApiError::bad_gateway(format!(
-            "calling the sandbox listener of gateway node {} at {}: {e}",
+            "calling the sandbox listener of gateway node {} at {}: {}",
             node.node_id,
-            node.sandbox_addr.as_deref().unwrap_or_default()
+            node.sandbox_addr.as_deref().unwrap_or_default(),
+            error_chain(&e.without_url())
         ))
     })?;
     let status = resp.status().as_u16();
@@ -218,6 +219,18 @@ pub async fn send(
         truncated,
         latency_ms,
     })
+}
+
+/// An error with its sources (reqwest's own text leaves out why the request failed).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 /// Text as is when it is UTF-8, else base64; and which it is.
