@@ -96,6 +96,10 @@ def seeds(target):
         yield b"\x01" + frame(True, 9, b"hi") + frame(True, 8, b"\x03\xe8bye")
         yield b"\x05" + frame(False, 1, b"Hel") + frame(True, 10, b"") + frame(True, 0, b"lo")
         yield b"\x40" + frame(True, 1, b"x" * 300)
+        # The control path: a ping flood (pauses read from the tail: 0 ms), then pings and
+        # pongs a second apart.
+        yield b"\x02" + b"".join(frame(True, 9, bytes([i])) for i in range(80)) + b"\x00" * 80
+        yield b"\x01" + b"".join(frame(True, 9 + i % 2, b"p") for i in range(20)) + b"\xff" * 20
     elif target == "transcode":
         # Byte 0: bit 0 = direction (0 request JSON, 1 reply protobuf), the rest = the type
         # (fuzz/fuzz_targets/transcode.rs: Everything, Scalars, Legacy, Struct, Timestamp).
