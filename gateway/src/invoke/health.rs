@@ -7,7 +7,10 @@
 //! probe, `Connection: close`); gRPC clusters `grpc.health.v1.Health/Check` of the
 //! configured service expecting `SERVING`. An endpoint counts as healthy until its first
 //! failed probe; it is out after `unhealthy_after` consecutive failed probes and back after
-//! `healthy_after` consecutive good ones.
+//! `healthy_after` consecutive good ones. Probes go through the egress policy
+//! (`portico_control::egress`): an endpoint on a refused address is never probed, so never
+//! healthy (logged once per prober, counted in `portico_egress_refused_total`); a redirect
+//! is not a 2xx, never followed.
 
 use bytes::{Buf, BufMut, Bytes};
 use portico_control::v1;
@@ -271,20 +274,41 @@ impl Prober {
         let cluster = cluster.to_owned();
         let hc = hc.clone();
         let task = handle.spawn(async move {
+            // Probes go where the config author said: through the egress policy. An endpoint
+            // on a refused address is never probed (so never healthy), said once per prober.
+            let refused: Vec<bool> = endpoints
+                .iter()
+                .map(|ep| {
+                    let Some(sock) = ep.sock else { return false };
+                    match portico_control::egress::global().check_ip(&ep.addr, sock.ip()) {
+                        Ok(()) => false,
+                        Err(e) => {
+                            portico_control::egress::record_refusal();
+                            tracing::warn!(cluster = %cluster, endpoint = %ep.addr, error = %e, "egress: health check refused");
+                            true
+                        }
+                    }
+                })
+                .collect();
+            // gRPC probes connect to the checked address, not to the name again.
             let channels: Vec<Option<tonic::transport::Channel>> = endpoints
                 .iter()
                 .map(|ep| match protocol {
-                    v1::Protocol::Grpc => grpc_channel(&ep.addr, &hc),
+                    v1::Protocol::Grpc => match ep.sock {
+                        Some(sock) => grpc_channel(&sock.to_string(), &hc),
+                        None => grpc_channel(&ep.addr, &hc),
+                    },
                     v1::Protocol::Http => None,
                 })
                 .collect();
             let mut last = tokio::time::Instant::now() - Duration::from_millis(hc.interval_ms);
             loop {
-                let round = endpoints.iter().zip(&channels).map(|(ep, ch)| {
+                let round = endpoints.iter().zip(&channels).zip(&refused).map(|((ep, ch), refused)| {
                     let hc = &hc;
                     let cluster = &cluster;
                     async move {
                         let ok = match (ep.sock, ch) {
+                            _ if *refused => false,
                             (Some(_), Some(ch)) => probe_grpc(ch.clone(), hc).await,
                             (Some(sock), None) => probe_http(sock, &ep.addr, hc).await,
                             (None, _) => false,

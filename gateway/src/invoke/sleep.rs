@@ -6,7 +6,9 @@
 //! `BACKEND_LOADING` with `Retry-After: retry_after_s`.
 //!
 //! The wake call is plain HTTP/1.1 (`http://` URLs; an `https://` wake URL is logged and
-//! not called), with an empty body, bounded by 2 s.
+//! not called), with an empty body, bounded by 2 s, through the egress policy
+//! (`portico_control::egress`: a wake URL on a denied address is refused, logged and counted
+//! in `portico_egress_refused_total`); a redirect is an answer like any non-2xx, never followed.
 
 use crate::error::{Code, GatewayError};
 use crate::invoke::routing::Routing;
@@ -93,15 +95,21 @@ async fn post(url: &str) -> Result<(), String> {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
     };
-    let host_port = if authority.contains(':') && !authority.ends_with(']') {
-        authority.to_owned()
-    } else {
-        format!("{authority}:80")
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !authority.ends_with(']') => (
+            h,
+            p.parse::<u16>()
+                .map_err(|_| format!("{url}: bad port {p:?}"))?,
+        ),
+        _ => (authority, 80),
     };
     let call = async {
-        let mut s = tokio::net::TcpStream::connect(&host_port)
+        // The URL is the config author's: through the egress policy, connecting only to the
+        // addresses it checked (docs/OPERATIONS.md, "Egress policy").
+        let mut s = portico_control::egress::global()
+            .connect(host, port, WAKE_TIMEOUT)
             .await
-            .map_err(|e| format!("connect {host_port}: {e}"))?;
+            .map_err(|e| e.to_string())?;
         let req = format!(
             "POST {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: portico-wake\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         );
@@ -126,4 +134,29 @@ async fn post(url: &str) -> Result<(), String> {
     tokio::time::timeout(WAKE_TIMEOUT, call)
         .await
         .map_err(|_| "timed out".to_owned())?
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod egress_tests {
+    use super::post;
+
+    #[tokio::test]
+    async fn a_wake_url_on_a_metadata_address_is_refused_before_any_connection() {
+        let before = portico_control::egress::refused_total();
+        for url in [
+            "http://169.254.169.254/latest/meta-data/",
+            "http://[fe80::1]:8080/wake",
+            "http://[::ffff:169.254.169.254]/",
+            "http://100.100.100.200/",
+            "http://metadata.google.internal/",
+        ] {
+            let err = post(url).await.unwrap_err();
+            assert!(err.contains("egress policy"), "{url}: {err}");
+        }
+        assert!(portico_control::egress::refused_total() >= before + 5);
+        // A local address is called as before (nothing listens on port 9: refused to connect).
+        let err = post("http://127.0.0.1:9/wake").await.unwrap_err();
+        assert!(!err.contains("egress policy"), "{err}");
+    }
 }

@@ -244,6 +244,43 @@ pub fn sign_callback(
     }
 }
 
+/// Where a callback goes, through the egress policy (docs/OPERATIONS.md, "Egress policy"):
+/// the URL's host is resolved and every address checked (a refusal is logged, counted in
+/// `portico_egress_refused_total`, and the try's error). An `http://` URL naming a host is
+/// sent to the checked address itself (with the `Host` it names), so a name that resolves
+/// elsewhere the second time (DNS rebinding) gets nowhere; an `https://` one is verified
+/// against the host's certificate, which a metadata service cannot present. The client
+/// never follows redirects.
+async fn egress_target(parsed: reqwest::Url) -> Result<(reqwest::Url, Option<String>), String> {
+    let host = parsed.host_str().ok_or("callback_url: no host")?.to_owned();
+    let port = parsed.port_or_known_default().unwrap_or(80);
+    let addrs = portico_control::egress::global()
+        .resolve(&host, port)
+        .await
+        .map_err(|err| {
+            if err.by_policy() {
+                tracing::warn!(callback_url = %parsed, error = %err, "egress: callback refused");
+            }
+            format!("callback_url: {err}")
+        })?;
+    // The URL parser writes address literals in their canonical form.
+    let is_name = !host.starts_with('[') && host.parse::<std::net::IpAddr>().is_err();
+    match addrs.first() {
+        Some(addr) if is_name && parsed.scheme() == "http" => {
+            let host_header = match parsed.port() {
+                Some(p) => format!("{host}:{p}"),
+                None => host.clone(),
+            };
+            let mut pinned = parsed;
+            pinned
+                .set_ip_host(addr.ip())
+                .map_err(|()| "callback_url: cannot address the checked host".to_owned())?;
+            Ok((pinned, Some(host_header)))
+        }
+        _ => Ok((parsed, None)),
+    }
+}
+
 /// One signed POST; `Err` with why unless the answer is 2xx.
 async fn post(
     client: &reqwest::Client,
@@ -265,10 +302,14 @@ async fn post(
         &nonce,
         body.as_bytes(),
     );
+    let (target, host_header) = egress_target(parsed).await?;
     let mut request = client
-        .post(parsed)
+        .post(target)
         .timeout(timeout)
         .header("content-type", "application/json");
+    if let Some(host) = host_header {
+        request = request.header(reqwest::header::HOST, host);
+    }
     for (name, value) in signed.pairs() {
         request = request.header(name, value);
     }
@@ -355,5 +396,38 @@ mod signing_tests {
         let forged =
             sign::string_to_sign("portico-callback-v1", "/", None, "a", "1", "nonce0001", b"");
         assert!(!forged.starts_with(CALLBACK_SIGNING_DOMAIN));
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod egress_tests {
+    use super::egress_target;
+
+    #[tokio::test]
+    async fn callbacks_go_to_checked_addresses_only() {
+        let refused = egress_target("http://169.254.169.254/cb".parse().unwrap())
+            .await
+            .unwrap_err();
+        assert!(refused.contains("egress policy"), "{refused}");
+        let refused = egress_target("https://[fd00:ec2::254]/cb".parse().unwrap())
+            .await
+            .unwrap_err();
+        assert!(refused.contains("egress policy"), "{refused}");
+        // A name is resolved, checked, and the call pinned to the checked address.
+        let (url, host) = egress_target("http://localhost:9/cb?x=1".parse().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(host.as_deref(), Some("localhost:9"));
+        assert!(
+            matches!(url.host_str(), Some("127.0.0.1" | "[::1]")),
+            "{url}"
+        );
+        assert_eq!((url.path(), url.query()), ("/cb", Some("x=1")));
+        // An address literal is called as it is.
+        let (url, host) = egress_target("http://127.0.0.1:9/cb".parse().unwrap())
+            .await
+            .unwrap();
+        assert_eq!((url.as_str(), host), ("http://127.0.0.1:9/cb", None));
     }
 }

@@ -312,7 +312,14 @@ impl Metrics {
         if let Err(e) = encoder.encode(&self.registry.gather(), &mut buf) {
             tracing::error!(error = %e, "encoding metrics");
         }
-        String::from_utf8(buf).unwrap_or_default()
+        let mut text = String::from_utf8(buf).unwrap_or_default();
+        // Kept by the egress policy itself (portico_control::egress), shared with the registry.
+        text.push_str(&format!(
+            "# HELP portico_egress_refused_total Outbound calls made for config authors (wake_url, health checks, callbacks) that the egress policy refused.\n\
+             # TYPE portico_egress_refused_total counter\nportico_egress_refused_total {}\n",
+            portico_control::egress::refused_total()
+        ));
+        text
     }
 }
 
