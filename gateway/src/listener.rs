@@ -1,14 +1,24 @@
-//! The traffic listeners: Pingora's HTTP proxy service plus a total deadline for reading an
-//! HTTP/1 request head (slowloris) and a cap on open connections ([`CappedApp`]).
+//! The traffic listeners: Pingora's HTTP proxy service behind [`CappedApp`], which owns every
+//! connection from its accept (docs/SECURITY.md, "Connections"): the caps per listener and per
+//! client address (`address.rs`), the TLS handshake and its deadline, HTTP/2 by Portico's own
+//! accept loop (`h2.rs`: idle timeout, stream slots, reset budget, reset cancellation), and a
+//! total deadline for reading an HTTP/1 request head (slowloris, [`HeadDeadlineApp`]).
+//!
+//! Why the TLS handshake is done here: Pingora's TLS listener handshakes before the service's
+//! app sees the connection, with nothing but its 60 s read timeout, so a connection that never
+//! sends a ClientHello was neither counted nor bounded. The TLS endpoint therefore listens as
+//! plain TCP, and [`CappedApp`] counts the connection, then runs Pingora's own acceptor
+//! (`Acceptor::tls_handshake`, the same rustls configuration and callbacks) within
+//! `--tls-handshake-timeout-ms`.
 //!
 //! Pingora 0.9 only bounds each *read* of a request head (60 s, and no bound at all on a
 //! reused keepalive connection), so a client trickling one byte a minute holds a connection
 //! forever. `HttpProxy` reads the head itself, so the deadline lives one layer down, in the
-//! connection: [`HeadDeadlineApp`] is the `ServerApp` of the listening service. It runs
-//! Pingora's own HTTP/1 keepalive loop (the `impl ServerApp for T: HttpServerApp` of
-//! pingora-core `apps/mod.rs`) with the connection wrapped in [`HeadDeadlineStream`], and
-//! hands every other connection (h2 over TLS ALPN, h2c, custom) untouched to `HttpProxy`'s own
-//! `ServerApp`.
+//! connection: [`HeadDeadlineApp`] runs Pingora's own HTTP/1 keepalive loop (the
+//! `impl ServerApp for T: HttpServerApp` of pingora-core `apps/mod.rs`) with the connection
+//! wrapped in [`HeadDeadlineStream`], and hands what is not HTTP/1 (h2c, custom: Portico
+//! enables neither) untouched to `HttpProxy`'s own `ServerApp`. HTTP/2 by ALPN never reaches
+//! it: [`CappedApp`] serves it with `h2.rs`.
 //!
 //! [`HeadDeadlineStream`] is armed at the start of each request (connection start, and again
 //! each time Pingora hands the connection back for keepalive reuse). While armed and before
@@ -693,7 +703,8 @@ where
         mut stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
-        // h2 (ALPN or h2c) and custom protocols: Pingora's own dispatch, unchanged.
+        // h2c and custom protocols (not enabled in Portico; h2 by ALPN is served by
+        // `CappedApp`): Pingora's own dispatch, unchanged.
         if self.head_deadline.is_zero() || !self.is_http1(&mut stream).await? {
             return ServerApp::process_new(&self.app, stream, shutdown).await;
         }

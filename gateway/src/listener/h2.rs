@@ -68,6 +68,12 @@ pub const DEFAULT_RESET_BUDGET: u64 = 200;
 /// calls): past it, the connection is closed.
 const MAX_MALFORMED: usize = 32;
 
+/// Streams opened and not yet accepted that [`Frames`] follows at most. h2 holds no more than
+/// the stream limit of them, and stops reading while a refusal it owes cannot be written; past
+/// this the mapping is given up for the connection (its resets still count, its requests are
+/// no longer stopped one by one: the stream slots still bound them).
+const MAX_PENDING: usize = 4096;
+
 /// How long a closing connection is given to send its GOAWAY.
 const GOAWAY_FLUSH: Duration = Duration::from_secs(1);
 
@@ -392,6 +398,9 @@ struct FrameState {
     pending: VecDeque<(u32, bool)>,
     /// Accepted streams the client has reset since the loop last looked.
     reset_ids: Vec<u32>,
+    /// Set when more than [`MAX_PENDING`] streams were waiting: which stream a request is is
+    /// no longer known.
+    lost: bool,
 }
 
 impl Frames {
@@ -421,7 +430,11 @@ impl Frames {
 
     /// The stream h2 has just handed to the accept loop.
     fn accepted(&self) -> Option<Accepted> {
-        let (id, reset) = self.state().pending.pop_front()?;
+        let mut state = self.state();
+        if state.lost {
+            return None;
+        }
+        let (id, reset) = state.pending.pop_front()?;
         Some(Accepted { id, reset })
     }
 
@@ -433,7 +446,13 @@ impl Frames {
                 // Trailers come on an open stream; a new stream has a higher id than any.
                 if stream > state.last_opened {
                     state.last_opened = stream;
-                    state.pending.push_back((stream, false));
+                    if state.pending.len() >= MAX_PENDING {
+                        state.lost = true;
+                        state.pending = VecDeque::new();
+                    }
+                    if !state.lost {
+                        state.pending.push_back((stream, false));
+                    }
                 }
             }
             RST_STREAM => {
@@ -441,7 +460,7 @@ impl Frames {
                 state.resets += 1;
                 if let Some(pending) = state.pending.iter_mut().find(|(id, _)| *id == stream) {
                     pending.1 = true;
-                } else if stream <= state.last_opened {
+                } else if stream <= state.last_opened && !state.lost {
                     state.reset_ids.push(stream);
                 }
                 drop(state);
@@ -687,6 +706,18 @@ mod tests {
         assert_eq!(frames.take_resets(), vec![5]);
         assert!(frames.take_resets().is_empty());
         assert!(!frames.over_budget(), "no budget: never over");
+    }
+
+    #[test]
+    fn too_many_waiting_streams_give_the_mapping_up_but_resets_still_count() {
+        let frames = Frames::new(10);
+        for i in 0..=MAX_PENDING as u32 {
+            frames.received(HEADERS, 2 * i + 1);
+        }
+        assert_eq!(frames.accepted(), None);
+        frames.received(RST_STREAM, 1);
+        assert!(frames.take_resets().is_empty());
+        assert_eq!(frames.state().resets, 1);
     }
 
     #[tokio::test]
