@@ -191,6 +191,15 @@ if [ "$mode" = zk ]; then
             "$bindir/portico" --registry "$registry_url" import tree "$RUN/config" $env_flag ||
             die "loading the example tree failed"
     done
+    # The portal's try-it relays merchants' calls to the sandbox listener and names the
+    # merchant in X-Forwarded-For: the sandbox plane takes that word from the registry's
+    # address (here 127.0.0.1) as from a trusted proxy, so its IP deny list and per-IP limits
+    # see the merchant, not the registry (docs/SECURITY.md, "The registry and the internet").
+    sandbox_acl="$(python3 -c 'import json,sys; a=json.load(open(sys.argv[1])); tp=a.setdefault("trusted_proxies", []); "127.0.0.1/32" in tp or tp.append("127.0.0.1/32"); print(json.dumps(a))' "$RUN/config/ipacl.json")"
+    curl -fsS -o /dev/null -X PUT "$registry_url/api/v1/sandbox/ipacl" \
+        -H "Authorization: Bearer $(cat "$token_file")" -H "X-Portico-Operator: ops-up" \
+        -H "Content-Type: application/json" --data "$sandbox_acl" ||
+        die "setting the sandbox's trusted proxies (the registry) failed"
 fi
 
 # --- gateway ---------------------------------------------------------------------------
