@@ -631,3 +631,143 @@ fn a_websocket_ping_flood_gets_few_pongs_and_a_1008() {
     assert!(sent <= 1000, "{sent} pings sent before the close");
     eprintln!("ping flood: {sent} pings written, {pongs} pongs, closed 1008 after {took:?}");
 }
+
+/// A `redis-server` serving TLS only, with a password, on a free port; killed when dropped.
+struct TlsRedis {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn rediss_with_a_private_ca_and_the_password_from_the_environment_carries_notifications() {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let dir = tempfile::tempdir().unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "Portico Redis test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "redis.test");
+    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    std::fs::write(dir.path().join("cert.pem"), cert.pem()).unwrap();
+    private_file(dir.path(), "key.pem", &key.serialize_pem());
+    let port = free_port();
+    let conf = private_file(
+        dir.path(),
+        "redis.conf",
+        &format!(
+            "port 0\ntls-port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\ndir {d}\n\
+             tls-cert-file {d}/cert.pem\ntls-key-file {d}/key.pem\ntls-ca-cert-file {d}/ca.pem\n\
+             tls-auth-clients no\nrequirepass \"{PASSWORD}\"\n",
+            d = dir.path().display()
+        ),
+    );
+    let redis = TlsRedis {
+        child: std::process::Command::new("redis-server")
+            .arg(&conf)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server"),
+        port,
+        _dir: dir,
+    };
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", redis.port)).is_ok()
+    }));
+    // The gateway: rediss://, the test CA, the password from PORTICO_REDIS_PASSWORD.
+    let t = tree(None);
+    let token = private_file(t.path(), "publish.token", TOKEN);
+    let key_file = private_file(
+        t.path(),
+        "notify.key",
+        "notify-key-0123456789abcdef0123456789abcdef",
+    );
+    let (listen, admin, internal) = (free_port(), free_port(), free_port());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_portico-gateway"))
+        .args(["--config-dir", &t.path().display().to_string()])
+        .args(["--listen", &format!("127.0.0.1:{listen}")])
+        .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+        .args(["--internal-listen", &format!("127.0.0.1:{internal}")])
+        .args([
+            "--publish-token-file",
+            &token,
+            "--notify-key-file",
+            &key_file,
+        ])
+        .args(["--redis", &format!("rediss://127.0.0.1:{port}")])
+        .arg("--redis-ca-file")
+        .arg(&ca_file)
+        .args(["--threads", "2"])
+        .env("PORTICO_REDIS_PASSWORD", PASSWORD)
+        .env("PORTICO_LOG", "warn,portico_gateway=info")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = || -> Value {
+        client()
+            .get(format!("http://127.0.0.1:{admin}/status"))
+            .send()
+            .ok()
+            .and_then(|r| r.json().ok())
+            .unwrap_or(Value::Null)
+    };
+    let up = wait_until(Duration::from_secs(20), || {
+        status()["redis"]["state"] == "ok"
+    });
+    let seen = status();
+    let published = client()
+        .post(format!(
+            "http://127.0.0.1:{internal}/internal/v1/notifications"
+        ))
+        .bearer_auth(TOKEN)
+        .json(&json!({"app": KEY, "topic": "orders", "payload": {"over": "tls"}}))
+        .send()
+        .map(|r| r.status().as_u16());
+    // The event is in Redis: the backlog /status reads from it (XINFO, over TLS) counts it.
+    let stored = wait_until(Duration::from_secs(10), || {
+        status()["notify"]["backlog"][KEY] == 1
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    // Without the test CA the server's certificate is not trusted: Redis stays down.
+    let untrusted = GatewayProcess::start(
+        t.path(),
+        &["--redis", &format!("rediss://127.0.0.1:{port}")],
+    );
+    let refused = wait_until(Duration::from_secs(10), || {
+        untrusted.status()["redis"]["last_error"].is_string()
+    });
+    let untrusted_status = untrusted.status()["redis"].clone();
+    drop(untrusted);
+    assert!(refused, "{untrusted_status}");
+    assert_eq!(untrusted_status["state"], "down");
+    let error = untrusted_status["last_error"]
+        .as_str()
+        .unwrap()
+        .to_lowercase();
+    assert!(
+        error.contains("certificate") || error.contains("issuer"),
+        "{error}"
+    );
+    assert!(up, "redis over TLS never up: {}", seen["redis"]);
+    assert_eq!(seen["redis"]["url"], format!("rediss://127.0.0.1:{port}"));
+    assert_eq!(published.unwrap(), 200);
+    assert!(stored, "{seen}");
+}
