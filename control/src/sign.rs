@@ -119,8 +119,22 @@ pub fn string_to_sign(
     nonce: &str,
     body: &[u8],
 ) -> String {
-    let query = raw_query.map(canonical_query).unwrap_or_default();
     let digest = body_digest_str(body);
+    string_to_sign_with_digest(method, path, raw_query, app_key, timestamp, nonce, &digest)
+}
+
+/// [`string_to_sign`] with line 7 given: `body_digest` is the lowercase hex SHA-256 of the
+/// body, for a body that was hashed as it streamed by rather than kept.
+pub fn string_to_sign_with_digest(
+    method: &str,
+    path: &str,
+    raw_query: Option<&str>,
+    app_key: &str,
+    timestamp: &str,
+    nonce: &str,
+    digest: &str,
+) -> String {
+    let query = raw_query.map(canonical_query).unwrap_or_default();
     let capacity = [method, path, &query, app_key, timestamp, nonce, &digest]
         .iter()
         .fold(6usize, |n, part| n.saturating_add(part.len()));
@@ -137,7 +151,7 @@ pub fn string_to_sign(
     s.push('\n');
     s.push_str(nonce);
     s.push('\n');
-    s.push_str(&digest);
+    s.push_str(digest);
     s
 }
 

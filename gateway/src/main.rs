@@ -361,6 +361,9 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
         node_id: node_id.to_owned(),
         default_max_body: args.max_body_bytes,
         replay_bytes_per_app: args.replay_cache_mib.saturating_mul(1 << 20),
+        // Without Redis nothing remembers the nonces a previous process accepted: calls
+        // signed before this one started are refused (docs/SECURITY.md, "Replays").
+        started_ms: portico_control::clock::now_ms(),
         write_timeout: Duration::from_millis(args.write_timeout_ms),
         fleet,
         notify,

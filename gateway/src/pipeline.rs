@@ -11,7 +11,10 @@
 //!     B -->|IP_BLOCKED 403| R
 //!     B --> C[route]
 //!     C -->|BAD_REQUEST 400 / API_NOT_FOUND 404 / URI_TOO_LONG 414| R
-//!     C --> D[100-continue if expected; read body, bounded]
+//!     C --> AH[auth on the head: headers, timestamp, nonce form, active app]
+//!     AH -->|401 codes, body unread| R
+//!     AH -->|no active app: body hashed, never kept; SIGNATURE_INVALID 401| R
+//!     AH --> D[100-continue if expected; read body, bounded]
 //!     D -->|BODY_TOO_LARGE 413| R
 //!     D --> E[auth]
 //!     E -->|401 codes| R
@@ -45,6 +48,7 @@
 //! ZooKeeper, a lock or a disk; only with Redis configured does a signed call wait for one
 //! Redis round trip (its nonce, bounded by `fleet::REDIS_TIMEOUT`).
 
+use crate::edge::auth::Head;
 use crate::edge::{EdgeCtx, EdgeRequest, Flow, Stage};
 use crate::error::{Code, GatewayError};
 use crate::invoke::{self, CacheHint, Call, Caller, Upstream};
@@ -143,6 +147,18 @@ pub async fn handle(
         .policy
         .max_body_bytes
         .unwrap_or(plane.shared.default_max_body);
+    // The cheap signature checks on the head, before a byte of the body is kept: an unsigned,
+    // stale or malformed call is refused unread, and one naming no active app is hashed as
+    // it streams by, never buffered (docs/SECURITY.md, "No unauthenticated buffering").
+    let head = rt
+        .edge
+        .auth
+        .check_head(&edge_request(session, &[], now), &route.api)?;
+    if head == Head::HashOnly {
+        let digest = hash_body(session, limit).await?;
+        let req = edge_request(session, &[], now);
+        return Err(rt.edge.auth.refuse_unread(&req, &digest));
+    }
     let body = read_body(session, limit).await?;
 
     // Edge, with the body: who is calling, may they, how often, is the API switched off. The
@@ -265,6 +281,26 @@ fn client_peer(session: &Session) -> Option<IpAddr> {
 /// (on `Content-Length` before reading, and while reading), and a body not received within
 /// [`BODY_READ_DEADLINE`] with 400 `BAD_REQUEST`.
 async fn read_body(session: &mut Session, limit: u64) -> Result<Bytes, GatewayError> {
+    let mut buf = BytesMut::new();
+    consume_body(session, limit, |chunk| buf.extend_from_slice(chunk)).await?;
+    Ok(buf.freeze())
+}
+
+/// The lowercase hex SHA-256 of the request body, read as [`read_body`] reads it but not
+/// kept: each chunk is hashed and dropped.
+async fn hash_body(session: &mut Session, limit: u64) -> Result<String, GatewayError> {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    consume_body(session, limit, |chunk| hasher.update(chunk)).await?;
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// Hands each chunk of the request body to `sink`, with the limits of [`read_body`].
+async fn consume_body(
+    session: &mut Session,
+    limit: u64,
+    mut sink: impl FnMut(&[u8]),
+) -> Result<(), GatewayError> {
     let too_large = || {
         GatewayError::new(
             Code::BodyTooLarge,
@@ -274,7 +310,7 @@ async fn read_body(session: &mut Session, limit: u64) -> Result<Bytes, GatewayEr
     if session.is_body_empty() {
         // No body by the request's framing (RFC 9112 §6.3: a GET without Content-Length
         // or Transfer-Encoding): nothing to read, and no deadline that could fire.
-        return Ok(Bytes::new());
+        return Ok(());
     }
     if let Some(len) = session
         .req_header()
@@ -288,13 +324,14 @@ async fn read_body(session: &mut Session, limit: u64) -> Result<Bytes, GatewayEr
         }
     }
     crate::edge::framing::continue_if_expected(session).await?;
-    let mut buf = BytesMut::new();
+    let mut read_bytes: u64 = 0;
     let read = async {
         while let Some(chunk) = crate::edge::framing::read_body_chunk(session).await? {
-            if (buf.len() + chunk.len()) as u64 > limit {
+            read_bytes += chunk.len() as u64;
+            if read_bytes > limit {
                 return Err(too_large());
             }
-            buf.extend_from_slice(&chunk);
+            sink(&chunk);
         }
         Ok(())
     };
@@ -302,7 +339,7 @@ async fn read_body(session: &mut Session, limit: u64) -> Result<Bytes, GatewayEr
         None => Err(GatewayError::bad_request(
             "request body not received in time",
         )),
-        Some(r) => r.map(|()| buf.freeze()),
+        Some(r) => r,
     }
 }
 
@@ -399,11 +436,23 @@ mod tests {
         let (r, ctx, _) = run(&plane, "GET /nowhere HTTP/1.1\r\nhost: x\r\n\r\n").await;
         assert_eq!(code(&r), "API_NOT_FOUND");
         assert!(ctx.api_metrics.is_none());
-        // The body limit before auth: an oversized body is refused without a signature check.
+        // The head's signature checks before the body: an unsigned call is refused unread,
+        // whatever its body (issue 24, item 4: no unauthenticated buffering) ...
         let big = "POST /v1/signed/x HTTP/1.1\r\nhost: x\r\ncontent-length: 17\r\n\r\n";
         let (r, ctx, _) = run(&plane, big).await;
-        assert_eq!(code(&r), "BODY_TOO_LARGE");
+        assert_eq!(code(&r), "SIGNATURE_MISSING");
         assert!(ctx.api_metrics.is_some());
+        // ... then the body limit, before the signature itself is checked.
+        let now = portico_control::clock::now_ms();
+        let head = format!(
+            "x-portico-appkey: merchant-1\r\nx-portico-timestamp: {now}\r\n\
+             x-portico-nonce: n0nce-0001\r\nx-portico-signature: {}\r\n",
+            "0".repeat(64)
+        );
+        let big_signed =
+            format!("POST /v1/signed/x HTTP/1.1\r\nhost: x\r\n{head}content-length: 17\r\n\r\n");
+        let (r, _, _) = run(&plane, &big_signed).await;
+        assert_eq!(code(&r), "BODY_TOO_LARGE");
         let small = "POST /v1/signed/x HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}";
         let (r, _, _) = run(&plane, small).await;
         assert_eq!(code(&r), "SIGNATURE_MISSING");
@@ -418,6 +467,45 @@ mod tests {
         flood.push_str("\r\n");
         let (r, _, _) = run(&plane, &flood).await;
         assert_eq!(code(&r), "BAD_REQUEST");
+    }
+
+    #[tokio::test]
+    async fn nothing_of_an_unauthenticated_body_is_kept() {
+        let cluster = ("clusters/c", cluster_doc(&[closed_addr()]));
+        let mut open = signed_api("signed");
+        open["policy"] = json!({});
+        let plane = serving(&[("apis/signed", open), cluster]);
+        // An unsigned call announcing a body it never sends: answered at once, unread (a
+        // read would wait out the 30 s body deadline).
+        let unsigned = "POST /v1/signed/x HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\n\r\n{";
+        let (r, _, _) = tokio::time::timeout(Duration::from_secs(5), run(&plane, unsigned))
+            .await
+            .expect("answered without reading the body");
+        assert_eq!(code(&r), "SIGNATURE_MISSING");
+        // A stale timestamp likewise.
+        let stale = "POST /v1/signed/x HTTP/1.1\r\nhost: x\r\nx-portico-appkey: a\r\n\
+                     x-portico-timestamp: 1000\r\nx-portico-nonce: n0nce-0001\r\n\
+                     x-portico-signature: 00\r\ncontent-length: 100000\r\n\r\n{";
+        let (r, _, _) = tokio::time::timeout(Duration::from_secs(5), run(&plane, stale))
+            .await
+            .expect("answered without reading the body");
+        assert_eq!(code(&r), "SIGNATURE_EXPIRED");
+        // An unknown app key: the body is hashed as it streams by, and the answer is a wrong
+        // signature's, over the body's real digest.
+        let now = portico_control::clock::now_ms();
+        let raw = format!(
+            "POST /v1/signed/x HTTP/1.1\r\nhost: x\r\nx-portico-appkey: nobody\r\n\
+             x-portico-timestamp: {now}\r\nx-portico-nonce: n0nce-0001\r\n\
+             x-portico-signature: {}\r\ncontent-length: 2\r\n\r\n{{}}",
+            "0".repeat(64)
+        );
+        let (r, ctx, _) = run(&plane, &raw).await;
+        let e = r.unwrap_err();
+        assert_eq!((e.status(), e.code.as_str()), (401, "SIGNATURE_INVALID"));
+        let digest = portico_control::sign::body_digest(b"{}");
+        assert!(e.message.ends_with(&format!("{digest}\"")), "{}", e.message);
+        assert_eq!(e.detail.as_deref(), Some("unknown app key"));
+        assert!(ctx.edge.app_key.is_none());
     }
 
     #[tokio::test]

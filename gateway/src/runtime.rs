@@ -54,6 +54,9 @@ pub struct Shared {
     pub default_max_body: u64,
     /// The replay cache's memory bound per app, in bytes (`--replay-cache-mib`).
     pub replay_bytes_per_app: usize,
+    /// Unix ms when this process started: without Redis, calls signed earlier are refused
+    /// (their nonces died with the process that may have accepted them).
+    pub started_ms: u64,
     /// The longest a single write of an answer to a merchant may take (zero: unbounded).
     pub write_timeout: std::time::Duration,
     /// The other gateways: membership and Redis (cluster-scope limits, nonces).
@@ -148,7 +151,12 @@ impl Plane {
         let carried = Carried {
             replay: Arc::new(
                 ReplayCache::with_bound(shared.replay_bytes_per_app)
-                    .shared_across_nodes(shared.fleet.has_redis()),
+                    .shared_across_nodes(shared.fleet.has_redis())
+                    .signed_since(if shared.fleet.has_redis() {
+                        0
+                    } else {
+                        shared.started_ms
+                    }),
             ),
             limiters: Arc::new(RateLimiters::with_fleet(shared.fleet.clone())),
             ..Carried::default()

@@ -179,6 +179,7 @@ pub fn shared() -> Arc<Shared> {
         node_id: "test-node".to_owned(),
         default_max_body: 1024,
         replay_bytes_per_app: crate::edge::replay::ReplayCache::DEFAULT_BYTES_PER_APP,
+        started_ms: 0,
         write_timeout: std::time::Duration::from_secs(5),
         fleet: Arc::new(crate::fleet::Fleet::default()),
         notify: Arc::new(crate::notify::Notifier::new(

@@ -143,6 +143,47 @@ fn env() -> Env {
     }
 }
 
+/// Issue 24, item 8: without Redis, a signed call accepted before a restart is never
+/// accepted again after it (the nonces died with the process; calls signed before the new
+/// process started are refused, docs/SECURITY.md, "Replays").
+#[test]
+fn a_call_captured_before_a_restart_is_refused_after_it() {
+    let mut e = env();
+    let (ts, n) = (now_ms(), nonce());
+    let call = |gw: &GatewayProcess| {
+        signed_at(
+            &e.http,
+            "GET",
+            &gw.url("/v1/orders/42"),
+            KEY,
+            SECRET,
+            None,
+            ts,
+            &n,
+        )
+        .send()
+        .unwrap()
+    };
+    assert_eq!(call(&e.gw).status(), 200);
+    assert_eq!(code_of(call(&e.gw)).1, "NONCE_REPLAYED");
+    // The same gateway, restarted on the same configuration.
+    e.gw = GatewayProcess::start(e.tree.path(), &[]);
+    let (s, c, v) = code_of(call(&e.gw));
+    assert_eq!((s, c.as_str()), (401, "SIGNATURE_EXPIRED"), "{v}");
+    // A call signed now is served.
+    let fresh = signed(
+        &e.http,
+        "GET",
+        &e.gw.url("/v1/orders/42"),
+        KEY,
+        SECRET,
+        None,
+    )
+    .send()
+    .unwrap();
+    assert_eq!(fresh.status(), 200);
+}
+
 #[test]
 fn signed_get_reaches_the_backend_with_the_rewritten_path() {
     let e = env();

@@ -35,10 +35,10 @@ use crate::error::{Code, GatewayError};
 // and the tests, so the gateway can never drift from what merchants' tools compute.
 use crate::edge::replay::{NonceCheck, ReplayCache};
 use portico_control::sign::{
-    string_to_sign, valid_nonce, SigningKey, HEADER_APP_KEY, HEADER_NONCE, HEADER_SIGNATURE,
-    HEADER_TIMESTAMP, MAX_SKEW_MS,
+    string_to_sign, string_to_sign_with_digest, valid_nonce, SigningKey, HEADER_APP_KEY,
+    HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP, MAX_SKEW_MS,
 };
-use portico_control::{v1, Snapshot};
+use portico_control::{v1, Api, Snapshot};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -149,6 +149,7 @@ impl AuthStage {
     fn check(&self, req: &EdgeRequest<'_>, ctx: &mut EdgeCtx) -> Result<(), GatewayError> {
         let signed = Signed::read(req.headers)?;
         let ts = check_timestamp(signed.timestamp, req.now_ms)?;
+        self.check_remembered(ts)?;
         if !valid_nonce(signed.nonce) {
             return Err(invalid(format!(
                 "{HEADER_NONCE} must be 8-64 of [A-Za-z0-9_-]"
@@ -164,18 +165,13 @@ impl AuthStage {
             signed.nonce,
             req.body,
         );
-        let mismatch = || {
-            invalid(format!(
-                "signature does not match; the gateway's string-to-sign is {sts:?}"
-            ))
-        };
         let Some((app, key)) = found else {
             // The same work and the same answer as a wrong signature.
             let _ = self.unknown.verify(&sts, signed.signature);
-            return Err(mismatch().with_detail("unknown app key"));
+            return Err(mismatch(&sts).with_detail("unknown app key"));
         };
         if !key.verify(&sts, signed.signature) {
-            return Err(mismatch());
+            return Err(mismatch(&sts));
         }
         self.record_nonce(&signed, ts, req.now_ms)?;
         if self.replay.is_shared_across_nodes() {
@@ -212,6 +208,95 @@ impl AuthStage {
             .with_retry_after(1)),
         }
     }
+}
+
+/// What the head of a call says, before any byte of its body is read
+/// ([`AuthStage::check_head`]; docs/SECURITY.md, "No unauthenticated buffering").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Head {
+    /// An `auth: none` API, or a well-formed, fresh call by an active app: the body is read
+    /// (bounded) and checked by [`AuthStage`]'s `apply`.
+    Read,
+    /// A well-formed, fresh call naming no app, or a disabled one: nothing of the body is
+    /// kept. It is hashed as it streams by and the call answered by
+    /// [`AuthStage::refuse_unread`], as a wrong signature would be (or `APP_DISABLED` when the
+    /// signature verifies, as `permit` would say).
+    HashOnly,
+}
+
+impl AuthStage {
+    /// Request phase, after `route`, before the body: checks 1–3 of the module docs on the
+    /// head alone and whether the app key names an active app. `Err`: the 401 of the first
+    /// check that fails, answered without reading the body.
+    pub fn check_head(&self, req: &EdgeRequest<'_>, api: &Api) -> Result<Head, GatewayError> {
+        if api.auth == v1::AuthMode::None {
+            return Ok(Head::Read);
+        }
+        let signed = Signed::read(req.headers)?;
+        let ts = check_timestamp(signed.timestamp, req.now_ms)?;
+        self.check_remembered(ts)?;
+        if !valid_nonce(signed.nonce) {
+            return Err(invalid(format!(
+                "{HEADER_NONCE} must be 8-64 of [A-Za-z0-9_-]"
+            )));
+        }
+        Ok(match self.apps.get(signed.app_key) {
+            Some((app, _)) if app.status != v1::AppStatus::Disabled => Head::Read,
+            _ => Head::HashOnly,
+        })
+    }
+
+    /// The answer to a [`Head::HashOnly`] call whose body (never kept) hashed to
+    /// `body_digest`: what a wrong signature gets, with the same work; `APP_DISABLED` for a
+    /// disabled app whose signature verifies.
+    pub fn refuse_unread(&self, req: &EdgeRequest<'_>, body_digest: &str) -> GatewayError {
+        let signed = match Signed::read(req.headers) {
+            Ok(s) => s,
+            Err(e) => return e,
+        };
+        let sts = string_to_sign_with_digest(
+            req.method,
+            req.path,
+            req.query,
+            signed.app_key,
+            signed.timestamp,
+            signed.nonce,
+            body_digest,
+        );
+        let (key, detail) = match self.apps.get(signed.app_key) {
+            Some((_, key)) => (key, "disabled app"),
+            None => (&self.unknown, "unknown app key"),
+        };
+        if key.verify(&sts, signed.signature) && detail == "disabled app" {
+            return GatewayError::new(Code::AppDisabled, "this app is disabled");
+        }
+        mismatch(&sts).with_detail(detail)
+    }
+}
+
+impl AuthStage {
+    /// Check 2, continued: a call signed before the replay cache's memory begins (a gateway
+    /// without Redis, before its process started) could have been accepted by the process
+    /// before it, whose nonces are gone: 401 `SIGNATURE_EXPIRED`, sign it again.
+    fn check_remembered(&self, ts: u64) -> Result<(), GatewayError> {
+        if ts < self.replay.signed_since_ms() {
+            return Err(GatewayError::new(
+                Code::SignatureExpired,
+                format!(
+                    "{HEADER_TIMESTAMP} is older than this gateway's memory of nonces (it \
+                     restarted); sign the call again"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The answer to a signature that does not match `sts` (and to an unknown app key).
+fn mismatch(sts: &str) -> GatewayError {
+    invalid(format!(
+        "signature does not match; the gateway's string-to-sign is {sts:?}"
+    ))
 }
 
 impl Stage for AuthStage {
@@ -354,6 +439,24 @@ mod tests {
             .unwrap();
         assert_eq!(ctx.app_key.as_deref(), Some("merchant-1"));
         assert_eq!(ctx.app.as_ref().map(|a| a.secret.as_str()), Some(SECRET));
+    }
+
+    #[test]
+    fn a_call_signed_before_the_process_started_is_refused_without_redis() {
+        // The vectors are signed at NOW_MS; this process "started" a millisecond later.
+        let cache = Arc::new(ReplayCache::new().signed_since(NOW_MS + 1));
+        let s = with_cache(&cache);
+        let r = run(&s, &get_req(&vector_1(), NOW_MS + 1000));
+        let Err(("SIGNATURE_EXPIRED", e)) = r else {
+            panic!("{:?}", r.map(|_| ()));
+        };
+        assert!(e.message.contains("sign the call again"), "{}", e.message);
+        // Signed at the start or later: accepted.
+        let cache = Arc::new(ReplayCache::new().signed_since(NOW_MS));
+        assert_eq!(
+            code(run(&with_cache(&cache), &get_req(&vector_1(), NOW_MS))),
+            "OK"
+        );
     }
 
     #[test]

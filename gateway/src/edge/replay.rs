@@ -223,6 +223,9 @@ pub struct ReplayCache {
     /// Whether a fresh nonce is also recorded cluster-wide (Redis configured): then `auth`
     /// hands a [`crate::fleet::NonceClaim`] to the pipeline.
     across_nodes: bool,
+    /// Calls signed before this Unix ms are refused: the nonces seen before it are not here
+    /// (a gateway without Redis, since its process started; 0: none refused).
+    signed_since_ms: u64,
 }
 
 impl Default for ReplayCache {
@@ -250,7 +253,19 @@ impl ReplayCache {
             bytes: AtomicUsize::new(0),
             full: AtomicU64::new(0),
             across_nodes: false,
+            signed_since_ms: 0,
         }
+    }
+
+    /// Refuses calls signed before `ms` (Unix ms): the cache holds no nonce seen before it.
+    pub fn signed_since(mut self, ms: u64) -> Self {
+        self.signed_since_ms = ms;
+        self
+    }
+
+    /// The earliest signing time (Unix ms) whose nonces this cache can vouch for.
+    pub fn signed_since_ms(&self) -> u64 {
+        self.signed_since_ms
     }
 
     /// Sets whether fresh nonces are also recorded cluster-wide (the gateway has Redis).
