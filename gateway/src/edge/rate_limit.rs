@@ -28,10 +28,16 @@
 //! and stored as a 64-bit keyed SipHash of the key parts (fixed size, no allocation per
 //! call). Memory: [`RateLimiters::housekeeping`] drops keys whose bucket is full again
 //! (equivalent to never having been seen), and a limiter tracks at most
-//! [`RateLimiters::DEFAULT_MAX_KEYS`] keys: past that, calls with a key it has not seen are
-//! admitted untracked (failing open for new keys rather than growing without bound or
-//! refusing every newcomer; an attacker able to mint keys, e.g. header values, can mint
-//! fresh buckets anyway).
+//! [`RateLimiters::DEFAULT_MAX_KEYS`] keys. A new key at that bound makes room: the buckets
+//! full again are dropped at once, and if that is not enough, the buckets closest to full
+//! (the least used keys) down to 7/8 of the bound, at most once per [`SWEEP_NS`] per
+//! limiter; only a new key arriving while the limiter is full between two sweeps is admitted
+//! untracked. Keys that are being used stay tracked however many keys an attacker mints
+//! (docs/SECURITY.md, "Trust between merchants").
+//!
+//! **Addresses.** An `ip` key counts an IPv6 client by its /64 (the prefix one subscriber is
+//! given: a client can send from any of its 2^64 addresses), an IPv4 client (or an
+//! IPv4-mapped IPv6 address) by its address.
 //!
 //! **Scope.** A rule with `"scope": "cluster"` is one budget for the whole fleet (module
 //! docs of `fleet`, docs/OPERATIONS.md "Running a cluster"): with Redis up, calls are taken
@@ -100,8 +106,13 @@ enum Cells {
         map: DashMap<u64, AtomicU64>,
         len: AtomicUsize,
         max_keys: usize,
+        /// When (ns) room was last made at the bound.
+        last_sweep: AtomicU64,
     },
 }
+
+/// The shortest time between two sweeps of a limiter at its key bound.
+pub const SWEEP_NS: u64 = 50 * NANOS_PER_MS;
 
 /// What admitting a call charged, to give it back if a later rule refuses the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,6 +175,7 @@ impl Limiter {
                 map: DashMap::new(),
                 len: AtomicUsize::new(0),
                 max_keys,
+                last_sweep: AtomicU64::new(0),
             }
         } else {
             Cells::Single(AtomicU64::new(0))
@@ -286,10 +298,17 @@ impl Limiter {
         let rates = self.local_rates();
         match &self.cells {
             Cells::Single(cell) => Self::acquire_cell(cell, now, rates)?,
-            Cells::Keyed { map, len, max_keys } => {
+            Cells::Keyed {
+                map,
+                len,
+                max_keys,
+                last_sweep,
+            } => {
                 if let Some(cell) = map.get(&key) {
                     Self::acquire_cell(cell.value(), now, rates)?;
-                } else if len.load(Ordering::Relaxed) >= *max_keys {
+                } else if len.load(Ordering::Relaxed) >= *max_keys
+                    && !Self::make_room(map, len, *max_keys, last_sweep, now)
+                {
                     return Ok(Charge::Nothing);
                 } else {
                     let cell = map.entry(key).or_insert_with(|| {
@@ -301,6 +320,56 @@ impl Limiter {
             }
         }
         Ok(Charge::Cell(rates.0))
+    }
+
+    /// At the key bound: drops the buckets full again at `now`, then, if the map is still
+    /// above 7/8 of the bound, the ones closest to full (the least used keys) down to it; at
+    /// most once per [`SWEEP_NS`] (a caller in between finds no room and is not tracked).
+    /// Returns whether a new key fits now.
+    fn make_room(
+        map: &DashMap<u64, AtomicU64>,
+        len: &AtomicUsize,
+        max_keys: usize,
+        last_sweep: &AtomicU64,
+        now: u64,
+    ) -> bool {
+        let last = last_sweep.load(Ordering::Acquire);
+        let due = last == 0 || now >= last.saturating_add(SWEEP_NS);
+        if !due
+            || last_sweep
+                .compare_exchange(last, now.max(1), Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return len.load(Ordering::Relaxed) < max_keys;
+        }
+        let target = max_keys - max_keys / 8;
+        let mut threshold = now;
+        if map.len() > target {
+            // The (len - target)-th smallest arrival time: the least used keys fall below it.
+            let mut tats: Vec<u64> = map
+                .iter()
+                .map(|e| e.value().load(Ordering::Relaxed))
+                .collect();
+            let drop = tats.len() - target;
+            if drop > 0 {
+                let (_, nth, _) = tats.select_nth_unstable(drop - 1);
+                threshold = threshold.max(*nth);
+            }
+        }
+        let mut removed = 0usize;
+        map.retain(|_, tat| {
+            let keep = tat.load(Ordering::Relaxed) > threshold;
+            if !keep {
+                removed += 1;
+            }
+            keep
+        });
+        let left = len
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(removed))
+            })
+            .map_or(0, |n| n.saturating_sub(removed));
+        left < max_keys
     }
 
     /// Gives back one call charged by [`Limiter::acquire`] (another rule refused it).
@@ -623,7 +692,7 @@ impl RateLimitStage {
             match part {
                 KeyPart::Api => api_id.hash(&mut h),
                 KeyPart::App => ctx.app_key.as_deref().unwrap_or("").hash(&mut h),
-                KeyPart::Ip => ctx.client_ip.hash(&mut h),
+                KeyPart::Ip => ctx.client_ip.map(ip_bucket).hash(&mut h),
                 KeyPart::Header(name) => req
                     .headers
                     .get(name)
@@ -633,6 +702,21 @@ impl RateLimitStage {
             }
         }
         h.finish()
+    }
+}
+
+/// The address an `ip` key counts: an IPv6 client's /64, an IPv4 (or IPv4-mapped) client's
+/// own address.
+pub fn ip_bucket(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V4(_) => ip,
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => std::net::IpAddr::V4(v4),
+            None => {
+                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+                std::net::IpAddr::V6(std::net::Ipv6Addr::from(prefix))
+            }
+        },
     }
 }
 
@@ -1136,15 +1220,62 @@ mod tests {
     }
 
     #[test]
-    fn key_cap_admits_new_keys_untracked() {
-        let reg = RateLimiters::with_max_keys(2);
+    fn at_the_key_bound_the_least_used_keys_make_room() {
+        let reg = RateLimiters::with_max_keys(8);
         let snap = snapshot(&[("a", vec![rule(&["ip"], 1, Per::Minute, None)])], &[]);
         let stage = RateLimitStage::with_limiters(&snap, &reg);
-        assert_eq!(run(&stage, &snap, &Call::new("a").ip("10.0.0.1")), Ok(()));
-        assert_eq!(run(&stage, &snap, &Call::new("a").ip("10.0.0.2")), Ok(()));
-        assert_eq!(passes(&stage, &snap, &Call::new("a").ip("10.0.0.3"), 3), 3);
-        assert_eq!(run(&stage, &snap, &Call::new("a").ip("10.0.0.1")), Err(60));
-        assert_eq!(reg.tracked_keys(), 2);
+        // Eight keys, each with its one call of the minute spent.
+        for i in 0..8 {
+            let ip = format!("10.0.0.{i}");
+            assert_eq!(
+                run(&stage, &snap, &Call::new("a").ip(&ip).at(i * 1000)),
+                Ok(())
+            );
+        }
+        assert_eq!(reg.tracked_keys(), 8);
+        // A ninth key: the least used (the oldest, closest to full) make room; it is tracked
+        // and limited like any other.
+        let nine = Call::new("a").ip("10.0.0.9").at(9_000);
+        assert_eq!(run(&stage, &snap, &nine), Ok(()));
+        assert_eq!(run(&stage, &snap, &nine), Err(60));
+        assert!(reg.tracked_keys() <= 8, "{}", reg.tracked_keys());
+        // The most recently used keys are still limited: no failing open for them.
+        assert_eq!(
+            run(&stage, &snap, &Call::new("a").ip("10.0.0.7").at(9_000)),
+            Err(58)
+        );
+        // Within the sweep interval a further newcomer finds no room: admitted untracked.
+        assert_eq!(
+            passes(&stage, &snap, &Call::new("a").ip("10.0.1.1").at(9_010), 3),
+            3
+        );
+    }
+
+    #[test]
+    fn ipv6_clients_are_counted_by_their_64() {
+        let snap = snapshot(&[("a", vec![rule(&["ip"], 1, Per::Minute, None)])], &[]);
+        let stage = RateLimitStage::with_limiters(&snap, &RateLimiters::new());
+        assert_eq!(
+            run(&stage, &snap, &Call::new("a").ip("2001:db8:1:2::1")),
+            Ok(())
+        );
+        // Another address of the same /64: the same bucket.
+        assert_eq!(
+            run(&stage, &snap, &Call::new("a").ip("2001:db8:1:2:ffff::9")),
+            Err(60)
+        );
+        // Another /64: its own.
+        assert_eq!(
+            run(&stage, &snap, &Call::new("a").ip("2001:db8:1:3::1")),
+            Ok(())
+        );
+        // IPv4, plain or mapped: by address.
+        assert_eq!(run(&stage, &snap, &Call::new("a").ip("192.0.2.1")), Ok(()));
+        assert_eq!(
+            run(&stage, &snap, &Call::new("a").ip("::ffff:192.0.2.1")),
+            Err(60)
+        );
+        assert_eq!(run(&stage, &snap, &Call::new("a").ip("192.0.2.2")), Ok(()));
     }
 
     #[test]
