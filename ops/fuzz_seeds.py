@@ -124,6 +124,13 @@ def seeds(target):
                + b"\x8a\x01\x06\x0a\x01k\x12\x01v" + b"\xc2\x01\x02\x08\x01")
         yield bytes([7]) + b"\x0a\x0e\x0a\x01a\x12\x09\x11" + b"\x00" * 6 + b"\xf0\x3f"
         yield bytes([9]) + b"\x08\x80\xa3\x8a\xcc\x06\x10\x01"
+    elif target == "cache_key":
+        # Two keys as the cache stage writes them (binding, app, path, query, a selector),
+        # then the separator forgery of issue 24 and a long key.
+        yield (b"b0\x00amerchant-1\x00p/v1/acct/ACC-1\x00qfields=all\x00sACC-1\xff"
+               b"b0\x00amerchant-3\x00p/v1/acct/ACC-1\x00q\x00sACC-1")
+        yield b"qa\x1fb\x00sc\xffqa\x00sb\x1fc"
+        yield b"q" + b"x" * 300 + b"\xffq" + b"y" * 10
     # A target added later gets its seeds here.
 
 
