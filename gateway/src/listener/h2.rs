@@ -377,10 +377,11 @@ struct Accepted {
 /// h2 hands streams to the accept loop in the order their `HEADERS` arrived (client stream
 /// ids only grow), except those it refuses or resets itself (past the stream limit,
 /// malformed headers), for which it writes a `RST_STREAM` before the next accept returns. So
-/// the accepted stream is the oldest opened one not reset by the gateway. Should that ever
-/// not hold (the gateway's `RST_STREAM` still unwritten because the client does not read),
-/// a reset meant for one of a client's streams could stop another of the same connection's:
-/// never another client's.
+/// the accepted stream is the oldest opened one not reset by the gateway. Where that does not
+/// hold (the gateway's `RST_STREAM` still unwritten because the client does not read; or h2
+/// resetting a stream it had already queued, say a body that broke its content-length before
+/// the request was accepted), a reset meant for one of a client's streams could stop another
+/// of the same connection's: never another client's.
 struct Frames {
     budget: u64,
     /// Woken when the client resets a stream.
