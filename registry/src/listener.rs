@@ -14,7 +14,8 @@
 //! - **Idle timeout** ([`Limits::idle_timeout`], default 60 s): a connection of any protocol
 //!   (HTTP/2 too) with no request in progress for that long is shut down gracefully.
 //! - **Connection caps**: at most [`Limits::max_connections`] open connections (default 1024)
-//!   and [`Limits::max_connections_per_ip`] per client address (default 256; IPv4-mapped IPv6
+//!   (`--max-connections`) and [`Limits::max_connections_per_ip`] per client address
+//!   (`--max-connections-per-address`, default 256; IPv4-mapped IPv6
 //!   counts as its IPv4 address). A connection over a cap is closed at once, before anything
 //!   is read from it, and counted ([`refused_total`]).
 //!

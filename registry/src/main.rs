@@ -100,7 +100,7 @@ struct Args {
     /// Open connections per client address at most (0: no cap; raise it, or use 0, when a
     /// reverse proxy connects for everyone).
     #[arg(long, default_value_t = portico_registry::listener::DEFAULT_MAX_CONNECTIONS_PER_IP)]
-    max_connections_per_ip: usize,
+    max_connections_per_address: usize,
     /// Portal try-it calls per client address and minute (0: none); more answer 429.
     #[arg(long, default_value_t = portico_registry::portal::forward::DEFAULT_TRY_PER_MINUTE)]
     portal_try_per_minute: u32,
@@ -353,7 +353,7 @@ async fn run() -> anyhow::Result<()> {
         header_read_timeout: std::time::Duration::from_secs(args.header_read_timeout_s),
         idle_timeout: std::time::Duration::from_secs(args.idle_timeout_s),
         max_connections: args.max_connections,
-        max_connections_per_ip: args.max_connections_per_ip,
+        max_connections_per_ip: args.max_connections_per_address,
     };
     tracing::info!(?limits, "listener limits");
     portico_registry::server::serve_with(listener, state, limits).await?;

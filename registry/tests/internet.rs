@@ -257,7 +257,7 @@ fn a_slow_head_is_closed_by_the_header_read_timeout() {
 fn the_per_address_cap_refuses_one_too_many_while_another_address_is_served() {
     let zk = ZooKeeper::start();
     let (work, logs) = work();
-    let reg = registry(&zk, &work, &logs, &["--max-connections-per-ip", "20"]);
+    let reg = registry(&zk, &work, &logs, &["--max-connections-per-address", "20"]);
     let to = addr_of(&reg.base);
     let rt = runtime();
     let here = Ipv4Addr::new(127, 0, 0, 3);
