@@ -212,6 +212,10 @@ async function main() {
   log(`gateway answers 200 ${Date.now() - t0} ms after the publish was confirmed: ${live.text.slice(0, 120)}`);
   if (!live.text.includes("42")) throw new Error(`the live answer does not mention order 42: ${live.text}`);
 
+  // The API page says whether answers are cached and for whom (this API has no cache).
+  const cacheLine = (await page.textContent('[data-testid="cache-summary"]'))?.trim();
+  if (cacheLine !== "Response cache: none") throw new Error(`cache summary: ${cacheLine}`);
+
   // 6b. A second version, its diff, and a rollback to the first.
   log("publish v2, diff, roll back to v1");
   await page.click('[data-testid="tab-policy"]');

@@ -136,8 +136,9 @@ export type Policy = {
   };
   rate_limits?: RateLimit[];
   max_body_bytes?: number;
-  cache?: { ttl_ms?: number; key?: string[]; max_entries?: number; max_body_bytes?: number };
+  cache?: { ttl_ms?: number; key?: string[]; max_entries?: number; max_body_bytes?: number; shared?: boolean; query?: string[] };
   hot_keys?: { key: string[]; rate_above?: number; bandwidth_share_above?: number; link_bytes_per_s?: number; auto_cache_ms?: number; top?: number };
+  read_only?: boolean;
 };
 export type ApiDef = {
   id: string;

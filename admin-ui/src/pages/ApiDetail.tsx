@@ -88,6 +88,9 @@ export function ApiDetailPage({ id }: { id: string }) {
             )}{" "}
             · cluster <code>{doc.backend.cluster}</code>
           </div>
+          <div class="sub" data-testid="cache-summary">
+            {cacheSummary(doc)}
+          </div>
         </div>
         <div class="head-actions">
           <Button kind="primary" disabled={!data.draft || !changed} onClick={() => setPublishing(true)} data-testid="publish" title={!data.draft ? "No draft to publish" : !changed ? "The draft is already live" : ""}>
@@ -229,6 +232,23 @@ function PublishDialog(props: { id: string; draft: ApiDef; live: ApiDef | null; 
       <ErrorBanner error={error} title="Publish refused" />
     </Modal>
   );
+}
+
+// ---- who the response cache answers (docs/OPERATIONS.md, "Caching and hot keys") ----
+
+/** One line saying whether the API's answers are cached, for how long and for whom. */
+export function cacheSummary(doc: ApiDef): string {
+  const p = doc.policy ?? {};
+  const c = p.cache;
+  const anonymous = doc.auth === "none";
+  const whom = c?.shared ? "one answer for every app (shared)" : anonymous ? "per request (anonymous API)" : "per app: never served to another app";
+  const what = c?.query ? `query parameters ${c.query.length ? c.query.join(", ") : "(none)"}` : "the whole query";
+  const keyed = c?.key?.length ? ` · key ${c.key.join(" + ")}` : "";
+  if (c && (c.ttl_ms ?? 0) === 0) return "Response cache: off (ttl 0, hot keys are never cached)";
+  if (c) return `Response cache: ${c.ttl_ms} ms · ${whom} · ${what}${keyed}`;
+  const auto = p.hot_keys?.auto_cache_ms;
+  if (p.hot_keys && p.read_only && auto) return `Response cache: hot keys only, ${auto} ms · ${whom}`;
+  return "Response cache: none";
 }
 
 // ---- policy editor ----
