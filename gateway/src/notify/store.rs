@@ -512,6 +512,8 @@ pub struct RedisStore {
     key: MacKey,
     /// What this node handed out per app, to refuse an entry written again.
     seen: Mutex<HashMap<String, Seen>>,
+    /// The last id this node published per app.
+    last_ids: Mutex<HashMap<String, EventId>>,
     /// Entries refused (`portico_notify_forged_total`).
     forged: IntCounter,
 }
@@ -601,6 +603,22 @@ if KEYS[2] then redis.call('SET', KEYS[2], id, 'PX', ARGV[1]) end
 redis.call('PUBLISH', 'portico:notify:wake', ARGV[4])
 return {1, id}
 ";
+
+/// The id to publish at `now_ms` after `last`: `<now>-0`, or just above `last`.
+fn next_id(now_ms: u64, last: Option<EventId>) -> EventId {
+    let at_now = EventId { ms: now_ms, seq: 0 };
+    match last {
+        Some(l) if l >= at_now => EventId {
+            ms: l.ms,
+            seq: l.seq.saturating_add(1),
+        },
+        _ => at_now,
+    }
+}
+
+fn lock_map<T>(m: &Mutex<HashMap<String, T>>) -> MutexGuard<'_, HashMap<String, T>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Tries of a publish whose chosen id another publisher took first.
 const PUBLISH_TRIES: usize = 8;
@@ -702,12 +720,13 @@ impl RedisStore {
             groups: Mutex::new(HashSet::new()),
             key,
             seen: Mutex::new(HashMap::new()),
+            last_ids: Mutex::new(HashMap::new()),
             forged,
         }
     }
 
     fn seen(&self) -> MutexGuard<'_, HashMap<String, Seen>> {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+        lock_map(&self.seen)
     }
 
     /// Why `raw` (read from `app`'s stream; `fresh`: handed out as new) must not be
@@ -840,7 +859,10 @@ impl RedisStore {
             keep_until_ms,
             key: e.key.as_deref(),
         };
-        let mut id = EventId { ms: now, seq: 0 };
+        // Just above the last id this node published for the app: publishes within one ms
+        // do not collide (one round trip); another node's take one more.
+        let last = lock_map(&self.last_ids).get(app).copied();
+        let mut id = next_id(now, last);
         for _ in 0..PUBLISH_TRIES {
             let mac = self.key.sign(app, id, &fields);
             let script = redis::Script::new(PUBLISH);
@@ -873,6 +895,9 @@ impl RedisStore {
                 .map_err(|err| failed(&self.fleet, "XADD", &err))?;
             let answered = EventId::parse(&answered)
                 .ok_or_else(|| format!("XADD answered an odd id {answered:?}"))?;
+            if outcome != 0 {
+                lock_map(&self.last_ids).insert(app.to_owned(), answered);
+            }
             match outcome {
                 1 => {
                     return Ok(Stored {
@@ -887,18 +912,7 @@ impl RedisStore {
                     })
                 }
                 // Another publisher (or a clock ahead of ours) took the id: just above it.
-                _ => {
-                    id = std::cmp::max(
-                        EventId {
-                            ms: portico_control::clock::now_ms(),
-                            seq: 0,
-                        },
-                        EventId {
-                            ms: answered.ms,
-                            seq: answered.seq.saturating_add(1),
-                        },
-                    );
-                }
+                _ => id = next_id(portico_control::clock::now_ms(), Some(answered)),
             }
         }
         Err(format!(
@@ -999,13 +1013,18 @@ impl RedisStore {
             .get(1)
             .map(|v| items(v).iter().filter_map(entry).collect())
             .unwrap_or_default();
+        let fresh = read_entries(&fresh);
+        let read = redeliver.len() + fresh.len();
         let redeliver = self.checked(app, redeliver, false).await;
-        let fresh = self.checked(app, read_entries(&fresh), true).await;
+        let fresh = self.checked(app, fresh, true).await;
+        // Entries refused were pending when counted, and are acknowledged since.
+        let refused = (read - redeliver.len() - fresh.len()) as u64;
         let pending = items(&summary)
             .first()
             .and_then(text)
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0);
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+            .saturating_sub(refused);
         Ok(Batch {
             redeliver,
             fresh,
@@ -1130,6 +1149,24 @@ mod tests {
             .verify("merchant-1", id, &f, &mac));
         assert!(!key.verify("merchant-1", id, &f, "zz"));
         assert!(MacKey::new(b"short").is_err());
+    }
+
+    #[test]
+    fn publish_ids_follow_the_clock_and_never_repeat() {
+        assert_eq!(next_id(5, None), EventId { ms: 5, seq: 0 });
+        assert_eq!(
+            next_id(5, Some(EventId { ms: 4, seq: 9 })),
+            EventId { ms: 5, seq: 0 }
+        );
+        assert_eq!(
+            next_id(5, Some(EventId { ms: 5, seq: 0 })),
+            EventId { ms: 5, seq: 1 }
+        );
+        // A clock behind the stream's last id: just above it.
+        assert_eq!(
+            next_id(3, Some(EventId { ms: 7, seq: 2 })),
+            EventId { ms: 7, seq: 3 }
+        );
     }
 
     #[test]
