@@ -362,6 +362,9 @@ fn an_idle_h2_connection_gets_a_goaway_and_is_closed() {
     runtime().block_on(async {
         let local: IpAddr = "127.0.0.1".parse().unwrap();
         let (mut send, conn) = h2_connect(&e, local).await.unwrap();
+        // A connection that sends its preface and SETTINGS and nothing more.
+        let (_silent, silent) = h2_connect(&e, local).await.unwrap();
+        let silent_from = Instant::now();
         // Busy time is not idle time: a request slower than the idle timeout is answered.
         let mut ready = send.clone().ready().await.unwrap();
         let (resp, _) = ready
@@ -382,13 +385,21 @@ fn an_idle_h2_connection_gets_a_goaway_and_is_closed() {
             "closed after {waited:?} idle"
         );
         println!("idle h2 connection closed after {waited:?} (timeout 400 ms)");
+        let silent = tokio::time::timeout(Duration::from_secs(10), silent)
+            .await
+            .expect("the silent connection was never closed")
+            .unwrap();
+        assert!(silent.is_ok(), "a clean GOAWAY, not an error: {silent:?}");
+        let lived = silent_from.elapsed();
+        assert!(lived < Duration::from_secs(3), "{lived:?}");
+        println!("an h2 connection idle after its SETTINGS was closed (seen {lived:?} after it opened, having waited on the other)");
         assert!(
             metrics_until(&e.gw, Duration::from_secs(5), |m| {
                 metric(
                     m,
                     "portico_h2_goaway_total",
                     &["portico-live-tls", "reason=\"idle\""],
-                ) == 1.0
+                ) == 2.0
             })
             .await
         );
