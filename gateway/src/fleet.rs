@@ -151,6 +151,8 @@ struct RedisLink {
     since_ms: AtomicU64,
     last_error: ArcSwapOption<String>,
     script: redis::Script,
+    /// An authentication refusal was logged (reset when Redis answers).
+    auth_logged: AtomicBool,
 }
 
 /// A batch to ask of Redis for a lease.
@@ -282,6 +284,7 @@ impl Fleet {
                 since_ms: AtomicU64::new(portico_control::clock::now_ms()),
                 last_error: ArcSwapOption::empty(),
                 script: redis::Script::new(LEASE_SCRIPT),
+                auth_logged: AtomicBool::new(false),
             }),
             refills,
             refill_rx: Mutex::new(refill_rx),
@@ -378,6 +381,9 @@ impl Fleet {
             self.metrics.redis_errors.inc();
             r.last_error.store(Some(Arc::new(e)));
         }
+        if up {
+            r.auth_logged.store(false, Ordering::Relaxed);
+        }
         if r.up.swap(up, Ordering::Relaxed) != up {
             r.since_ms
                 .store(portico_control::clock::now_ms(), Ordering::Relaxed);
@@ -403,9 +409,7 @@ impl Fleet {
                         continue;
                     }
                     Err(e) => {
-                        if auth_refused(&e) {
-                            tracing::error!(url = %redact(&r.url), error = %e, "redis: authentication refused: give the ACL user (--redis-user) and its password (--redis-password-file or PORTICO_REDIS_PASSWORD)");
-                        }
+                        self.auth_failed(r, &e);
                         self.mark(false, Some(format!("connect: {e}")))
                     }
                 },
@@ -418,12 +422,23 @@ impl Fleet {
                     .await;
                     match ping {
                         Ok(Ok(_)) => self.mark(true, None),
-                        Ok(Err(e)) => self.mark(false, Some(format!("PING: {e}"))),
+                        Ok(Err(e)) => {
+                            self.auth_failed(r, &e);
+                            self.mark(false, Some(format!("PING: {e}")))
+                        }
                         Err(_) => self.mark(false, Some("PING: timed out".to_owned())),
                     }
                 }
             }
             tokio::time::sleep(PROBE_EVERY).await;
+        }
+    }
+
+    /// Logs, once until Redis answers again, that Redis refused the credentials (none given
+    /// to a server that wants them, or wrong ones).
+    fn auth_failed(&self, r: &RedisLink, e: &redis::RedisError) {
+        if auth_refused(e) && !r.auth_logged.swap(true, Ordering::Relaxed) {
+            tracing::error!(url = %redact(&r.url), error = %e, "redis: authentication refused: give the ACL user (--redis-user) and its password (--redis-password-file or PORTICO_REDIS_PASSWORD)");
         }
     }
 
