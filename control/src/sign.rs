@@ -135,7 +135,7 @@ pub fn string_to_sign_with_digest(
     digest: &str,
 ) -> String {
     let query = raw_query.map(canonical_query).unwrap_or_default();
-    let capacity = [method, path, &query, app_key, timestamp, nonce, &digest]
+    let capacity = [method, path, &query, app_key, timestamp, nonce, digest]
         .iter()
         .fold(6usize, |n, part| n.saturating_add(part.len()));
     let mut s = String::with_capacity(capacity);

@@ -428,7 +428,7 @@ fn two_apps_never_see_each_others_cached_answer() {
     let mut calls_while_hot = 0;
     let deadline = Instant::now() + Duration::from_secs(20);
     while calls_while_hot < 20 && Instant::now() < deadline {
-        let (key, secret) = if sent % 2 == 0 {
+        let (key, secret) = if sent.is_multiple_of(2) {
             (KEY, SECRET)
         } else {
             (KEY3, SECRET3)
@@ -436,7 +436,7 @@ fn two_apps_never_see_each_others_cached_answer() {
         let (s, c, app, _) = call_as(&gw, "GET", hot, key, secret, None);
         assert_eq!((s, c.as_str(), app.as_str()), (200, "BYPASS", key));
         sent += 1;
-        if sent % 10 == 0
+        if sent.is_multiple_of(10)
             && hot_keys_of(&gw, "hotonly.get")
                 .iter()
                 .any(|k| k["key"] == "H-1")
