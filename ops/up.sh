@@ -185,10 +185,22 @@ if [ "$mode" = zk ]; then
     fi
     # Seed ZooKeeper with the example tree, live and sandbox (sandbox apps and clusters let
     # the console's "try in sandbox" work at once), through the registry: validated and audited.
+    # Sandbox apps have secrets of their own (the live one with "-sandbox" appended): the
+    # sandbox refuses an app signing with its live secret, so a call signed for one plane is
+    # never good on the other (docs/PROTOCOL.md, "The sandbox").
+    rm -rf "$RUN/config-sandbox"
+    cp -R "$RUN/config" "$RUN/config-sandbox"
+    python3 - "$RUN/config-sandbox/apps" <<'PY'
+import json, pathlib, sys
+for f in pathlib.Path(sys.argv[1]).glob("*.json"):
+    app = json.loads(f.read_text())
+    app["secret"] = app["secret"] + "-sandbox"
+    f.write_text(json.dumps(app, indent=2) + "\n")
+PY
     log "loading the example tree into ZooKeeper"
-    for env_flag in "" --sandbox; do
+    for tree_env in "$RUN/config:" "$RUN/config-sandbox:--sandbox"; do
         PORTICO_ADMIN_TOKEN="$(cat "$token_file")" PORTICO_OPERATOR=ops-up \
-            "$bindir/portico" --registry "$registry_url" import tree "$RUN/config" $env_flag ||
+            "$bindir/portico" --registry "$registry_url" import tree "${tree_env%%:*}" ${tree_env#*:} ||
             die "loading the example tree failed"
     done
     # The portal's try-it relays merchants' calls to the sandbox listener and names the
@@ -315,7 +327,7 @@ cat <<EOF
 Portico is up ($profile build, $mode mode$( [ "$cluster" = 1 ] && echo ", cluster")).
   gateway        $gateway_url
   gateway TLS    ${tls_url:-off (--no-tls)}${tls_url:+   (HTTP/2 and HTTP/1.1; certificate $RUN/tls/cert.pem)}
-  sandbox        http://127.0.0.1:$sandbox_port   (drafts, sandbox apps)
+  sandbox        http://127.0.0.1:$sandbox_port   (drafts, sandbox apps: each live app's key, its secret + "-sandbox")
   admin          $admin_url   (/metrics /healthz /readyz /status)
   notifications  http://127.0.0.1:$internal_port/internal/v1/notifications   (publisher token in $publish_token_file)
   registry       ${registry_url:-not running (standalone mode)}

@@ -230,6 +230,11 @@ fn main() -> anyhow::Result<()> {
         .sandbox_listen
         .as_ref()
         .map(|_| Arc::new(Plane::new(PlaneKind::Sandbox, shared.clone())));
+    if let Some(sandbox) = &sandbox {
+        // A sandbox app signing with its live secret is refused (docs/PROTOCOL.md, "The
+        // sandbox"): the sandbox plane reads the live one's apps.
+        let _ = sandbox.live.set(Arc::downgrade(&live));
+    }
 
     // The control side (reload loops, admin listener, housekeeping) runs on its own runtime,
     // so it never competes with traffic and traffic never waits on it.

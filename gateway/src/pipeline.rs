@@ -17,7 +17,7 @@
 //!     AH --> D[100-continue if expected; read body, bounded]
 //!     D -->|BODY_TOO_LARGE 413| R
 //!     D --> E[auth]
-//!     E -->|401 codes| R
+//!     E -->|401 codes; sandbox: an app signing with its live secret| R
 //!     E --> N[nonce claimed cluster-wide, with Redis]
 //!     N -->|NONCE_REPLAYED 401| R
 //!     N --> F[permit]
@@ -167,6 +167,8 @@ pub async fn handle(
     {
         let req = edge_request(session, &body, now);
         stage!(rt.edge.auth, &req, &mut ctx.edge);
+        // A call signed for one plane is never accepted on the other.
+        plane.check_plane_secret(&ctx.edge)?;
         // With Redis, the nonce `auth` found fresh on this node is recorded cluster-wide
         // (one round trip per signed call; fails open when Redis is down).
         if let Some(claim) = ctx.edge.nonce_claim.take() {
@@ -506,6 +508,63 @@ mod tests {
         assert!(e.message.ends_with(&format!("{digest}\"")), "{}", e.message);
         assert_eq!(e.detail.as_deref(), Some("unknown app key"));
         assert!(ctx.edge.app_key.is_none());
+    }
+
+    #[tokio::test]
+    async fn the_sandbox_refuses_an_app_signing_with_its_live_secret() {
+        let docs = |secret: &str| {
+            vec![
+                ("apis/signed", {
+                    let mut d = signed_api("signed");
+                    d["policy"] = json!({});
+                    d
+                }),
+                ("clusters/c", cluster_doc(&[closed_addr()])),
+                ("apps/m1", json!({"secret": secret, "apis": ["*"]})),
+            ]
+        };
+        let live = Arc::new(serving(&docs("live-secret")));
+        let sandbox = Plane::new(PlaneKind::Sandbox, crate::testing::shared());
+        let _ = sandbox.live.set(Arc::downgrade(&live));
+        let signed_call = |secret: &str, nonce: &str| {
+            let now = portico_control::clock::now_ms();
+            let h = portico_control::sign::sign_request(
+                secret.as_bytes(),
+                "GET",
+                "/v1/signed",
+                None,
+                "m1",
+                now,
+                nonce,
+                b"",
+            );
+            let mut raw = String::from("GET /v1/signed HTTP/1.1\r\nhost: x\r\n");
+            for (k, v) in h.pairs() {
+                raw.push_str(&format!("{k}: {v}\r\n"));
+            }
+            raw.push_str("\r\n");
+            raw
+        };
+        // The same secret in both trees: the sandbox refuses the call, which would be as good
+        // on live.
+        sandbox.apply(Arc::new(build_snapshot(&tree(&docs("live-secret")), None)));
+        let (r, _, _) = run(&sandbox, &signed_call("live-secret", "nonce-sb-0001")).await;
+        let e = r.unwrap_err();
+        assert_eq!((e.status(), e.code.as_str()), (401, "SIGNATURE_INVALID"));
+        assert!(e.message.contains("sandbox secret"), "{}", e.message);
+        // A sandbox secret of its own: signed with it, the call passes auth (and fails later,
+        // at the closed backend); signed with the live one, it is a wrong signature.
+        sandbox.apply(Arc::new(build_snapshot(
+            &tree(&docs("sandbox-secret")),
+            None,
+        )));
+        let (r, _, _) = run(&sandbox, &signed_call("sandbox-secret", "nonce-sb-0002")).await;
+        assert_eq!(code(&r), "UPSTREAM_ERROR");
+        let (r, _, _) = run(&sandbox, &signed_call("live-secret", "nonce-sb-0003")).await;
+        assert_eq!(code(&r), "SIGNATURE_INVALID");
+        // The live plane is untouched by the rule.
+        let (r, _, _) = run(&live, &signed_call("live-secret", "nonce-sb-0004")).await;
+        assert_eq!(code(&r), "UPSTREAM_ERROR");
     }
 
     #[tokio::test]

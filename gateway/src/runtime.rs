@@ -132,6 +132,9 @@ pub struct Plane {
     pub current: ArcSwap<Runtime>,
     pub carried: Carried,
     pub shared: Arc<Shared>,
+    /// The sandbox plane's view of the live one: a sandbox app must not sign with its live
+    /// secret ([`Plane::check_plane_secret`]).
+    pub live: std::sync::OnceLock<std::sync::Weak<Plane>>,
     /// Set once a real configuration has been applied (for `/readyz`).
     pub ready: AtomicBool,
     /// Describes the live source (`dir:...`, `zk:...`, `snapshot:...`).
@@ -173,7 +176,43 @@ impl Plane {
             applied_at_ms: AtomicU64::new(0),
             reload: ReloadStatus::default(),
             retired: std::sync::Mutex::new(Vec::new()),
+            live: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Request phase, right after `auth`, on the sandbox plane only: a call verified with
+    /// the very secret the live plane has for the same app would be as good on live, so a
+    /// call signed "for the sandbox" could be replayed there. The sandbox accepts sandbox
+    /// secrets only (docs/PROTOCOL.md, "The sandbox"): 401 `SIGNATURE_INVALID` otherwise.
+    pub fn check_plane_secret(
+        &self,
+        edge: &crate::edge::EdgeCtx,
+    ) -> Result<(), crate::error::GatewayError> {
+        if self.kind != PlaneKind::Sandbox {
+            return Ok(());
+        }
+        let (Some(key), Some(app)) = (edge.app_key.as_deref(), edge.app.as_ref()) else {
+            return Ok(());
+        };
+        let Some(live) = self.live.get().and_then(std::sync::Weak::upgrade) else {
+            return Ok(());
+        };
+        let shared_secret = live
+            .current
+            .load()
+            .snapshot
+            .apps
+            .get(key)
+            .is_some_and(|l| l.secret == app.secret);
+        if shared_secret {
+            return Err(crate::error::GatewayError::new(
+                crate::error::Code::SignatureInvalid,
+                "this app's sandbox secret is its live secret; the sandbox accepts calls \
+                 signed with a sandbox secret only",
+            )
+            .with_detail("sandbox app signs with its live secret"));
+        }
+        Ok(())
     }
 
     /// Builds a runtime from `snapshot` (carrying state from the current one) and swaps it in.
