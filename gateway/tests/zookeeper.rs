@@ -458,4 +458,28 @@ fn the_sandbox_listener_serves_drafts_only() {
         .unwrap(),
     );
     assert_eq!((s, c2.as_str()), (401, "SIGNATURE_INVALID"));
+    // Issue 24, item 8: an app whose sandbox secret is its live secret is refused by the
+    // sandbox, so a call signed for one plane is never good on the other.
+    tree.put(
+        "sandbox/apps/merchant-1",
+        &json!({"secret": SECRET, "apis": ["*"]}),
+    );
+    assert!(wait_until(Duration::from_secs(10), || gw.status()
+        ["sandbox"]["apps_loaded"]
+        == 2));
+    let (s, c2, v) = code_of(signed(&c, "GET", &url, KEY, SECRET, None).send().unwrap());
+    assert_eq!((s, c2.as_str()), (401, "SIGNATURE_INVALID"), "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("sandbox secret"),
+        "{v}"
+    );
+    tree.put(
+        "sandbox/apps/merchant-1",
+        &json!({"secret": "merchant-1-sandbox-secret", "apis": ["*"]}),
+    );
+    assert!(wait_until(Duration::from_secs(10), || {
+        signed(&c, "GET", &url, KEY, "merchant-1-sandbox-secret", None)
+            .send()
+            .is_ok_and(|r| r.status() == 200)
+    }));
 }
