@@ -106,6 +106,16 @@ fn env(args: &[&str], alpn: &[&[u8]]) -> Env {
             "policy": {"bulkhead": {"max_concurrent": 64}}
         }),
     );
+    // A signed API, for the unauthenticated-body test.
+    tree.put(
+        "apis/signed.post",
+        &json!({
+            "id": "signed.post",
+            "http": {"method": "POST", "path": "/v1/signed", "body": "*"},
+            "backend": {"cluster": "demo-http", "http": {"path": "/health"}},
+            "auth": "signature"
+        }),
+    );
     let (certs, cert, key, client) = pki(alpn);
     let tls: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let mut all = vec![
@@ -789,4 +799,86 @@ fn a_reset_stream_stops_its_backend_call_at_once_and_is_a_499_not_a_500() {
         log.contains("\"status\":499") && log.contains("\"code\":\"CLIENT_CLOSED\""),
         "{log}"
     );
+}
+
+/// The resident memory of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Issue 24, item 4: one unsigned HTTP/2 connection holding 100 streams of unfinished 1 MiB
+/// bodies grew the gateway by 50 MB. The signature headers are checked on the head, before
+/// any body byte is kept: every stream is answered 401 at once and the gateway's memory
+/// stays within a few MiB.
+#[test]
+fn unfinished_unsigned_h2_bodies_are_answered_at_once_and_never_buffered() {
+    let e = env(&[], &[b"h2"]);
+    runtime().block_on(async {
+        let local: IpAddr = "127.0.0.1".parse().unwrap();
+        // Warm up: the allocator's arenas and the connection machinery exist before the count.
+        let (mut warm, _c) = h2_connect(&e, local).await.unwrap();
+        assert_eq!(status_of(&mut warm, "/v1/health").await, 200);
+        // The same 100 streams without a body byte first: what 100 refused requests cost
+        // whatever their bodies (tasks, sessions, the allocator's arenas).
+        let (bare, _b) = h2_connect(&e, local).await.unwrap();
+        let mut refused = Vec::new();
+        for _ in 0..100 {
+            let mut ready = bare.clone().ready().await.unwrap();
+            let req = http::Request::post("https://127.0.0.1/v1/signed")
+                .header("content-length", (1 << 20).to_string())
+                .body(())
+                .unwrap();
+            let (resp, body) = ready.send_request(req, false).unwrap();
+            refused.push((resp, body));
+        }
+        for (resp, _) in refused.iter_mut() {
+            assert_eq!(resp.await.unwrap().status(), 401);
+        }
+        drop(refused);
+        let before = rss_kib(e.gw.pid());
+        let (send, conn) = h2_connect(&e, local).await.unwrap();
+        let started = Instant::now();
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        let mut answers = Vec::new();
+        let mut bodies = Vec::new();
+        for _ in 0..100 {
+            let mut ready = send.clone().ready().await.unwrap();
+            let req = http::Request::post("https://127.0.0.1/v1/signed")
+                .header("content-length", (1 << 20).to_string())
+                .header("content-type", "application/json")
+                .body(())
+                .unwrap();
+            let (resp, mut body) = ready.send_request(req, false).unwrap();
+            // 512 KiB of the 1 MiB announced, and never the end of the stream.
+            for _ in 0..8 {
+                body.send_data(chunk.clone(), false).unwrap();
+            }
+            answers.push(resp);
+            bodies.push(body);
+        }
+        let mut statuses = Vec::new();
+        for resp in answers {
+            let resp = tokio::time::timeout(Duration::from_secs(10), resp)
+                .await
+                .expect("answered without waiting for the body")
+                .unwrap();
+            statuses.push(resp.status().as_u16());
+        }
+        let took = started.elapsed();
+        assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
+        let after = rss_kib(e.gw.pid());
+        let grown = after.saturating_sub(before);
+        println!(
+            "100 unsigned streams of unfinished 1 MiB bodies: all 401 in {took:?}; RSS {before} KiB -> {after} KiB (+{grown} KiB)"
+        );
+        assert!(grown < 8 * 1024, "the gateway grew by {grown} KiB");
+        drop(bodies);
+        drop(send);
+        conn.abort();
+    });
 }
