@@ -424,7 +424,9 @@ fn redis_with_a_password_refuses_a_gateway_without_it_and_serves_one_with_it() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("readable by others"), "{stderr}");
     // With the password: Redis is up, and notifications flow through it.
+    assert_eq!(without.status()["notify"]["notify_key"], "ephemeral");
     let n = node(&t, &redis);
+    assert_eq!(n.gw.status()["notify"]["notify_key"], "file");
     let events = sse(&n.gw);
     let id = publish(&n, KEY, json!({"order": 1}));
     let e = events.recv_timeout(Duration::from_secs(10)).unwrap();

@@ -704,6 +704,14 @@ impl Notifier {
                 "wake_subscribed".into(),
                 self.wake_subscribed.load(Ordering::Relaxed).into(),
             );
+            // Where the key of the entries' MACs comes from: `file` (--notify-key-file,
+            // shared by the fleet) or `ephemeral` (this process's own).
+            let key = if self.config.mac_key.is_some() {
+                "file"
+            } else {
+                "ephemeral"
+            };
+            obj.insert("notify_key".into(), key.into());
         }
         if let (Store::Memory(m), Some(obj)) = (&self.store, out.as_object_mut()) {
             obj.insert("memory_max_events".into(), self.config.memory_events.into());
