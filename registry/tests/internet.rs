@@ -124,6 +124,27 @@ fn slow_connections_from_one_host_leave_the_console_usable() {
     let reg = registry(&zk, &work, &logs, &[]);
     let to = addr_of(&reg.base);
     let rt = runtime();
+    let http = http();
+    let other = client_from(Ipv4Addr::new(127, 0, 0, 2));
+    let paths = [
+        ("/", false),
+        ("/api/v1/apps", true),
+        ("/portal/openapi.json", false),
+    ];
+    // A baseline round (it also builds the portal's public document once).
+    let mut baseline = Duration::ZERO;
+    for client in [&http, &other] {
+        for (path, token) in paths {
+            let started = Instant::now();
+            let mut req = client.get(format!("{}{path}", reg.base));
+            if token {
+                req = req.bearer_auth(TOKEN);
+            }
+            assert_eq!(req.send().unwrap().status().as_u16(), 200, "{path}");
+            baseline = baseline.max(started.elapsed());
+        }
+    }
+    println!("without slow connections: worst {baseline:?}");
     let opened = Instant::now();
     let mut slow: Vec<TcpStream> = (0..200)
         .map(|_| {
@@ -136,18 +157,12 @@ fn slow_connections_from_one_host_leave_the_console_usable() {
     println!("200 slow connections opened in {:?}", opened.elapsed());
 
     // The console, the admin API and the portal, from the same host and from another one.
-    let http = http();
-    let other = client_from(Ipv4Addr::new(127, 0, 0, 2));
     let mut worst = Duration::ZERO;
     let mut total = Duration::ZERO;
     let mut n = 0u32;
     for round in 0..5 {
         for (client, who) in [(&http, "same host"), (&other, "other host")] {
-            for (path, token) in [
-                ("/", false),
-                ("/api/v1/apps", true),
-                ("/portal/openapi.json", false),
-            ] {
+            for (path, token) in paths {
                 let started = Instant::now();
                 let mut req = client.get(format!("{}{path}", reg.base));
                 if token {
@@ -172,9 +187,11 @@ fn slow_connections_from_one_host_leave_the_console_usable() {
         "with 200 slow connections held: {n} console/admin/portal requests, mean {:?}, worst {worst:?}",
         total / n
     );
+    // Starved, the registry would not answer before the slow connections are closed (10 s);
+    // the bound leaves room for a loaded 2-core test machine.
     assert!(
-        worst < Duration::from_secs(2),
-        "the registry answered slowly: {worst:?}"
+        worst < Duration::from_secs(3),
+        "the registry answered slowly: {worst:?} (baseline {baseline:?})"
     );
 
     // The default header-read timeout (10 s) closes every one of them.
