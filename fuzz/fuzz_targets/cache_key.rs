@@ -1,7 +1,7 @@
 //! The response-cache key encoding (gateway/src/edge/cache_key.rs, included as it is: it
 //! is standard library, `sha2` and `hex` only): two different lists of parts never give the
 //! same key. The input is split into parts by `0x00` (first byte of a part: its tag; a part
-//! of just a tag is a missing value; the rest, lossily UTF-8, its value), twice over
+//! of just a tag is a missing value; the tag byte is mapped to an ASCII letter or sign; the rest, lossily UTF-8, its value), twice over
 //! (`0xff` separates the two lists), each list encoded as the cache stage encodes a key.
 //! Checks: an encoding parses back to exactly its parts (so it is injective); two lists
 //! give the same key only when they are the same list; a kept key starts with `=` and is at
@@ -23,7 +23,8 @@ fn parts(bytes: &[u8]) -> Parts {
         .split(|&b| b == 0)
         .filter(|p| !p.is_empty())
         .map(|p| {
-            let tag = p[0];
+            // Tags are ASCII letters (the cache stage's are), as `KeyWriter::part` requires.
+            let tag = b'A' + p[0] % 58;
             let value = (p.len() > 1).then(|| String::from_utf8_lossy(&p[1..]).into_owned());
             (tag, value)
         })

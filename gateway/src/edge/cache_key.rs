@@ -31,9 +31,11 @@ impl KeyWriter {
         }
     }
 
-    /// Appends part `tag` (an ASCII letter naming what the part is) with `value`, or marked
-    /// missing for `None` (which differs from an empty value).
+    /// Appends part `tag` (an ASCII letter naming what the part is: one byte of the
+    /// encoding) with `value`, or marked missing for `None` (which differs from an empty
+    /// value).
     pub fn part(&mut self, tag: u8, value: Option<&str>) {
+        debug_assert!(tag.is_ascii_graphic(), "a tag is one ASCII byte");
         self.raw.push(char::from(tag));
         match value {
             None => self.raw.push('-'),
