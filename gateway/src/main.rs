@@ -217,11 +217,35 @@ struct Args {
     /// CA certificates (PEM) that callback URLs over HTTPS are verified against.
     #[arg(long, default_value = "/etc/ssl/certs/ca-certificates.crt")]
     notify_callback_ca_file: PathBuf,
+    /// CIDRs that `wake_url`s, health checks and callbacks may not reach, besides the defaults
+    /// (link-local, the metadata addresses); comma-separated (docs/OPERATIONS.md, "Egress
+    /// policy").
+    #[arg(long, env = "PORTICO_EGRESS_DENY", default_value = "")]
+    egress_deny: String,
+    /// CIDRs those calls may reach even inside a denied range (the most specific rule decides).
+    #[arg(long, env = "PORTICO_EGRESS_ALLOW", default_value = "")]
+    egress_allow: String,
+}
+
+/// The egress policy of outbound calls made for config authors (`wake_url`, health checks,
+/// callbacks): the defaults plus `--egress-deny` / `--egress-allow`.
+fn egress_policy(args: &Args) -> anyhow::Result<()> {
+    use portico_control::egress;
+    let deny =
+        egress::parse_nets(&args.egress_deny).map_err(|e| anyhow::anyhow!("--egress-deny: {e}"))?;
+    let allow = egress::parse_nets(&args.egress_allow)
+        .map_err(|e| anyhow::anyhow!("--egress-allow: {e}"))?;
+    let policy = egress::Policy::new(&deny, &allow);
+    let (deny, allow) = policy.operator_rules();
+    tracing::info!(?deny, ?allow, defaults = ?egress::DEFAULT_DENY, "egress policy");
+    egress::set_global(policy);
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_logging();
+    egress_policy(&args)?;
     let node_id = args.node_id.clone().unwrap_or_else(default_node_id);
     let shared = shared_services(&args, &node_id)?;
     let tls = tls_store(&args, &shared)?;
