@@ -15,6 +15,9 @@ use std::sync::Arc;
 /// served: `HIT`, `MISS` or `BYPASS` (docs/PROTOCOL.md; set by `edge::cache`, and by the
 /// invoke tier on a streamed answer).
 pub const CACHE_HEADER: &str = "x-portico-cache";
+/// The header carrying the app auth verified, towards backends (`invoke/forward.rs`) and in
+/// `Vary` (`edge/cache.rs`).
+pub const APP_HEADER: &str = "x-portico-app";
 /// [`CACHE_HEADER`], parsed at compile time.
 pub const CACHE_HEADER_NAME: http::HeaderName = http::HeaderName::from_static(CACHE_HEADER);
 
@@ -131,5 +134,56 @@ mod tests {
         let plain = Whole::envelope(&GatewayError::bad_request("x"), "r");
         assert_eq!(plain.status, 400);
         assert!(plain.headers.is_empty());
+    }
+}
+
+// ---- the reset signal of an HTTP/2 stream ----------------------------------------------------
+// Set by the listener's HTTP/2 accept loop, read by the request phase (`proxy.rs`): it lives
+// here, below both, so neither imports the other (docs/ARCHITECTURE.md, "Gateway layers").
+
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use tokio::sync::Notify;
+
+tokio::task_local! {
+    /// The reset signal of the HTTP/2 stream a task serves (set by the HTTP/2 accept loop,
+    /// `listener/h2.rs`, around each stream's task; absent for HTTP/1).
+    pub static STREAM: std::sync::Arc<StreamReset>;
+}
+
+/// The reset signal of the HTTP/2 stream the current task serves, if it is one: the request
+/// phase races its pipeline against it (`proxy.rs`), so a stream the client resets stops its
+/// work at once: the backend call is dropped (cancelled) and its bulkhead permit freed.
+pub fn current_stream() -> Option<std::sync::Arc<StreamReset>> {
+    STREAM.try_with(std::sync::Arc::clone).ok()
+}
+
+/// Fired when the client resets one stream.
+#[derive(Debug, Default)]
+pub struct StreamReset {
+    fired: AtomicBool,
+    notify: Notify,
+}
+
+impl StreamReset {
+    /// Fires the signal (the HTTP/2 accept loop, `listener/h2.rs`).
+    pub fn fire(&self) {
+        self.fired.store(true, AtomicOrdering::Release);
+        self.notify.notify_waiters();
+    }
+
+    /// Whether the client has reset the stream.
+    pub fn is_reset(&self) -> bool {
+        self.fired.load(AtomicOrdering::Acquire)
+    }
+
+    /// Resolves once the client has reset the stream (at once if it has).
+    pub async fn reset(&self) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.is_reset() {
+            return;
+        }
+        notified.await;
     }
 }

@@ -100,7 +100,7 @@ impl ProxyHttp for Gateway {
         }
         // An HTTP/2 stream the client resets stops its work at once: the pipeline (and the
         // backend call in it) is dropped, which frees its bulkhead permit.
-        let handled = match crate::listener::h2::current_stream() {
+        let handled = match crate::model::current_stream() {
             None => Some(pipeline::handle(&self.plane, session, ctx).await),
             Some(stream) => tokio::select! {
                 biased;

@@ -611,7 +611,7 @@ fn varied_key(
         k.part(b'N', Some(name));
         match name.as_str() {
             "*" => return None,
-            crate::invoke::forward::APP_HEADER => k.part(b'V', app),
+            crate::model::APP_HEADER => k.part(b'V', app),
             "x-forwarded-for" | "x-real-ip" | "forwarded" => {
                 k.part(b'V', client_ip.map(|ip| ip.to_string()).as_deref())
             }

@@ -57,7 +57,7 @@ pub const BACKEND_IDENTITY: &[&str] = &[
 ];
 
 /// The header carrying the app auth decided on.
-pub const APP_HEADER: &str = "x-portico-app";
+pub use crate::model::APP_HEADER;
 
 /// Headers that describe one hop: never forwarded.
 // The names the gateway puts on every backend call, parsed at compile time.

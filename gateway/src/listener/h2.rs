@@ -34,6 +34,8 @@
 
 use super::wrap::delegate_io;
 use crate::deadline::within;
+use crate::model::STREAM;
+pub use crate::model::{current_stream, StreamReset};
 use pingora_core::apps::HttpServerApp;
 use pingora_core::protocols::http::v2::server::{self, H2Accept, HttpSession};
 use pingora_core::protocols::http::ServerSession;
@@ -43,7 +45,6 @@ use std::collections::{HashMap, VecDeque};
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -142,49 +143,6 @@ enum End {
     /// The client closed the connection, or it broke.
     Closed,
     GoAway(GoAway),
-}
-
-tokio::task_local! {
-    /// The reset signal of the HTTP/2 stream a task serves (set by [`serve`] around each
-    /// stream's task; absent for HTTP/1).
-    static STREAM: Arc<StreamReset>;
-}
-
-/// The reset signal of the HTTP/2 stream the current task serves, if it is one: the request
-/// phase races its pipeline against it (`proxy.rs`), so a stream the client resets stops its
-/// work at once: the backend call is dropped (cancelled) and its bulkhead permit freed.
-pub fn current_stream() -> Option<Arc<StreamReset>> {
-    STREAM.try_with(Arc::clone).ok()
-}
-
-/// Fired when the client resets one stream.
-#[derive(Debug, Default)]
-pub struct StreamReset {
-    fired: AtomicBool,
-    notify: Notify,
-}
-
-impl StreamReset {
-    fn fire(&self) {
-        self.fired.store(true, Ordering::Release);
-        self.notify.notify_waiters();
-    }
-
-    /// Whether the client has reset the stream.
-    pub fn is_reset(&self) -> bool {
-        self.fired.load(Ordering::Acquire)
-    }
-
-    /// Resolves once the client has reset the stream (at once if it has).
-    pub async fn reset(&self) {
-        let notified = self.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if self.is_reset() {
-            return;
-        }
-        notified.await;
-    }
 }
 
 /// Serves one HTTP/2 connection (ALPN `h2`) with `app` until it closes (see the module
