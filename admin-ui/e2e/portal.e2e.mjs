@@ -36,6 +36,8 @@ const env = (name, fallback) => {
 const BASE = env("PORTAL_URL").replace(/\/$/, "");
 const APP_KEY = env("APP_KEY");
 const APP_SECRET = env("APP_SECRET");
+// The sandbox has its own secrets (docs/PROTOCOL.md, "The sandbox"): "try it" signs with it.
+const APP_SANDBOX_SECRET = env("APP_SANDBOX_SECRET");
 const APP2_KEY = env("APP2_KEY");
 const APP2_SECRET = env("APP2_SECRET");
 const EXPECT = env("EXPECT_APIS").split(",").filter(Boolean);
@@ -115,9 +117,15 @@ try {
 
   // 5. Try it: signed in the browser, forwarded to the sandbox listener.
   await page.fill(".try input[name=app-key]", APP_KEY);
+  // The live secret first: the sandbox refuses an app signing with it.
   await page.fill(".try input[name=secret]", APP_SECRET);
   await page.click('button[data-action="send"]');
-  await page.waitForSelector(".answer[data-status]");
+  await page.waitForSelector('.answer[data-status="401"]');
+  check((await page.textContent("[data-answer]")).includes("sandbox secret"), "the live secret was not refused by the sandbox");
+  log("try it with the live secret: 401, the sandbox wants the sandbox secret");
+  await page.fill(".try input[name=secret]", APP_SANDBOX_SECRET);
+  await page.click('button[data-action="send"]');
+  await page.waitForSelector('.answer[data-status="200"], .answer[data-status]:not([data-status="401"])');
   const status = await page.getAttribute(".answer", "data-status");
   const answer = await page.textContent("[data-answer]");
   check(status === "200", `try it answered ${status}: ${answer}`);

@@ -16,7 +16,7 @@ mod common;
 mod portal_world;
 
 use common::browser::workspace;
-use portal_world::{call, http, World, M1, M2};
+use portal_world::{call, http, World, M1, M1_SANDBOX, M2};
 use portico_registry::portal::snippets::{self, Snippet};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -383,11 +383,11 @@ fn portal_documents_match_what_the_gateway_accepts_and_answers() {
     let path = "/grpc/v1/orders";
     let body = r#"{"item":"book","qty":2}"#;
     let signed = portico_control::sign::sign_request(
-        M1.1.as_bytes(),
+        M1_SANDBOX.1.as_bytes(),
         "POST",
         path,
         None,
-        M1.0,
+        M1_SANDBOX.0,
         portico_control::clock::now_ms(),
         "portal-try-0001",
         body.as_bytes(),

@@ -19,7 +19,7 @@ mod common;
 mod portal_world;
 
 use common::browser::{build_console, run_script_output, workspace};
-use portal_world::{World, M1, M2};
+use portal_world::{World, M1, M1_SANDBOX, M2};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
@@ -67,6 +67,7 @@ fn portal_end_to_end_in_chromium() {
         ("GATEWAY_URL", world.gateway_url.clone()),
         ("APP_KEY", M1.0.to_owned()),
         ("APP_SECRET", M1.1.to_owned()),
+        ("APP_SANDBOX_SECRET", M1_SANDBOX.1.to_owned()),
         ("APP2_KEY", M2.0.to_owned()),
         ("APP2_SECRET", M2.1.to_owned()),
         ("EXPECT_APIS", ids.join(",")),

@@ -23,6 +23,21 @@ pub use crate::common::TOKEN;
 /// The example tree's apps (ops/examples/standalone/apps).
 pub const M1: (&str, &str) = ("merchant-1", "s3cr3t-value");
 pub const M2: (&str, &str) = ("merchant-2", "m2-secret-value");
+/// merchant-1 in the sandbox tree: its own secret, as `./ops/up.sh` seeds it (the sandbox
+/// refuses an app signing with its live secret, docs/PROTOCOL.md "The sandbox").
+pub const M1_SANDBOX: (&str, &str) = ("merchant-1", "s3cr3t-value-sandbox");
+
+/// An app document's text with its secret made the sandbox one (`<live secret>-sandbox`).
+fn sandbox_secret(text: String) -> String {
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(mut v) if v["secret"].is_string() => {
+            let s = format!("{}-sandbox", v["secret"].as_str().unwrap_or_default());
+            v["secret"] = serde_json::Value::String(s);
+            v.to_string()
+        }
+        _ => text,
+    }
+}
 
 pub struct World {
     pub work: tempfile::TempDir,
@@ -63,15 +78,17 @@ impl World {
 
         // The example tree, its clusters pointed at the demo backend.
         let (http_addr, grpc_addr) = (backend.http.to_string(), grpc.to_string());
-        let import = example_tree(|text| {
+        let pointed = |text: String| {
             text.replace("127.0.0.1:18081", &http_addr)
                 .replace("127.0.0.1:50051", &grpc_addr)
-        });
-        for env in ["live", "sandbox"] {
+        };
+        let live = example_tree(&pointed);
+        let sandbox = example_tree(|text| sandbox_secret(pointed(text)));
+        for (env, import) in [("live", &live), ("sandbox", &sandbox)] {
             let resp = http
                 .post(format!("{registry_url}/api/v1/import?env={env}"))
                 .bearer_auth(TOKEN)
-                .json(&import)
+                .json(import)
                 .send()
                 .unwrap();
             let status = resp.status();
