@@ -117,12 +117,13 @@ try {
 
   // 5. Try it: signed in the browser, forwarded to the sandbox listener.
   await page.fill(".try input[name=app-key]", APP_KEY);
-  // The live secret first: the sandbox refuses an app signing with it.
+  // The live secret first: on the sandbox it is a wrong signature (the sandbox app has its own).
   await page.fill(".try input[name=secret]", APP_SECRET);
   await page.click('button[data-action="send"]');
   await page.waitForSelector('.answer[data-status="401"]');
-  check((await page.textContent("[data-answer]")).includes("sandbox secret"), "the live secret was not refused by the sandbox");
-  log("try it with the live secret: 401, the sandbox wants the sandbox secret");
+  const refused = await page.textContent("[data-answer]");
+  check(refused.includes("SIGNATURE_INVALID"), `the live secret was not refused by the sandbox: ${refused}`);
+  log("try it with the live secret: 401 SIGNATURE_INVALID, the sandbox wants the sandbox secret");
   await page.fill(".try input[name=secret]", APP_SANDBOX_SECRET);
   await page.click('button[data-action="send"]');
   await page.waitForSelector('.answer[data-status="200"], .answer[data-status]:not([data-status="401"])');
