@@ -85,8 +85,7 @@ fn reply(md: &MessageDescriptor, writer: &ReplyWriter, bytes: &[u8]) {
     let reference =
         DynamicMessage::decode(md.clone(), bytes).expect("the writer took a reply the reference refuses");
     let mut expected = Vec::new();
-    reference
-        .serialize_with_options(&mut serde_json::Serializer::new(&mut expected), &SerializeOptions::new())
+    portico_grpc_dynamic::proto_json::write_message(&reference, &SerializeOptions::new(), &mut expected)
         .expect("the writer took a reply the reference cannot write");
     let got: serde_json::Value = serde_json::from_slice(&out).expect("the writer's JSON parses");
     let expected: serde_json::Value = serde_json::from_slice(&expected).unwrap();

@@ -7,6 +7,8 @@
 //! - [`transcode`]: HTTP/JSON ⇄ gRPC by the `google.api.http` rules: a [`MethodPlan`] per
 //!   API maps a request (path variables, query, JSON body) to the method's input message
 //!   and its reply to JSON; failures are [`TranscodeError`]s;
+//! - [`proto_json`]: the reference JSON of a dynamic message (prost-reflect's, with
+//!   non-finite wrapper values as proto3 JSON's strings);
 //! - [`reply_json`], [`request_json`]: replies written as JSON in one pass over their
 //!   protobuf bytes, JSON bodies encoded as protobuf in one pass.
 //!
@@ -17,6 +19,7 @@
 #[cfg(feature = "tonic")]
 pub mod codec;
 mod error;
+pub mod proto_json;
 pub mod reply_json;
 pub mod request_json;
 mod schema;

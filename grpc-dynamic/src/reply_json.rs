@@ -3,10 +3,12 @@
 //! (docs/ARCHITECTURE.md, "The invoke tier").
 //!
 //! The reference for what the JSON says is prost-reflect's serializer with default options
-//! (what [`MethodPlan::response`](crate::MethodPlan::response) writes): field JSON names, in
+//! (what [`MethodPlan::response`](crate::MethodPlan::response) writes, through
+//! [`proto_json`](crate::proto_json), which writes non-finite wrapper values as strings): field JSON names, in
 //! field-number order; fields without presence left out when they hold their default;
 //! 64-bit integers as strings; enums by name (by number when unnamed); bytes as standard
-//! base64; non-finite floats as `"NaN"`, `"Infinity"`, `"-Infinity"`; the well-known types
+//! base64; non-finite floats as `"NaN"`, `"Infinity"`, `"-Infinity"` (in `DoubleValue` and
+//! `FloatValue` too); the well-known types
 //! in their JSON forms. A [`ReplyWriter`] gives byte-for-byte that output (maps aside:
 //! prost-reflect writes a map's entries in no fixed order; this writer keeps the wire's).
 //!
@@ -260,15 +262,7 @@ impl<'a> Val<'a> {
     }
 }
 
-fn non_finite(v: f64) -> &'static str {
-    if v.is_nan() {
-        "NaN"
-    } else if v > 0.0 {
-        "Infinity"
-    } else {
-        "-Infinity"
-    }
-}
+use crate::proto_json::non_finite;
 
 /// A map key as it identifies an entry (to find repeated keys).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -647,13 +641,9 @@ impl ReplyWriter {
                         (_, wt) => r.skip(wt)?,
                     }
                 }
-                match v {
-                    // prost-reflect hands the wrapped number to serde_json, which writes
-                    // a non-finite one as null (a field's is written as a string).
-                    Val::F32(f) if !f.is_finite() => out.extend_from_slice(b"null"),
-                    Val::F64(f) if !f.is_finite() => out.extend_from_slice(b"null"),
-                    v => v.write(out),
-                }
+                // A non-finite wrapped number as proto3 JSON's string, as a field's is
+                // (crate::proto_json: prost-reflect alone would write null).
+                v.write(out);
             }
             Wkt::Empty => {
                 let mut r = Reader::new(bytes);
@@ -919,8 +909,7 @@ mod tests {
     fn reference_or_why(md: &MessageDescriptor, bytes: &[u8]) -> Result<Vec<u8>, String> {
         let m = DynamicMessage::decode(md.clone(), bytes).map_err(|e| e.to_string())?;
         let mut out = Vec::new();
-        let mut ser = serde_json::Serializer::new(&mut out);
-        m.serialize_with_options(&mut ser, &SerializeOptions::new())
+        crate::proto_json::write_message(&m, &SerializeOptions::new(), &mut out)
             .map_err(|e| e.to_string())?;
         Ok(out)
     }
@@ -999,6 +988,29 @@ mod tests {
         for case in cases {
             let bytes = encode(&md, case.clone());
             assert!(same_as_reference(&md, &bytes, true), "not taken: {case}");
+        }
+    }
+
+    #[test]
+    fn non_finite_wrappers_are_strings_as_proto3_json_says() {
+        let md = everything();
+        for (double, float) in [
+            ("NaN", "Infinity"),
+            ("-Infinity", "NaN"),
+            ("Infinity", "-Infinity"),
+        ] {
+            let case = json!({"wDouble": double, "wFloat": float,
+                              "scalars": {"fDouble": double, "fFloat": float}});
+            let bytes = encode(&md, case.clone());
+            assert!(same_as_reference(&md, &bytes, true), "not taken: {case}");
+            let writer = ReplyWriter::new(&md).expect("no groups");
+            let mut out = Vec::new();
+            writer.write(&bytes, &mut out).unwrap();
+            let got: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(got, case, "the one-pass writer");
+            let reference: serde_json::Value =
+                serde_json::from_slice(&reference(&md, &bytes).unwrap()).unwrap();
+            assert_eq!(reference, case, "the reference");
         }
     }
 

@@ -40,6 +40,7 @@
 //! that validation uses too.
 
 use crate::error::{TranscodeError, TranscodeErrorKind};
+use crate::proto_json;
 use crate::reply_json::{NotFast, ReplyWriter};
 use crate::request_json::{put_field_value, JsonCodecs, RequestEncoder};
 use portico_control::fieldpath::{self, FieldPath, Syntax};
@@ -420,29 +421,21 @@ impl MethodPlan {
         let options = SerializeOptions::new();
         let mut out = Vec::with_capacity(256);
         let written = match &plan.response {
-            None => {
-                let mut ser = serde_json::Serializer::new(&mut out);
-                reply.serialize_with_options(&mut ser, &options)
-            }
+            None => proto_json::write_message(reply, &options, &mut out),
             Some(fd) => match fd.kind() {
-                Kind::Message(md) if !fd.is_list() && !fd.is_map() => {
-                    let mut ser = serde_json::Serializer::new(&mut out);
-                    match reply.get_field(fd) {
-                        Cow::Borrowed(Value::Message(m)) => {
-                            m.serialize_with_options(&mut ser, &options)
-                        }
-                        _ => DynamicMessage::new(md).serialize_with_options(&mut ser, &options),
+                Kind::Message(md) if !fd.is_list() && !fd.is_map() => match reply.get_field(fd) {
+                    Cow::Borrowed(Value::Message(m)) => {
+                        proto_json::write_message(m, &options, &mut out)
                     }
-                }
+                    _ => proto_json::write_message(&DynamicMessage::new(md), &options, &mut out),
+                },
                 _ => {
                     // A scalar, repeated or map field: write it in a message of its own.
                     let mut only = DynamicMessage::new(self.output.clone());
                     only.set_field(fd, reply.get_field(fd).into_owned());
                     let all = SerializeOptions::new().skip_default_fields(false);
                     let mut tmp = Vec::with_capacity(64);
-                    let mut ser = serde_json::Serializer::new(&mut tmp);
-                    only.serialize_with_options(&mut ser, &all)
-                        .map_err(reply_error)?;
+                    proto_json::write_message(&only, &all, &mut tmp).map_err(reply_error)?;
                     let mut value: serde_json::Value =
                         serde_json::from_slice(&tmp).map_err(reply_error)?;
                     let field = value
