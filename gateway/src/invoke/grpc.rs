@@ -229,7 +229,12 @@ pub struct GrpcConfig {
     pub max_response_bytes: usize,
     /// How long dialling an endpoint may take (the call's own deadline still applies).
     pub connect_timeout: Duration,
-    /// HTTP/2 PING interval on busy connections, to notice dead peers.
+    /// HTTP/2 PING interval on busy connections, to notice dead peers; zero (the default):
+    /// no pings at all, as gRPC's own clients (grpc-core, grpc-go, grpc-java) default.
+    /// grpc-core servers by default allow one ping per 5 minutes at most and none without
+    /// data, and answer more with GOAWAY `ENHANCE_YOUR_CALM` ("too_many_pings"), which kills
+    /// every call on the connection; a dead peer is noticed by the call's own deadline
+    /// instead. Set by `PORTICO_GRPC_KEEPALIVE_MS` at start-up (docs/OPERATIONS.md, "Clusters").
     pub keepalive_interval: Duration,
     /// How long such a PING may go unanswered before the connection is dropped.
     pub keepalive_timeout: Duration,
@@ -240,9 +245,30 @@ impl Default for GrpcConfig {
         GrpcConfig {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             connect_timeout: Duration::from_secs(2),
-            keepalive_interval: Duration::from_secs(30),
+            keepalive_interval: keepalive_from_env(),
             keepalive_timeout: Duration::from_secs(10),
         }
+    }
+}
+
+/// The environment variable setting the keep-alive PING interval (milliseconds; `0` or unset:
+/// none).
+pub const KEEPALIVE_ENV: &str = "PORTICO_GRPC_KEEPALIVE_MS";
+
+/// [`GrpcConfig::keepalive_interval`] from [`KEEPALIVE_ENV`] (read once, when the gateway's
+/// invoker is made at start-up); a value that is not a number is logged and ignored.
+fn keepalive_from_env() -> Duration {
+    match std::env::var(KEEPALIVE_ENV) {
+        Ok(v) => {
+            match v.trim().parse::<u64>() {
+                Ok(ms) => Duration::from_millis(ms),
+                Err(_) => {
+                    tracing::warn!("{KEEPALIVE_ENV}={v:?} is not a number of milliseconds; no keep-alive pings");
+                    Duration::ZERO
+                }
+            }
+        }
+        Err(_) => Duration::ZERO,
     }
 }
 
@@ -519,6 +545,15 @@ fn reply_metadata(metadata: &http::HeaderMap, out: &mut Vec<(String, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_keepalive_pings_unless_configured() {
+        // gRPC servers' default policy (grpc-core: at most one PING per 5 minutes, none
+        // without data) closes a connection pinged more often, with its calls.
+        if std::env::var_os(KEEPALIVE_ENV).is_none() {
+            assert_eq!(GrpcConfig::default().keepalive_interval, Duration::ZERO);
+        }
+    }
 
     #[test]
     fn reply_metadata_keeps_the_backends_identity_to_itself() {

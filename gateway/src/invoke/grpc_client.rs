@@ -13,12 +13,15 @@
 //! services: one task hop and several allocations per call, which this client leaves out;
 //! benches/RESULTS.md, "Transcoding").
 //!
-//! The connection's I/O runs in a task of its own on the runtime that dialled it, which
-//! also sends HTTP/2 PINGs every keep-alive interval *while calls are in flight* (a
-//! backend that does not answer one within the keep-alive timeout is taken as dead and the
-//! connection dropped). An idle connection is not pinged: gRPC servers count pings
-//! without calls as abuse (grpc-go's default enforcement answers GOAWAY
-//! `ENHANCE_YOUR_CALM`).
+//! The connection's I/O runs in a task of its own on the runtime that dialled it. By
+//! default it sends no HTTP/2 PINGs at all, as gRPC's own clients default: grpc-core servers
+//! allow one ping per 5 minutes at most (none without data) and answer more with GOAWAY
+//! `ENHANCE_YOUR_CALM` ("too_many_pings"), killing every call on the connection; a dead
+//! peer is noticed by the call's deadline. When a keep-alive interval is configured, the
+//! task PINGs every interval *while calls are in flight* (a backend that does not answer
+//! one within the keep-alive timeout is taken as dead and the connection dropped); an idle
+//! connection is never pinged, and a connection closed with `ENHANCE_YOUR_CALM` doubles the
+//! channel's interval for the next connection (grpc-go's client does the same).
 //!
 //! What the call reports ([`CallError`]) is what the invoke tier needs to decide: whether
 //! anything reached the backend ([`CallError::Unreachable`]: the connection could not be
@@ -46,12 +49,20 @@ use tonic::{Code, Status};
 const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
 /// The receive window of the whole connection.
 const CONNECTION_WINDOW: u32 = 8 * 1024 * 1024;
+/// How many times a stream the backend refused (`REFUSED_STREAM`) is sent again on the same
+/// connection before the call is reported [`CallError::Unreachable`].
+const REFUSED_RETRIES: u32 = 2;
 /// The largest header block accepted from a backend.
 const MAX_HEADER_LIST: u32 = 64 * 1024;
 
 static GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+static GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
+static GRPC_ACCEPT_ENCODING: HeaderName = HeaderName::from_static("grpc-accept-encoding");
+/// The encodings the gateway takes in replies (gRPC's compression spec): it sends its
+/// requests uncompressed, and a backend may compress its replies with gzip.
+static ACCEPTED_ENCODINGS: HeaderValue = HeaderValue::from_static("identity,gzip");
 
 /// Why a call failed.
 #[derive(Debug)]
@@ -101,6 +112,9 @@ pub struct GrpcChannel {
     failed: Mutex<Option<(tokio::time::Instant, String)>>,
     /// Dials attempted (for the tests).
     dials: AtomicUsize,
+    /// The keep-alive interval in force (ms; 0: none): the configured one, doubled each
+    /// time a connection was closed for pinging too often.
+    keepalive_ms: AtomicU64,
 }
 
 /// The connection in use: a handle to open streams on it, and its shared state.
@@ -121,6 +135,9 @@ struct ConnState {
     /// `writes` when the socket ended: its read side reached the end or failed, or a write
     /// failed (the backend closed or reset the connection); `u64::MAX` while it works.
     ended_at: AtomicU64,
+    /// Set when the backend closed the connection with GOAWAY `ENHANCE_YOUR_CALM` (too
+    /// many pings): the next connection pings half as often.
+    calm_down: AtomicBool,
 }
 
 impl Default for ConnState {
@@ -130,6 +147,7 @@ impl Default for ConnState {
             in_flight: AtomicUsize::new(0),
             writes: AtomicU64::new(0),
             ended_at: AtomicU64::new(u64::MAX),
+            calm_down: AtomicBool::new(false),
         }
     }
 }
@@ -260,6 +278,9 @@ impl GrpcChannel {
             dialling: tokio::sync::Mutex::new(()),
             failed: Mutex::new(None),
             dials: AtomicUsize::new(0),
+            keepalive_ms: AtomicU64::new(
+                u64::try_from(settings.keepalive_interval.as_millis()).unwrap_or(u64::MAX),
+            ),
         })
     }
 
@@ -278,16 +299,44 @@ impl GrpcChannel {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
         headers.insert(TE, HeaderValue::from_static("trailers"));
         headers.insert(GRPC_TIMEOUT.clone(), grpc_timeout(timeout));
-        let mut request = Request::new(());
-        *request.method_mut() = Method::POST;
-        *request.uri_mut() = self.uri(path)?;
-        *request.headers_mut() = headers;
-
-        let (response, state, queued_at) = self.open(request, frame).await?;
-        let _in_flight = InFlight::enter(&state);
-        let response = response
-            .await
-            .map_err(|e| failed_before_reply(e, &state, queued_at))?;
+        headers.insert(GRPC_ACCEPT_ENCODING.clone(), ACCEPTED_ENCODINGS.clone());
+        let uri = self.uri(path)?;
+        let started = tokio::time::Instant::now();
+        let mut refused = 0;
+        // A stream the backend refused (`REFUSED_STREAM`: never processed, RFC 9113 §8.7) is
+        // sent again on the same connection, as gRPC's own clients do transparently: a
+        // backend refuses a stream over its `SETTINGS_MAX_CONCURRENT_STREAMS` when the
+        // stream went out before its SETTINGS arrived (h2 queues streams over the limit
+        // once it knows it). The caller's deadline bounds the whole.
+        let (response, _in_flight) = loop {
+            let mut request = Request::new(());
+            *request.method_mut() = Method::POST;
+            *request.uri_mut() = uri.clone();
+            *request.headers_mut() = if refused < REFUSED_RETRIES {
+                headers.clone()
+            } else {
+                std::mem::take(&mut headers)
+            };
+            let (response, state, queued_at) = self.open(request, frame.clone()).await?;
+            let in_flight = InFlight::enter(&state);
+            match response.await {
+                Ok(response) => break (response, in_flight),
+                Err(e)
+                    if e.reason() == Some(h2::Reason::REFUSED_STREAM)
+                        && refused < REFUSED_RETRIES =>
+                {
+                    refused += 1;
+                    tracing::debug!(addr = %self.addr, refused, "gRPC stream refused; sending it again");
+                    let left = timeout.saturating_sub(started.elapsed());
+                    if left.is_zero() {
+                        return Err(failed_before_reply(e, &state, queued_at));
+                    }
+                    headers.insert(GRPC_TIMEOUT.clone(), grpc_timeout(left));
+                    tokio::time::sleep(Duration::from_millis(2 * refused as u64)).await;
+                }
+                Err(e) => return Err(failed_before_reply(e, &state, queued_at)),
+            }
+        };
         let (parts, mut body) = response.into_parts();
         if parts.status != http::StatusCode::OK {
             // Not a gRPC reply (a proxy's, or a plain HTTP server's).
@@ -304,7 +353,12 @@ impl GrpcChannel {
                 status
             }));
         }
-        let message = read_message(&mut body, max_reply).await?;
+        let (compressed, message) = read_message(&mut body, max_reply).await?;
+        let message = if compressed {
+            decompress(parts.headers.get(&GRPC_ENCODING), &message, max_reply)?
+        } else {
+            message
+        };
         let trailers = body
             .trailers()
             .await
@@ -402,6 +456,20 @@ impl GrpcChannel {
             }
         }
         self.dials.fetch_add(1, Ordering::Relaxed);
+        let calmed = self
+            .live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|l| l.state.calm_down.swap(false, Ordering::Relaxed));
+        if calmed {
+            let ms = self.keepalive_ms.load(Ordering::Relaxed);
+            if ms > 0 {
+                let doubled = ms.saturating_mul(2);
+                self.keepalive_ms.store(doubled, Ordering::Relaxed);
+                tracing::warn!(addr = %self.addr, keepalive_ms = doubled, "the gRPC backend closed the connection for too many pings; pinging half as often");
+            }
+        }
         let dialled = tokio::time::timeout(self.settings.connect_timeout, self.dial())
             .await
             .map_err(|_| {
@@ -443,12 +511,16 @@ impl GrpcChannel {
             .await
             .map_err(|e| format!("HTTP/2 handshake failed: {e}"))?;
         let ping = connection.ping_pong();
+        let settings = ChannelSettings {
+            keepalive_interval: Duration::from_millis(self.keepalive_ms.load(Ordering::Relaxed)),
+            ..self.settings
+        };
         tokio::spawn(drive(
             connection,
             ping,
             state.clone(),
             self.addr.clone(),
-            self.settings,
+            settings,
         ));
         Ok(Live { send, state })
     }
@@ -464,10 +536,17 @@ async fn drive(
 ) {
     let interval = settings.keepalive_interval;
     let mut connection = std::pin::pin!(connection);
+    let ended = |done: Result<(), h2::Error>| {
+        let e = done.err()?;
+        if e.is_go_away() && e.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM) {
+            state.calm_down.store(true, Ordering::Relaxed);
+        }
+        Some(e.to_string())
+    };
     let why = loop {
         tokio::select! {
             biased;
-            done = &mut connection => break done.err().map(|e| e.to_string()),
+            done = &mut connection => break ended(done),
             _ = tokio::time::sleep(interval), if !interval.is_zero() => {}
         }
         let Some(ping) = ping.as_mut() else { continue };
@@ -477,7 +556,7 @@ async fn drive(
         let pong = tokio::time::timeout(settings.keepalive_timeout, ping.ping(h2::Ping::opaque()));
         tokio::select! {
             biased;
-            done = &mut connection => break done.err().map(|e| e.to_string()),
+            done = &mut connection => break ended(done),
             answered = pong => match answered {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => break Some(format!("PING failed: {e}")),
@@ -525,9 +604,10 @@ pub fn frame(message: &[u8]) -> Bytes {
     out.freeze()
 }
 
-/// Reads the reply's one message (unframed), refusing one over `max` bytes as soon as
-/// its length is known.
-async fn read_message(body: &mut h2::RecvStream, max: usize) -> Result<Bytes, CallError> {
+/// Reads the reply's one message (unframed) and whether it is compressed, refusing one over
+/// `max` bytes as soon as its length is known (a compressed one may be a little larger: gzip
+/// of incompressible data is; its size once decompressed is bounded by [`decompress`]).
+async fn read_message(body: &mut h2::RecvStream, max: usize) -> Result<(bool, Bytes), CallError> {
     let mut buf = BytesMut::new();
     let mut expected: Option<usize> = None;
     let mut first: Option<Bytes> = None;
@@ -544,13 +624,17 @@ async fn read_message(body: &mut h2::RecvStream, max: usize) -> Result<Bytes, Ca
         }
         let seen: &[u8] = first.as_deref().unwrap_or(&buf);
         if expected.is_none() && seen.len() >= 5 {
-            if seen[0] != 0 {
-                return Err(CallError::Transport(
-                    "the reply is compressed, which the gateway did not ask for".into(),
-                ));
-            }
+            let limit = match seen[0] {
+                0 => max,
+                1 => max.saturating_add(max / 1024 + 1024),
+                flag => {
+                    return Err(CallError::Transport(format!(
+                        "the reply's message has an unknown compressed flag {flag}"
+                    )))
+                }
+            };
             let len = u32::from_be_bytes([seen[1], seen[2], seen[3], seen[4]]) as usize;
-            if len > max {
+            if len > limit {
                 return Err(CallError::TooLarge(max));
             }
             expected = Some(5 + len);
@@ -569,8 +653,9 @@ async fn read_message(body: &mut h2::RecvStream, max: usize) -> Result<Bytes, Ca
     };
     match expected {
         Some(n) if whole.len() == n => {
+            let compressed = whole[0] == 1;
             whole.advance(5);
-            Ok(whole)
+            Ok((compressed, whole))
         }
         Some(_) => Err(CallError::Transport(
             "the reply's message is cut short".into(),
@@ -582,6 +667,42 @@ async fn read_message(body: &mut h2::RecvStream, max: usize) -> Result<Bytes, Ca
             "the reply's frame is cut short".into(),
         )),
     }
+}
+
+/// The message of a compressed reply, decompressed by the reply's `grpc-encoding`: gzip is
+/// the only one the gateway asks for ([`ACCEPTED_ENCODINGS`]); any other (or none) is a
+/// broken reply. The decompressed size is bounded by `max` as it is produced, so a small
+/// compressed "bomb" is refused ([`CallError::TooLarge`]) with at most `max` + 8 KiB held.
+fn decompress(
+    encoding: Option<&HeaderValue>,
+    message: &[u8],
+    max: usize,
+) -> Result<Bytes, CallError> {
+    use std::io::Read;
+    match encoding.map(HeaderValue::as_bytes) {
+        Some(b"gzip") => {}
+        Some(other) => {
+            return Err(CallError::Transport(format!(
+                "the reply is compressed with {:?}, which the gateway does not take (it accepts identity and gzip)",
+                String::from_utf8_lossy(other)
+            )))
+        }
+        None => {
+            return Err(CallError::Transport(
+                "the reply is compressed but names no grpc-encoding".into(),
+            ))
+        }
+    }
+    let mut out = Vec::with_capacity(message.len().saturating_mul(4).min(max).min(1 << 20));
+    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+    flate2::read::GzDecoder::new(message)
+        .take(limit)
+        .read_to_end(&mut out)
+        .map_err(|e| CallError::Transport(format!("the reply's gzip data is broken: {e}")))?;
+    if out.len() > max {
+        return Err(CallError::TooLarge(max));
+    }
+    Ok(Bytes::from(out))
 }
 
 /// The status in `headers` (`grpc-status`, `grpc-message` percent-decoded), if any.
@@ -645,6 +766,65 @@ fn grpc_timeout(timeout: Duration) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn gzip_replies_are_decompressed_within_the_limit() {
+        let gz = HeaderValue::from_static("gzip");
+        let message: Vec<u8> = (0..100_000u32).map(|i| (i % 7) as u8).collect();
+        let out = decompress(Some(&gz), &gzip(&message), 100_000).unwrap();
+        assert_eq!(&out[..], &message[..]);
+        // One byte over the limit once decompressed.
+        assert!(matches!(
+            decompress(Some(&gz), &gzip(&message), 99_999),
+            Err(CallError::TooLarge(99_999))
+        ));
+    }
+
+    #[test]
+    fn a_compression_bomb_is_refused_without_growing_memory() {
+        // 1 GiB of zeros is ~1 MiB gzipped; decompression stops past the 4 MiB limit.
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..1024 {
+            std::io::Write::write_all(&mut e, &zeros).unwrap();
+        }
+        let bomb = e.finish().unwrap();
+        assert!(bomb.len() < 2 << 20, "{}", bomb.len());
+        let started = std::time::Instant::now();
+        let gz = HeaderValue::from_static("gzip");
+        assert!(matches!(
+            decompress(Some(&gz), &bomb, 4 << 20),
+            Err(CallError::TooLarge(_))
+        ));
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn unknown_or_missing_encodings_and_broken_gzip_are_refused() {
+        let data = gzip(b"hello");
+        for (encoding, says) in [
+            (Some(HeaderValue::from_static("snappy")), "\"snappy\""),
+            (Some(HeaderValue::from_static("deflate")), "\"deflate\""),
+            (None, "names no grpc-encoding"),
+        ] {
+            match decompress(encoding.as_ref(), &data, 1024) {
+                Err(CallError::Transport(why)) => assert!(why.contains(says), "{why}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        let gz = HeaderValue::from_static("gzip");
+        match decompress(Some(&gz), b"not gzip at all", 1024) {
+            Err(CallError::Transport(why)) => assert!(why.contains("gzip data is broken"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn grpc_timeout_fits_eight_digits_and_rounds_up() {
@@ -733,6 +913,8 @@ mod tests {
         Compressed,
         /// `REFUSED_STREAM` before looking at the call.
         Refuse,
+        /// `REFUSED_STREAM` for the first two streams of a connection, then Echo.
+        RefuseTwice,
         /// Takes the call, then stops reading the connection (PINGs go unanswered).
         Freeze,
     }
@@ -749,9 +931,19 @@ mod tests {
                 count.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(async move {
                     let mut conn = h2::server::handshake(tcp).await.unwrap();
+                    let mut streams = 0;
                     while let Some(call) = conn.accept().await {
-                        let Ok((request, respond)) = call else { return };
+                        let Ok((request, mut respond)) = call else {
+                            return;
+                        };
+                        streams += 1;
                         match answer {
+                            Answer::RefuseTwice if streams <= 2 => {
+                                respond.send_reset(h2::Reason::REFUSED_STREAM);
+                            }
+                            Answer::RefuseTwice => {
+                                tokio::spawn(reply(Answer::Echo, request, respond));
+                            }
                             Answer::Freeze => {
                                 std::future::pending::<()>().await;
                             }
@@ -967,6 +1159,15 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_refused_stream_is_sent_again_on_the_same_connection() {
+        let (addr, connections) = server(Answer::RefuseTwice).await;
+        let channel = GrpcChannel::new(&addr, settings()).unwrap();
+        let reply = call(&channel, b"again").await.unwrap();
+        assert_eq!(&reply.message[..], b"again");
+        assert_eq!(connections.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
     async fn a_refused_stream_is_unreachable() {
         let (addr, _) = server(Answer::Refuse).await;
         let channel = GrpcChannel::new(&addr, settings()).unwrap();
@@ -1010,6 +1211,7 @@ mod tests {
             let mut preface = [0u8; 24];
             tcp.read_exact(&mut preface).unwrap();
             tcp.write_all(&frame(SETTINGS, 0, 0, &[])).unwrap();
+            let mut refusals = 0;
             loop {
                 let mut head = [0u8; 9];
                 if tcp.read_exact(&mut head).is_err() {
@@ -1034,8 +1236,12 @@ mod tests {
                         let refused = 7u32.to_be_bytes();
                         tcp.write_all(&frame(RST_STREAM, 0, stream, &refused))
                             .unwrap();
-                        let _ = told.recv();
-                        return;
+                        refusals += 1;
+                        if refusals > REFUSED_RETRIES {
+                            // The call and its retries all refused.
+                            let _ = told.recv();
+                            return;
+                        }
                     }
                     _ => {}
                 }
