@@ -15,6 +15,7 @@
 pub mod clock;
 pub mod egress;
 pub mod fieldpath;
+pub mod secret_file;
 pub mod selector;
 pub mod sign;
 pub mod snapshot;

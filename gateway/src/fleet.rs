@@ -600,29 +600,9 @@ pub async fn connect_with(
     ConnectionManager::new_with_config(client, config).await
 }
 
-/// Reads a secret from `path`: its text without surrounding whitespace, refusing a file that
-/// group or others may read (like ssh does for keys) and an empty one.
+/// Reads a secret from `path` (the one rule for secret files: `portico_control::secret_file`).
 pub fn read_private_file(path: &std::path::Path) -> Result<String, String> {
-    let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(format!(
-                "{shown} is readable by others (mode {mode:04o}): run `chmod 600 {shown}`"
-            ));
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = meta;
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
-    let text = text.trim();
-    if text.is_empty() {
-        return Err(format!("{shown} is empty"));
-    }
-    Ok(text.to_owned())
+    portico_control::secret_file::read(path)
 }
 
 /// Whether Redis refused the credentials (none given to a server that wants them, or wrong

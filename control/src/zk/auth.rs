@@ -67,22 +67,8 @@ impl ZkAuth {
     /// Reads `user:password` from `path`, refusing a file that group or others may read (like
     /// ssh does for keys).
     pub fn from_file(path: &Path) -> Result<ZkAuth, String> {
-        let shown = path.display();
-        let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = meta.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
-                return Err(format!(
-                    "{shown} is readable by others (mode {mode:04o}): run `chmod 600 {shown}`"
-                ));
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = meta;
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
-        ZkAuth::parse(&text).map_err(|e| format!("{shown}: {e}"))
+        let text = crate::secret_file::read(path)?;
+        ZkAuth::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
     /// The credentials of a process: `--zk-auth-file` if given, else `PORTICO_ZK_AUTH` if set
