@@ -39,7 +39,10 @@
 //! gRPC metadata follows grpc-gateway's convention on top: `grpc-metadata-<key>` is sent as
 //! `<key>` (then filtered as above); `Host`, `Content-Type`, `Content-Length`,
 //! `Content-Encoding`, `Accept-Encoding`, `Expect`, `User-Agent`, binary (`-bin`) keys and
-//! other reserved `grpc-*` keys are left out (the gRPC client sets its own).
+//! other reserved `grpc-*` keys are left out (the gRPC client sets its own), so are values
+//! that are not printable ASCII; and the client's metadata is bounded in total
+//! ([`METADATA_BUDGET`], 4 KiB: `grpc-metadata-*`, credentials and trace context first), so
+//! a backend with the common 8 KiB limit never refuses a call for the gateway's metadata.
 
 use crate::request_id;
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -175,21 +178,15 @@ pub fn each_backend_header(
     mut put: impl FnMut(HeaderName, HeaderValue),
 ) {
     let named = named_by_connection(headers);
-    for (name, value) in headers {
-        let name = match target {
-            Target::Http => name.clone(),
-            Target::Grpc => match metadata_key(name) {
-                Some(key) => key,
-                None => continue,
-            },
-        };
-        if dropped(&name, caller, &named) {
-            continue;
+    match target {
+        Target::Http => {
+            for (name, value) in headers {
+                if !dropped(name, caller, &named) {
+                    put(name.clone(), value.clone());
+                }
+            }
         }
-        if target == Target::Grpc && NOT_METADATA.contains(&name.as_str()) {
-            continue;
-        }
-        put(name, value.clone());
+        Target::Grpc => client_metadata(headers, caller, &named, &mut put),
     }
     // The client's own versions of these were dropped above: each is put once.
     if let Ok(mut v) = HeaderValue::from_str(caller.request_id) {
@@ -211,6 +208,75 @@ pub fn each_backend_header(
         .flatten()
         .unwrap_or(caller.scheme);
     put(FORWARDED_PROTO, HeaderValue::from_static(proto));
+}
+
+/// The most client metadata a gRPC backend receives, in bytes as HPACK and gRPC servers
+/// count a header list (name + value + 32 per entry): half of the 8 KiB that grpc-core
+/// (grpcio), grpc-go and grpc-java accept by default, leaving room for the gateway's own
+/// metadata (under 300 bytes) and the call's pseudo-headers. The gateway accepts 32 KiB of
+/// request headers; without this bound a request with more than 8 KiB of them was refused at
+/// random by the backend (`RESOURCE_EXHAUSTED`).
+pub const METADATA_BUDGET: usize = 4096;
+
+/// Client headers sent as metadata before the others, so the budget never crowds them out:
+/// credentials and trace context (W3C, B3, the clouds'), besides every `grpc-metadata-*`.
+const PREFERRED_METADATA: &[&str] = &[
+    "authorization",
+    "traceparent",
+    "tracestate",
+    "baggage",
+    "b3",
+    "x-b3-traceid",
+    "x-b3-spanid",
+    "x-b3-parentspanid",
+    "x-b3-sampled",
+    "x-b3-flags",
+    "x-request-id",
+    "x-cloud-trace-context",
+    "x-amzn-trace-id",
+];
+
+/// The client's headers that become gRPC metadata (see the module docs): first the
+/// `grpc-metadata-*` ones and [`PREFERRED_METADATA`], then the others, in the request's
+/// order, each while it fits in [`METADATA_BUDGET`] (one that does not is left out, a later
+/// smaller one may still go). A value that is not printable ASCII (gRPC's ASCII-Value,
+/// 0x20-0x7E) is left out: grpc-js drops such metadata silently, other stacks refuse it.
+fn client_metadata(
+    headers: &HeaderMap,
+    caller: &Caller<'_>,
+    named: &[HeaderName],
+    put: &mut impl FnMut(HeaderName, HeaderValue),
+) {
+    let mut budget = METADATA_BUDGET;
+    let mut later = false;
+    for preferred_pass in [true, false] {
+        if !preferred_pass && !later {
+            break;
+        }
+        for (name, value) in headers {
+            let prefixed = name.as_str().starts_with("grpc-metadata-");
+            let Some(key) = metadata_key(name) else {
+                continue;
+            };
+            let preferred = prefixed || PREFERRED_METADATA.contains(&key.as_str());
+            if preferred != preferred_pass {
+                later = true;
+                continue;
+            }
+            if dropped(&key, caller, named)
+                || NOT_METADATA.contains(&key.as_str())
+                || !value.as_bytes().iter().all(|b| (0x20..=0x7e).contains(b))
+            {
+                continue;
+            }
+            let size = key.as_str().len() + value.len() + 32;
+            if size > budget {
+                continue;
+            }
+            budget -= size;
+            put(key, value.clone());
+        }
+    }
 }
 
 /// Whether a client header `name` is never passed on (see the module docs).
@@ -436,6 +502,71 @@ mod tests {
         ] {
             assert!(all(&h, gone).is_empty(), "{gone}: {h:?}");
         }
+    }
+
+    /// The size of `h` as HPACK and gRPC servers count a header list.
+    fn list_size(h: &HeaderMap) -> usize {
+        h.iter().map(|(k, v)| k.as_str().len() + v.len() + 32).sum()
+    }
+
+    #[test]
+    fn grpc_metadata_is_bounded_with_credentials_and_trace_context_first() {
+        let filler = vec![b'f'; 1000];
+        let mut pairs: Vec<(String, Vec<u8>)> = (0..12)
+            .map(|i| (format!("x-custom-{i}"), filler.clone()))
+            .collect();
+        // Preferred ones come last in the request, and still go.
+        pairs.push(("authorization".into(), b"Bearer abc".to_vec()));
+        pairs.push((
+            "traceparent".into(),
+            b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_vec(),
+        ));
+        pairs.push(("grpc-metadata-tenant".into(), b"t9".to_vec()));
+        let refs: Vec<(&str, &[u8])> = pairs.iter().map(|(k, v)| (k.as_str(), &v[..])).collect();
+        let request = headers(&refs);
+        assert!(list_size(&request) > 12 * 1024);
+        let h = backend_headers(&request, &signed_caller(&[], false), Target::Grpc);
+        assert_eq!(all(&h, "authorization"), ["Bearer abc"]);
+        assert_eq!(all(&h, "tenant"), ["t9"]);
+        assert_eq!(all(&h, "traceparent").len(), 1);
+        let custom = (0..12)
+            .filter(|i| h.contains_key(format!("x-custom-{i}").as_str()))
+            .count();
+        assert_eq!(custom, 3, "as many as fit: {h:?}");
+        let client: usize = h
+            .iter()
+            .filter(|(k, _)| {
+                !k.as_str().starts_with("x-portico-") && !k.as_str().starts_with("x-forwarded-")
+            })
+            .map(|(k, v)| k.as_str().len() + v.len() + 32)
+            .sum();
+        assert!(client <= METADATA_BUDGET, "{client}");
+        // The whole list, the gateway's own included, stays far under the common 8 KiB.
+        assert!(list_size(&h) < 4096 + 512, "{}", list_size(&h));
+        // HTTP backends get every header, as before.
+        let h = backend_headers(&request, &signed_caller(&[], false), Target::Http);
+        assert_eq!(
+            (0..12)
+                .filter(|i| h.contains_key(format!("x-custom-{i}").as_str()))
+                .count(),
+            12
+        );
+    }
+
+    #[test]
+    fn non_ascii_values_are_never_metadata() {
+        let request = headers(&[
+            ("x-city", "Zürich".as_bytes()),
+            ("x-tab", b"a\tb"),
+            ("x-plain", b"ok value ~"),
+        ]);
+        let h = backend_headers(&request, &signed_caller(&[], false), Target::Grpc);
+        assert!(all(&h, "x-city").is_empty(), "{h:?}");
+        assert!(all(&h, "x-tab").is_empty(), "{h:?}");
+        assert_eq!(all(&h, "x-plain"), ["ok value ~"]);
+        // An HTTP backend still gets them (header hygiene is not the metadata rule).
+        let h = backend_headers(&request, &signed_caller(&[], false), Target::Http);
+        assert_eq!(h["x-city"].as_bytes(), "Zürich".as_bytes());
     }
 
     #[test]

@@ -30,8 +30,10 @@
 //! `x-portico-*` from the client (the signature headers never leave the gateway),
 //! `x-portico-app` = the app auth verified, `x-portico-request-id` = the request id,
 //! `x-forwarded-for` / `x-forwarded-proto` as the gateway decided them; `grpc-metadata-<key>`
-//! is sent as `<key>` (grpc-gateway's convention) under the same rule. `grpc-timeout` is the
-//! call's deadline.
+//! is sent as `<key>` (grpc-gateway's convention) under the same rule; values that are not
+//! printable ASCII are left out, and the client's metadata is bounded to
+//! [`forward::METADATA_BUDGET`] (4 KiB, under gRPC servers' common 8 KiB limit).
+//! `grpc-timeout` is the call's deadline.
 //!
 //! The reply's metadata comes back as `grpc-metadata-<key>` response headers (ASCII keys
 //! only, reserved ones left out).
@@ -494,6 +496,15 @@ fn timeout_error(addr: &str, timeout: Duration) -> GatewayError {
 pub fn status_to_error(status: &Status) -> GatewayError {
     let (name, http_status) = code_name_and_status(status.code());
     let code = Code::Grpc { name, http_status };
+    if status.code() == tonic::Code::ResourceExhausted && about_metadata(status.message()) {
+        // The transport's refusal of the request's metadata (grpc-core: "received initial
+        // metadata size exceeds limit (9021 vs. 8192)" naming keys and sizes): about the
+        // gateway's call, not the merchant's business; the text stays in the log.
+        return GatewayError {
+            detail: Some(format!("gRPC status {name}: {}", status.message())),
+            ..GatewayError::new(code, "the request's headers are too large for the backend")
+        };
+    }
     if code.side() != crate::error::Side::Upstream {
         return GatewayError::new(code, status.message());
     }
@@ -507,6 +518,13 @@ pub fn status_to_error(status: &Status) -> GatewayError {
         public,
         format!("gRPC status {name}: {}", status.message()),
     )
+}
+
+/// Whether a `RESOURCE_EXHAUSTED` message is a gRPC stack's refusal of the request's
+/// metadata (grpc-core, grpc-go, grpc-java, grpc-js word it with "metadata" or "header").
+fn about_metadata(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("metadata") || m.contains("header")
 }
 
 /// Whether a failed call never reached its backend (the connection could not be made, so
@@ -580,6 +598,19 @@ mod tests {
             ],
             "the load report stays for the balancer, which removes it"
         );
+    }
+
+    #[test]
+    fn a_metadata_refusal_never_shows_the_backends_text() {
+        let text = "received initial metadata size exceeds limit (9021 vs. 8192); \
+                    x-portico-request-id:36B x-forwarded-for:30B";
+        let e = status_to_error(&Status::resource_exhausted(text));
+        assert_eq!((e.code.as_str(), e.status()), ("RESOURCE_EXHAUSTED", 429));
+        assert!(!e.message.contains("x-portico"), "{}", e.message);
+        assert!(e.detail.as_deref().is_some_and(|d| d.contains("9021")));
+        // A business RESOURCE_EXHAUSTED (a quota) keeps its own message.
+        let e = status_to_error(&Status::resource_exhausted("order quota used up"));
+        assert_eq!(e.message, "order quota used up");
     }
 
     #[test]
