@@ -391,3 +391,24 @@ ensure_openapi_validator() {
     fi
     echo "$py"
 }
+
+# grpcio and protobuf (PyPI), the real gRPC server (C-core) that gateway/tests/grpc_interop.rs
+# puts behind generic invocation (gateway/tests/grpcio_server.py), pinned; installed into the
+# venv of ensure_schemathesis.
+GRPCIO_VERSION="1.85.1"
+PROTOBUF_VERSION="7.36.2"
+
+# ensure_grpcio: grpcio $GRPCIO_VERSION and protobuf $PROTOBUF_VERSION in the venv of
+# ensure_schemathesis (made first if need be); reused when present. Prints the venv's python.
+ensure_grpcio() {
+    ensure_schemathesis >/dev/null || return 1
+    local py="$SCHEMATHESIS_VENV/bin/python" have=""
+    have="$("$py" -c 'import importlib.metadata as m; print(m.version("grpcio"), m.version("protobuf"))' 2>/dev/null || true)"
+    if [ "$have" != "$GRPCIO_VERSION $PROTOBUF_VERSION" ]; then
+        log "installing grpcio==$GRPCIO_VERSION protobuf==$PROTOBUF_VERSION into $SCHEMATHESIS_VENV"
+        "$py" -m pip install --quiet --disable-pip-version-check \
+            "grpcio==$GRPCIO_VERSION" "protobuf==$PROTOBUF_VERSION" >&2 ||
+            die "pip install grpcio==$GRPCIO_VERSION protobuf==$PROTOBUF_VERSION failed"
+    fi
+    echo "$py"
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Portico's test run (what CI runs, through .ci/run):
 #   1. installs what the tests need and is missing (Debian packages, as root or via sudo;
-#      schemathesis and openapi-spec-validator, pinned, from PyPI into the venv .run/venv,
+#      schemathesis, openapi-spec-validator, grpcio and protobuf, pinned, from PyPI into the venv .run/venv,
 #      reused when present);
 #   2. checks the signing vectors of ops/sign.py and that docs/PROTOCOL.md's worked examples
 #      and Python snippet agree with them (ops/check_docs.py); builds the console
@@ -83,6 +83,14 @@ if py="$(ensure_openapi_validator)"; then
     export PORTICO_OPENAPI_PYTHON="$py"
 else
     warn "openapi-spec-validator could not be installed: registry/tests/portal.rs will fail"
+fi
+# --- real gRPC servers behind generic invocation: grpcio + protobuf (PyPI, pinned) --------
+# gateway/tests/grpc_interop.rs starts gateway/tests/grpcio_server.py with this interpreter
+# and fails, saying how to install them, when they are missing.
+if py="$(ensure_grpcio)"; then
+    export PORTICO_GRPCIO_PYTHON="$py"
+else
+    warn "grpcio could not be installed: gateway/tests/grpc_interop.rs will fail"
 fi
 # ------------------------------------------------------------------------------------------
 export PORTICO_ZK_BIN="$ZK_BIN"
