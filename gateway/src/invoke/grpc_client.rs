@@ -1186,6 +1186,9 @@ mod tests {
         Close,
         /// `REFUSED_STREAM`; then, when the test says so, closes the connection.
         RefuseThenCloseWhenTold,
+        /// Holds the call; answers a PING with GOAWAY `ENHANCE_YOUR_CALM` "too_many_pings"
+        /// and closes the connection, as grpc-core does past its ping policy.
+        CalmOnPing,
     }
 
     /// A hand-written HTTP/2 server on a thread of its own, for the orderings h2's server
@@ -1202,6 +1205,7 @@ mod tests {
         const HEADERS: u8 = 1;
         const RST_STREAM: u8 = 3;
         const SETTINGS: u8 = 4;
+        const PING: u8 = 6;
         const GOAWAY: u8 = 7;
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
@@ -1232,6 +1236,14 @@ mod tests {
                         tcp.write_all(&frame(GOAWAY, 0, 0, &[0; 8])).unwrap();
                     }
                     (HEADERS, Raw::Close) => return,
+                    (PING, Raw::CalmOnPing) if head[4] & 1 == 0 => {
+                        let mut goaway = 1u32.to_be_bytes().to_vec();
+                        goaway.extend_from_slice(&0xbu32.to_be_bytes());
+                        goaway.extend_from_slice(b"too_many_pings");
+                        tcp.write_all(&frame(GOAWAY, 0, 0, &goaway)).unwrap();
+                        std::thread::sleep(Duration::from_millis(200));
+                        return;
+                    }
                     (HEADERS, Raw::RefuseThenCloseWhenTold) => {
                         let refused = 7u32.to_be_bytes();
                         tcp.write_all(&frame(RST_STREAM, 0, stream, &refused))
@@ -1281,6 +1293,43 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(channel.dials.load(Ordering::SeqCst), 1, "one connection");
+    }
+
+    #[tokio::test]
+    async fn no_pings_by_default_and_too_many_pings_halves_a_configured_rate() {
+        // Nothing configured: the held call is never pinged (a PING would close it).
+        let (addr, _) = raw_server(Raw::CalmOnPing);
+        let channel = GrpcChannel::new(
+            &addr,
+            ChannelSettings {
+                keepalive_interval: Duration::ZERO,
+                ..settings()
+            },
+        )
+        .unwrap();
+        let held = tokio::time::timeout(Duration::from_millis(600), call(&channel, b"x")).await;
+        assert!(held.is_err(), "still waiting for its reply: {held:?}");
+        assert!(channel.current().is_some(), "the connection is still up");
+
+        // Pinging every 50 ms: the server's GOAWAY ends the call and the connection, and the
+        // next connection pings every 100 ms.
+        let (addr, _) = raw_server(Raw::CalmOnPing);
+        let channel = GrpcChannel::new(
+            &addr,
+            ChannelSettings {
+                keepalive_interval: Duration::from_millis(50),
+                ..settings()
+            },
+        )
+        .unwrap();
+        let pinged = call(&channel, b"x").await;
+        assert!(
+            matches!(&pinged, Err(CallError::Transport(_))),
+            "{pinged:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let _ = call(&channel, b"y").await;
+        assert_eq!(channel.keepalive_ms.load(Ordering::Relaxed), 100);
     }
 
     #[tokio::test]
