@@ -82,11 +82,15 @@ fn reply(md: &MessageDescriptor, writer: &ReplyWriter, bytes: &[u8]) {
         assert!(out.is_empty(), "a refusal leaves the output as it was");
         return;
     }
-    let reference =
-        DynamicMessage::decode(md.clone(), bytes).expect("the writer took a reply the reference refuses");
+    let reference = DynamicMessage::decode(md.clone(), bytes)
+        .expect("the writer took a reply the reference refuses");
     let mut expected = Vec::new();
-    portico_grpc_dynamic::proto_json::write_message(&reference, &SerializeOptions::new(), &mut expected)
-        .expect("the writer took a reply the reference cannot write");
+    portico_grpc_dynamic::proto_json::write_message(
+        &reference,
+        &SerializeOptions::new(),
+        &mut expected,
+    )
+    .expect("the writer took a reply the reference cannot write");
     let got: serde_json::Value = serde_json::from_slice(&out).expect("the writer's JSON parses");
     let expected: serde_json::Value = serde_json::from_slice(&expected).unwrap();
     assert_eq!(got, expected, "the writer and the reference disagree");
