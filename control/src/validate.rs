@@ -2846,10 +2846,43 @@ mod tests {
         assert_eq!(cache.key.len(), 2);
         let hk = hot.hot_keys.as_ref().unwrap();
         assert_eq!((hk.rate_above, hk.bandwidth_share_above), (50.0, 0.7));
-        assert_eq!((hk.auto_cache_ms, hk.top), (1000, 20));
+        // Hot keys cache themselves only on an API that opts in twice (issue 24).
+        assert_eq!((hk.auto_cache_ms, hk.top), (0, 20));
         assert!(!s.hot.contains_key("plain.get"));
+        let opted = |policy: serde_json::Value| {
+            let mut a = http_api("a.get", "GET", "/v1/a/{sku}");
+            a["policy"] = policy;
+            let s = T::new().api(a).build(None);
+            assert!(s.rejected.is_empty(), "{:?}", s.rejected);
+            s.hot["a.get"].hot_keys.as_ref().unwrap().auto_cache_ms
+        };
+        let hot = json!({"key": ["path:sku"], "auto_cache_ms": 1500});
+        assert_eq!(opted(json!({"hot_keys": hot, "read_only": true})), 1500);
+        assert_eq!(opted(json!({"hot_keys": hot})), 0);
+        assert_eq!(
+            opted(json!({"hot_keys": {"key": ["path:sku"]}, "read_only": true})),
+            0
+        );
+        // The cache's own options: shared, and the query parameters that count (sorted).
+        let mut c = http_api("c.get", "GET", "/v1/c");
+        c["policy"] = json!({"cache": {"ttl_ms": 5, "shared": true, "query": ["z", "a"]}});
+        let s = T::new().api(c).build(None);
+        let cache = s.hot["c.get"].cache.as_ref().unwrap();
+        assert!(cache.shared);
+        assert_eq!(
+            cache.query.as_deref(),
+            Some(&["a".to_owned(), "z".to_owned()][..])
+        );
 
         for (policy, field) in [
+            (
+                json!({"cache": {"ttl_ms": 1, "query": ["a", "a"]}}),
+                "policy.cache.query[1]:",
+            ),
+            (
+                json!({"cache": {"ttl_ms": 1, "query": [""]}}),
+                "policy.cache.query[0]:",
+            ),
             (
                 json!({"cache": {"ttl_ms": 1, "key": ["bogus"]}}),
                 "policy.cache.key[0]:",
