@@ -507,6 +507,12 @@ impl GrpcChannel {
             .initial_connection_window_size(CONNECTION_WINDOW)
             .max_header_list_size(MAX_HEADER_LIST)
             .enable_push(false)
+            // Until the backend's SETTINGS arrive its stream limit is unknown; h2 would take
+            // it as unlimited and a burst of calls on a fresh connection would be refused
+            // past the backend's limit (and a backend refusing many streams at once may reset
+            // them with something else than REFUSED_STREAM). One stream goes out, the others
+            // wait in h2's queue for the SETTINGS, a round trip at most.
+            .initial_max_send_streams(1)
             .handshake::<_, Bytes>(tcp)
             .await
             .map_err(|e| format!("HTTP/2 handshake failed: {e}"))?;
