@@ -57,9 +57,21 @@ fn invalid(message: impl Into<String>) -> GatewayError {
     GatewayError::new(Code::SignatureInvalid, message)
 }
 
-/// One signing header: `Ok(None)` when absent or empty.
-fn header<'a>(headers: &'a http::HeaderMap, name: &str) -> Result<Option<&'a str>, GatewayError> {
-    let mut values = headers.get_all(name).iter();
+/// The signing headers' names, parsed at compile time: a look-up by `&str` parses the name
+/// each time, and the head is read twice (`check_head`, then `apply`).
+const APP_KEY_NAME: http::HeaderName = http::HeaderName::from_static("x-portico-appkey");
+const TIMESTAMP_NAME: http::HeaderName = http::HeaderName::from_static("x-portico-timestamp");
+const NONCE_NAME: http::HeaderName = http::HeaderName::from_static("x-portico-nonce");
+const SIGNATURE_NAME: http::HeaderName = http::HeaderName::from_static("x-portico-signature");
+
+/// One signing header (`name` as documented, `key` its parsed name): `Ok(None)` when absent
+/// or empty.
+fn header<'a>(
+    headers: &'a http::HeaderMap,
+    name: &str,
+    key: &http::HeaderName,
+) -> Result<Option<&'a str>, GatewayError> {
+    let mut values = headers.get_all(key).iter();
     let Some(first) = values.next() else {
         return Ok(None);
     };
@@ -84,10 +96,10 @@ impl<'a> Signed<'a> {
     /// Check 1: all four headers present and non-empty (401 `SIGNATURE_MISSING` naming the
     /// missing ones), none repeated or non-ASCII (401 `SIGNATURE_INVALID`).
     fn read(headers: &'a http::HeaderMap) -> Result<Self, GatewayError> {
-        let app_key = header(headers, HEADER_APP_KEY)?;
-        let timestamp = header(headers, HEADER_TIMESTAMP)?;
-        let nonce = header(headers, HEADER_NONCE)?;
-        let signature = header(headers, HEADER_SIGNATURE)?;
+        let app_key = header(headers, HEADER_APP_KEY, &APP_KEY_NAME)?;
+        let timestamp = header(headers, HEADER_TIMESTAMP, &TIMESTAMP_NAME)?;
+        let nonce = header(headers, HEADER_NONCE, &NONCE_NAME)?;
+        let signature = header(headers, HEADER_SIGNATURE, &SIGNATURE_NAME)?;
         if let (Some(app_key), Some(timestamp), Some(nonce), Some(signature)) =
             (app_key, timestamp, nonce, signature)
         {
@@ -439,6 +451,18 @@ mod tests {
             .unwrap();
         assert_eq!(ctx.app_key.as_deref(), Some("merchant-1"));
         assert_eq!(ctx.app.as_ref().map(|a| a.secret.as_str()), Some(SECRET));
+    }
+
+    #[test]
+    fn the_parsed_names_are_the_documented_headers() {
+        for (name, key) in [
+            (HEADER_APP_KEY, &APP_KEY_NAME),
+            (HEADER_TIMESTAMP, &TIMESTAMP_NAME),
+            (HEADER_NONCE, &NONCE_NAME),
+            (HEADER_SIGNATURE, &SIGNATURE_NAME),
+        ] {
+            assert_eq!(key.as_str(), name.to_ascii_lowercase());
+        }
     }
 
     #[test]
