@@ -82,7 +82,7 @@ impl World {
             text.replace("127.0.0.1:18081", &http_addr)
                 .replace("127.0.0.1:50051", &grpc_addr)
         };
-        let live = example_tree(&pointed);
+        let live = example_tree(pointed);
         let sandbox = example_tree(|text| sandbox_secret(pointed(text)));
         for (env, import) in [("live", &live), ("sandbox", &sandbox)] {
             let resp = http
