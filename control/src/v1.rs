@@ -309,6 +309,35 @@ pub struct Cluster {
     /// Request-rate rules evaluated by the registry, calling a webhook.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscale: Option<Autoscale>,
+    /// How the gateway's gRPC client talks to the endpoints of a `grpc` cluster
+    /// (keep-alive, compression, dialling); every field has a default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<GrpcClient>,
+}
+
+/// `clusters/<name>.grpc`: the gateway's gRPC client settings for one cluster
+/// (docs/OPERATIONS.md, "gRPC client settings"). Absent fields take the defaults there:
+/// no keep-alive PINGs, uncompressed requests, 2 s to dial.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcClient {
+    /// HTTP/2 PING interval while calls are in flight, ms; `0`: none. Absent: the
+    /// gateway's `PORTICO_GRPC_KEEPALIVE_MS` (unset: none). At least 10 000 when set:
+    /// grpc-core servers close a connection pinged more often than their policy allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive_ms: Option<u64>,
+    /// How long a PING may go unanswered before the connection is dropped, ms (default
+    /// 10 000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive_timeout_ms: Option<u64>,
+    /// Requests whose message has at least this many bytes are sent gzip-compressed
+    /// (`grpc-encoding: gzip`); absent: requests are never compressed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compress_min_bytes: Option<u64>,
+    /// How long dialling an endpoint may take (TCP and the HTTP/2 preface), ms (default
+    /// 2000; the call's own deadline still applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout_ms: Option<u64>,
 }
 
 impl Cluster {

@@ -972,7 +972,53 @@ fn check_cluster(name: &str, raw: &[u8]) -> Result<v1::Cluster, String> {
     if let Some(host) = &c.host {
         check_host(host).map_err(|e| format!("host: {e}"))?;
     }
+    if let Some(g) = &c.grpc {
+        if c.protocol != v1::Protocol::Grpc {
+            return Err(
+                "grpc: gRPC client settings on a cluster whose protocol is not grpc".to_owned(),
+            );
+        }
+        check_grpc_client(g)?;
+    }
     Ok(c)
+}
+
+/// A cluster's gRPC client settings (docs/OPERATIONS.md, "gRPC client settings").
+fn check_grpc_client(g: &v1::GrpcClient) -> Result<(), String> {
+    // grpc-core's default server policy answers a PING more often than every 5 minutes
+    // with GOAWAY too_many_pings once a few arrived; grpc-go and grpc-java clients refuse
+    // intervals under 10 s. Below that a keep-alive would kill the calls it protects.
+    if let Some(ms) = g.keepalive_ms {
+        if ms != 0 && !(10_000..=MAX_ROUTING_MS).contains(&ms) {
+            return Err(format!(
+                "grpc.keepalive_ms: must be 0 (no PINGs) or 10000..{MAX_ROUTING_MS} ms, not {ms}"
+            ));
+        }
+    }
+    if let Some(ms) = g.keepalive_timeout_ms {
+        if !(1_000..=600_000).contains(&ms) {
+            return Err(format!(
+                "grpc.keepalive_timeout_ms: must be 1000..600000 ms, not {ms}"
+            ));
+        }
+    }
+    if let Some(ms) = g.connect_timeout_ms {
+        if !(10..=60_000).contains(&ms) {
+            return Err(format!(
+                "grpc.connect_timeout_ms: must be 10..60000 ms, not {ms}"
+            ));
+        }
+    }
+    if let Some(n) = g.compress_min_bytes {
+        // A gRPC message is at most 4 GiB (its length prefix); requests are far smaller.
+        if n > u64::from(u32::MAX) {
+            return Err(format!(
+                "grpc.compress_min_bytes: must be at most {}, not {n}",
+                u32::MAX
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A cluster's `host`: a host name or address, with an optional port, as a `Host` header
@@ -2535,6 +2581,62 @@ mod tests {
             .unwrap();
         assert!(!rej.kept_previous);
         assert!(s2.apis.is_empty());
+    }
+
+    #[test]
+    fn grpc_client_settings_are_checked() {
+        let doc = |grpc: serde_json::Value, protocol: &str| {
+            serde_json::to_vec(
+                &json!({"protocol": protocol, "endpoints": [{"addr": "h:1"}], "grpc": grpc}),
+            )
+            .unwrap()
+        };
+        let c = check_cluster(
+            "svc",
+            &doc(
+                json!({"keepalive_ms": 300000, "keepalive_timeout_ms": 20000,
+                       "compress_min_bytes": 1024, "connect_timeout_ms": 500}),
+                "grpc",
+            ),
+        )
+        .unwrap();
+        let g = c.grpc.unwrap();
+        assert_eq!(
+            (g.keepalive_ms, g.compress_min_bytes, g.connect_timeout_ms),
+            (Some(300_000), Some(1024), Some(500))
+        );
+        assert!(check_cluster("svc", &doc(json!({"keepalive_ms": 0}), "grpc")).is_ok());
+        for (grpc, protocol, expect) in [
+            (
+                json!({"keepalive_ms": 30}),
+                "grpc",
+                "grpc.keepalive_ms: must be 0",
+            ),
+            (
+                json!({"keepalive_timeout_ms": 10}),
+                "grpc",
+                "grpc.keepalive_timeout_ms:",
+            ),
+            (
+                json!({"connect_timeout_ms": 0}),
+                "grpc",
+                "grpc.connect_timeout_ms:",
+            ),
+            (
+                json!({"compress_min_bytes": 1u64 << 40}),
+                "grpc",
+                "grpc.compress_min_bytes:",
+            ),
+            (json!({"keepalive": 1}), "grpc", "unknown field `keepalive`"),
+            (
+                json!({}),
+                "http",
+                "grpc: gRPC client settings on a cluster whose protocol is not grpc",
+            ),
+        ] {
+            let e = check_cluster("svc", &doc(grpc.clone(), protocol)).unwrap_err();
+            assert!(e.contains(expect), "{grpc}: {e}");
+        }
     }
 
     #[test]

@@ -134,6 +134,7 @@ pub fn cluster(endpoints: &[(&str, u32)]) -> Arc<v1::Cluster> {
         active: None,
         sleep: None,
         autoscale: None,
+        grpc: None,
     })
 }
 

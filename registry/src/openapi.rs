@@ -472,7 +472,13 @@ fn document_schemas() -> Value {
             "rules": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["for_s", "action"], "properties": {
                 "rps_above": {"type": "number", "minimum": 0}, "rps_below": {"type": "number", "minimum": 0},
                 "for_s": {"type": "integer", "minimum": 1, "maximum": 86400}, "action": {"type": "string", "enum": ["up", "down"]}}}},
-            "cooldown_s": {"type": "integer", "minimum": 0, "maximum": 86400, "default": 60}}}}},
+            "cooldown_s": {"type": "integer", "minimum": 0, "maximum": 86400, "default": 60}}},
+        // Issue 29: docs/OPERATIONS.md, "gRPC client settings"; grpc clusters only.
+        "grpc": {"type": "object", "additionalProperties": false, "description": "the gateway's gRPC client settings (protocol grpc only)", "properties": {
+            "keepalive_ms": {"type": "integer", "minimum": 0, "maximum": 86_400_000, "description": "PING interval while calls are in flight; 0: none (default: the gateway's PORTICO_GRPC_KEEPALIVE_MS, unset: none); 0 or at least 10000"},
+            "keepalive_timeout_ms": {"type": "integer", "minimum": 1000, "maximum": 600_000, "default": 10000},
+            "compress_min_bytes": {"type": "integer", "minimum": 0, "maximum": u32::MAX, "description": "requests of at least this many bytes are sent gzip-compressed; absent: never"},
+            "connect_timeout_ms": {"type": "integer", "minimum": 10, "maximum": 60000, "default": 2000}}}}},
     "NamedCluster": {"allOf": [{"$ref": "#/components/schemas/Cluster"}, {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "pattern": NAME_PATTERN}}}]},
     "Switch": {"type": "object", "properties": {
         "degraded": {"type": "boolean"}, "reason": {"type": "string"},

@@ -46,7 +46,7 @@ use crate::model::{RouteMatch, Whole};
 use bytes::Bytes;
 use dashmap::DashMap;
 use http::uri::PathAndQuery;
-use portico_control::{BackendKind, Snapshot};
+use portico_control::{v1, BackendKind, Snapshot};
 use portico_grpc_dynamic::{code_name_and_status, JsonCodecs};
 use prost_reflect::{DescriptorPool, MethodDescriptor};
 use std::collections::HashMap;
@@ -274,9 +274,9 @@ fn keepalive_from_env() -> Duration {
     }
 }
 
-/// Channels are cached per endpoint, and per thread on current-thread runtimes (see the
-/// module docs).
-type ChannelKey = (String, Option<std::thread::ThreadId>);
+/// Channels are cached per endpoint and client settings, and per thread on current-thread
+/// runtimes (see the module docs).
+type ChannelKey = (String, Option<std::thread::ThreadId>, ChannelSettings);
 
 /// The process-wide gRPC client: pooled channels and the call.
 #[derive(Debug, Default)]
@@ -297,9 +297,28 @@ impl GrpcInvoker {
         }
     }
 
-    /// The channel to `addr` (`host:port`), made on first use on the current runtime.
-    /// Must be called inside a Tokio runtime.
-    pub fn channel(&self, addr: &str) -> Result<Arc<GrpcChannel>, GatewayError> {
+    /// The client settings of a cluster: its `grpc` settings, the gateway's defaults
+    /// ([`GrpcConfig`]) where it says nothing (docs/OPERATIONS.md, "gRPC client settings").
+    pub fn settings(&self, cluster: Option<&v1::GrpcClient>) -> ChannelSettings {
+        let ms = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
+        let c = cluster.cloned().unwrap_or_default();
+        ChannelSettings {
+            connect_timeout: ms(c.connect_timeout_ms, self.config.connect_timeout),
+            keepalive_interval: ms(c.keepalive_ms, self.config.keepalive_interval),
+            keepalive_timeout: ms(c.keepalive_timeout_ms, self.config.keepalive_timeout),
+            compress_min_bytes: c
+                .compress_min_bytes
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        }
+    }
+
+    /// The channel to `addr` (`host:port`) with `settings`, made on first use on the
+    /// current runtime. Must be called inside a Tokio runtime.
+    pub fn channel(
+        &self,
+        addr: &str,
+        settings: ChannelSettings,
+    ) -> Result<Arc<GrpcChannel>, GatewayError> {
         let per_thread = matches!(
             tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
             Ok(tokio::runtime::RuntimeFlavor::CurrentThread)
@@ -307,15 +326,11 @@ impl GrpcInvoker {
         let key = (
             addr.to_owned(),
             per_thread.then(|| std::thread::current().id()),
+            settings,
         );
         if let Some(ch) = self.channels.get(&key) {
             return Ok(ch.clone());
         }
-        let settings = ChannelSettings {
-            connect_timeout: self.config.connect_timeout,
-            keepalive_interval: self.config.keepalive_interval,
-            keepalive_timeout: self.config.keepalive_timeout,
-        };
         let channel = GrpcChannel::new(addr, settings).map_err(|why| {
             GatewayError::upstream(
                 Code::UpstreamError,
@@ -333,7 +348,7 @@ impl GrpcInvoker {
     /// Forgets the channels of endpoints not in `live` (call after a reload; a dropped
     /// channel closes its connection once its calls are done).
     pub fn retain_endpoints(&self, live: &std::collections::HashSet<String>) {
-        self.channels.retain(|(addr, _), _| live.contains(addr));
+        self.channels.retain(|(addr, _, _), _| live.contains(addr));
     }
 
     /// Prepares the call of `method` for one HTTP request, before any backend is chosen:
@@ -378,12 +393,13 @@ impl GrpcInvoker {
         method: &PreparedMethod,
         request: GrpcRequest,
         endpoint_addr: &str,
+        settings: ChannelSettings,
         timeout: Duration,
     ) -> Result<Whole, GatewayError> {
         if timeout.is_zero() {
             return Err(timeout_error(endpoint_addr, timeout));
         }
-        let channel = self.channel(endpoint_addr)?;
+        let channel = self.channel(endpoint_addr, settings)?;
         let GrpcRequest {
             frame,
             metadata,
@@ -431,7 +447,8 @@ impl GrpcInvoker {
     ) -> Result<Whole, GatewayError> {
         let caller = Caller::new(request_id);
         let request = Self::prepare(method, route, query, body, headers, &caller)?;
-        self.send(method, request, endpoint_addr, timeout).await
+        self.send(method, request, endpoint_addr, self.settings(None), timeout)
+            .await
     }
 
     /// Maps a failed call: the transport's failures to 502/504 (a call that never reached

@@ -60,9 +60,11 @@ static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 static GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
 static GRPC_ACCEPT_ENCODING: HeaderName = HeaderName::from_static("grpc-accept-encoding");
-/// The encodings the gateway takes in replies (gRPC's compression spec): it sends its
-/// requests uncompressed, and a backend may compress its replies with gzip.
+/// The encodings the gateway takes in replies (gRPC's compression spec): a backend may
+/// compress its replies with gzip; requests are compressed only where the cluster says
+/// ([`ChannelSettings::compress_min_bytes`]).
 static ACCEPTED_ENCODINGS: HeaderValue = HeaderValue::from_static("identity,gzip");
+static GZIP: HeaderValue = HeaderValue::from_static("gzip");
 
 /// Why a call failed.
 #[derive(Debug)]
@@ -86,8 +88,11 @@ pub struct Reply {
     pub message: Bytes,
 }
 
-/// Settings of a channel's connection.
-#[derive(Debug, Clone, Copy)]
+/// Settings of a channel's connection (a cluster's `grpc` settings with the gateway's
+/// defaults filled in; docs/OPERATIONS.md, "gRPC client settings"). Channels are pooled per
+/// endpoint *and* settings, so two clusters naming one address with different settings
+/// each get their own connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ChannelSettings {
     /// How long dialling may take (TCP connect and the HTTP/2 preface).
     pub connect_timeout: Duration,
@@ -95,6 +100,9 @@ pub struct ChannelSettings {
     pub keepalive_interval: Duration,
     /// How long a PING may go unanswered before the connection is taken as dead.
     pub keepalive_timeout: Duration,
+    /// Requests whose message has at least this many bytes are sent gzip-compressed
+    /// (`None`: never).
+    pub compress_min_bytes: Option<usize>,
 }
 
 /// One endpoint's HTTP/2 connection (see the module docs).
@@ -300,42 +308,66 @@ impl GrpcChannel {
         headers.insert(TE, HeaderValue::from_static("trailers"));
         headers.insert(GRPC_TIMEOUT.clone(), grpc_timeout(timeout));
         headers.insert(GRPC_ACCEPT_ENCODING.clone(), ACCEPTED_ENCODINGS.clone());
+        let frame = match self.settings.compress_min_bytes {
+            Some(min) if frame.len().saturating_sub(5) >= min => {
+                match compressed_frame(frame.get(5..).unwrap_or_default()) {
+                    Some(gz) => {
+                        headers.insert(GRPC_ENCODING.clone(), GZIP.clone());
+                        gz
+                    }
+                    None => frame,
+                }
+            }
+            _ => frame,
+        };
         let uri = self.uri(path)?;
         let started = tokio::time::Instant::now();
         let mut refused = 0;
+        let mut redialled = false;
         // A stream the backend refused (`REFUSED_STREAM`: never processed, RFC 9113 §8.7) is
         // sent again on the same connection, as gRPC's own clients do transparently: a
         // backend refuses a stream over its `SETTINGS_MAX_CONCURRENT_STREAMS` when the
         // stream went out before its SETTINGS arrived (h2 queues streams over the limit
-        // once it knows it). The caller's deadline bounds the whole.
+        // once it knows it). A stream above a GOAWAY's last stream, or queued on a connection
+        // the backend closed before any of it was written, was not processed either: it is
+        // sent once more on a fresh connection (a backend stopping gracefully, or restarted
+        // while the connection sat idle). The caller's deadline bounds the whole.
         let (response, _in_flight) = loop {
             let mut request = Request::new(());
             *request.method_mut() = Method::POST;
             *request.uri_mut() = uri.clone();
-            *request.headers_mut() = if refused < REFUSED_RETRIES {
+            *request.headers_mut() = if refused < REFUSED_RETRIES || !redialled {
                 headers.clone()
             } else {
                 std::mem::take(&mut headers)
             };
             let (response, state, queued_at) = self.open(request, frame.clone()).await?;
             let in_flight = InFlight::enter(&state);
-            match response.await {
+            let e = match response.await {
                 Ok(response) => break (response, in_flight),
-                Err(e)
-                    if e.reason() == Some(h2::Reason::REFUSED_STREAM)
-                        && refused < REFUSED_RETRIES =>
-                {
-                    refused += 1;
-                    tracing::debug!(addr = %self.addr, refused, "gRPC stream refused; sending it again");
-                    let left = timeout.saturating_sub(started.elapsed());
-                    if left.is_zero() {
-                        return Err(failed_before_reply(e, &state, queued_at));
-                    }
-                    headers.insert(GRPC_TIMEOUT.clone(), grpc_timeout(left));
-                    tokio::time::sleep(Duration::from_millis(2 * refused as u64)).await;
+                Err(e) => e,
+            };
+            let left = timeout.saturating_sub(started.elapsed());
+            if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
+                if refused >= REFUSED_RETRIES || left.is_zero() {
+                    return Err(failed_before_reply(e, &state, queued_at));
                 }
-                Err(e) => return Err(failed_before_reply(e, &state, queued_at)),
+                refused += 1;
+                tracing::debug!(addr = %self.addr, refused, "gRPC stream refused; sending it again");
+                tokio::time::sleep(Duration::from_millis(2 * refused as u64)).await;
+            } else {
+                let failed = failed_before_reply(e, &state, queued_at);
+                if redialled || left.is_zero() || !matches!(failed, CallError::Unreachable(_)) {
+                    return Err(failed);
+                }
+                redialled = true;
+                state.closed.store(true, Ordering::Relaxed);
+                if let CallError::Unreachable(why) = &failed {
+                    tracing::debug!(addr = %self.addr, "gRPC call not taken ({why}); sending it on a fresh connection");
+                }
             }
+            let left = timeout.saturating_sub(started.elapsed());
+            headers.insert(GRPC_TIMEOUT.clone(), grpc_timeout(left));
         };
         let (parts, mut body) = response.into_parts();
         if parts.status != http::StatusCode::OK {
@@ -599,6 +631,20 @@ fn failed_before_reply(e: h2::Error, state: &ConnState, queued_at: u64) -> CallE
     } else {
         CallError::Transport(e.to_string())
     }
+}
+
+/// The gRPC frame of `message` gzip-compressed: the compression flag (1), the compressed
+/// length, the compressed bytes (`None` if gzip failed, which writing into memory does not).
+fn compressed_frame(message: &[u8]) -> Option<Bytes> {
+    use std::io::Write;
+    let mut out = Vec::with_capacity(5 + message.len() / 2);
+    out.extend_from_slice(&[1, 0, 0, 0, 0]);
+    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::fast());
+    gz.write_all(message).ok()?;
+    let mut out = gz.finish().ok()?;
+    let len = u32::try_from(out.len() - 5).ok()?.to_be_bytes();
+    out[1..5].copy_from_slice(&len);
+    Some(Bytes::from(out))
 }
 
 /// The gRPC frame of one message: the compression flag (0), its length, the message.
@@ -890,6 +936,7 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
+            compress_min_bytes: None,
         }
     }
 
@@ -977,6 +1024,8 @@ mod tests {
             respond.send_reset(h2::Reason::REFUSED_STREAM);
             return;
         }
+        // An echo is compressed as the request was.
+        let encoding = request.headers().get(&GRPC_ENCODING).cloned();
         let mut body = request.into_body();
         let mut received = Vec::new();
         while let Some(chunk) = body.data().await {
@@ -1015,7 +1064,11 @@ mod tests {
                     Answer::Compressed => out[0] = 1,
                     _ => {}
                 }
-                let mut stream = respond.send_response(grpc(200), false).unwrap();
+                let mut head = grpc(200);
+                if let Some(e) = encoding {
+                    head.headers_mut().insert(&GRPC_ENCODING, e);
+                }
+                let mut stream = respond.send_response(head, false).unwrap();
                 stream.send_data(out.freeze(), false).unwrap();
                 stream.send_trailers(ok()).unwrap();
             }
@@ -1034,6 +1087,29 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), call)
             .await
             .expect("the call ends")
+    }
+
+    #[tokio::test]
+    async fn requests_from_the_clusters_size_up_are_gzip_compressed() {
+        let (addr, _) = server(Answer::Echo).await;
+        let channel = GrpcChannel::new(
+            &addr,
+            ChannelSettings {
+                compress_min_bytes: Some(100),
+                ..settings()
+            },
+        )
+        .unwrap();
+        // 99 bytes go as they are; 1000 go gzip'd (the echo comes back compressed as the
+        // request went, and is decompressed).
+        let small = call(&channel, &[7; 99]).await.unwrap();
+        assert!(!small.headers.contains_key(&GRPC_ENCODING));
+        let message: Vec<u8> = (0..1000u32).map(|i| (i % 7) as u8).collect();
+        let big = call(&channel, &message).await.unwrap();
+        assert_eq!(big.headers[&GRPC_ENCODING], "gzip");
+        assert_eq!(&big.message[..], &message[..]);
+        let gz = compressed_frame(&message).unwrap();
+        assert!(gz.len() < 100 && gz[0] == 1, "{}", gz.len());
     }
 
     #[tokio::test]
@@ -1198,7 +1274,7 @@ mod tests {
     }
 
     /// A hand-written HTTP/2 server on a thread of its own, for the orderings h2's server
-    /// cannot be made to produce; it takes one connection.
+    /// cannot be made to produce; it serves one connection at a time, each the same way.
     fn raw_server(mode: Raw) -> (String, std::sync::mpsc::Sender<()>) {
         use std::io::{Read, Write};
         fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
@@ -1216,21 +1292,25 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let (tell, told) = std::sync::mpsc::channel::<()>();
-        std::thread::spawn(move || {
-            let (mut tcp, _) = listener.accept().unwrap();
+        std::thread::spawn(move || loop {
+            let Ok((mut tcp, _)) = listener.accept() else {
+                return;
+            };
             let mut preface = [0u8; 24];
-            tcp.read_exact(&mut preface).unwrap();
-            tcp.write_all(&frame(SETTINGS, 0, 0, &[])).unwrap();
+            if tcp.read_exact(&mut preface).is_err() {
+                continue;
+            }
+            let _ = tcp.write_all(&frame(SETTINGS, 0, 0, &[]));
             let mut refusals = 0;
-            loop {
+            'frames: loop {
                 let mut head = [0u8; 9];
                 if tcp.read_exact(&mut head).is_err() {
-                    return;
+                    break 'frames;
                 }
                 let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
                 let mut payload = vec![0; len];
                 if tcp.read_exact(&mut payload).is_err() {
-                    return;
+                    break 'frames;
                 }
                 let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
                 match (head[3], mode) {
@@ -1241,14 +1321,14 @@ mod tests {
                         // Last stream 0, NO_ERROR.
                         tcp.write_all(&frame(GOAWAY, 0, 0, &[0; 8])).unwrap();
                     }
-                    (HEADERS, Raw::Close) => return,
+                    (HEADERS, Raw::Close) => break 'frames,
                     (PING, Raw::CalmOnPing) if head[4] & 1 == 0 => {
                         let mut goaway = 1u32.to_be_bytes().to_vec();
                         goaway.extend_from_slice(&0xbu32.to_be_bytes());
                         goaway.extend_from_slice(b"too_many_pings");
                         tcp.write_all(&frame(GOAWAY, 0, 0, &goaway)).unwrap();
                         std::thread::sleep(Duration::from_millis(200));
-                        return;
+                        break 'frames;
                     }
                     (HEADERS, Raw::RefuseThenCloseWhenTold) => {
                         let refused = 7u32.to_be_bytes();
@@ -1258,7 +1338,7 @@ mod tests {
                         if refusals > REFUSED_RETRIES {
                             // The call and its retries all refused.
                             let _ = told.recv();
-                            return;
+                            break 'frames;
                         }
                     }
                     _ => {}
@@ -1276,6 +1356,8 @@ mod tests {
             Err(CallError::Unreachable(why)) => assert!(why.contains("going away"), "{why}"),
             other => panic!("{other:?}"),
         }
+        // Not processed, so sent once more on a fresh connection (which went away too).
+        assert_eq!(channel.dials.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
@@ -1292,13 +1374,17 @@ mod tests {
         // has one thread, blocked here): the next call is queued on a connection that
         // still looks open, as when a backend goes away between two calls.
         std::thread::sleep(Duration::from_millis(200));
+        // Never sent, so sent again on a fresh connection (whose streams this server
+        // refuses: the call stays unreachable).
         match call(&channel, b"2").await {
-            Err(CallError::Unreachable(why)) => {
-                assert!(why.contains("before the call was sent"), "{why}")
-            }
+            Err(CallError::Unreachable(why)) => assert!(why.contains("refused"), "{why}"),
             other => panic!("{other:?}"),
         }
-        assert_eq!(channel.dials.load(Ordering::SeqCst), 1, "one connection");
+        assert_eq!(
+            channel.dials.load(Ordering::SeqCst),
+            2,
+            "one fresh connection"
+        );
     }
 
     #[tokio::test]

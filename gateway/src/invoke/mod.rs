@@ -434,6 +434,7 @@ async fn call_grpc(
         hints,
     } = admitted;
     let routing = &target.routing;
+    let settings = grpc.settings(routing.cluster.grpc.as_ref());
     let mut tried = [0usize; 2];
     let mut request = Some(request);
     let mut last = None;
@@ -450,7 +451,8 @@ async fn call_grpc(
         let timeout = deadline.saturating_duration_since(started);
         let result = {
             let _in_flight = pick.endpoint.enter();
-            grpc.send(method, req, &pick.endpoint.addr, timeout).await
+            grpc.send(method, req, &pick.endpoint.addr, settings, timeout)
+                .await
         };
         let latency = started.elapsed();
         upstream.addr = pick.endpoint.sock;
