@@ -412,3 +412,26 @@ ensure_grpcio() {
     fi
     echo "$py"
 }
+
+# @grpc/grpc-js and @grpc/proto-loader (npm), the second real gRPC server of
+# gateway/tests/grpc_interop.rs (gateway/tests/grpcjs_server.js), pinned by
+# gateway/tests/grpcjs/package.json and its package-lock.json.
+GRPCJS_DIR="$ROOT/gateway/tests/grpcjs"
+
+# ensure_grpcjs: `npm ci` into $GRPCJS_DIR/node_modules (git-ignored) when it does not match
+# the lock file (a hash of package-lock.json is kept in node_modules/.portico-lock.sha256
+# after a successful install, as admin-ui/build.sh does); reused when it does. Needs node and
+# npm (ops/test.sh installs them). Prints the directory (PORTICO_GRPCJS_DIR for the tests).
+ensure_grpcjs() {
+    local dir="$GRPCJS_DIR" stamp want
+    command -v npm >/dev/null 2>&1 || die "npm is not installed (apt-get install nodejs npm)"
+    stamp="$dir/node_modules/.portico-lock.sha256"
+    want="$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        log "installing @grpc/grpc-js and @grpc/proto-loader (npm ci) into $dir/node_modules"
+        (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2) ||
+            die "npm ci in $dir failed"
+        echo "$want" >"$stamp"
+    fi
+    echo "$dir"
+}

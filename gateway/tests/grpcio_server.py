@@ -5,17 +5,25 @@ Portico did not write.
 It publishes interop.v1.Interop/Call, defined here with protobuf's descriptor API (no
 protoc), and writes that FileDescriptorSet (with google/protobuf/wrappers.proto) to
 --descriptor-out for the gateway's configuration tree. Then it serves on 127.0.0.1:--port
-and prints "ready" on stdout.
+and prints "ready" on stdout. With --descriptor-only it writes the set and exits: the
+grpc-js server (grpcjs_server.js) loads the service from that same set, so both stacks
+publish one definition.
 
 Call(Req) answers Rep: greeting "hello <name>" and pad dots after delay_ms (grpc-core
 sends a reply uncompressed when gzip would not make it smaller: pad makes it compressible); mode "nonfinite" fills the
 double/float fields and wrappers with NaN and infinities; keys and metadata_bytes tell what
-metadata arrived (its size counted as gRPC servers do: name + value + 32 per entry).
+metadata arrived (its size counted as gRPC servers do: name + value + 32 per entry); peer
+is the client's address as the server saw it (one per connection: a rotation shows as a
+new peer).
 
 Options: --gzip (compress every reply, as `compression=grpc.Compression.Gzip` does),
 --max-streams N (`grpc.max_concurrent_streams`), --strict-pings (a PING policy stricter than
 grpc-core's default: one unwelcome ping and the connection is closed with GOAWAY
-too_many_pings).
+too_many_pings), --max-age-ms N (`grpc.max_connection_age_ms`: each connection is sent GOAWAY
+after about N ms, +/-10% jitter, and closed 5 s later at most).
+
+It stops when stdin closes (at once). A line "graceful MS" on stdin stops it as
+`server.stop(MS / 1000)` does: GOAWAY, no new calls, calls in flight get MS ms to finish.
 """
 
 import argparse
@@ -61,6 +69,7 @@ def file_descriptor():
     field(rep, "f", 5, T.TYPE_FLOAT)
     field(rep, "keys", 6, T.TYPE_STRING, repeated=True)
     field(rep, "metadata_bytes", 7, T.TYPE_INT32)
+    field(rep, "peer", 8, T.TYPE_STRING)
     svc = f.service.add()
     svc.name = "Interop"
     m = svc.method.add()
@@ -72,11 +81,13 @@ def file_descriptor():
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--port", type=int)
     p.add_argument("--descriptor-out", required=True)
+    p.add_argument("--descriptor-only", action="store_true")
     p.add_argument("--gzip", action="store_true")
     p.add_argument("--max-streams", type=int, default=0)
     p.add_argument("--strict-pings", action="store_true")
+    p.add_argument("--max-age-ms", type=int, default=0)
     a = p.parse_args()
 
     wrappers = descriptor_pb2.FileDescriptorProto.FromString(wrappers_pb2.DESCRIPTOR.serialized_pb)
@@ -85,6 +96,10 @@ def main():
     fds.file.extend([wrappers, mine])
     with open(a.descriptor_out, "wb") as out:
         out.write(fds.SerializeToString())
+    if a.descriptor_only:
+        return
+    if a.port is None:
+        p.error("--port is required unless --descriptor-only")
 
     pool = descriptor_pool.DescriptorPool()
     pool.Add(wrappers)
@@ -99,6 +114,8 @@ def main():
         rep = Rep(greeting="hello " + request.name + "." * request.pad)
         rep.keys.extend(sorted({k for k, _ in metadata}))
         rep.metadata_bytes = sum(len(k) + len(v) + 32 for k, v in metadata)
+        peer = context.peer()
+        rep.peer = peer[len("ipv4:"):] if peer.startswith("ipv4:") else peer
         if request.mode == "nonfinite":
             rep.w_double.value = math.nan
             rep.w_float.value = math.inf
@@ -129,6 +146,11 @@ def main():
             ("grpc.http2.min_ping_interval_without_data_ms", 300000),
             ("grpc.http2.max_ping_strikes", 1),
         ]
+    if a.max_age_ms:
+        options += [
+            ("grpc.max_connection_age_ms", a.max_age_ms),
+            ("grpc.max_connection_age_grace_ms", 5000),
+        ]
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=32),
         options=options,
@@ -141,9 +163,13 @@ def main():
     server.start()
     print("ready", flush=True)
 
-    # Ends with its parent: stdin closes when the test drops the process.
+    # Ends with its parent: stdin closes when the test drops the process. "graceful MS"
+    # stops it gracefully (the test's view of a backend's rolling restart).
     def watch():
-        sys.stdin.read()
+        for line in sys.stdin:
+            words = line.split()
+            if len(words) == 2 and words[0] == "graceful":
+                server.stop(int(words[1]) / 1000.0)
         server.stop(0)
 
     threading.Thread(target=watch, daemon=True).start()
