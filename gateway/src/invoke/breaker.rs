@@ -382,6 +382,17 @@ impl CallTicket {
         self.core.record(self.kind, Outcome::Failure);
     }
 
+    /// Records that the call never reached the backend and failing it cost no time (the
+    /// backend's host refused the connection: nothing listens there, e.g. while it
+    /// restarts). While Closed this counts neither for nor against the backend: failing
+    /// such calls is already immediate and loads nothing, and counting them kept the
+    /// breaker open for `open_ms` after a restarted backend was answering again (issue 29).
+    /// A probe refused so re-opens the breaker, as any probe that did not succeed.
+    pub fn not_reached(mut self) {
+        self.recorded = true;
+        self.core.record(self.kind, Outcome::Abandoned);
+    }
+
     /// Whether this call is a HalfOpen probe (its outcome decides the breaker's next state).
     pub fn is_probe(&self) -> bool {
         matches!(self.kind, TicketKind::Probe { .. })
@@ -776,6 +787,24 @@ mod tests {
         assert_eq!(BreakerState::Open.gauge(), 1);
         assert_eq!(BreakerState::HalfOpen.gauge(), 2);
         assert_eq!(BreakerState::HalfOpen.to_string(), "half_open");
+    }
+
+    #[test]
+    fn refused_connections_count_neither_way_but_fail_a_probe() {
+        let (b, clock) = breaker(Some(failures(3, 5000)));
+        fail(&b, 2);
+        for _ in 0..10 {
+            b.try_acquire().unwrap().not_reached();
+        }
+        assert_eq!(b.state(), BreakerState::Closed);
+        // The streak was not broken either: one more failure is the third in a row.
+        trip(&b, 1);
+        clock.advance(5000);
+        assert_eq!(b.state(), BreakerState::HalfOpen);
+        let probe = b.try_acquire().unwrap();
+        assert!(probe.is_probe());
+        probe.not_reached();
+        assert_eq!(b.state(), BreakerState::Open);
     }
 
     #[test]

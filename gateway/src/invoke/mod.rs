@@ -282,11 +282,24 @@ enum Outcome<'e> {
 fn settle(ticket: CallTicket, outcome: Outcome<'_>) {
     match outcome {
         Outcome::Answered { status, .. } if status >= 500 => ticket.failure(),
+        Outcome::Failed { error, .. } if connection_refused(error) => ticket.not_reached(),
         Outcome::Failed { error, .. } if error.code.side() == Side::Upstream => ticket.failure(),
         Outcome::Answered { latency, .. } | Outcome::Failed { latency, .. } => {
             ticket.success(latency)
         }
     }
+}
+
+/// Whether a call failed because every endpoint tried refused the connection (nothing
+/// listens there: `ECONNREFUSED`, whose text both clients' details carry): nothing reached
+/// the backend and failing cost no time, so the breaker does not count it
+/// ([`CallTicket::not_reached`]). A connect *timeout* is a 504 and does count.
+fn connection_refused(error: &GatewayError) -> bool {
+    error.code == Code::UpstreamError
+        && error
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.contains("Connection refused"))
 }
 
 /// 503 `NO_HEALTHY_UPSTREAM` for `cluster` (the cluster is named in the detail only).
@@ -590,12 +603,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn unreachable_endpoints_are_breaker_failures_and_2xx_successes() {
+    async fn refused_connections_do_not_move_the_breaker_and_4xx_are_successes() {
         let policy = json!({"breaker": {"consecutive_failures": 2, "open_ms": 60000}});
         let (plane, rt) = serving(&[closed_addr()], policy.clone());
-        assert_eq!(code(&get(&plane, &rt).await.0), "UPSTREAM_ERROR");
-        assert_eq!(code(&get(&plane, &rt).await.0), "UPSTREAM_ERROR");
-        assert_eq!(code(&get(&plane, &rt).await.0), "CIRCUIT_OPEN");
+        // Nothing listens: every call fails at once, and the breaker stays closed, so the
+        // first call after the backend is back is served (issue 29).
+        for _ in 0..5 {
+            let (result, _) = get(&plane, &rt).await;
+            assert_eq!(code(&result), "UPSTREAM_ERROR");
+            assert!(connection_refused(result.as_ref().unwrap_err()));
+        }
+        assert_eq!(rt.invoke.apis["a"].breaker.state().as_str(), "closed");
 
         let backend = Backend::start(404, "no such order").await;
         let (plane, rt) = serving(&[backend.addr.to_string()], policy);
