@@ -502,7 +502,7 @@ async fn grpc_statuses_map_to_http() {
                 "GET",
                 "/grpc/v1/orders/1",
                 "",
-                &[("x-demo-status", injected)],
+                &[("grpc-metadata-x-demo-status", injected)],
             )
             .await);
         assert_eq!((e.status(), e.code.as_str()), (status, name), "{injected}");
@@ -533,7 +533,7 @@ async fn metadata_is_passed_both_ways() {
             "",
             &[
                 ("x-portico-request-id", "spoofed"),
-                ("x-demo-delay-ms", "1"),
+                ("grpc-metadata-x-demo-delay-ms", "1"),
             ],
         )
         .await
@@ -554,7 +554,10 @@ async fn metadata_is_passed_both_ways() {
 async fn deadline_is_the_apis_timeout() {
     let mut h = Harness::start().await;
     h.timeout = Duration::from_millis(200);
-    for header in [("x-demo-delay-ms", "3000"), ("x-demo-hang", "1")] {
+    for header in [
+        ("grpc-metadata-x-demo-delay-ms", "3000"),
+        ("grpc-metadata-x-demo-hang", "1"),
+    ] {
         let started = Instant::now();
         let e = err(h.call("GET", "/grpc/v1/orders/1", "", &[header]).await);
         let took = started.elapsed();

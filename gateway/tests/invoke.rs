@@ -140,7 +140,7 @@ fn grpc_statuses_and_bad_input_map_to_the_envelope() {
 
     let (s, c, _) = code_of(
         get(&e, "/v1/orders/1")
-            .header("X-Demo-Status", "UNAVAILABLE")
+            .header("grpc-metadata-x-demo-status", "UNAVAILABLE")
             .send()
             .unwrap(),
     );
@@ -197,7 +197,7 @@ fn grpc_statuses_and_bad_input_map_to_the_envelope() {
     // A deadline beyond the API's timeout: 504.
     let (s, c, _) = code_of(
         get(&e, "/v1/orders/1")
-            .header("X-Demo-Delay-Ms", "3000")
+            .header("grpc-metadata-x-demo-delay-ms", "3000")
             .send()
             .unwrap(),
     );
@@ -333,7 +333,7 @@ fn grpc_breaker_trips_on_unavailable() {
         let (s, c, _) = code_of(
             e.http
                 .get(&url)
-                .header("X-Demo-Status", "14")
+                .header("grpc-metadata-x-demo-status", "14")
                 .send()
                 .unwrap(),
         );

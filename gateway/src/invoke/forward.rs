@@ -36,13 +36,15 @@
 //! - `X-Forwarded-Proto`: `http` or `https`, the scheme the request reached the gateway on,
 //!   or a trusted proxy's own `X-Forwarded-Proto` when it sent exactly one `http`/`https`.
 //!
-//! gRPC metadata follows grpc-gateway's convention on top: `grpc-metadata-<key>` is sent as
-//! `<key>` (then filtered as above); `Host`, `Content-Type`, `Content-Length`,
-//! `Content-Encoding`, `Accept-Encoding`, `Expect`, `User-Agent`, binary (`-bin`) keys and
-//! other reserved `grpc-*` keys are left out (the gRPC client sets its own), so are values
-//! that are not printable ASCII; and the client's metadata is bounded in total
-//! ([`METADATA_BUDGET`], 4 KiB: `grpc-metadata-*`, credentials and trace context first), so
-//! a backend with the common 8 KiB limit never refuses a call for the gateway's metadata.
+//! gRPC metadata is an allow-list, by grpc-gateway's convention (issue 29): a client header
+//! becomes metadata only when it is `grpc-metadata-<key>` (sent as `<key>`) or one of
+//! [`ALLOWED_METADATA`] (credentials, trace context, `Accept-Language`), then filtered as
+//! above; any other header (`X-Custom`, `Cookie`, `User-Agent`, ...) is not metadata. Reserved
+//! `grpc-*` keys are left out (the gRPC client sets its own); so are values that are not
+//! printable ASCII, except that `grpc-metadata-<key>-bin` carrying base64 is sent as binary
+//! metadata `<key>-bin` (gRPC servers decode it); and the client's metadata is bounded in
+//! total ([`METADATA_BUDGET`], 4 KiB: the allowed set first), so a backend with the common
+//! 8 KiB limit never refuses a call for the gateway's metadata.
 
 use crate::request_id;
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -218,9 +220,12 @@ pub fn each_backend_header(
 /// random by the backend (`RESOURCE_EXHAUSTED`).
 pub const METADATA_BUDGET: usize = 4096;
 
-/// Client headers sent as metadata before the others, so the budget never crowds them out:
-/// credentials and trace context (W3C, B3, the clouds'), besides every `grpc-metadata-*`.
-const PREFERRED_METADATA: &[&str] = &[
+/// The client headers that become gRPC metadata under their own name, besides every
+/// `grpc-metadata-*` (docs/PROTOCOL.md, "What backends receive"): credentials, trace context
+/// (W3C, B3, the clouds') and the client's language. They go first, so the budget never
+/// crowds them out.
+pub const ALLOWED_METADATA: &[&str] = &[
+    "accept-language",
     "authorization",
     "traceparent",
     "tracestate",
@@ -236,11 +241,12 @@ const PREFERRED_METADATA: &[&str] = &[
     "x-amzn-trace-id",
 ];
 
-/// The client's headers that become gRPC metadata (see the module docs): first the
-/// `grpc-metadata-*` ones and [`PREFERRED_METADATA`], then the others, in the request's
-/// order, each while it fits in [`METADATA_BUDGET`] (one that does not is left out, a later
-/// smaller one may still go). A value that is not printable ASCII (gRPC's ASCII-Value,
-/// 0x20-0x7E) is left out: grpc-js drops such metadata silently, other stacks refuse it.
+/// The client's headers that become gRPC metadata (see the module docs): first those of
+/// [`ALLOWED_METADATA`], then the `grpc-metadata-*` ones, in the request's order, each while
+/// it fits in [`METADATA_BUDGET`] (one that does not is left out, a later smaller one may
+/// still go). A value that is not printable ASCII (gRPC's ASCII-Value, 0x20-0x7E) is left
+/// out (grpc-js drops such metadata silently, other stacks refuse it), and a `-bin` key's
+/// value must be base64.
 fn client_metadata(
     headers: &HeaderMap,
     caller: &Caller<'_>,
@@ -248,25 +254,29 @@ fn client_metadata(
     put: &mut impl FnMut(HeaderName, HeaderValue),
 ) {
     let mut budget = METADATA_BUDGET;
-    let mut later = false;
-    for preferred_pass in [true, false] {
-        if !preferred_pass && !later {
+    let mut prefixed_seen = false;
+    for allowed_pass in [true, false] {
+        if !allowed_pass && !prefixed_seen {
             break;
         }
         for (name, value) in headers {
             let prefixed = name.as_str().starts_with("grpc-metadata-");
+            prefixed_seen |= prefixed;
+            if prefixed == allowed_pass {
+                continue;
+            }
             let Some(key) = metadata_key(name) else {
                 continue;
             };
-            let preferred = prefixed || PREFERRED_METADATA.contains(&key.as_str());
-            if preferred != preferred_pass {
-                later = true;
+            if !prefixed && !ALLOWED_METADATA.contains(&key.as_str()) {
                 continue;
             }
-            if dropped(&key, caller, named)
-                || NOT_METADATA.contains(&key.as_str())
-                || !value.as_bytes().iter().all(|b| (0x20..=0x7e).contains(b))
-            {
+            let valid = if key.as_str().ends_with("-bin") {
+                is_base64(value.as_bytes())
+            } else {
+                value.as_bytes().iter().all(|b| (0x20..=0x7e).contains(b))
+            };
+            if !valid || dropped(&key, caller, named) || NOT_METADATA.contains(&key.as_str()) {
                 continue;
             }
             let size = key.as_str().len() + value.len() + 32;
@@ -294,20 +304,35 @@ fn dropped(name: &HeaderName, caller: &Caller<'_>, named: &[HeaderName]) -> bool
         || named.contains(name)
 }
 
-/// The metadata key a request header becomes: `grpc-metadata-<key>` → `<key>`; other
-/// reserved `grpc-*` keys and binary (`-bin`) keys → `None`.
+/// The metadata key a request header becomes: `grpc-metadata-<key>` → `<key>`; reserved
+/// `grpc-*` keys → `None`, and so is a binary (`-bin`) key not sent as `grpc-metadata-*`.
 fn metadata_key(name: &HeaderName) -> Option<HeaderName> {
     let n = name.as_str();
-    let key = match n.strip_prefix("grpc-metadata-") {
-        Some(rest) => HeaderName::from_bytes(rest.as_bytes()).ok()?,
+    let (key, prefixed) = match n.strip_prefix("grpc-metadata-") {
+        Some(rest) => (HeaderName::from_bytes(rest.as_bytes()).ok()?, true),
         None if n.starts_with("grpc-") => return None,
-        None => name.clone(),
+        None => (name.clone(), false),
     };
     let k = key.as_str();
-    if k.starts_with("grpc-") || k.ends_with("-bin") {
+    if k.starts_with("grpc-") || (k.ends_with("-bin") && !prefixed) || k == "-bin" {
         return None;
     }
     Some(key)
+}
+
+/// Whether `v` is base64 (standard alphabet, padding optional), as gRPC's binary metadata
+/// values are sent.
+fn is_base64(v: &[u8]) -> bool {
+    let body = v
+        .strip_suffix(b"==")
+        .or_else(|| v.strip_suffix(b"="))
+        .unwrap_or(v);
+    !v.is_empty()
+        && (body.len() % 4) != 1
+        && (v.len() == body.len() || v.len() % 4 == 0)
+        && body
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/'))
 }
 
 /// The headers named by the request's `Connection` header(s) that it carries. Linear in the
@@ -486,7 +511,9 @@ mod tests {
         // Unique per call: never indexed by HPACK.
         assert!(h["x-portico-request-id"].is_sensitive());
         assert_eq!(all(&h, "x-forwarded-for"), ["192.0.2.7"]);
-        assert_eq!(all(&h, "x-tenant"), ["t1"]);
+        // An allow-list: a plain header is not metadata, grpc-metadata-* is.
+        assert!(all(&h, "x-tenant").is_empty(), "{h:?}");
+        assert!(all(&h, "accept").is_empty(), "{h:?}");
         assert_eq!(all(&h, "tenant"), ["t2"]);
         for gone in [
             "host",
@@ -532,6 +559,22 @@ mod tests {
         let custom = (0..12)
             .filter(|i| h.contains_key(format!("x-custom-{i}").as_str()))
             .count();
+        assert_eq!(custom, 0, "not on the allow-list: {h:?}");
+        // Sent as grpc-metadata-*, as many as fit.
+        let prefixed: Vec<(String, Vec<u8>)> = pairs
+            .iter()
+            .map(|(k, v)| match k.strip_prefix("x-custom-") {
+                Some(i) => (format!("grpc-metadata-x-custom-{i}"), v.clone()),
+                None => (k.clone(), v.clone()),
+            })
+            .collect();
+        let refs: Vec<(&str, &[u8])> = prefixed.iter().map(|(k, v)| (k.as_str(), &v[..])).collect();
+        let h = backend_headers(&headers(&refs), &signed_caller(&[], false), Target::Grpc);
+        assert_eq!(all(&h, "authorization"), ["Bearer abc"]);
+        assert_eq!(all(&h, "traceparent").len(), 1);
+        let custom = (0..12)
+            .filter(|i| h.contains_key(format!("x-custom-{i}").as_str()))
+            .count();
         assert_eq!(custom, 3, "as many as fit: {h:?}");
         let client: usize = h
             .iter()
@@ -554,16 +597,40 @@ mod tests {
     }
 
     #[test]
-    fn non_ascii_values_are_never_metadata() {
+    fn non_ascii_values_are_never_metadata_and_binary_goes_as_base64() {
         let request = headers(&[
+            ("grpc-metadata-x-city", "Zürich".as_bytes()),
+            ("grpc-metadata-x-tab", b"a\tb"),
+            ("grpc-metadata-x-plain", b"ok value ~"),
+            ("grpc-metadata-trace-bin", b"AAECAw=="),
+            ("grpc-metadata-raw-bin", b"AAEC Aw"),
+            ("grpc-metadata-unpadded-bin", b"AAECAw"),
+            ("plain-bin", b"AAECAw=="),
             ("x-city", "Zürich".as_bytes()),
-            ("x-tab", b"a\tb"),
-            ("x-plain", b"ok value ~"),
         ]);
         let h = backend_headers(&request, &signed_caller(&[], false), Target::Grpc);
         assert!(all(&h, "x-city").is_empty(), "{h:?}");
         assert!(all(&h, "x-tab").is_empty(), "{h:?}");
         assert_eq!(all(&h, "x-plain"), ["ok value ~"]);
+        assert_eq!(all(&h, "trace-bin"), ["AAECAw=="]);
+        assert_eq!(all(&h, "unpadded-bin"), ["AAECAw"]);
+        assert!(all(&h, "raw-bin").is_empty(), "not base64: {h:?}");
+        assert!(
+            all(&h, "plain-bin").is_empty(),
+            "not grpc-metadata-*: {h:?}"
+        );
+        for (v, ok) in [
+            (&b"AAECAw=="[..], true),
+            (b"AAECAw", true),
+            (b"AAECAwQ", true),
+            (b"AAECA", false),
+            (b"A", false),
+            (b"AAECAw=", false),
+            (b"", false),
+            (b"AA-_", false),
+        ] {
+            assert_eq!(is_base64(v), ok, "{}", String::from_utf8_lossy(v));
+        }
         // An HTTP backend still gets them (header hygiene is not the metadata rule).
         let h = backend_headers(&request, &signed_caller(&[], false), Target::Http);
         assert_eq!(h["x-city"].as_bytes(), "Zürich".as_bytes());
