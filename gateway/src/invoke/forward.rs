@@ -329,7 +329,7 @@ fn is_base64(v: &[u8]) -> bool {
         .unwrap_or(v);
     !v.is_empty()
         && (body.len() % 4) != 1
-        && (v.len() == body.len() || v.len() % 4 == 0)
+        && (v.len() == body.len() || v.len().is_multiple_of(4))
         && body
             .iter()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/'))
