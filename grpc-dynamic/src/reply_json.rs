@@ -1209,6 +1209,29 @@ mod tests {
         let bytes = encode(&md, any);
         assert!(!same_as_reference(&md, &bytes, true));
         assert!(reference(&md, &bytes).is_some());
+        // An Any holding an Empty: the reference's, which writes it {"@type": ...} as
+        // protobuf does (crate::proto_json), also as a whole reply of a method.
+        let url = "type.googleapis.com/google.protobuf.Empty";
+        let bytes = encode(&md, json!({"any": {"@type": url, "value": {}}}));
+        assert!(ReplyWriter::new(&md)
+            .unwrap()
+            .write(&bytes, &mut Vec::new())
+            .is_err());
+        let method = md
+            .parent_pool()
+            .get_service_by_name("portico.test.reply.Replies")
+            .unwrap()
+            .methods()
+            .find(|m| m.name() == "Get")
+            .unwrap();
+        let text = crate::MethodPlan::new(&method, &[])
+            .unwrap()
+            .response_from_bytes(None, &bytes)
+            .unwrap();
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&text).unwrap(),
+            json!({"any": {"@type": url}})
+        );
         let bytes = encode(&md, json!({"mask": "aB,c.dE"}));
         assert!(!same_as_reference(&md, &bytes, true));
         // Unset, they do not matter.

@@ -3,10 +3,11 @@
 //! (docs/ARCHITECTURE.md, "The invoke tier").
 //!
 //! The reference for what a body means is prost-reflect's deserializer with unknown fields
-//! ignored (what [`MethodPlan::request`](crate::MethodPlan::request) does); a
-//! [`RequestEncoder`] gives bytes that decode to the very message the reference builds. It
-//! reads the JSON with the same parser (serde_json) and converts each value by the same
-//! rules (numbers from JSON numbers or decimal strings, integral floats for integers,
+//! ignored, and [`proto_json::read_message`](crate::proto_json::read_message)'s corrections
+//! (what [`MethodPlan::request`](crate::MethodPlan::request) does); a [`RequestEncoder`]
+//! gives bytes that decode to the very message the reference builds. It reads the JSON with
+//! the same parser (serde_json) and converts each value by the same rules (numbers from JSON
+//! numbers or decimal strings, integral floats for integers, in a string too (`"1e2"`),
 //! `"NaN"` and `"Infinity"`, enums by name or number, bytes in standard or URL-safe base64,
 //! fields by JSON or proto name); the well-known types (Timestamp, Duration, Struct,
 //! wrappers, ...) are read by prost-reflect itself and encoded where they stand.
@@ -447,13 +448,23 @@ impl Visitor<'_> for NumVisitor {
                 Ok(x) => Num::F32(x),
                 Err(_) => Num::F32(special(v).ok_or_else(not_fast)? as f32),
             },
-            Scalar::Int32 | Scalar::Sint32 | Scalar::Sfixed32 => Num::I32(v.parse().map_err(e)?),
-            Scalar::Uint32 | Scalar::Fixed32 => Num::U32(v.parse().map_err(e)?),
-            Scalar::Int64 | Scalar::Sint64 | Scalar::Sfixed64 => Num::I64(v.parse().map_err(e)?),
-            Scalar::Uint64 | Scalar::Fixed64 => Num::U64(v.parse().map_err(e)?),
+            Scalar::Int32 | Scalar::Sint32 | Scalar::Sfixed32 => Num::I32(integer(v).map_err(e)?),
+            Scalar::Uint32 | Scalar::Fixed32 => Num::U32(integer(v).map_err(e)?),
+            Scalar::Int64 | Scalar::Sint64 | Scalar::Sfixed64 => Num::I64(integer(v).map_err(e)?),
+            Scalar::Uint64 | Scalar::Fixed64 => Num::U64(integer(v).map_err(e)?),
             _ => return Err(not_fast()),
         })
     }
+}
+
+/// An integer of type `T` in a string: in decimal, else in a float's form (`"1e2"`), as the
+/// reference reads it (crate::proto_json::integral_text).
+fn integer<T: FromStr + TryFrom<i128>>(text: &str) -> Result<T, ()> {
+    text.parse().or_else(|_| {
+        crate::proto_json::integral_text(text)
+            .and_then(|n| T::try_from(n).ok())
+            .ok_or(())
+    })
 }
 
 /// An enum by name or number; an unknown name is the reference's (it drops the field).
@@ -517,7 +528,7 @@ struct MessageVisitor<'a> {
 }
 
 /// A JSON key, borrowed from the body when it has no escapes.
-struct Key;
+pub(crate) struct Key;
 
 impl<'de> DeserializeSeed<'de> for Key {
     type Value = Cow<'de, str>;
@@ -765,13 +776,13 @@ impl<'de> Visitor<'de> for MapVisitor<'_> {
                     None
                 }
                 Scalar::Int32 | Scalar::Sint32 | Scalar::Sfixed32 => {
-                    Some(Num::I32(i32::from_str(k).map_err(e)?))
+                    Some(Num::I32(integer(k).map_err(e)?))
                 }
                 Scalar::Int64 | Scalar::Sint64 | Scalar::Sfixed64 => {
-                    Some(Num::I64(i64::from_str(k).map_err(e)?))
+                    Some(Num::I64(integer(k).map_err(e)?))
                 }
-                Scalar::Uint32 | Scalar::Fixed32 => Some(Num::U32(u32::from_str(k).map_err(e)?)),
-                Scalar::Uint64 | Scalar::Fixed64 => Some(Num::U64(u64::from_str(k).map_err(e)?)),
+                Scalar::Uint32 | Scalar::Fixed32 => Some(Num::U32(integer(k).map_err(e)?)),
+                Scalar::Uint64 | Scalar::Fixed64 => Some(Num::U64(integer(k).map_err(e)?)),
                 Scalar::Bool => Some(Num::Bool(
                     bool::from_str(k).map_err(|_| not_fast::<A::Error>())?,
                 )),
@@ -838,10 +849,8 @@ mod tests {
 
     /// The message the reference makes of `body`, encoded and read back.
     fn reference(md: &MessageDescriptor, body: &[u8]) -> Option<serde_json::Value> {
-        let mut de = serde_json::Deserializer::from_slice(body);
         let options = DeserializeOptions::new().deny_unknown_fields(false);
-        let m = DynamicMessage::deserialize_with_options(md.clone(), &mut de, &options).ok()?;
-        de.end().ok()?;
+        let m = crate::proto_json::read_message(md, body, &options).ok()?;
         as_json(md, &m.encode_to_vec())
     }
 
@@ -883,6 +892,10 @@ mod tests {
                    "fSint64": -5.0, "fEnum": 2, "fFixed32": "0", "fBool": false}}),
             json!({"scalars": {"fEnum": "CRIMSON", "fDouble": "1e-300", "fFloat": "3.5"}}),
             json!({"scalars": {"f_int32": 5, "f_string": "proto names"}}),
+            // Integers in a float's form in a string (proto3 JSON; the reference rewrites them).
+            json!({"scalars": {"fInt32": "1e2", "fUint64": "1e19", "fSint64": "-2.5e1",
+                   "fFixed32": "7.0", "fString": "1e2"}, "ints": ["1e1", 2], "sints": ["-4E0"],
+                   "colourById": {"1e1": "RED"}, "byLong": {"-2e0": {"fInt64": "3e0"}}}),
             // Defaults: left out (no presence) or kept (presence).
             json!({"scalars": {"fInt32": 0, "fString": "", "fBytes": "", "fEnum": "COLOUR_UNSPECIFIED", "fDouble": -0.0}}),
             json!({"maybeInt": 0, "maybeString": "", "maybeColour": 0}),
@@ -978,6 +991,11 @@ mod tests {
             r#"{"scalars": {"fInt32": 1.5}}"#,
             r#"{"scalars": {"fInt32": 2147483648}}"#,
             r#"{"scalars": {"fInt32": "abc"}}"#,
+            r#"{"scalars": {"fInt32": "1.5e0"}}"#,
+            r#"{"scalars": {"fInt32": "3e9"}}"#,
+            r#"{"scalars": {"fUint64": "-1e0"}}"#,
+            r#"{"ints": ["1e400"]}"#,
+            r#"{"colourById": {"0.5": "RED"}}"#,
             r#"{"scalars": {"fBool": "true"}}"#,
             r#"{"scalars": {"fString": 5}}"#,
             r#"{"scalars": {"fBytes": "***"}}"#,

@@ -81,7 +81,7 @@ pub(crate) enum Wkt {
 }
 
 impl Wkt {
-    fn of(full_name: &str) -> Option<Wkt> {
+    pub(crate) fn of(full_name: &str) -> Option<Wkt> {
         Some(match full_name {
             "google.protobuf.Timestamp" => Wkt::Timestamp,
             "google.protobuf.Duration" => Wkt::Duration,

@@ -506,11 +506,12 @@ fn parse_message(
     body: &[u8],
     prefix: &str,
 ) -> Result<DynamicMessage, TranscodeError> {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let parsed =
-        DynamicMessage::deserialize_with_options(desc.clone(), &mut de, &deserialize_options())
-            .and_then(|m| de.end().map(|()| m));
-    parsed.map_err(|e| TranscodeError::bad_request(diagnose(desc, body, prefix, &e)))
+    proto_json::read_message(desc, body, &deserialize_options()).map_err(|e| {
+        // Explained as prost-reflect reads it: with the forms it does not read rewritten
+        // (proto_json), so that a field in such a form is not the one blamed.
+        let fixed = proto_json::corrected_request(desc, body);
+        TranscodeError::bad_request(diagnose(desc, fixed.as_deref().unwrap_or(body), prefix, &e))
+    })
 }
 
 /// Parses a JSON body as the value of the top-level field `fd` of `input`.
@@ -528,15 +529,31 @@ fn parse_body_field(
     // A repeated, map or scalar field: parse the value, then read it as that field.
     let value: serde_json::Value = serde_json::from_slice(body)
         .map_err(|e| TranscodeError::bad_request(format!("invalid JSON body: {e}")))?;
-    let mut wrapper = serde_json::Map::with_capacity(1);
-    wrapper.insert(fd.name().to_owned(), value);
-    let wrapper = serde_json::Value::Object(wrapper);
-    DynamicMessage::deserialize_with_options(input.clone(), &wrapper, &deserialize_options())
-        .map_err(|e| {
-            let why = find_bad_field(input, &wrapper, "")
-                .unwrap_or_else(|| (fd.name().to_owned(), strip_position(&e.to_string())));
-            TranscodeError::bad_request(format!("field \"{}\": {}", why.0, why.1))
-        })
+    let as_field = |value: serde_json::Value| {
+        let mut wrapper = serde_json::Map::with_capacity(1);
+        wrapper.insert(fd.name().to_owned(), value);
+        let wrapper = serde_json::Value::Object(wrapper);
+        let read = DynamicMessage::deserialize_with_options(
+            input.clone(),
+            &wrapper,
+            &deserialize_options(),
+        );
+        (read, wrapper)
+    };
+    let (mut read, mut wrapper) = as_field(value);
+    if read.is_err() {
+        // Once more with the forms prost-reflect does not read rewritten (proto_json).
+        let fixed = proto_json::corrected_field(fd, body)
+            .and_then(|fixed| serde_json::from_slice::<serde_json::Value>(&fixed).ok());
+        if let Some(fixed) = fixed {
+            (read, wrapper) = as_field(fixed);
+        }
+    }
+    read.map_err(|e| {
+        let why = find_bad_field(input, &wrapper, "")
+            .unwrap_or_else(|| (fd.name().to_owned(), strip_position(&e.to_string())));
+        TranscodeError::bad_request(format!("field \"{}\": {}", why.0, why.1))
+    })
 }
 
 /// Explains why `body` is not a `desc` message: a JSON syntax error, or the field whose
@@ -1206,6 +1223,42 @@ mod tests {
                 "createdAt": "2026-01-02T02:04:05.500Z"
             })
         );
+    }
+
+    #[test]
+    fn integers_in_a_floats_form_in_the_body() {
+        // proto3 JSON forms prost-reflect does not read itself (proto_json), in a whole body
+        // and as a message, repeated or scalar body field.
+        let p = plan(ORDER, "CreateOrder", &[spec(Some("*"), None)]);
+        let body = br#"{"qty": "2e0", "totalCents": "-1.5e3", "items": [{"qty": "1E1"}]}"#;
+        assert_eq!(
+            to_json(&p.request(Some(0), &[], None, body).unwrap()),
+            json!({"qty": 2, "totalCents": "-1500", "items": [{"qty": 10}]})
+        );
+        let bytes = p.request_bytes(Some(0), &[], None, body).unwrap();
+        let m = DynamicMessage::decode(p.input().clone(), bytes.as_slice()).unwrap();
+        assert_eq!(
+            to_json(&m),
+            json!({"qty": 2, "totalCents": "-1500", "items": [{"qty": 10}]})
+        );
+        let e = bad(p.request(Some(0), &[], None, br#"{"qty": "2.5e0"}"#));
+        assert!(e.starts_with(r#"field "qty": "#), "{e}");
+        // The mistake is blamed, not a field in such a form before it.
+        let body = br#"{"items": [{"qty": "1e1"}], "shop": {"id": 5}}"#;
+        let e = bad(p.request(Some(0), &[], None, body));
+        assert!(e.starts_with(r#"field "shop.id": "#), "{e}");
+
+        let p = plan(ORDER, "UpdateOrder", &[spec(Some("order"), None)]);
+        let m = p.request(Some(0), &[], None, br#"{"qty": "3e0"}"#).unwrap();
+        assert_eq!(to_json(&m), json!({"order": {"qty": 3}}));
+        let p = plan(ORDER, "ListOrders", &[spec(Some("ids"), None)]);
+        let m = p.request(Some(0), &[], None, br#"["1e2", 2]"#).unwrap();
+        assert_eq!(to_json(&m), json!({"ids": ["100", "2"]}));
+        let p = plan(ORDER, "ListOrders", &[spec(Some("page_size"), None)]);
+        let m = p.request(Some(0), &[], None, br#""5e1""#).unwrap();
+        assert_eq!(to_json(&m), json!({"pageSize": 50}));
+        let e = bad(p.request(Some(0), &[], None, br#""5e10""#));
+        assert!(e.starts_with(r#"field "page_size": "#), "{e}");
     }
 
     #[test]
