@@ -333,11 +333,15 @@ fn http_timeout(timeout: Duration) -> reqwest::blocking::Client {
         .unwrap()
 }
 
-/// `what` of an answer for a summary: `200`, `503 CIRCUIT_OPEN`, `transport: ...`.
+/// An answer for a summary: `200`, `503 CIRCUIT_OPEN: <message>`, `transport: <error>`.
 fn outcome(r: &Result<(u16, Value), String>) -> String {
     match r {
         Ok((200, _)) => "200".into(),
-        Ok((status, v)) => format!("{status} {}", v["code"].as_str().unwrap_or("?")),
+        Ok((status, v)) => format!(
+            "{status} {}: {}",
+            v["code"].as_str().unwrap_or("?"),
+            v["message"].as_str().unwrap_or("?")
+        ),
         Err(e) => format!("transport: {e}"),
     }
 }
@@ -486,16 +490,17 @@ each_stack! {
         let gw = Gateway::start(&server, 5000, &[]);
         let http = http();
         let filler = "v".repeat(1000);
+        let city = reqwest::header::HeaderValue::from_bytes("Zürich".as_bytes()).unwrap();
+        // `grpc-metadata-<key>` is metadata `<key>` by grpc-gateway's convention, whatever
+        // else the gateway forwards (docs/PROTOCOL.md, "What backends receive").
         let mut request = http
             .post(format!("http://{}/v1/interop", gw.listen))
             .header("authorization", "Bearer token-1")
-            .header(
-                "x-city",
-                reqwest::header::HeaderValue::from_bytes("Zürich".as_bytes()).unwrap(),
-            )
+            .header("x-city", city.clone())
+            .header("grpc-metadata-x-city", city)
             .json(&json!({"name": "big"}));
         for i in 0..12 {
-            request = request.header(format!("x-custom-{i}"), &filler);
+            request = request.header(format!("grpc-metadata-x-custom-{i}"), &filler);
         }
         // Random over runs before: grpcio's limit is counted per call, with HPACK's overhead.
         for _ in 0..5 {
@@ -512,7 +517,7 @@ each_stack! {
             let custom = keys.iter().filter(|k| k.starts_with("x-custom-")).count();
             let size = v["metadataBytes"].as_i64().unwrap();
             eprintln!(
-                "{stack:?} received {size} bytes of metadata, {custom} of 12 x-custom-* headers"
+                "{stack:?} received {size} bytes of metadata, {custom} of 12 x-custom-* entries"
             );
             assert!(size < 8192, "{size}");
             assert!(custom >= 1, "{keys:?}");
@@ -754,7 +759,9 @@ each_stack! {
             tally(&down),
             tally(&after),
         );
-        assert!(after.len() >= 80, "the load did not go on after the restart");
+        // The restart takes 1 to 2 s (the interpreter's start, on a loaded machine): at least
+        // 3 s of load remain after it.
+        assert!(after.len() >= 60, "the load did not go on after the restart: {}", after.len());
         assert_eq!(before.iter().filter(|c| failed(c)).count(), 0, "calls before the kill failed");
         assert!(
             why.is_empty(),
