@@ -2,7 +2,7 @@
 # Portico's test run (what CI runs, through .ci/run):
 #   1. installs what the tests need and is missing (Debian packages, as root or via sudo;
 #      schemathesis, openapi-spec-validator, grpcio and protobuf, pinned, from PyPI into the venv .run/venv,
-#      reused when present);
+#      reused when present; @grpc/grpc-js, pinned, npm ci into gateway/tests/grpcjs/node_modules);
 #   2. checks the signing vectors of ops/sign.py and that docs/PROTOCOL.md's worked examples
 #      and Python snippet agree with them (ops/check_docs.py); builds the console
 #      (admin-ui/build.sh: npm ci when needed, then the type check and vite build);
@@ -10,20 +10,33 @@
 #   4. cargo build --workspace --all-targets (so every binary the tests launch exists:
 #      portico-gateway, portico-demo-backend, portico-registry, ... in target/debug/);
 #   5. cargo test --workspace --no-fail-fast (the tests start their own ZooKeeper, demo
-#      backend and gateway processes on free 127.0.0.1 ports);
+#      backend and gateway processes on free 127.0.0.1 ports); beside it, in the background,
+#      the slow lane (step slow-lane, log .run/test/slow-lane.log): the #[ignore]d tests of
+#      gateway/tests/grpc_interop.rs (a 3-minute call, 6 minutes idle, a restart under load;
+#      minutes of waiting, little CPU), run when gateway/src/invoke differs from the tree it
+#      last passed on (ops/slow-lane.stamp; always outside a git checkout), always with
+#      --slow; a pass rewrites the stamp (commit it). Joined before the summary;
 #   6. a fuzzing smoke run: ./ops/fuzz.sh all runs each cargo-fuzz target of fuzz/ for
 #      PORTICO_FUZZ_SECONDS seconds (default 20; 0 skips the step; its build is its own,
 #      in fuzz/target, with cargo-fuzz installed first if missing);
 #   7. cargo clippy --workspace --all-targets -- -D warnings;
 # then prints a summary and exits non-zero if any step failed.
 #
-#   ./ops/test.sh [extra cargo test args, e.g. -p portico-gateway or a test-name filter]
+#   ./ops/test.sh [--slow] [extra cargo test args, e.g. -p portico-gateway or a test-name filter]
 #
+# With cargo test args (a partial run) the slow lane runs only when --slow is given.
 # PORTICO_SKIP_LINT=1 skips steps 3 and 7. Logs: .run/test/.
 set -euo pipefail
 # shellcheck source=ops/lib.sh
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
+
+slow=auto
+args=()
+for a in "$@"; do
+    if [ "$a" = --slow ]; then slow=always; else args+=("$a"); fi
+done
+set -- "${args[@]+"${args[@]}"}"
 
 logdir="$RUN/test"
 mkdir -p "$logdir"
@@ -92,8 +105,97 @@ if py="$(ensure_grpcio)"; then
 else
     warn "grpcio could not be installed: gateway/tests/grpc_interop.rs will fail"
 fi
+# ... and a Node @grpc/grpc-js server (npm, pinned by gateway/tests/grpcjs/package-lock.json):
+# grpc_interop.rs runs gateway/tests/grpcjs_server.js with node and fails, saying how to
+# install it, when it is missing.
+if dir="$(ensure_grpcjs)"; then
+    export PORTICO_GRPCJS_DIR="$dir"
+else
+    warn "@grpc/grpc-js could not be installed: gateway/tests/grpc_interop.rs will fail"
+fi
 # ------------------------------------------------------------------------------------------
 export PORTICO_ZK_BIN="$ZK_BIN"
+
+# --- the slow lane ---------------------------------------------------------------------------
+# The tests of gateway/tests/grpc_interop.rs marked #[ignore = "slow lane: ..."] mostly wait
+# (a 3-minute call, 6 minutes idle, a backend restarted under load), so they run in the
+# background beside the main cargo test. They guard the gRPC client, so they run at least
+# once per change to gateway/src/invoke: ops/slow-lane.stamp holds the git tree id of
+# gateway/src/invoke they last passed on, and a run whose tree differs (or outside a git
+# checkout) runs them; --slow always does. A pass writes the stamp; commit it with the change.
+slow_stamp="$ROOT/ops/slow-lane.stamp"
+slow_cmd=(cargo test -p portico-gateway --test grpc_interop --no-fail-fast -- --ignored --test-threads 8)
+
+# invoke_tree: the tree id gateway/src/invoke would have if committed as it is now
+# (uncommitted edits included), from a throw-away index: the real index is not touched.
+invoke_tree() {
+    local tmp rc=0
+    git -C "$ROOT" rev-parse --verify -q HEAD:gateway/src/invoke >/dev/null 2>&1 || return 1
+    tmp="$(mktemp -d)"
+    GIT_INDEX_FILE="$tmp/index" git -C "$ROOT" read-tree HEAD &&
+        GIT_INDEX_FILE="$tmp/index" git -C "$ROOT" add -A -- gateway/src/invoke &&
+        GIT_INDEX_FILE="$tmp/index" git -C "$ROOT" write-tree --prefix=gateway/src/invoke/ || rc=1
+    rm -rf "$tmp"
+    return "$rc"
+}
+
+slow_tree="$(invoke_tree 2>/dev/null || true)"
+slow_last="$(grep -v '^#' "$slow_stamp" 2>/dev/null | head -n 1 || true)"
+slow_why=""
+if [ "$slow" = always ]; then
+    slow_why="--slow"
+elif [ "$#" -ne 0 ]; then
+    slow=skip
+    slow_why="a partial run (cargo test args given): ./ops/test.sh --slow runs it"
+elif [ -z "$slow_tree" ]; then
+    slow_why="not a git checkout: the tree of gateway/src/invoke is unknown"
+elif [ "$slow_tree" != "$slow_last" ]; then
+    slow_why="gateway/src/invoke ($slow_tree) changed since it last passed (${slow_last:-never})"
+else
+    slow=skip
+    slow_why="gateway/src/invoke unchanged since it last passed (ops/slow-lane.stamp)"
+fi
+slow_pid="" slow_t0=0
+
+# slow_lane_start: starts it in the background, output to $logdir/slow-lane.log.
+slow_lane_start() {
+    [ "$slow" = skip ] && return 0
+    log "slow-lane (background, log $logdir/slow-lane.log; $slow_why): ${slow_cmd[*]}"
+    rm -f "$logdir/slow-lane.rc"
+    slow_t0=$SECONDS
+    ("${slow_cmd[@]}" >"$logdir/slow-lane.log" 2>&1; echo "$?" >"$logdir/slow-lane.rc") &
+    slow_pid=$!
+}
+
+# slow_lane_join: waits for it and records it as a step (or records why it did not run).
+slow_lane_join() {
+    local rc waited=$SECONDS
+    step_names+=("slow-lane")
+    if [ "$slow" = skip ]; then
+        step_results+=("skipped ($slow_why)")
+        return 0
+    fi
+    if [ -z "$slow_pid" ]; then
+        step_results+=("not run (the build failed)")
+        failed=1
+        return 0
+    fi
+    log "slow-lane: waiting for it to finish"
+    wait "$slow_pid" || true
+    rc="$(cat "$logdir/slow-lane.rc" 2>/dev/null || echo 1)"
+    grep -a -E '^test .* \.\.\. (ok|FAILED)$|^(Grpcio|GrpcJs): ' "$logdir/slow-lane.log" >&2 || true
+    if [ "$rc" -eq 0 ]; then
+        step_results+=("ok      $((SECONDS - slow_t0))s (in the background; $((SECONDS - waited))s waited for)")
+        if [ -n "$slow_tree" ]; then
+            printf '# git rev-parse HEAD:gateway/src/invoke of the tree the slow lane last passed on\n# (./ops/test.sh writes it after a pass: commit it with the change)\n%s\n' \
+                "$slow_tree" >"$slow_stamp"
+            [ "$slow_tree" = "$slow_last" ] || log "slow-lane passed: ops/slow-lane.stamp updated, commit it"
+        fi
+    else
+        step_results+=("FAILED  $((SECONDS - slow_t0))s (exit $rc, log $logdir/slow-lane.log)")
+        failed=1
+    fi
+}
 
 # --- 2..7 ----------------------------------------------------------------------------------
 step sign-vectors python3 ops/sign.py --self-test || true
@@ -104,6 +206,7 @@ if [ "${PORTICO_SKIP_LINT:-0}" != 1 ]; then
     step fmt cargo fmt --all -- --check || true
 fi
 if step build cargo build --workspace --all-targets; then
+    slow_lane_start
     if [ "$#" -eq 0 ]; then
         step test cargo test --workspace --no-fail-fast || true
     else
@@ -120,6 +223,8 @@ fi
 if [ "${PORTICO_SKIP_LINT:-0}" != 1 ]; then
     step clippy cargo clippy --workspace --all-targets -- -D warnings || true
 fi
+
+slow_lane_join
 
 # --- summary -------------------------------------------------------------------------------
 passed=0 tfailed=0 ignored=0
@@ -147,6 +252,16 @@ if [ "$tfailed" -gt 0 ]; then
         while read -r name; do
             grep -a -A4 -F "thread '$name' " "$logdir/test.log" |
                 grep -a -v -E '^(stack backtrace:|note: run with|--$)' | head -n 8 | sed 's/^/    /'
+        done || true
+fi
+if [ "$slow" != skip ] && [ -f "$logdir/slow-lane.log" ] &&
+    grep -q -a -E '^test .* \.\.\. FAILED$' "$logdir/slow-lane.log"; then
+    echo "  failing slow-lane tests (log $logdir/slow-lane.log):"
+    grep -a -E '^test .* \.\.\. FAILED$' "$logdir/slow-lane.log" | sed 's/^test /    /; s/ \.\.\. FAILED$//' |
+        while read -r name; do
+            echo "    $name"
+            grep -a -A5 -F "thread '$name' " "$logdir/slow-lane.log" |
+                awk '/^(stack backtrace:|note: run with|--$)/ { exit } { print }' | sed 's/^/      /'
         done || true
 fi
 if [ "$ignored" -gt 0 ]; then echo "  ($ignored ignored)"; fi
