@@ -341,13 +341,25 @@ impl GrpcChannel {
             } else {
                 std::mem::take(&mut headers)
             };
-            let (response, state, queued_at) = self.open(request, frame.clone()).await?;
+            let (response, state, queued_at, mut send) = self.open(request, frame.clone()).await?;
             let in_flight = InFlight::enter(&state);
-            let e = match response.await {
-                Ok(response) => break (response, in_flight),
+            let answered = response.await;
+            let left = timeout.saturating_sub(started.elapsed());
+            let e = match answered {
+                Ok(response) => {
+                    if redialled || left.is_zero() || !cancelled_at_shutdown(&response, &mut send) {
+                        break (response, in_flight);
+                    }
+                    // grpc-core's graceful stop cancels the calls that reached it after its
+                    // GOAWAY but before a handler took them: never processed.
+                    redialled = true;
+                    state.closed.store(true, Ordering::Relaxed);
+                    tracing::info!(addr = %self.addr, "gRPC call cancelled by a backend going away; sending it on a fresh connection");
+                    headers.insert(GRPC_TIMEOUT.clone(), grpc_timeout(left));
+                    continue;
+                }
                 Err(e) => e,
             };
-            let left = timeout.saturating_sub(started.elapsed());
             if e.reason() == Some(h2::Reason::REFUSED_STREAM) {
                 if refused >= REFUSED_RETRIES || left.is_zero() {
                     return Err(failed_before_reply(e, &state, queued_at));
@@ -424,7 +436,15 @@ impl GrpcChannel {
         &self,
         request: Request<()>,
         frame: Bytes,
-    ) -> Result<(h2::client::ResponseFuture, Arc<ConnState>, u64), CallError> {
+    ) -> Result<
+        (
+            h2::client::ResponseFuture,
+            Arc<ConnState>,
+            u64,
+            SendRequest<Bytes>,
+        ),
+        CallError,
+    > {
         let mut fresh = false;
         let (mut send, state) = loop {
             let live = match self.current() {
@@ -463,7 +483,7 @@ impl GrpcChannel {
         stream
             .send_data(frame, true)
             .map_err(|e| CallError::Transport(e.to_string()))?;
-        Ok((response, state, queued_at))
+        Ok((response, state, queued_at, send))
     }
 
     /// The open connection, if any.
@@ -609,6 +629,29 @@ async fn drive(
         Some(why) => tracing::info!(addr = %addr, "gRPC connection closed: {why}"),
         None => tracing::debug!(addr = %addr, "gRPC connection closed"),
     }
+}
+
+/// Whether `response` is a trailers-only `CANCELLED` on a connection the backend has sent
+/// GOAWAY on (`send` cannot open streams any more): what grpc-core answers, during a graceful
+/// stop, to the calls that reached it after its GOAWAY but before a handler took them. Such a
+/// call was never processed, so it is sent again on a fresh connection. (A handler that
+/// cancels its own call with nothing sent, on a server that happens to be shutting down, is
+/// the one case sent twice; gRPC servers do not answer CANCELLED of their own accord.)
+fn cancelled_at_shutdown(
+    response: &http::Response<h2::RecvStream>,
+    send: &mut SendRequest<Bytes>,
+) -> bool {
+    let cancelled = response.status() == http::StatusCode::OK
+        && response
+            .headers()
+            .get(&GRPC_STATUS)
+            .is_some_and(|v| v.as_bytes() == b"1");
+    if !cancelled {
+        return false;
+    }
+    // A handle with no stream pending answers at once: an error once a GOAWAY arrived.
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    matches!(send.poll_ready(&mut cx), Poll::Ready(Err(_)))
 }
 
 /// What a stream that failed before its reply's headers means: the backend did not take
@@ -1268,6 +1311,9 @@ mod tests {
         Close,
         /// `REFUSED_STREAM`; then, when the test says so, closes the connection.
         RefuseThenCloseWhenTold,
+        /// A trailers-only `CANCELLED`, after a GOAWAY naming every stream (a grpc-core
+        /// server's graceful stop) when the flag is set.
+        Cancel { going_away: bool },
         /// Holds the call; answers a PING with GOAWAY `ENHANCE_YOUR_CALM` "too_many_pings"
         /// and closes the connection, as grpc-core does past its ping policy.
         CalmOnPing,
@@ -1322,6 +1368,19 @@ mod tests {
                         tcp.write_all(&frame(GOAWAY, 0, 0, &[0; 8])).unwrap();
                     }
                     (HEADERS, Raw::Close) => break 'frames,
+                    (HEADERS, Raw::Cancel { going_away }) => {
+                        if going_away {
+                            let mut goaway = 0x7fff_ffffu32.to_be_bytes().to_vec();
+                            goaway.extend_from_slice(&[0; 4]);
+                            let _ = tcp.write_all(&frame(GOAWAY, 0, 0, &goaway));
+                        }
+                        // HPACK: `:status: 200` (static index 8), then `grpc-status: 1`
+                        // as a literal without indexing; END_STREAM | END_HEADERS.
+                        let mut block = vec![0x88, 0x00, 11];
+                        block.extend_from_slice(b"grpc-status");
+                        block.extend_from_slice(&[1, b'1']);
+                        let _ = tcp.write_all(&frame(HEADERS, 0x5, stream, &block));
+                    }
                     (PING, Raw::CalmOnPing) if head[4] & 1 == 0 => {
                         let mut goaway = 1u32.to_be_bytes().to_vec();
                         goaway.extend_from_slice(&0xbu32.to_be_bytes());
@@ -1358,6 +1417,21 @@ mod tests {
         }
         // Not processed, so sent once more on a fresh connection (which went away too).
         assert_eq!(channel.dials.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_call_cancelled_by_a_backend_going_away_is_sent_on_a_fresh_connection() {
+        for (going_away, dials) in [(true, 2), (false, 1)] {
+            let (addr, _) = raw_server(Raw::Cancel { going_away });
+            let channel = GrpcChannel::new(&addr, settings()).unwrap();
+            match call(&channel, b"x").await {
+                Err(CallError::Status(s)) => assert_eq!(s.code(), Code::Cancelled),
+                other => panic!("{other:?}"),
+            }
+            // Sent again once (this server cancels every call) only when the backend was
+            // going away: a CANCELLED from a server that is not is its answer.
+            assert_eq!(channel.dials.load(Ordering::SeqCst), dials, "{going_away}");
+        }
     }
 
     #[tokio::test]
