@@ -567,7 +567,7 @@ fn start_admin(
         }),
     };
     let listener = control_rt
-        .block_on(bind_admin(&args.admin_listen))
+        .block_on(bind_admin(&args.admin_listen, args.upgrade))
         .with_context(|| format!("binding the admin listener {}", args.admin_listen))?;
     control_rt.spawn(async move {
         if let Err(e) = axum::serve(listener, admin::router(state)).await {
@@ -775,7 +775,7 @@ fn start_internal(
         token: token.map(Arc::new),
     };
     let listener = control_rt
-        .block_on(bind_admin(&args.internal_listen))
+        .block_on(bind_admin(&args.internal_listen, args.upgrade))
         .with_context(|| format!("binding the internal listener {}", args.internal_listen))?;
     tracing::info!(internal = %args.internal_listen, store = shared.notify.store.kind(), "notifications: internal listener up");
     control_rt.spawn(notify::internal::serve(
@@ -807,19 +807,45 @@ fn callback_client(ca_file: &Path) -> anyhow::Result<reqwest::Client> {
     builder.build().context("building the callback client")
 }
 
-/// The admin listener, with SO_REUSEPORT so that a gateway started with `--upgrade` can bind
-/// it while the one it replaces still serves it (both answer until the old one exits).
-async fn bind_admin(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
+/// The admin or internal listener. It is bound with SO_REUSEPORT so that a gateway started
+/// with `--upgrade` can bind it while the one it replaces still serves it (both answer until
+/// the old one exits). Any other start first makes sure no process listens there: with
+/// SO_REUSEPORT alone a second gateway on the same address would share it silently, and
+/// publishes and admin calls would reach either at random (issue 30).
+async fn bind_admin(addr: &str, upgrading: bool) -> std::io::Result<tokio::net::TcpListener> {
     let addr: std::net::SocketAddr = tokio::net::lookup_host(addr)
         .await?
         .next()
         .ok_or_else(|| std::io::Error::other("no address"))?;
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
+    let socket = || {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        Ok::<_, std::io::Error>(socket)
     };
-    socket.set_reuseaddr(true)?;
+    if !upgrading {
+        // Without SO_REUSEPORT, binding fails while anyone listens on the address (and only
+        // then: SO_REUSEADDR lets it past connections in TIME_WAIT).
+        let probe = socket()?;
+        if let Err(e) = probe.bind(addr) {
+            return Err(if e.kind() == std::io::ErrorKind::AddrInUse {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{addr} is in use by another process (another gateway?); only a \
+                         gateway started with --upgrade may share it with the one it replaces"
+                    ),
+                )
+            } else {
+                e
+            });
+        }
+        drop(probe);
+    }
+    let socket = socket()?;
     socket.set_reuseport(true)?;
     socket.bind(addr)?;
     socket.listen(1024)

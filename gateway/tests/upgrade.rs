@@ -409,3 +409,67 @@ fn a_rolling_restart_by_the_script_fails_nothing() {
         assert!(!pids.join(format!("gateway-{n}-draining.pid")).exists());
     }
 }
+
+/// One listener, one owner (issue 30): a second gateway started on the admin or internal
+/// address another one holds refuses to start and names the address (with SO_REUSEPORT alone
+/// both would share it, and publishes would reach either at random); only `--upgrade` shares.
+#[test]
+fn a_second_gateway_on_a_held_admin_or_internal_address_refuses_to_start() {
+    let tree = degraded_ping_tree();
+    let dir = tempfile::tempdir().unwrap();
+    let held_admin = format!("127.0.0.1:{}", free_port());
+    let held_internal = format!("127.0.0.1:{}", free_port());
+    let start = |admin: &str, internal: &str, sock: &str| {
+        let listen = format!("127.0.0.1:{}", free_port());
+        Command::new(env!("CARGO_BIN_EXE_portico-gateway"))
+            .args(["--config-dir", &tree.path().display().to_string()])
+            .args(["--listen", &listen, "--admin-listen", admin])
+            .args(["--internal-listen", internal, "--access-log", "off"])
+            .args(["--threads", "1"])
+            .arg("--upgrade-sock")
+            .arg(dir.path().join(sock))
+            .env("PORTICO_LOG", "warn")
+            .env_remove("PORTICO_PUBLISH_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn portico-gateway")
+    };
+    let mut first = start(&held_admin, &held_internal, "first.sock");
+    let http = client();
+    assert!(
+        wait_until(Duration::from_secs(30), || http
+            .get(format!("http://{held_admin}/readyz"))
+            .send()
+            .is_ok_and(|r| r.status() == 200)),
+        "the first gateway never became ready"
+    );
+    for (admin, internal, which) in [
+        (
+            held_admin.clone(),
+            format!("127.0.0.1:{}", free_port()),
+            &held_admin,
+        ),
+        (
+            format!("127.0.0.1:{}", free_port()),
+            held_internal.clone(),
+            &held_internal,
+        ),
+    ] {
+        let second = start(&admin, &internal, "second.sock");
+        let out = second.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "the second gateway started on {which}"
+        );
+        assert!(
+            stderr.contains(&format!("{which} is in use by another process")),
+            "{stderr}"
+        );
+    }
+    assert!(alive(&mut first), "the first gateway is unharmed");
+    let _ = first.kill();
+    let _ = first.wait();
+}
