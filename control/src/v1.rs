@@ -647,8 +647,14 @@ pub struct AppRateLimit {
 pub struct Switch {
     #[serde(default)]
     pub degraded: bool,
+    /// Why, for operators (the console, the audit, the access log); never shown to
+    /// merchants.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What merchants are told by the 503 `API_DEGRADED` of a switch without a fallback
+    /// (default [`DEFAULT_DEGRADED_MESSAGE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_by: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -660,6 +666,9 @@ pub struct Switch {
     #[serde(default, rename = "match", skip_serializing_if = "BTreeMap::is_empty")]
     pub matches: BTreeMap<String, Vec<String>>,
 }
+
+/// The merchant-facing message of a degraded API whose switch sets none.
+pub const DEFAULT_DEGRADED_MESSAGE: &str = "the API is temporarily unavailable";
 
 /// The canned answer of a degraded API.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1374,6 +1374,15 @@ fn check_switch(name: &str, raw: &[u8]) -> Result<(v1::Switch, Option<KeyMatch>)
             check_match(&sw.matches)?,
         )),
     };
+    if let Some(m) = &sw.message {
+        // Shown to merchants in the 503 envelope: one short line of text.
+        if m.chars().count() > 200 || m.chars().any(char::is_control) {
+            return Err(
+                "message: at most 200 characters, no control characters (it is shown to merchants)"
+                    .to_owned(),
+            );
+        }
+    }
     if let Some(fb) = &sw.fallback {
         if !(100..=599).contains(&fb.status) {
             return Err("fallback.status: must be between 100 and 599".to_owned());
@@ -2581,6 +2590,17 @@ mod tests {
             .unwrap();
         assert!(!rej.kept_previous);
         assert!(s2.apis.is_empty());
+    }
+
+    #[test]
+    fn a_switch_message_is_one_short_line() {
+        let doc = |m: &str| serde_json::to_vec(&json!({"degraded": true, "message": m})).unwrap();
+        let (sw, _) = check_switch("order.get", &doc("back at 10:00")).unwrap();
+        assert_eq!(sw.message.as_deref(), Some("back at 10:00"));
+        for bad in ["a\nb".to_owned(), "x".repeat(201)] {
+            let e = check_switch("order.get", &doc(&bad)).unwrap_err();
+            assert!(e.starts_with("message:"), "{e}");
+        }
     }
 
     #[test]

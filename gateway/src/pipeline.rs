@@ -589,7 +589,13 @@ mod tests {
         let (r, _, _) = run(&plane, "GET /v1/down HTTP/1.1\r\nhost: x\r\n\r\n").await;
         let e = r.unwrap_err();
         assert_eq!((e.status(), e.code.as_str()), (503, "API_DEGRADED"));
-        assert!(e.message.contains("maintenance"));
+        // The operators' reason is for the access log; merchants read the public message.
+        assert!(e
+            .detail
+            .as_deref()
+            .unwrap_or_default()
+            .contains("maintenance"));
+        assert_eq!(e.message, "the API is temporarily unavailable");
         assert!(backend.heads().is_empty());
     }
 

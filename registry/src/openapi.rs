@@ -481,7 +481,8 @@ fn document_schemas() -> Value {
             "connect_timeout_ms": {"type": "integer", "minimum": 10, "maximum": 60000, "default": 2000}}}}},
     "NamedCluster": {"allOf": [{"$ref": "#/components/schemas/Cluster"}, {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "pattern": NAME_PATTERN}}}]},
     "Switch": {"type": "object", "properties": {
-        "degraded": {"type": "boolean"}, "reason": {"type": "string"},
+        "degraded": {"type": "boolean"}, "reason": {"type": "string", "description": "for operators (console, audit, access log); never shown to merchants"},
+        "message": {"type": "string", "maxLength": 200, "description": "what merchants read in the 503 API_DEGRADED envelope of a switch without a fallback (default: the API is temporarily unavailable)"},
         "updated_by": {"type": "string", "description": "set from X-Portico-Operator, else this field, else admin"},
         "updated_at": {"type": "string", "format": "date-time", "description": "set by the registry"},
         "fallback": {"type": "object", "properties": {

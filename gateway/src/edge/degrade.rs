@@ -4,7 +4,8 @@
 //! its headers, and its `body` serialised as JSON, with `content-type: application/json`
 //! added unless the fallback sets a content type itself. A `null` (or absent) body is an
 //! empty body, and then no content type is added. A switch without a fallback answers 503
-//! `API_DEGRADED` with the switch's reason in the message. Replies are prepared when the
+//! `API_DEGRADED` with the switch's public `message` (default "the API is temporarily
+//! unavailable"); its `reason` is for operators and goes to the access log only. Replies are prepared when the
 //! stage is built, so a degraded API costs one map lookup and a cheap clone per request.
 //!
 //! Key-level switches (`switches/<api_id>@<label>`, docs/OPERATIONS.md, "Key-level
@@ -87,13 +88,19 @@ fn reply_for(api_id: &str, switch: &v1::Switch) -> Result<Whole, GatewayError> {
             })
         }
         None => {
-            let message = match switch.reason.as_deref().map(str::trim) {
+            // Merchants read the switch's public message; the operators' reason (which may
+            // name incidents, hosts or documents) goes to the access log only.
+            let message = match switch.message.as_deref().map(str::trim) {
+                Some(m) if !m.is_empty() => m.to_owned(),
+                _ => v1::DEFAULT_DEGRADED_MESSAGE.to_owned(),
+            };
+            let detail = match switch.reason.as_deref().map(str::trim) {
                 Some(reason) if !reason.is_empty() => {
                     format!("API {api_id} is degraded: {reason}")
                 }
                 _ => format!("API {api_id} is degraded"),
             };
-            Err(GatewayError::new(Code::ApiDegraded, message))
+            Err(GatewayError::new(Code::ApiDegraded, message).with_detail(detail))
         }
     }
 }
@@ -269,10 +276,11 @@ mod tests {
     }
 
     #[test]
-    fn no_fallback_is_api_degraded_with_reason() {
+    fn no_fallback_is_api_degraded_with_the_public_message_only() {
         let sw = v1::Switch {
             degraded: true,
             reason: Some("db failover".into()),
+            message: Some("ordering is paused for maintenance".into()),
             ..v1::Switch::default()
         };
         let bare = v1::Switch {
@@ -287,12 +295,20 @@ mod tests {
             Flow::Respond(Err(e)) => {
                 assert_eq!(e.code, Code::ApiDegraded);
                 assert_eq!(e.status(), 503);
-                assert_eq!(e.message, "API order.get is degraded: db failover");
+                // The operators' reason is in the log's detail, never in the answer.
+                assert_eq!(e.message, "ordering is paused for maintenance");
+                assert_eq!(
+                    e.detail.as_deref(),
+                    Some("API order.get is degraded: db failover")
+                );
             }
             other => panic!("unexpected {other:?}"),
         }
         match run(&stage, "x") {
-            Flow::Respond(Err(e)) => assert_eq!(e.message, "API x is degraded"),
+            Flow::Respond(Err(e)) => {
+                assert_eq!(e.message, "the API is temporarily unavailable");
+                assert_eq!(e.detail.as_deref(), Some("API x is degraded"));
+            }
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -358,7 +374,9 @@ mod tests {
         match run_keyed(&stage, "BK-3", &both) {
             Flow::Respond(Err(e)) => {
                 assert_eq!(e.code, Code::ApiDegraded);
-                assert!(e.message.contains("carrier outage"), "{}", e.message);
+                let detail = e.detail.as_deref().unwrap_or_default();
+                assert!(detail.contains("carrier outage"), "{detail}");
+                assert!(!e.message.contains("carrier outage"), "{}", e.message);
             }
             other => panic!("unexpected {other:?}"),
         }
@@ -414,7 +432,9 @@ mod tests {
         ]);
         for sku in ["BK-1", "BK-9"] {
             match run_keyed(&stage, sku, &[]) {
-                Flow::Respond(Err(e)) => assert!(e.message.contains("all off")),
+                Flow::Respond(Err(e)) => {
+                    assert!(e.detail.as_deref().unwrap_or_default().contains("all off"))
+                }
                 other => panic!("unexpected {other:?}"),
             }
         }
