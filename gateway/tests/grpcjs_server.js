@@ -7,7 +7,7 @@
 //   node grpcjs_server.js --descriptor FILE --port N [--gzip] [--max-streams N]
 //                         [--strict-pings] [--max-age-ms N]
 //
-// It publishes the same interop.v1.Interop/Call as grpcio_server.py, loaded from the
+// It publishes the same interop.v1.Interop (Call, Echo) as grpcio_server.py, loaded from the
 // FileDescriptorSet that script writes (--descriptor-only), so both stacks serve one
 // definition, with the same behaviour: greeting "hello <name>" and pad dots after delay_ms;
 // mode "nonfinite"/"nonfinite2" fill the double/float fields and wrappers with NaN and
@@ -15,7 +15,13 @@
 // entry); peer is the client's address (one per connection). It serves on 127.0.0.1:--port,
 // prints "ready" on stdout, stops at once when stdin closes, and stops gracefully on a line
 // "graceful MS" (tryShutdown: GOAWAY, listener closed, calls in flight get MS ms, then
-// forceShutdown).
+// forceShutdown). Echo answers its Everything request as proto-loader handed it over
+// (protobufjs decode, then toObject with the options below: longs and enums as strings,
+// defaults filled in), given back (fromObject, encode). What that runtime does to it
+// (grpc_interop.rs `every_field_kind_...` holds it to json_format): it writes every
+// implicit-presence field, zeros included, on the wire (defaults: true); it keeps unknown
+// enum numbers; it loads maps from a descriptor set as repeated entry messages (the same
+// bytes); it keeps an Any as type_url and value bytes.
 //
 // Where grpc-js differs from grpcio (what the options can and cannot do in 1.14):
 // - --gzip sets `grpc.default_compression_algorithm` (gzip), as a team would, but the
@@ -117,7 +123,13 @@ function main() {
     options['grpc.max_connection_age_grace_ms'] = 5000;
   }
   const server = new grpc.Server(options);
-  server.addService(proto.interop.v1.Interop.service, { call });
+  // Echo: the request as proto-loader hands it to a handler (protobufjs decode, then
+  // toObject with the options above), given back (fromObject, then encode).
+  function echo(call, callback) {
+    callback(null, call.request);
+  }
+
+  server.addService(proto.interop.v1.Interop.service, { call, echo });
   server.bindAsync(`127.0.0.1:${a.port}`, grpc.ServerCredentials.createInsecure(), (err) => {
     if (err) {
       process.stderr.write(`cannot bind 127.0.0.1:${a.port}: ${err.message}\n`);

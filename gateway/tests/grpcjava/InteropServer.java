@@ -7,14 +7,15 @@
 //   "$(gateway/tests/grpcjava/build.sh)" --descriptor FILE --port N [--gzip]
 //       [--max-streams N] [--strict-pings] [--max-age-ms N]
 //
-// It publishes the same interop.v1.Interop/Call as grpcio_server.py, loaded at run time from
+// It publishes the same interop.v1.Interop/Call and /Echo as grpcio_server.py, loaded at run time from
 // the FileDescriptorSet that script writes (--descriptor-only) with protobuf-java's
 // descriptor API and DynamicMessage (no protoc, no generated stubs): the method is
 // registered with ServerServiceDefinition.builder, a MethodDescriptor with a DynamicMessage
 // marshaller and ServerCalls.asyncUnaryCall. Same behaviour: greeting "hello <name>" and pad
 // dots after delay_ms; mode "nonfinite"/"nonfinite2" fill the double/float fields and
 // wrappers with NaN and infinities; keys and metadata_bytes tell what metadata arrived (name
-// + value + 32 per entry); peer is the client's address as host:port (one per connection).
+// + value + 32 per entry); peer is the client's address as host:port (one per connection);
+// Echo answers its Everything request as DynamicMessage parsed it (unknown fields kept).
 // It serves on 127.0.0.1:--port, prints "ready" on stdout, stops at once when stdin closes,
 // and stops gracefully on a line "graceful MS" (Server.shutdown: GOAWAY, listener closed,
 // calls in flight get MS ms, then shutdownNow).
@@ -313,9 +314,28 @@ public final class InteropServer {
                     else answer.run();
                 };
 
+        // Echo: the request parsed by protobuf-java (DynamicMessage of the descriptor
+        // loaded at run time, the marshaller above) and serialized again.
+        MethodDescriptor echoMethod = service.findMethodByName("Echo");
+        io.grpc.MethodDescriptor<DynamicMessage, DynamicMessage> echo =
+                io.grpc.MethodDescriptor.<DynamicMessage, DynamicMessage>newBuilder()
+                        .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+                        .setFullMethodName(
+                                io.grpc.MethodDescriptor.generateFullMethodName(
+                                        service.getFullName(), echoMethod.getName()))
+                        .setRequestMarshaller(new DynamicMarshaller(echoMethod.getInputType()))
+                        .setResponseMarshaller(new DynamicMarshaller(echoMethod.getOutputType()))
+                        .build();
+        ServerCalls.UnaryMethod<DynamicMessage, DynamicMessage> echoHandler =
+                (DynamicMessage req, StreamObserver<DynamicMessage> reply) -> {
+                    reply.onNext(req);
+                    reply.onCompleted();
+                };
+
         ServerServiceDefinition definition =
                 ServerServiceDefinition.builder(service.getFullName())
                         .addMethod(call, ServerCalls.asyncUnaryCall(handler))
+                        .addMethod(echo, ServerCalls.asyncUnaryCall(echoHandler))
                         .build();
 
         NettyServerBuilder builder =
