@@ -435,3 +435,14 @@ ensure_grpcjs() {
     fi
     echo "$dir"
 }
+
+# ensure_grpcjava: the third real gRPC server of gateway/tests/grpc_interop.rs, grpc-java 1.41
+# on Netty (gateway/tests/grpcjava/InteropServer.java), from Debian's packages only
+# (default-jdk-headless, libgrpc-java, libprotobuf-java, libnetty-java and what they need;
+# installed when missing, as root or through sudo): gateway/tests/grpcjava/build.sh
+# compiles it into $RUN/grpcjava when its source, classpath or JDK changed (reused
+# otherwise) and writes its launcher. Prints the launcher (PORTICO_GRPCJAVA_RUN for the
+# tests).
+ensure_grpcjava() {
+    "$ROOT/gateway/tests/grpcjava/build.sh"
+}

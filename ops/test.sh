@@ -2,7 +2,8 @@
 # Portico's test run (what CI runs, through .ci/run):
 #   1. installs what the tests need and is missing (Debian packages, as root or via sudo;
 #      schemathesis, openapi-spec-validator, grpcio and protobuf, pinned, from PyPI into the venv .run/venv,
-#      reused when present; @grpc/grpc-js, pinned, npm ci into gateway/tests/grpcjs/node_modules);
+#      reused when present; @grpc/grpc-js, pinned, npm ci into gateway/tests/grpcjs/node_modules;
+#      the grpc-java interop server, from Debian's packages, compiled into .run/grpcjava);
 #   2. checks the signing vectors of ops/sign.py and that docs/PROTOCOL.md's worked examples
 #      and Python snippet agree with them (ops/check_docs.py); builds the console
 #      (admin-ui/build.sh: npm ci when needed, then the type check and vite build);
@@ -112,6 +113,14 @@ if dir="$(ensure_grpcjs)"; then
     export PORTICO_GRPCJS_DIR="$dir"
 else
     warn "@grpc/grpc-js could not be installed: gateway/tests/grpc_interop.rs will fail"
+fi
+# ... and a grpc-java server (Debian's OpenJDK, libgrpc-java, Netty: ensure_grpcjava compiles
+# gateway/tests/grpcjava/InteropServer.java when it changed): grpc_interop.rs runs the
+# launcher it prints and fails, saying how to install it, when it is missing.
+if run="$(ensure_grpcjava)"; then
+    export PORTICO_GRPCJAVA_RUN="$run"
+else
+    warn "the grpc-java interop server could not be built: gateway/tests/grpc_interop.rs will fail"
 fi
 # ------------------------------------------------------------------------------------------
 export PORTICO_ZK_BIN="$ZK_BIN"

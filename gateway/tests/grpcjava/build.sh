@@ -52,7 +52,8 @@ java_home=/usr/lib/jvm/default-java
 mkdir -p "$OUT"
 stamp="$(
     {
-        sha256sum "$SRC" "$0"
+        # The contents only: sha256sum FILE prints the path as given, which differs by caller.
+        cat "$SRC" "${BASH_SOURCE[0]}" | sha256sum
         echo "$classpath"
         readlink -f "$java_home/bin/javac"
     } | sha256sum | cut -d' ' -f1
@@ -72,10 +73,12 @@ if [ ! -f "$OUT/classes/.stamp" ] || [ "$(cat "$OUT/classes/.stamp")" != "$stamp
 fi
 
 # The launcher: exec, so the test's child is the JVM itself (its stdin, its pid). A small
-# heap and the serial collector: a test server on a 2-core machine beside other tests.
+# heap to start with and the serial collector: a test server on a 2-core machine beside
+# other tests. At most 512 MiB: the interop suite's 100 MiB reply is a 100 MB string and its
+# 100 MB encoding at once (256 MiB ran out of memory); the other tests use ~70 MB.
 cat >"$OUT/run.$$" <<EOF
 #!/bin/sh
-exec "$java_home/bin/java" -Xms32m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \\
+exec "$java_home/bin/java" -Xms32m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \\
     -Xshare:auto -cp "$OUT/classes:$classpath" InteropServer "\$@"
 EOF
 chmod 755 "$OUT/run.$$"
