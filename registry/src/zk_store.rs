@@ -299,6 +299,13 @@ impl Store {
     /// expected version. 409 on a version mismatch or an existing document under `Absent`,
     /// 404 when `Version` is given and the document is gone.
     pub async fn put(&self, rel: &str, data: &[u8], pre: Precondition) -> ApiResult<Written> {
+        // Over ZooKeeper's limit the server drops the session instead of answering: 413 first.
+        if data.len() > crate::api::checks::MAX_DOCUMENT_BYTES {
+            return Err(ApiError::too_large(format!(
+                "{rel}: {}",
+                crate::api::checks::too_large_reason(data.len())
+            )));
+        }
         let client = self.client().await?;
         let abs = self.abs(rel);
         match pre {
@@ -401,6 +408,24 @@ impl Store {
 
     /// Runs several writes atomically (a ZooKeeper multi). Each op names its tree path.
     pub async fn multi(&self, ops: &[Op]) -> ApiResult<Vec<Option<Stat>>> {
+        // One request carries every op: together they must fit ZooKeeper's limit.
+        let total: usize = ops
+            .iter()
+            .map(|op| {
+                let data = match op {
+                    Op::Create { data, .. } | Op::Set { data, .. } => data.len(),
+                    _ => 0,
+                };
+                data + self.abs(op.rel()).len() + 64
+            })
+            .sum();
+        if total > crate::api::checks::MAX_DOCUMENT_BYTES {
+            return Err(ApiError::too_large(format!(
+                "one atomic write of {} documents: {}",
+                ops.len(),
+                crate::api::checks::too_large_reason(total)
+            )));
+        }
         let client = self.client().await?;
         let policy = if ops.iter().any(|op| matches!(op, Op::Create { .. })) {
             self.policy(&client).await?

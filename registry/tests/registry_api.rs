@@ -176,6 +176,22 @@ async fn crud_apps_switches_ipacl_and_audit() {
     assert_eq!(list.body["items"][0]["id"], "order-svc");
     assert_eq!(list.body["items"][0]["etag"], "1");
 
+    // The APIs the apps and switches below name (the registry refuses grants and switches
+    // naming no API: tests/write_checks.rs).
+    reg.put(
+        "/clusters/refs",
+        &json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:1"}]}),
+    )
+    .await
+    .expect(201);
+    let api = |id: &str, path: &str| {
+        json!({"encoding": "utf-8", "content": json!({"id": id, "http": {"method": "GET", "path": path},
+            "backend": {"cluster": "refs", "http": {}}}).to_string()})
+    };
+    let files = json!({"files": {"apis/order.get.json": api("order.get", "/refs/get"),
+                                 "apis/order.create.json": api("order.create", "/refs/create")}});
+    reg.post("/import?env=live", &files).await.expect(200);
+
     // Apps: the secret is shown once.
     let created = reg
         .post(
@@ -871,6 +887,12 @@ async fn nodes_lag_and_export() {
     let (tx2, _rx2) = tokio::sync::mpsc::channel(1);
     let f = frozen.clone();
     tokio::spawn(async move { f.run(tx2).await });
+    // (A switch names an existing API.)
+    let web_x = json!({"id": "web.x", "http": {"method": "GET", "path": "/x"},
+        "backend": {"cluster": "web", "http": {}}});
+    let files =
+        json!({"files": {"apis/web.x.json": {"encoding": "utf-8", "content": web_x.to_string()}}});
+    reg.post("/import?env=live", &files).await.expect(200);
     reg.put("/switches/web.x", &json!({"degraded": true}))
         .await
         .expect(201);
@@ -943,6 +965,10 @@ async fn zookeeper_down_is_503_and_the_registry_recovers() {
 async fn notification_topics_and_the_app_fields() {
     let zk = ZooKeeper::start_locked();
     let reg = registry(&zk).await;
+    // A topic is granted to an existing app (tests/write_checks.rs).
+    reg.post("/apps", &json!({"app_key": "merchant-1"}))
+        .await
+        .expect(201);
     let topic = json!({"owner": "order-team", "description": "orders paid", "apps": ["merchant-1"], "retention_s": 3600});
     reg.put("/topics/orders", &topic).await.expect(201);
     let r = reg.get("/topics/orders").await.expect(200);

@@ -68,6 +68,12 @@ async fn an_open_tree_is_locked_and_everything_still_works() {
     open.post("/sandbox/apps", &json!({"app_key": "sb-1"}))
         .await
         .expect(201);
+    // A switch names an existing API (tests/write_checks.rs).
+    let web_x = json!({"id": "web.x", "http": {"method": "GET", "path": "/x"},
+        "backend": {"cluster": "web", "http": {}}});
+    let files =
+        json!({"files": {"apis/web.x.json": {"encoding": "utf-8", "content": web_x.to_string()}}});
+    open.post("/import?env=live", &files).await.expect(200);
     open.put("/switches/web.x", &json!({"degraded": false}))
         .await
         .expect(201);

@@ -23,6 +23,7 @@ pub mod alerts;
 pub mod apis;
 pub mod apps;
 pub mod audit;
+pub mod checks;
 pub mod cluster_ops;
 pub mod clusters;
 pub mod context;

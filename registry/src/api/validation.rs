@@ -24,6 +24,11 @@ pub async fn validate_change(state: &Shared, env: Env, changes: &[Change]) -> Ap
 /// egress policy refuses (an alert webhook to `169.254.169.254`, ...) is refused first, with
 /// 400 `BAD_REQUEST` and the reason ([`crate::egress::check_document`]).
 pub fn check_change(tree: Tree, env: Env, changes: &[Change]) -> ApiResult<()> {
+    let too_large = super::checks::size_problems(env, changes);
+    if let Some(first) = too_large.first() {
+        let message = refusal_of("ZooKeeper cannot hold", first, too_large.len());
+        return Err(ApiError::too_large(message).with_details(too_large));
+    }
     for (rel, data) in changes {
         let Some(doc) = data
             .as_deref()
@@ -39,7 +44,7 @@ pub fn check_change(tree: Tree, env: Env, changes: &[Change]) -> ApiResult<()> {
         })?;
     }
     let before = build_snapshot(&tree, None);
-    let mut after_tree = tree;
+    let mut after_tree = tree.clone();
     for (rel, data) in changes {
         match data {
             Some(bytes) => {
@@ -51,9 +56,10 @@ pub fn check_change(tree: Tree, env: Env, changes: &[Change]) -> ApiResult<()> {
         }
     }
     let after = build_snapshot(&after_tree, None);
+    let mut problems = super::checks::problems(&tree, &after_tree, env, changes);
     let rejected_before: BTreeSet<&str> = before.rejected.iter().map(|r| r.path.as_str()).collect();
     let changed: BTreeSet<&str> = changes.iter().map(|(p, _)| p.as_str()).collect();
-    let problems: Vec<Detail> = after
+    let gateways = after
         .rejected
         .iter()
         .filter(|r| changed.contains(r.path.as_str()) || !rejected_before.contains(r.path.as_str()))
@@ -64,8 +70,18 @@ pub fn check_change(tree: Tree, env: Env, changes: &[Change]) -> ApiResult<()> {
                 field,
                 reason,
             }
-        })
-        .collect();
+        });
+    // The gateways' validation stops at a document's first problem; the registry's own checks
+    // found the others. A field both name is listed once.
+    for d in gateways.collect::<Vec<_>>() {
+        if !problems
+            .iter()
+            .any(|p| p.path == d.path && d.field.is_some() && p.field == d.field)
+        {
+            problems.push(d);
+        }
+    }
+    problems.sort_by(|a, b| a.path.cmp(&b.path));
     match problems.first() {
         None => Ok(()),
         Some(first) => Err(ApiError::invalid(refusal(first, problems.len()), problems)),
@@ -74,6 +90,11 @@ pub fn check_change(tree: Tree, env: Env, changes: &[Change]) -> ApiResult<()> {
 
 /// The message of a refusal: the first problem, and how many more there are.
 fn refusal(first: &Detail, count: usize) -> String {
+    refusal_of("the change is refused", first, count)
+}
+
+/// `<lead>: <where>: <what> (and N more)`.
+fn refusal_of(lead: &str, first: &Detail, count: usize) -> String {
     let location = match (&first.path, &first.field) {
         (Some(p), Some(f)) => format!("{p}: {f}"),
         (Some(p), None) => p.clone(),
@@ -84,10 +105,7 @@ fn refusal(first: &Detail, count: usize) -> String {
     } else {
         String::new()
     };
-    format!(
-        "the change would be rejected by gateways: {location}: {}{more}",
-        first.reason
-    )
+    format!("{lead}: {location}: {}{more}", first.reason)
 }
 
 /// Splits a validation reason `field.path: what` into its field and text.

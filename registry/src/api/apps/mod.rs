@@ -385,6 +385,11 @@ mod tests {
     async fn grants_status_and_preconditions() {
         let reg = TestRegistry::start();
         let (s, env) = (reg.state.clone(), Extension(Env::Live));
+        // Grants name APIs that exist (the registry refuses others).
+        for api in ["apis/a", "apis/b"] {
+            let pre = crate::zk_store::Precondition::Any;
+            s.store.put(api, b"{}", pre).await.unwrap();
+        }
         let made = create(
             State(s.clone()),
             env,
