@@ -277,6 +277,8 @@ gateway_url="http://127.0.0.1:$gw_port"
 admin_url="http://127.0.0.1:$admin_port"
 cat >"$RUN/env" <<EOF
 # Written by ops/up.sh: the addresses of this run. Source it: . .run/env
+# Every variable is exported: the portico CLI then reads PORTICO_REGISTRY,
+# PORTICO_ADMIN_TOKEN_FILE, PORTICO_INTERNAL and PORTICO_PUBLISH_TOKEN_FILE from it.
 PORTICO_GATEWAY=$gateway_url
 PORTICO_GATEWAY_TLS=$tls_url
 PORTICO_SANDBOX=http://127.0.0.1:$sandbox_port
@@ -310,6 +312,9 @@ PORTICO_REDIS_PASSWORD_FILE=$redis_auth/redis-password
 PORTICO_NOTIFY_KEY_FILE=$redis_auth/notify-key
 EOF
 fi
+
+# Exported, so that `. .run/env` reaches the commands run after it (the portico CLI).
+sed -i 's/^\([A-Z][A-Z0-9_]*=\)/export \1/' "$RUN/env"
 
 # Prometheus: ops/prometheus/prometheus.yml with this run's admin addresses (every gateway)
 # and the alerting rules next to it (docs/OPERATIONS.md, "Dashboards and scrape configuration").
@@ -352,7 +357,7 @@ ${tls_url:+  curl -s --cacert $RUN/tls/cert.pem $tls_url/v1/health
   ./target/$profile/portico notify --gateway http://127.0.0.1:$internal_port --publish-token-file $publish_token_file --app merchant-1 --topic orders --payload '{"order_id":"42","status":"paid"}'
   curl -s $admin_url/status
   curl -s $admin_url/metrics | grep portico_
-  PORTICO_REGISTRY=$registry_url PORTICO_ADMIN_TOKEN=\$(cat $RUN/admin-token) ./target/$profile/portico status
+  . $RUN/env && ./target/$profile/portico status
 
 Stop with ./ops/down.sh
 EOF

@@ -204,8 +204,9 @@ fn write_rank(rel: &str) -> u8 {
         Some(DocKind::Descriptor) => 0,
         Some(DocKind::Cluster) => 1,
         Some(DocKind::IpAcl) | Some(DocKind::App) => 2,
-        Some(DocKind::Api) => 3,
-        _ => 4,
+        Some(DocKind::Topic) => 3,
+        Some(DocKind::Api) => 4,
+        _ => 5,
     }
 }
 

@@ -29,6 +29,10 @@ pub(crate) struct Cli {
         hide_env_values = true
     )]
     pub(crate) token: Option<String>,
+    /// A file holding the registry's admin token (first line), read when no --token /
+    /// PORTICO_ADMIN_TOKEN is given (`.run/env` of ops/up.sh names it).
+    #[arg(long, global = true, env = "PORTICO_ADMIN_TOKEN_FILE")]
+    pub(crate) token_file: Option<PathBuf>,
     /// Who is making changes (recorded in the audit log and on switches); default $USER.
     #[arg(long, global = true, env = "PORTICO_OPERATOR")]
     pub(crate) operator: Option<String>,
@@ -283,9 +287,11 @@ pub(crate) enum ImportCommand {
         file: PathBuf,
     },
     /// Load a whole tree directory (docs/OPERATIONS.md: a standalone config tree, an export)
-    /// into the registry's tree, validated as a whole.
+    /// into the registry's tree, validated as a whole: descriptors, clusters, the IP ACL,
+    /// apps, topics, APIs, switches and alert rules.
     Tree {
-        /// The directory (apis/, clusters/, apps/, switches/, descriptors/, ipacl.json).
+        /// The directory: every kind a tree holds (descriptors/*.pb, clusters/, apps/,
+        /// topics/, apis/, switches/, alerts/ as *.json, and ipacl.json).
         dir: PathBuf,
         /// Into the sandbox tree instead of the live one.
         #[arg(long)]
@@ -367,8 +373,9 @@ pub(crate) struct NotifyArgs {
     /// The publisher token (`Authorization: Bearer`).
     #[arg(long, env = "PORTICO_PUBLISH_TOKEN", hide_env_values = true)]
     pub(crate) publish_token: Option<String>,
-    /// A file holding the publisher token (first line).
-    #[arg(long)]
+    /// A file holding the publisher token (first line), read when no --publish-token /
+    /// PORTICO_PUBLISH_TOKEN is given (`.run/env` of ops/up.sh names it).
+    #[arg(long, env = "PORTICO_PUBLISH_TOKEN_FILE")]
     pub(crate) publish_token_file: Option<PathBuf>,
 }
 
@@ -468,8 +475,29 @@ impl Cli {
             .clone()
             .or_else(|| std::env::var("USER").ok())
             .filter(|s| !s.is_empty());
-        RegistryClient::new(&self.registry, self.token.clone(), operator).map_err(|e| e.to_string())
+        // (An empty PORTICO_ADMIN_TOKEN_FILE, as `.run/env` of a standalone run has, is none.)
+        let file = self
+            .token_file
+            .as_ref()
+            .filter(|f| !f.as_os_str().is_empty());
+        let token = match (&self.token, file) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(file)) => Some(first_line(file, "--token-file")?),
+            (None, None) => None,
+        };
+        RegistryClient::new(&self.registry, token, operator).map_err(|e| e.to_string())
     }
+}
+
+/// The first line of a token file, trimmed; an error names `flag` and the file.
+pub(crate) fn first_line(file: &std::path::Path, flag: &str) -> Result<String, String> {
+    let text =
+        std::fs::read_to_string(file).map_err(|e| format!("{flag} {}: {e}", file.display()))?;
+    let line = text.lines().next().unwrap_or_default().trim().to_owned();
+    if line.is_empty() {
+        return Err(format!("{flag} {}: the file is empty", file.display()));
+    }
+    Ok(line)
 }
 
 /// An HTTP method, any case.

@@ -112,8 +112,19 @@ async fn import_tree(c: &RegistryClient, dir: &Path, sandbox: bool) -> Result<Ex
         .post(&format!("/import?env={env}"), &json!({ "files": files }))
         .await
         .map_err(|e| e.to_string())?;
-    let n = a.body["imported"].as_array().map_or(0, Vec::len);
-    println!("imported {n} documents into the {env} tree");
+    let imported = a.body["imported"].as_array().cloned().unwrap_or_default();
+    let mut per_kind: BTreeMap<&str, usize> = BTreeMap::new();
+    for path in imported.iter().filter_map(Value::as_str) {
+        *per_kind
+            .entry(path.split('/').next().unwrap_or(path))
+            .or_default() += 1;
+    }
+    let kinds: Vec<String> = per_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    println!(
+        "imported {} documents into the {env} tree ({})",
+        imported.len(),
+        kinds.join(", ")
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -148,17 +159,23 @@ fn read_tree_files(dir: &Path) -> Result<BTreeMap<String, Value>, String> {
             json!({"encoding": "utf-8", "content": text}),
         );
     }
-    for (kind, ext) in [
-        ("apis", "json"),
-        ("clusters", "json"),
-        ("apps", "json"),
-        ("switches", "json"),
-        ("descriptors", "pb"),
-    ] {
+    for (kind, ext) in TREE_FOLDERS {
         read_folder(&dir.join(kind), kind, ext, &mut files)?;
     }
     Ok(files)
 }
+
+/// Every folder of a tree and the extension of its files: all the kinds a tree holds
+/// ([`portico_control::DocKind`]; `ipacl.json` is a file), checked by a test below.
+pub(crate) const TREE_FOLDERS: [(&str, &str); 7] = [
+    ("descriptors", "pb"),
+    ("clusters", "json"),
+    ("apps", "json"),
+    ("topics", "json"),
+    ("apis", "json"),
+    ("switches", "json"),
+    ("alerts", "json"),
+];
 
 /// Adds the `*.<ext>` files of `folder` (not hidden ones) as `<kind>/<name>`: `.pb` in base64,
 /// the others as UTF-8 text. A missing folder adds nothing.
@@ -217,6 +234,51 @@ mod tests {
         assert_eq!(files["apis/a.json"]["content"], r#"{"id":"a"}"#);
         assert_eq!(files["descriptors/ab.pb"]["encoding"], "base64");
         assert_eq!(files["descriptors/ab.pb"]["content"], "AAE=");
+    }
+
+    #[test]
+    fn every_kind_of_the_tree_is_read() {
+        use portico_control::DocKind;
+        let kinds = [
+            DocKind::Api,
+            DocKind::Cluster,
+            DocKind::App,
+            DocKind::Switch,
+            DocKind::IpAcl,
+            DocKind::Descriptor,
+            DocKind::Alert,
+            DocKind::Topic,
+        ];
+        for kind in kinds {
+            // A new kind must be added here, and to TREE_FOLDERS.
+            match kind {
+                DocKind::Api
+                | DocKind::Cluster
+                | DocKind::App
+                | DocKind::Switch
+                | DocKind::IpAcl
+                | DocKind::Descriptor
+                | DocKind::Alert
+                | DocKind::Topic => {}
+            }
+            if kind == DocKind::IpAcl {
+                continue;
+            }
+            assert!(
+                TREE_FOLDERS.iter().any(|(dir, _)| *dir == kind.dir()),
+                "{} is not read by `portico import tree`",
+                kind.dir()
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for (folder, ext) in TREE_FOLDERS {
+            std::fs::create_dir_all(d.join(folder)).unwrap();
+            std::fs::write(d.join(format!("{folder}/x.{ext}")), "{}").unwrap();
+        }
+        let files = read_tree_files(d).unwrap();
+        assert_eq!(files.len(), TREE_FOLDERS.len());
+        assert!(files.contains_key("topics/x.json") && files.contains_key("alerts/x.json"));
     }
 
     #[test]

@@ -10,20 +10,17 @@ use std::process::ExitCode;
 pub(crate) async fn notify(args: &NotifyArgs) -> Result<ExitCode, String> {
     let payload: Value =
         serde_json::from_str(&args.payload).map_err(|e| format!("--payload must be JSON: {e}"))?;
-    let token = match (&args.publish_token_file, &args.publish_token) {
-        (Some(file), _) => std::fs::read_to_string(file)
-            .map_err(|e| format!("--publish-token-file {}: {e}", file.display()))?
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .to_owned(),
-        (None, Some(t)) => t.clone(),
+    let file = args
+        .publish_token_file
+        .as_ref()
+        .filter(|f| !f.as_os_str().is_empty());
+    let token = match (&args.publish_token, file) {
+        (Some(t), _) => t.clone(),
+        (None, Some(file)) => crate::args::first_line(file, "--publish-token-file")?,
         (None, None) => {
-            return Err(
-                "give the publisher token: --publish-token-file FILE or PORTICO_PUBLISH_TOKEN"
-                    .into(),
-            )
+            return Err("give the publisher token: --publish-token-file FILE (or \
+                 PORTICO_PUBLISH_TOKEN_FILE), or PORTICO_PUBLISH_TOKEN"
+                .into())
         }
     };
     let mut body = json!({"topic": args.topic, "payload": payload});
