@@ -274,8 +274,8 @@ fn components() -> Value {
             },
             "Error404": error_response("NOT_FOUND / ROUTE_NOT_FOUND"),
             "Error409": error_response("CONFLICT: version mismatch, or the document already exists"),
-            "Error413": error_response("BODY_TOO_LARGE: the request body is over the limit (8 MiB)"),
-            "Error422": error_response("VALIDATION_FAILED: details name the document and field"),
+            "Error413": error_response("BODY_TOO_LARGE: the request body is over the limit (8 MiB), or a document over ZooKeeper's node limit (1,047,551 bytes), details naming each"),
+            "Error422": error_response("VALIDATION_FAILED: details list every problem, each naming the document and field (unknown references, numbers out of range, what gateways would reject)"),
             "Error502": error_response("UPSTREAM_ERROR: what the operation calls (a gateway, a backend) could not be reached or read"),
             "Error503": error_response("ZOOKEEPER_UNAVAILABLE; for a sandbox call also NO_SANDBOX_GATEWAY (no live gateway runs a sandbox listener); for a test notification also PUBLISH_TOKEN_MISSING, PUBLISH_TOKEN_REJECTED, NO_PUBLISH_GATEWAY, NOTIFY_UNAVAILABLE")
         },
@@ -507,7 +507,8 @@ fn message_schemas() -> Value {
     json!({
     "Error": {"type": "object", "required": ["code", "message", "request_id"], "properties": {
         "code": {"type": "string"}, "message": {"type": "string"}, "request_id": {"type": "string"},
-        "details": {"type": "array", "items": {"type": "object", "properties": {
+        "details": {"type": "array", "description": "every problem found (a 422 or 413 lists them all, not only the first): the tree path, the field, what is wrong",
+            "items": {"type": "object", "properties": {
             "path": {"type": "string"}, "field": {"type": "string"}, "reason": {"type": "string"}}}}
     }},
     "List": {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {
