@@ -358,8 +358,9 @@ fn seed(zk_hosts: &str, backend: &str) {
         ),
         (
             "apis/dead.get",
+            // A backend answering 500 (a refused connection no longer moves a breaker).
             json!({"id": "dead.get", "http": {"method": "GET", "path": "/v1/dead"},
-                   "backend": {"cluster": "dead", "timeout_ms": 2000, "http": {}},
+                   "backend": {"cluster": "demo", "timeout_ms": 2000, "http": {"path": "/echo"}},
                    "policy": {"breaker": {"consecutive_failures": 2, "open_ms": 60000}},
                    "auth": "none"}),
         ),
@@ -377,7 +378,7 @@ fn seed(zk_hosts: &str, backend: &str) {
     support::zk::put(zk_hosts, ROOT, &docs);
 }
 
-/// OK answers, a 401, 429s, 502s that open a breaker, a degraded switch's fallback.
+/// OK answers, a 401, 429s, 500s that open a breaker, a degraded switch's fallback.
 fn traffic(gw: &GatewayProcess) {
     let http = client();
     let mut statuses = BTreeMap::new();
@@ -391,7 +392,12 @@ fn traffic(gw: &GatewayProcess) {
     assert_eq!(statuses.get(&429), Some(&2), "{statuses:?}");
     assert_eq!(http.get(gw.url("/v1/echo")).send().unwrap().status(), 401);
     for _ in 0..3 {
-        let status = http.get(gw.url("/v1/dead")).send().unwrap().status();
+        let status = http
+            .get(gw.url("/v1/dead"))
+            .header("X-Demo-Status", "500")
+            .send()
+            .unwrap()
+            .status();
         assert!(status.is_server_error(), "{status}");
     }
     let r = http.get(gw.url("/v1/promo")).send().unwrap();
