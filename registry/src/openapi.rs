@@ -542,6 +542,7 @@ fn message_schemas() -> Value {
         "version": {"type": "integer"}, "expected_version": {"type": "integer"}, "comment": {"type": "string"}}},
     "Published": {"type": "object", "properties": {
         "id": {"type": "string"}, "version": {"type": "integer"}, "etag": {"type": "string"},
+        "unchanged": {"type": "boolean", "description": "true when the draft was the live version already: nothing was published (no new version)"},
         "document": {"$ref": "#/components/schemas/ApiDefinition"}}},
     "History": {"type": "object", "properties": {
         "id": {"type": "string"}, "live_version": {"type": "integer", "nullable": true},

@@ -777,7 +777,10 @@ async fn two_registries_writing_the_same_api_one_wins() {
     statuses.sort_unstable();
     assert_eq!(statuses, [200, 409], "{:?} {:?}", ra.body, rb.body);
 
-    // Both publish over the same live version: one wins, one 409; the history has no gap.
+    // Both publish a changed draft over the same live version: one wins, one 409; the
+    // history has no gap. (The draft changes first: an unchanged draft publishes nothing,
+    // tests/publish_unchanged.rs.)
+    a.put("/sandbox/apis/web.x", &api(500)).await.expect(200);
     let live = a.get("/apis/web.x").await.expect(200);
     let etag = live.version();
     let if_match = format!("\"{etag}\"");
@@ -804,6 +807,7 @@ async fn two_registries_writing_the_same_api_one_wins() {
     assert_eq!(versions, [1, 2]);
 
     // Unconditional publishes from both still never lose a version or overwrite blindly.
+    a.put("/sandbox/apis/web.x", &api(600)).await.expect(200);
     let empty = json!({});
     let (ra, rb) = tokio::join!(
         a.post("/apis/web.x/publish", &empty),

@@ -121,11 +121,57 @@ async fn publish(
         .await?;
     let (_, value) = parse_json::<v1::ApiDefinition>(&draft.data, &format!("draft {id}"))?;
     let pre = ctx.precondition(req.expected_version)?;
+    if let Some(unchanged) = unchanged_publish(&state, &id, &value, pre).await? {
+        return Ok(unchanged);
+    }
     let detail = json!({
         "draft_version": draft.stat.version,
         "comment": req.comment,
     });
     write_version(&state, &ctx, &id, value, pre, ("api.publish", detail)).await
+}
+
+/// A publish of a draft identical to the live version (but for `version`) is a no-op: no new
+/// version, no history entry, no audit entry, no change for gateways to apply. Answers 200
+/// with the live version and `"unchanged": true`; `None` when there is something to publish
+/// (or the precondition fails, which the write reports).
+async fn unchanged_publish(
+    state: &Shared,
+    id: &str,
+    draft: &Value,
+    pre: Precondition,
+) -> ApiResult<Option<Response>> {
+    let rel = api_rel(id);
+    let Some(live) = state.store.get(&rel).await? else {
+        return Ok(None);
+    };
+    let fits = match pre {
+        Precondition::Any => true,
+        Precondition::Version(v) => v == live.stat.version,
+        Precondition::Absent => false,
+    };
+    let Ok(live_value) = serde_json::from_slice::<Value>(&live.data) else {
+        return Ok(None);
+    };
+    let content = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(obj) = v.as_object_mut() {
+            obj.remove("version");
+            obj.insert("id".to_owned(), Value::String(id.to_owned()));
+        }
+        v
+    };
+    if !fits || content(draft) != content(&live_value) {
+        return Ok(None);
+    }
+    let body = json!({
+        "id": id,
+        "version": live_value.get("version").cloned().unwrap_or(Value::Null),
+        "etag": live.stat.version.to_string(),
+        "unchanged": true,
+        "document": live_value,
+    });
+    Ok(Some(json_response(StatusCode::OK, &body, Some(&live.stat))))
 }
 
 async fn rollback(

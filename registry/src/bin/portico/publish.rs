@@ -23,6 +23,10 @@ pub(crate) async fn publish_each(
             req = req.header("If-Match", format!("\"{}\"", v.trim_matches('"')));
         }
         match c.send(req).await {
+            Ok(a) if a.body["unchanged"] == true => println!(
+                "{id} unchanged: the draft is version {} as published; nothing published",
+                a.body["version"]
+            ),
             Ok(a) => println!("published {id} version {}", a.body["version"]),
             Err(e) => {
                 eprintln!("error: publishing {id}: {e}");
