@@ -192,7 +192,7 @@ slow_lane_join() {
     log "slow-lane: waiting for it to finish"
     wait "$slow_pid" || true
     rc="$(cat "$logdir/slow-lane.rc" 2>/dev/null || echo 1)"
-    grep -a -E '^test .* \.\.\. (ok|FAILED)$|^(Grpcio|GrpcJs): ' "$logdir/slow-lane.log" >&2 || true
+    grep -a -E '^test .* \.\.\. (ok|FAILED)$|^(Grpcio|GrpcJs|GrpcJava): ' "$logdir/slow-lane.log" >&2 || true
     if [ "$rc" -eq 0 ]; then
         step_results+=("ok      $((SECONDS - slow_t0))s (in the background; $((SECONDS - waited))s waited for)")
         if [ -n "$slow_tree" ]; then
