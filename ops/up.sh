@@ -59,11 +59,13 @@ ensure_packages cmake zookeeper curl python3
 if [ "$build" = 1 ]; then
     profile_flag=()
     [ "$profile" = release ] && profile_flag=(--release)
-    # One build of every binary (one feature resolution, so nothing compiles twice). The
-    # gateway and the demo backend are required; the rest (registry, CLI, bench tools) is
-    # used only when it builds, so on failure build just the required two.
-    log "cargo build ${profile_flag[*]} --workspace --bins"
-    if ! (cd "$ROOT" && cargo build "${profile_flag[@]}" --workspace --bins); then
+    # One build of the binaries the stack runs (one feature resolution, so nothing compiles
+    # twice): the gateway, the registry and its CLI, the demo backend. Not the benchmark
+    # tools of benches/ (three more Pingora proxies, jemalloc: a first run took 22 minutes
+    # with them; ops/bench.sh builds them). The gateway and the demo backend are required;
+    # the registry and CLI are used only when they build, so on failure build just those two.
+    log "cargo build ${profile_flag[*]} -p portico-gateway -p portico-registry -p portico-demo --bins"
+    if ! (cd "$ROOT" && cargo build "${profile_flag[@]}" -p portico-gateway -p portico-registry -p portico-demo --bins); then
         warn "some binaries of the workspace did not build; building the gateway and the demo backend alone"
         (cd "$ROOT" && cargo build "${profile_flag[@]}" -p portico-gateway -p portico-demo --bins)
     fi
