@@ -385,9 +385,14 @@ pub(crate) struct SwitchArgs {
     pub(crate) api: String,
     /// `on` degrades the API; `off` restores it.
     pub(crate) state: OnOff,
-    /// Why (recorded on the switch and in the audit log). Required for `on`.
+    /// Why (recorded on the switch and in the audit log; never shown to merchants).
+    /// Required for `on`.
     #[arg(long)]
     pub(crate) reason: Option<String>,
+    /// What merchants read in the 503 API_DEGRADED answer (at most 200 characters;
+    /// default "the API is temporarily unavailable").
+    #[arg(long)]
+    pub(crate) message: Option<String>,
     /// Answer degraded calls with this status instead of 503 API_DEGRADED.
     #[arg(long)]
     pub(crate) fallback_status: Option<u16>,

@@ -22,6 +22,9 @@ fn switch_document(args: &SwitchArgs) -> Result<Value, String> {
     if let Some(r) = &args.reason {
         doc["reason"] = json!(r);
     }
+    if let Some(m) = &args.message {
+        doc["message"] = json!(m);
+    }
     let keyed = args.api.contains('@');
     if keyed && degraded && args.matches.is_empty() {
         return Err(format!(
@@ -360,6 +363,19 @@ mod tests {
             json!({"degraded": true, "reason": "db down"})
         );
         assert!(switch_document(&switch_args(&["order.get", "on"])).is_err());
+        let told = switch_args(&[
+            "order.get",
+            "on",
+            "--reason",
+            "db down INC-1",
+            "--message",
+            "ordering is paused until 10:00 UTC",
+        ]);
+        assert_eq!(
+            switch_document(&told).unwrap(),
+            json!({"degraded": true, "reason": "db down INC-1",
+                   "message": "ordering is paused until 10:00 UTC"})
+        );
         let fallback = switch_args(&[
             "a",
             "on",
