@@ -162,7 +162,10 @@ export type Switch = {
   degraded: boolean;
   /** A key-level switch's (switches/<api>@<label>) selectors and the values they match. */
   match?: Record<string, string[]>;
+  /** For operators only (console, audit, access log). */
   reason?: string;
+  /** What merchants read in the 503 API_DEGRADED envelope (default "the API is temporarily unavailable"). */
+  message?: string;
   updated_by?: string;
   updated_at?: string;
   fallback?: Fallback;

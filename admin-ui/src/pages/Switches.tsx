@@ -177,6 +177,7 @@ export function SwitchesPage() {
 function SwitchDialog({ row, degrade, onClose, onDone }: { row: Row; degrade: boolean; onClose: () => void; onDone: () => void }) {
   const prev = row.sw?.document;
   const [reason, setReason] = useState("");
+  const [message, setMessage] = useState(prev?.message ?? "");
   const [custom, setCustom] = useState(!!prev?.fallback);
   const [status, setStatus] = useState(String(prev?.fallback?.status ?? 200));
   const [headers, setHeaders] = useState(prev?.fallback?.headers ? pretty(prev.fallback.headers) : '{\n  "X-Degraded": "1"\n}');
@@ -202,7 +203,8 @@ function SwitchDialog({ row, degrade, onClose, onDone }: { row: Row; degrade: bo
   const [bodyVal, bodyErr] = parse(body);
   const statusErr = !/^\d{3}$/.test(status) || Number(status) < 100 || Number(status) > 599 ? "an HTTP status, 100–599" : undefined;
   const reasonErr = reason.trim() ? undefined : "required: say why, for the people on call after you";
-  const invalid = !!reasonErr || (degrade && custom && (!!hdrErr || !!bodyErr || !!statusErr));
+  const messageErr = message.length > 200 || /[\u0000-\u001f\u007f]/.test(message) ? "at most 200 characters on one line" : undefined;
+  const invalid = !!reasonErr || (degrade && !custom && !!messageErr) || (degrade && custom && (!!hdrErr || !!bodyErr || !!statusErr));
 
   const submit = async () => {
     setTried(true);
@@ -211,7 +213,8 @@ function SwitchDialog({ row, degrade, onClose, onDone }: { row: Row; degrade: bo
     setError(null);
     const fallback = custom ? { status: Number(status), ...(hdrs ? { headers: hdrs as Record<string, string> } : {}), ...(bodyVal !== undefined ? { body: bodyVal } : {}) } : undefined;
     // A key-level switch keeps its match (re-degrading it needs one).
-    const doc: Switch = { degraded: degrade, reason: reason.trim(), ...(prev?.match ? { match: prev.match } : {}), ...(degrade ? (fallback ? { fallback } : {}) : prev?.fallback ? { fallback: prev.fallback } : {}) };
+    const publicMessage = degrade && !custom && message.trim() ? { message: message.trim() } : {};
+    const doc: Switch = { degraded: degrade, reason: reason.trim(), ...publicMessage, ...(prev?.match ? { match: prev.match } : {}), ...(degrade ? (fallback ? { fallback } : {}) : prev?.fallback ? { fallback: prev.fallback } : {}) };
     try {
       await request("PUT", `/switches/${encodeURIComponent(row.id)}`, row.sw ? { body: doc, ifMatch: row.sw.etag } : { body: doc, ifNoneMatch: true });
       toast(degrade ? `${row.id} is degraded on every gateway` : `${row.id} is restored on every gateway`);
@@ -247,7 +250,7 @@ function SwitchDialog({ row, degrade, onClose, onDone }: { row: Row; degrade: bo
           Every gateway calls the backend of <b>{row.id}</b> again. Degraded since {fmtTime(prev?.updated_at)} by {prev?.updated_by ?? "?"}: “{prev?.reason}”.
         </p>
       )}
-      <Field label="Reason" error={tried ? reasonErr : undefined} hint="required; kept on the switch and in the audit log">
+      <Field label="Reason" error={tried ? reasonErr : undefined} hint="required; kept on the switch and in the audit log; never shown to merchants">
         <textarea name="reason" data-testid="switch-reason" rows={2} value={reason} placeholder={degrade ? "e.g. order DB failover, INC-4711" : "e.g. DB healthy again"} onInput={(e) => setReason((e.target as HTMLTextAreaElement).value)} data-autofocus />
       </Field>
       {degrade && (
@@ -260,6 +263,11 @@ function SwitchDialog({ row, degrade, onClose, onDone }: { row: Row; degrade: bo
               <input type="radio" name="fallback-kind" checked={custom} onChange={() => setCustom(true)} data-testid="custom-fallback" /> a custom fallback response
             </label>
           </div>
+          {!custom && (
+            <Field label="Message for merchants" error={messageErr} hint="the envelope's message; empty: “the API is temporarily unavailable”">
+              <input name="message" data-testid="switch-message" value={message} maxLength={200} placeholder="e.g. ordering is paused, back by 10:00 UTC" onInput={(e) => setMessage((e.target as HTMLInputElement).value)} />
+            </Field>
+          )}
           {custom && (
             <div class="fallback-grid">
               <Field label="Status" error={statusErr}>
