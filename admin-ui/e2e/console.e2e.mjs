@@ -178,7 +178,7 @@ async function main() {
   await page.waitForSelector(`h1:has-text("${API}")`);
   await page.fill('input[data-field="policy.bulkhead.max_concurrent"]', "0");
   await page.click('[data-testid="save-draft"]');
-  await page.waitForSelector('.field.has-error >> text=must be at least 1');
+  await page.waitForSelector('.field.has-error >> text=must be a whole number between 1 and 4294967295');
   await page.waitForSelector('.error-banner[data-code="VALIDATION_FAILED"]');
   await shot("policy-inline-validation");
   await page.fill('input[data-field="policy.bulkhead.max_concurrent"]', "32");
