@@ -18,7 +18,7 @@
 #      last passed on (ops/slow-lane.stamp; always outside a git checkout), always with
 #      --slow; a pass rewrites the stamp (commit it). Joined before the summary;
 #   6. a fuzzing smoke run: ./ops/fuzz.sh all runs each cargo-fuzz target of fuzz/ for
-#      PORTICO_FUZZ_SECONDS seconds (default 20; 0 skips the step; its build is its own,
+#      PORTICO_FUZZ_SECONDS seconds (default 10; 0 skips the step; its build is its own,
 #      in fuzz/target, with cargo-fuzz installed first if missing);
 #   7. cargo clippy --workspace --all-targets -- -D warnings;
 # then prints a summary and exits non-zero if any step failed.
@@ -226,8 +226,8 @@ else
     warn "build failed: tests not run"
 fi
 # Fuzzing smoke run (each target a short while; long runs: ./ops/fuzz.sh all SECONDS).
-if [ "${PORTICO_FUZZ_SECONDS:-20}" != 0 ]; then
-    step fuzz ./ops/fuzz.sh all "${PORTICO_FUZZ_SECONDS:-20}" || true
+if [ "${PORTICO_FUZZ_SECONDS:-10}" != 0 ]; then
+    step fuzz ./ops/fuzz.sh all "${PORTICO_FUZZ_SECONDS:-10}" || true
 fi
 if [ "${PORTICO_SKIP_LINT:-0}" != 1 ]; then
     step clippy cargo clippy --workspace --all-targets -- -D warnings || true
