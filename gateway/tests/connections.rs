@@ -623,15 +623,18 @@ fn a_reset_flood_gets_enhance_your_calm_and_frees_every_permit() {
             "{sent} resets: GOAWAY ENHANCE_YOUR_CALM; permits free {:?} after the close",
             closed.elapsed()
         );
-        let m = metrics(&e.gw).await;
-        assert_eq!(
-            metric(
-                &m,
-                "portico_h2_goaway_total",
-                &["portico-live-tls", "reason=\"reset_budget\""]
-            ),
-            1.0
+        // Counted once the connection is gone: after its lingering close (1 s).
+        assert!(
+            metrics_until(&e.gw, Duration::from_secs(5), |m| {
+                metric(
+                    m,
+                    "portico_h2_goaway_total",
+                    &["portico-live-tls", "reason=\"reset_budget\""],
+                ) == 1.0
+            })
+            .await
         );
+        let m = metrics(&e.gw).await;
         // None of it is a gateway failure.
         assert_eq!(
             metric(&m, "portico_requests_total", &["status=\"500\""]),

@@ -78,6 +78,14 @@ const MAX_PENDING: usize = 4096;
 /// How long a closing connection is given to send its GOAWAY.
 const GOAWAY_FLUSH: Duration = Duration::from_secs(1);
 
+/// How long the socket of a connection the gateway closed with a GOAWAY stays open after
+/// the GOAWAY and the FIN went out, unread (a lingering close, as nginx's
+/// `lingering_close`): a client still sending (a reset flood, a request racing the idle
+/// timeout) would otherwise meet a socket closed with its frames unread, which the kernel
+/// answers with a RST, and could see `EPIPE`/`ECONNRESET` before it reads the GOAWAY that
+/// says why.
+const GOAWAY_LINGER: Duration = Duration::from_secs(1);
+
 /// The client connection preface (RFC 9113 §3.4), which precedes the client's frames.
 const PREFACE_LEN: usize = 24;
 
@@ -268,6 +276,11 @@ where
     while let Some(joined) = tasks.join_next().await {
         cancelled += u64::from(joined.is_err_and(|e| e.is_cancelled()));
     }
+    if goaway.is_some() {
+        // The socket (in `conn`) stays open, unread, for the client to read the GOAWAY.
+        tokio::time::sleep(GOAWAY_LINGER).await;
+    }
+    drop(conn);
     Served {
         goaway,
         aborted: cancelled,
