@@ -68,43 +68,51 @@ impl Condition {
         }
     }
 
-    /// A sentence for notifications: `order.get: TP99 312.5 ms above 200 ms`.
+    /// A sentence for notifications: `order.get: TP99 312.5 ms above 200 ms` while the
+    /// value breaks the threshold, `order.get: TP99 150 ms, back at or under 200 ms` once it
+    /// no longer does (a resolving alert: "8.1 requests/s below 1 requests/s" read wrong).
     pub fn describe(self, api: &str, value: Option<f64>, threshold: f64) -> String {
         let v = |unit: &str, scale: f64| match value {
             Some(v) => format!("{}{unit}", trim(v * scale)),
             None => "no data".to_owned(),
         };
+        let breaking = value.is_none() || self.holds(value, threshold);
+        let (above, below, more_than) = if breaking {
+            (" above ", " below ", "more than")
+        } else {
+            (", back at or under ", ", back at or above ", "at most")
+        };
         match self {
             Condition::Tp99MsAbove => {
-                format!("{api}: TP99 {} above {} ms", v(" ms", 1.0), trim(threshold))
+                format!("{api}: TP99 {}{above}{} ms", v(" ms", 1.0), trim(threshold))
             }
             Condition::AvailabilityBelow => format!(
-                "{api}: availability {} below {}%",
+                "{api}: availability {}{below}{}%",
                 v("%", 100.0),
                 trim(threshold * 100.0)
             ),
             Condition::QpsAbove => format!(
-                "{api}: {} above {} requests/s",
+                "{api}: {}{above}{} requests/s",
                 v(" requests/s", 1.0),
                 trim(threshold)
             ),
             Condition::QpsBelow => format!(
-                "{api}: {} below {} requests/s",
+                "{api}: {}{below}{} requests/s",
                 v(" requests/s", 1.0),
                 trim(threshold)
             ),
             Condition::BreakerOpen => format!(
-                "{api}: breaker open on {} gateway(s) (more than {})",
+                "{api}: breaker open on {} gateway(s) ({more_than} {})",
                 v("", 1.0),
                 trim(threshold)
             ),
             Condition::NodeMissing => format!(
-                "{} gateway(s) missing (more than {})",
+                "{} gateway(s) missing ({more_than} {})",
                 v("", 1.0),
                 trim(threshold)
             ),
             Condition::ConfigLagAbove => format!(
-                "a gateway has served an outdated configuration for {} (more than {} s)",
+                "a gateway has served an outdated configuration for {} ({more_than} {} s)",
                 v(" s", 1.0),
                 trim(threshold)
             ),
@@ -205,6 +213,19 @@ mod tests {
         assert_eq!(
             Condition::QpsAbove.describe("a", None, 5.0),
             "a: no data above 5 requests/s"
+        );
+        // Resolving: the value no longer breaks the threshold, and the sentence says so.
+        assert_eq!(
+            Condition::QpsBelow.describe("a", Some(8.1), 1.0),
+            "a: 8.1 requests/s, back at or above 1 requests/s"
+        );
+        assert_eq!(
+            Condition::Tp99MsAbove.describe("order.get", Some(150.0), 200.0),
+            "order.get: TP99 150 ms, back at or under 200 ms"
+        );
+        assert_eq!(
+            Condition::BreakerOpen.describe("a", Some(0.0), 0.0),
+            "a: breaker open on 0 gateway(s) (at most 0)"
         );
     }
 
