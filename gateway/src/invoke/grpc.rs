@@ -300,14 +300,18 @@ impl GrpcInvoker {
     /// The client settings of a cluster: its `grpc` settings, the gateway's defaults
     /// ([`GrpcConfig`]) where it says nothing (docs/OPERATIONS.md, "gRPC client settings").
     pub fn settings(&self, cluster: Option<&v1::GrpcClient>) -> ChannelSettings {
-        let ms = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
-        let c = cluster.cloned().unwrap_or_default();
+        // Read in place, per call: no copy of the cluster's settings.
+        let ms = |field: fn(&v1::GrpcClient) -> Option<u64>, default: Duration| {
+            cluster
+                .and_then(field)
+                .map_or(default, Duration::from_millis)
+        };
         ChannelSettings {
-            connect_timeout: ms(c.connect_timeout_ms, self.config.connect_timeout),
-            keepalive_interval: ms(c.keepalive_ms, self.config.keepalive_interval),
-            keepalive_timeout: ms(c.keepalive_timeout_ms, self.config.keepalive_timeout),
-            compress_min_bytes: c
-                .compress_min_bytes
+            connect_timeout: ms(|c| c.connect_timeout_ms, self.config.connect_timeout),
+            keepalive_interval: ms(|c| c.keepalive_ms, self.config.keepalive_interval),
+            keepalive_timeout: ms(|c| c.keepalive_timeout_ms, self.config.keepalive_timeout),
+            compress_min_bytes: cluster
+                .and_then(|c| c.compress_min_bytes)
                 .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         }
     }
@@ -580,6 +584,26 @@ fn reply_metadata(metadata: &http::HeaderMap, out: &mut Vec<(String, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clusters_grpc_settings_override_the_gateways_defaults() {
+        let invoker = GrpcInvoker::new();
+        let defaults = invoker.settings(None);
+        assert_eq!(defaults.connect_timeout, Duration::from_secs(2));
+        assert_eq!(defaults.compress_min_bytes, None);
+        let cluster = v1::GrpcClient {
+            keepalive_ms: Some(300_000),
+            compress_min_bytes: Some(65_536),
+            connect_timeout_ms: Some(500),
+            ..v1::GrpcClient::default()
+        };
+        let s = invoker.settings(Some(&cluster));
+        assert_eq!(s.keepalive_interval, Duration::from_secs(300));
+        assert_eq!(s.keepalive_timeout, defaults.keepalive_timeout);
+        assert_eq!(s.connect_timeout, Duration::from_millis(500));
+        assert_eq!(s.compress_min_bytes, Some(65_536));
+        assert_ne!(s, defaults, "another channel key");
+    }
 
     #[test]
     fn no_keepalive_pings_unless_configured() {
