@@ -61,9 +61,10 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
-# pick_port PREFERRED: PREFERRED when free, else any free port.
+# pick_port PREFERRED: PREFERRED when free, else any free port. With PORTICO_ANY_PORT=1,
+# always any free port (tests run ./ops/up.sh that way: never a fixed port).
 pick_port() {
-    if port_is_free "$1"; then echo "$1"; else free_port; fi
+    if [ "${PORTICO_ANY_PORT:-0}" != 1 ] && port_is_free "$1"; then echo "$1"; else free_port; fi
 }
 
 # wait_tcp PORT SECONDS: waits until something accepts on 127.0.0.1:PORT.

@@ -17,6 +17,9 @@
 #      minutes of waiting, little CPU), run when gateway/src/invoke differs from the tree it
 #      last passed on (ops/slow-lane.stamp; always outside a git checkout), always with
 #      --slow; a pass rewrites the stamp (commit it). Joined before the summary;
+#   5b. on a full run, the README's quick start: ops/check_quickstart.py starts a fresh
+#      ./ops/up.sh (debug build, free ports, its own run directory) and runs every command
+#      of README.md's "What to try next", checking each answer;
 #   6. a fuzzing smoke run: ./ops/fuzz.sh all runs each cargo-fuzz target of fuzz/ for
 #      PORTICO_FUZZ_SECONDS seconds (default 10; 0 skips the step; its build is its own,
 #      in fuzz/target, with cargo-fuzz installed first if missing);
@@ -218,6 +221,8 @@ if step build cargo build --workspace --all-targets; then
     slow_lane_start
     if [ "$#" -eq 0 ]; then
         step test cargo test --workspace --no-fail-fast || true
+        # The README's "What to try next", command by command, on a fresh ./ops/up.sh.
+        step quickstart python3 ops/check_quickstart.py --profile debug || true
     else
         # A virtual workspace tests every member unless -p narrows it.
         step test cargo test --no-fail-fast "$@" || true

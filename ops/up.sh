@@ -26,7 +26,8 @@
 # Preferred ports (any free port instead when taken; the summary prints the real ones):
 # gateway 8080, gateway TLS 8443, sandbox 8081, admin 9180, registry 9000, demo backend HTTP
 # 18081 / gRPC 50051. Override with PORTICO_LISTEN_PORT, PORTICO_TLS_PORT,
-# PORTICO_SANDBOX_PORT, PORTICO_ADMIN_PORT, PORTICO_REGISTRY_PORT.
+# PORTICO_SANDBOX_PORT, PORTICO_ADMIN_PORT, PORTICO_REGISTRY_PORT; PORTICO_ANY_PORT=1 takes free
+# ports for everything (the quick-start test does). PORTICO_RUN_DIR replaces .run/.
 set -euo pipefail
 # shellcheck source=ops/lib.sh
 . "$(dirname "$0")/lib.sh"
