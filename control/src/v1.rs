@@ -20,6 +20,10 @@ pub struct ApiDefinition {
     pub auth: AuthMode,
     #[serde(default)]
     pub policy: Policy,
+    /// What merchants read about the API: the developer portal's summary of it (and the
+    /// first paragraph of its description). Merchant words: never a gRPC service or method
+    /// name, an internal host or a ticket (an import defaults it from the RPC's leading
+    /// comment; docs/OPERATIONS.md, "The merchants' portal").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// For an HTTP-backed API: a JSON Schema (2020-12) of the request body, shown to

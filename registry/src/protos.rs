@@ -50,6 +50,9 @@ pub struct MethodRule {
     pub service: String,
     pub method: String,
     pub http: v1::HttpRule,
+    /// The RPC's leading comment in its `.proto` (from the set's `SourceCodeInfo`, when the
+    /// set carries it), trimmed: what the draft tells merchants about the API.
+    pub comment: Option<String>,
 }
 
 /// An RPC that got no draft, and why.
@@ -133,7 +136,9 @@ pub fn compile_sources(files: &BTreeMap<String, String>) -> ApiResult<Vec<u8>> {
         files: files.clone(),
         google: protox::file::GoogleFileResolver::new(),
     });
-    compiler.include_imports(true).include_source_info(false);
+    // Source info keeps the comments: an RPC's leading comment is its draft's merchant
+    // description ([`merchant_description`]).
+    compiler.include_imports(true).include_source_info(true);
     compiler
         .open_files(files.keys())
         .map_err(|e| compile_error(&e, files))?;
@@ -273,6 +278,7 @@ impl Listing {
                     service: name.clone(),
                     method: method.name().to_owned(),
                     http,
+                    comment: leading_comment(&method),
                 }),
                 None => self.skipped.push(Skipped {
                     method: full,
@@ -281,6 +287,45 @@ impl Listing {
             }
         }
     }
+}
+
+/// The leading comment of `method` in its file's `SourceCodeInfo` (none when the set was built
+/// without source info, as reflection usually serves it), each line trimmed, blank lines
+/// dropped, joined with spaces.
+fn leading_comment(method: &MethodDescriptor) -> Option<String> {
+    let file = method.parent_file();
+    let info = file.file_descriptor_proto().source_code_info.as_ref()?;
+    let location = info.location.iter().find(|l| l.path == method.path())?;
+    let text = location
+        .leading_comments
+        .as_deref()?
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    (!text.is_empty()).then_some(text)
+}
+
+/// What merchants read about an imported API (docs/OPERATIONS.md, "The merchants' portal"):
+/// the RPC's leading comment, else a neutral sentence made from the API id. Never the gRPC
+/// service or method name, which are the backend team's internal names.
+pub fn merchant_description(id: &str, rule: &MethodRule) -> String {
+    match &rule.comment {
+        Some(c) => c.clone(),
+        None => format!("The {id} API."),
+    }
+}
+
+/// Whether `description` is the one earlier imports wrote (`<service>.<method>`, the gRPC
+/// name): a re-import replaces it with [`merchant_description`].
+fn is_grpc_name(description: Option<&str>, rule: &MethodRule) -> bool {
+    description.is_none_or(|d| {
+        let d = d.trim();
+        d.is_empty()
+            || d == format!("{}.{}", rule.service, rule.method)
+            || d == format!("{}/{}", rule.service, rule.method)
+    })
 }
 
 fn http_rule_of(
@@ -386,7 +431,8 @@ pub fn id_for(rule: &MethodRule, options: &ImportOptions) -> String {
 }
 
 /// The draft for an RPC. An existing draft keeps its policy, auth, description and timeout
-/// unless the import sets them; its HTTP rule and gRPC target are replaced.
+/// unless the import sets them (a description that is only the gRPC name, as earlier imports
+/// wrote it, becomes the [`merchant_description`]); its HTTP rule and gRPC target are replaced.
 pub fn draft_for(
     id: &str,
     rule: &MethodRule,
@@ -414,6 +460,9 @@ pub fn draft_for(
             if let Some(auth) = options.auth {
                 def.auth = auth;
             }
+            if is_grpc_name(def.description.as_deref(), rule) {
+                def.description = Some(merchant_description(id, rule));
+            }
             def
         }
         None => v1::ApiDefinition {
@@ -428,7 +477,7 @@ pub fn draft_for(
             },
             auth: options.auth.unwrap_or_default(),
             policy: v1::Policy::default(),
-            description: Some(format!("{}.{}", rule.service, rule.method)),
+            description: Some(merchant_description(id, rule)),
             request_schema: None,
             response_schema: None,
             owner: None,
@@ -679,6 +728,8 @@ syntax = "proto3";
 package shop.v1;
 import "google/api/annotations.proto";
 service CartService {
+  // Fetches a cart
+  // by its id.
   rpc GetCart(GetCartRequest) returns (Cart) {
     option (google.api.http) = { get: "/v1/carts/{cart_id}" additional_bindings { get: "/v1/users/{user}/cart" } };
   }
@@ -748,6 +799,49 @@ message Cart { string cart_id = 1; repeated string skus = 2; }
         assert_eq!(a.skipped.len(), 2);
         assert_eq!(default_id("shop.v1.CartService", "GetCart"), "cart.getcart");
         assert_eq!(default_id("x.Service", "Ping"), "service.ping");
+    }
+
+    /// Merchants read the RPC's leading comment, or a sentence made from the API id: never
+    /// the gRPC service or method name (docs/OPERATIONS.md, "The merchants' portal").
+    #[test]
+    fn drafts_describe_themselves_in_merchant_words() {
+        let files = BTreeMap::from([("shop/cart.proto".to_owned(), DEMO.to_owned())]);
+        let a = analyze(&compile_sources(&files).unwrap(), None).unwrap();
+        let options = ImportOptions::default();
+        let (get, add) = (&a.methods[0], &a.methods[1]);
+        assert_eq!(get.comment.as_deref(), Some("Fetches a cart by its id."));
+        assert_eq!(add.comment, None);
+        let draft = |rule: &MethodRule, old: Option<&v1::ApiDefinition>| {
+            draft_for(&id_for(rule, &options), rule, "sha", "c", &options, old)
+        };
+        let d = draft(get, None);
+        assert_eq!(d.description.as_deref(), Some("Fetches a cart by its id."));
+        let d = draft(add, None);
+        assert_eq!(d.description.as_deref(), Some("The cart.additem API."));
+        // An earlier import's gRPC-name description is replaced; an owner's own words stay.
+        let mut old = draft(get, None);
+        for grpc_name in ["shop.v1.CartService.GetCart", "shop.v1.CartService/GetCart"] {
+            old.description = Some(grpc_name.to_owned());
+            let d = draft(get, Some(&old));
+            assert_eq!(d.description.as_deref(), Some("Fetches a cart by its id."));
+        }
+        old.description = Some("Your cart, as it stands.".to_owned());
+        assert_eq!(
+            draft(get, Some(&old)).description.as_deref(),
+            Some("Your cart, as it stands.")
+        );
+        // Without source info (reflection usually serves none): the neutral default.
+        let mut compiler = protox::Compiler::with_file_resolver(SourceFiles {
+            files,
+            google: protox::file::GoogleFileResolver::new(),
+        });
+        compiler.include_imports(true).include_source_info(false);
+        compiler.open_files(["shop/cart.proto"]).unwrap();
+        let set = compiler.encode_file_descriptor_set();
+        let bare = analyze(&set, None).unwrap();
+        assert_eq!(bare.methods[0].comment, None);
+        let d = draft(&bare.methods[0], None);
+        assert_eq!(d.description.as_deref(), Some("The cart.getcart API."));
     }
 
     #[test]
