@@ -126,12 +126,54 @@ fn plane_status(plane: &Plane) -> serde_json::Value {
         "apis": snap.apis.keys().collect::<Vec<_>>(),
         "apps_loaded": snap.apps.len(),
         "switches_degraded": snap.switches.iter().filter(|(_, s)| s.degraded).map(|(k, _)| k).collect::<Vec<_>>(),
-        "rejected_documents": plane.rejected_documents(),
+        "rejected_documents": rejected_status(plane, snap),
         "config_loop": reload_status(plane),
         "invoke": breakers,
         "hot_keys": hot_keys_status(&rt, now),
         "clusters": clusters_status(&rt),
     })
+}
+
+/// `rejected_documents`: each refused document (`path`, `reason`, `kept_previous`) and, when
+/// the previous version is kept, `kept`: what of it is served (docs/OPERATIONS.md, "Admin
+/// endpoints": its `updated_by`, `updated_at`, `version`, `degraded`, `active` when the
+/// document has them, and `digest`, the SHA-256 of its bytes).
+fn rejected_status(plane: &Plane, snap: &portico_control::Snapshot) -> serde_json::Value {
+    plane
+        .rejected_documents()
+        .into_iter()
+        .map(|r| {
+            let kept = r
+                .kept_previous
+                .then(|| snap.accepted.get(&r.path))
+                .flatten()
+                .map(|bytes| kept_summary(bytes));
+            serde_json::json!({
+                "path": r.path,
+                "reason": r.reason,
+                "kept_previous": r.kept_previous,
+                "kept": kept,
+            })
+        })
+        .collect::<Vec<_>>()
+        .into()
+}
+
+/// The fields of a kept document that tell which version it is and what it does.
+fn kept_summary(bytes: &[u8]) -> serde_json::Value {
+    use sha2::{Digest, Sha256};
+    let digest = hex::encode(Sha256::digest(bytes));
+    let mut out = serde_json::Map::new();
+    if let Ok(serde_json::Value::Object(doc)) = serde_json::from_slice::<serde_json::Value>(bytes)
+    {
+        for field in ["updated_by", "updated_at", "version", "degraded", "active"] {
+            if let Some(v) = doc.get(field) {
+                out.insert(field.to_owned(), v.clone());
+            }
+        }
+    }
+    out.insert("digest".to_owned(), digest.into());
+    out.into()
 }
 
 // Hot APIs (docs/OPERATIONS.md, "Caching and hot keys").
@@ -370,6 +412,16 @@ async fn status(State(s): State<AdminState>) -> Json<serde_json::Value> {
 mod tests {
     use super::*;
     use crate::testing::plane;
+
+    #[test]
+    fn a_kept_document_is_described_by_its_version_fields_and_digest() {
+        let kept = kept_summary(br#"{"degraded":true,"updated_by":"sre","reason":"x"}"#);
+        assert_eq!(kept["degraded"], true);
+        assert_eq!(kept["updated_by"], "sre");
+        assert!(kept.get("reason").is_none());
+        assert_eq!(kept["digest"].as_str().map(str::len), Some(64));
+        assert_eq!(kept_summary(b"not json").as_object().map(|o| o.len()), Some(1));
+    }
     use portico_control::Rejection;
 
     #[test]
@@ -397,6 +449,7 @@ mod tests {
         let status = plane_status(&plane);
         assert_eq!(status["rejected_documents"][0]["path"], "*");
         assert_eq!(status["rejected_documents"][0]["kept_previous"], true);
+        assert_eq!(status["rejected_documents"][0]["kept"], serde_json::Value::Null);
         assert_eq!(
             status["config_loop"],
             serde_json::json!({
