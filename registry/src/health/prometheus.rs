@@ -10,8 +10,10 @@ pub type Key = (String, String);
 /// What one scrape of one node says about the APIs.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeMetrics {
-    /// Requests by key: (all, 5xx).
-    pub requests: HashMap<Key, (f64, f64)>,
+    /// Requests by key: (all, 5xx failures, degraded answers). A degraded answer (503
+    /// `API_DEGRADED`, or a switch's fallback, code `DEGRADED_FALLBACK`) is a deliberate
+    /// degradation, never a failure (docs/OPERATIONS.md, "Availability and degraded answers").
+    pub requests: HashMap<Key, (f64, f64, f64)>,
     /// Requests by key, then by answer: (HTTP status, envelope code), for the history's
     /// per-minute rollups.
     pub answers: HashMap<Key, HashMap<(u16, String), f64>>,
@@ -127,6 +129,14 @@ fn parse_labels(after: &str) -> Option<(Vec<(String, String)>, &str)> {
     }
 }
 
+/// Whether an answer's envelope code says it was a deliberate degradation (a switch that is
+/// on): 503 `API_DEGRADED`, or the switch's fallback answer (`DEGRADED_FALLBACK`). Such
+/// answers are counted apart, never as failures (docs/OPERATIONS.md, "Availability and
+/// degraded answers").
+pub fn is_degraded_code(code: &str) -> bool {
+    code == "API_DEGRADED" || code == "DEGRADED_FALLBACK"
+}
+
 /// Reads a node's `/metrics` text: requests (and 5xx, and by answer) per API, the latency histogram, breaker
 /// states, calls in flight and the applied config generation. Other series are ignored.
 pub fn parse_metrics(text: &str) -> NodeMetrics {
@@ -141,7 +151,8 @@ pub fn parse_metrics(text: &str) -> NodeMetrics {
         let Some(k) = line.key() else { continue };
         match line.name.as_str() {
             "portico_requests_total" => {
-                let five = line.label("status").is_some_and(|s| s.starts_with('5'));
+                let degraded = line.label("code").is_some_and(is_degraded_code);
+                let five = !degraded && line.label("status").is_some_and(|s| s.starts_with('5'));
                 if let Some(status) = line.label("status").and_then(|s| s.parse::<u16>().ok()) {
                     let code = line.label("code").unwrap_or("").to_owned();
                     *m.answers
@@ -154,6 +165,9 @@ pub fn parse_metrics(text: &str) -> NodeMetrics {
                 e.0 += line.value;
                 if five {
                     e.1 += line.value;
+                }
+                if degraded {
+                    e.2 += line.value;
                 }
             }
             "portico_request_duration_seconds_bucket" => {
@@ -183,6 +197,9 @@ pub const TEST_TEXT: &str = r#"# HELP portico_requests_total Requests by plane, 
 portico_requests_total{api="order.get",code="OK",plane="live",status="200"} 90
 portico_requests_total{api="order.get",code="UPSTREAM_ERROR",plane="live",status="502"} 10
 portico_requests_total{api="-",code="API_NOT_FOUND",plane="live",status="404"} 3
+portico_requests_total{api="promo.list",code="API_DEGRADED",plane="live",status="503"} 6
+portico_requests_total{api="promo.list",code="DEGRADED_FALLBACK",plane="live",status="200"} 4
+portico_requests_total{api="promo.list",code="UPSTREAM_ERROR",plane="live",status="502"} 1
 portico_request_duration_seconds_bucket{api="order.get",plane="live",le="0.001"} 0
 portico_request_duration_seconds_bucket{api="order.get",plane="live",le="0.002"} 50
 portico_request_duration_seconds_bucket{api="order.get",plane="live",le="0.005"} 90
@@ -215,7 +232,10 @@ mod tests {
         assert!(parse_line("broken{x=1} 2").is_none());
         let m = parse_metrics(TEST_TEXT);
         let k = ("live".to_owned(), "order.get".to_owned());
-        assert_eq!(m.requests[&k], (100.0, 10.0));
+        assert_eq!(m.requests[&k], (100.0, 10.0, 0.0));
+        // Degraded answers are counted apart, not as 5xx failures.
+        let promo = ("live".to_owned(), "promo.list".to_owned());
+        assert_eq!(m.requests[&promo], (11.0, 1.0, 10.0));
         assert_eq!(m.answers[&k][&(502, "UPSTREAM_ERROR".to_owned())], 10.0);
         assert_eq!(m.answers[&k][&(200, "OK".to_owned())], 90.0);
         assert_eq!(m.buckets[&k].len(), 5);

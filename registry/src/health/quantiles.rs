@@ -83,8 +83,10 @@ pub struct Quantiles {
 pub struct Figures {
     /// Requests answered.
     pub requests: f64,
-    /// Of which 5xx.
+    /// Of which 5xx failures (degraded answers excluded).
     pub errors: f64,
+    /// Of which degraded answers (a switch that is on: 503 `API_DEGRADED` or its fallback).
+    pub degraded: f64,
     /// The latency histogram's deltas.
     pub buckets: Buckets,
 }
@@ -94,6 +96,7 @@ impl Figures {
     pub fn add(&mut self, other: &Figures) {
         self.requests += other.requests;
         self.errors += other.errors;
+        self.degraded += other.degraded;
         for (bits, (le, c)) in &other.buckets {
             self.buckets.entry(*bits).or_insert((*le, 0.0)).1 += c;
         }
@@ -112,9 +115,12 @@ impl Figures {
         }
     }
 
-    /// The share of answers that are not 5xx; `None` without requests.
+    /// The share of answers that are not 5xx failures, over the answers that were not
+    /// deliberately degraded; `None` without such answers (docs/OPERATIONS.md, "Availability
+    /// and degraded answers").
     pub fn availability(&self) -> Option<f64> {
-        (self.requests > 0.0).then(|| round6(1.0 - self.errors / self.requests))
+        let served = self.requests - self.degraded;
+        (served > 0.0).then(|| round6(1.0 - self.errors / served))
     }
 }
 
@@ -138,12 +144,13 @@ pub fn between(
         let Some(prev) = old.get(node) else {
             continue;
         };
-        for (k, &(total, errors)) in &m.requests {
+        for (k, &(total, errors, degraded)) in &m.requests {
             let before = prev.requests.get(k);
             let f = out.entry(k.clone()).or_default();
             let reset = before.is_some_and(|b| total < b.0);
             f.requests += counter_delta(total, before.filter(|_| !reset).map(|b| b.0));
             f.errors += counter_delta(errors, before.filter(|_| !reset).map(|b| b.1));
+            f.degraded += counter_delta(degraded, before.filter(|_| !reset).map(|b| b.2));
         }
         for (k, b) in &m.buckets {
             let before = prev.buckets.get(k).map(Vec::as_slice);
@@ -215,6 +222,19 @@ mod tests {
             ..Figures::default()
         });
         assert_eq!(a.availability(), Some(0.8));
+        // Ten deliberately degraded answers more: availability unchanged, counted apart.
+        a.add(&Figures {
+            requests: 10.0,
+            degraded: 10.0,
+            ..Figures::default()
+        });
+        assert_eq!((a.availability(), a.degraded), (Some(0.8), 10.0));
+        let only_degraded = Figures {
+            requests: 3.0,
+            degraded: 3.0,
+            ..Figures::default()
+        };
+        assert_eq!(only_degraded.availability(), None);
         assert_eq!(Figures::default().availability(), None);
         assert_eq!(Figures::default().quantiles_ms(), Quantiles::default());
     }

@@ -1,6 +1,6 @@
 //! The report of `GET /api/v1/health/apis`, computed from the monitor's samples: per plane
-//! and API, summed over the nodes, QPS, availability (the share of answers that are not 5xx),
-//! TP50/90/99/999, calls in flight and each node's breaker state, with a short history for
+//! and API, summed over the nodes, QPS, availability (the share of answers that are not 5xx,
+//! deliberately degraded answers left out and counted apart as `degraded`), TP50/90/99/999, calls in flight and each node's breaker state, with a short history for
 //! charts; and the same totals over every API.
 
 use super::prometheus::Key;
@@ -39,6 +39,8 @@ struct Point {
     t: u64,
     qps: f64,
     availability: Option<f64>,
+    /// Deliberately degraded answers in the interval (not counted against availability).
+    degraded: f64,
     #[serde(flatten)]
     latency_ms: Quantiles,
 }
@@ -57,6 +59,8 @@ struct ApiHealth {
     qps: f64,
     requests: f64,
     errors_5xx: f64,
+    /// Deliberately degraded answers (a switch that is on), counted apart from failures.
+    degraded: f64,
     availability: Option<f64>,
     latency_ms: Quantiles,
     in_flight: f64,
@@ -132,6 +136,7 @@ fn points(steps: &Steps, pick: impl Fn(&HashMap<Key, Figures>) -> Figures) -> Ve
                 t: *t,
                 qps: round3(f.requests / secs),
                 availability: f.availability(),
+                degraded: f.degraded,
                 latency_ms: f.quantiles_ms(),
             }
         })
@@ -166,6 +171,7 @@ fn api_health(key: &Key, f: &Figures, secs: f64, inner: &Inner) -> ApiHealth {
         qps: round3(f.requests / secs),
         requests: f.requests,
         errors_5xx: f.errors,
+        degraded: f.degraded,
         availability: f.availability(),
         latency_ms: f.quantiles_ms(),
         in_flight,
@@ -228,6 +234,7 @@ pub fn report(
             "qps": round3(if window_secs > 0.0 { total.requests / window_secs } else { 0.0 }),
             "requests": total.requests,
             "errors_5xx": total.errors,
+            "degraded": total.degraded,
             "availability": total.availability(),
             "latency_ms": total.quantiles_ms(),
             "series": total_series,
@@ -335,6 +342,35 @@ mod tests {
             &SeriesFilter::None,
         );
         assert!(none["apis"][0].get("series").is_none());
+    }
+
+    #[test]
+    fn degraded_answers_do_not_lower_availability() {
+        // promo.list: +20 answers 503 API_DEGRADED, +5 fallbacks, +1 502 and +24 OK.
+        let later = TEXT
+            .replace("code=\"API_DEGRADED\",plane=\"live\",status=\"503\"} 6", "code=\"API_DEGRADED\",plane=\"live\",status=\"503\"} 26")
+            .replace("code=\"DEGRADED_FALLBACK\",plane=\"live\",status=\"200\"} 4", "code=\"DEGRADED_FALLBACK\",plane=\"live\",status=\"200\"} 9")
+            .replace("api=\"promo.list\",code=\"UPSTREAM_ERROR\",plane=\"live\",status=\"502\"} 1\n", "api=\"promo.list\",code=\"UPSTREAM_ERROR\",plane=\"live\",status=\"502\"} 2\n")
+            + "portico_requests_total{api=\"promo.list\",code=\"OK\",plane=\"live\",status=\"200\"} 24\n";
+        assert_ne!(later, TEXT);
+        let inner = Inner {
+            samples: [sample(0, &[("a", TEXT)]), sample(10, &[("a", &later)])]
+                .into_iter()
+                .collect(),
+            ..Inner::default()
+        };
+        let r = report(&inner, Duration::from_secs(10), Some("live"), &SeriesFilter::All);
+        let apis = r["apis"].as_array().unwrap();
+        let promo = apis.iter().find(|a| a["api"] == "promo.list").unwrap();
+        assert_eq!(promo["requests"], 50.0);
+        assert_eq!(promo["degraded"], 25.0);
+        assert_eq!(promo["errors_5xx"], 1.0);
+        // 1 failure in the 25 answers that were not degraded: 96 %, not 48 %.
+        assert_eq!(promo["availability"], 0.96);
+        assert_eq!(promo["series"][0]["degraded"], 25.0);
+        assert_eq!(promo["series"][0]["availability"], 0.96);
+        assert_eq!(r["totals"]["degraded"], 25.0, "{:#}", r["totals"]);
+        assert_eq!(r["totals"]["availability"], 0.96);
     }
 
     #[test]

@@ -80,8 +80,8 @@ fn section(out: &mut String, title: &str, f: &Figures) {
     }
     let _ = write!(
         out,
-        "<table><tr><th>calls</th><th>availability</th><th>TP50</th><th>TP90</th><th>TP99</th><th>TP99.9</th><th>5xx</th><th>breaker openings</th><th>switch flips</th></tr>\
-         <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>",
+        "<table><tr><th>calls</th><th>availability</th><th>TP50</th><th>TP90</th><th>TP99</th><th>TP99.9</th><th>5xx</th><th>degraded answers</th><th>breaker openings</th><th>switch flips</th></tr>\
+         <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>",
         f.calls,
         percent(f.availability),
         ms(f.p50_ms),
@@ -89,6 +89,7 @@ fn section(out: &mut String, title: &str, f: &Figures) {
         ms(f.p99_ms),
         ms(f.p999_ms),
         f.errors,
+        f.degraded,
         f.breaker_openings,
         f.switch_flips
     );
@@ -151,10 +152,12 @@ pub fn text(r: &Report) -> String {
         let name = if f.api == "*" { "All APIs" } else { &f.api };
         let _ = writeln!(
             out,
-            "{name}: {} calls, availability {}, TP50 {}, TP99 {}, TP99.9 {}, breaker openings {}, switch flips {}\n  {}",
+            "{name}: {} calls, availability {}, degraded answers {}, TP50 {}, TP90 {}, TP99 {}, TP99.9 {}, breaker openings {}, switch flips {}\n  {}",
             f.calls,
             percent(f.availability),
+            f.degraded,
             ms(f.p50_ms),
+            ms(f.p90_ms),
             ms(f.p99_ms),
             ms(f.p999_ms),
             f.breaker_openings,

@@ -1,6 +1,6 @@
 //! Daily and weekly per-API reports (docs/OPERATIONS.md, "Reports"), built from the history
 //! store's per-minute rollups: per API and for the whole platform, calls, availability
-//! (non-5xx share), TP50/90/99/999 from the merged latency histograms, top error codes,
+//! (non-5xx share of the answers that were not deliberately degraded), degraded answers, TP50/90/99/999 from the merged latency histograms, top error codes,
 //! breaker openings, switch flips, the change against the previous period, and a series for
 //! the charts.
 //!
@@ -15,6 +15,7 @@
 pub mod deliver;
 pub mod html;
 
+use crate::health::prometheus::is_degraded_code;
 use crate::health::quantiles::{histogram_quantile, round3};
 use crate::history::{HistoryStore, Rollup};
 use serde::Serialize;
@@ -76,12 +77,15 @@ pub struct CodeCount {
     pub count: u64,
 }
 
-/// One point of a series: the calls (and 5xx) of `[at_ms, at_ms + step)`.
+/// One point of a series: the calls (5xx failures, degraded answers) of
+/// `[at_ms, at_ms + step)`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Point {
     pub at_ms: i64,
     pub calls: u64,
     pub errors: u64,
+    /// Deliberately degraded answers (a switch that is on).
+    pub degraded: u64,
 }
 
 /// The figures of the previous period, and how this one compares.
@@ -109,15 +113,18 @@ pub struct Figures {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
     pub calls: u64,
-    /// Calls answered 5xx.
+    /// Calls answered 5xx, degraded answers excluded.
     pub errors: u64,
-    /// The non-5xx share of calls; `None` without calls.
+    /// Calls deliberately degraded (503 `API_DEGRADED` or a switch's fallback answer): counted
+    /// apart, never as failures (docs/OPERATIONS.md, "Availability and degraded answers").
+    pub degraded: u64,
+    /// The non-5xx share of the calls that were not degraded; `None` without such calls.
     pub availability: Option<f64>,
     pub p50_ms: Option<f64>,
     pub p90_ms: Option<f64>,
     pub p99_ms: Option<f64>,
     pub p999_ms: Option<f64>,
-    /// The commonest answers with a 4xx or 5xx status.
+    /// The commonest answers with a 4xx or 5xx status (degraded answers left out).
     pub top_errors: Vec<CodeCount>,
     pub breaker_openings: u64,
     pub switch_flips: u64,
@@ -154,7 +161,7 @@ pub struct Slow {
 #[derive(Default)]
 struct Acc {
     total: Rollup,
-    series: BTreeMap<i64, (u64, u64)>,
+    series: BTreeMap<i64, (u64, u64, u64)>,
 }
 
 impl Acc {
@@ -164,14 +171,25 @@ impl Acc {
             let e = self.series.entry(b).or_default();
             e.0 += r.calls();
             e.1 += errors_of(r);
+            e.2 += degraded_of(r);
         }
     }
 }
 
+/// The 5xx failures of a rollup: 5xx answers that were not deliberate degradations.
 fn errors_of(r: &Rollup) -> u64 {
     r.answers
         .iter()
-        .filter(|((s, _), _)| *s >= 500)
+        .filter(|((s, code), _)| *s >= 500 && !is_degraded_code(code))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// The deliberately degraded answers of a rollup.
+fn degraded_of(r: &Rollup) -> u64 {
+    r.answers
+        .iter()
+        .filter(|((_, code), _)| is_degraded_code(code))
         .map(|(_, n)| n)
         .sum()
 }
@@ -203,10 +221,11 @@ fn figures(api: &str, cur: &Acc, prev: &Acc, from_min: i64, period: Period) -> F
     let t = &cur.total;
     let calls = t.calls();
     let errors = errors_of(t);
+    let degraded = degraded_of(t);
     let mut top: Vec<CodeCount> = t
         .answers
         .iter()
-        .filter(|((s, _), n)| *s >= 400 && **n > 0)
+        .filter(|((s, code), n)| *s >= 400 && **n > 0 && !is_degraded_code(code))
         .map(|((status, code), n)| CodeCount {
             status: *status,
             code: code.clone(),
@@ -217,17 +236,21 @@ fn figures(api: &str, cur: &Acc, prev: &Acc, from_min: i64, period: Period) -> F
     top.truncate(TOP_CODES);
     let p99 = quantile_ms(&t.latency, 0.99);
     let prev_calls = prev.total.calls();
-    let prev_avail = availability(prev_calls, errors_of(&prev.total));
+    let prev_avail = availability(
+        prev_calls.saturating_sub(degraded_of(&prev.total)),
+        errors_of(&prev.total),
+    );
     let prev_p99 = quantile_ms(&prev.total.latency, 0.99);
-    let avail = availability(calls, errors);
+    let avail = availability(calls.saturating_sub(degraded), errors);
     let steps = period.minutes() / period.step();
     let series = (0..steps)
         .map(|i| {
-            let (c, e) = cur.series.get(&i).copied().unwrap_or_default();
+            let (c, e, d) = cur.series.get(&i).copied().unwrap_or_default();
             Point {
                 at_ms: (from_min + i * period.step()) * 60_000,
                 calls: c,
                 errors: e,
+                degraded: d,
             }
         })
         .collect();
@@ -236,6 +259,7 @@ fn figures(api: &str, cur: &Acc, prev: &Acc, from_min: i64, period: Period) -> F
         owner: None,
         calls,
         errors,
+        degraded,
         availability: avail,
         p50_ms: quantile_ms(&t.latency, 0.5),
         p90_ms: quantile_ms(&t.latency, 0.9),
@@ -403,5 +427,43 @@ mod tests {
         );
         assert_eq!(r.platform.calls, 100);
         assert_eq!(r.slowest[0].api, "a");
+    }
+
+    #[test]
+    fn degraded_answers_are_reported_apart_from_failures() {
+        let s = HistoryStore::in_memory(Limits::default()).unwrap();
+        let now_min = 30_000_000;
+        s.add(&[rollup(
+            "promo.list",
+            now_min - 5,
+            &[
+                (200, "OK", 99),
+                (502, "UPSTREAM_ERROR", 1),
+                (503, "API_DEGRADED", 300),
+                (200, "DEGRADED_FALLBACK", 100),
+            ],
+            &[(0.01, 100)],
+        )])
+        .unwrap();
+        let r = build(
+            &s,
+            Period::Day,
+            None,
+            &BTreeMap::new(),
+            (now_min as u64) * 60_000,
+        )
+        .unwrap();
+        let p = &r.apis[0];
+        assert_eq!((p.calls, p.errors, p.degraded), (500, 1, 400));
+        // 1 failure in the 100 answers not degraded: 99 %, where counting the 503s would
+        // have said 39.8 %.
+        assert_eq!(p.availability, Some(0.99));
+        assert_eq!(p.top_errors.len(), 1, "{:?}", p.top_errors);
+        assert_eq!(p.top_errors[0].code, "UPSTREAM_ERROR");
+        assert_eq!(p.series.iter().map(|x| x.degraded).sum::<u64>(), 400);
+        assert_eq!(r.platform.degraded, 400);
+        assert_eq!(r.platform.availability, Some(0.99));
+        let page = html::render(&r);
+        assert!(page.contains("<td>400</td>"), "{page}");
     }
 }
