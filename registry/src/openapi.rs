@@ -557,7 +557,9 @@ fn import_and_ops_schemas() -> Value {
     "ImportOptions": {"type": "object", "required": ["cluster"], "properties": {
         "cluster": {"type": "string", "pattern": NAME_PATTERN}, "auth": {"type": "string", "enum": ["signature", "none"]},
         "timeout_ms": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS}, "services": {"type": "array", "items": {"type": "string"}},
-        "ids": {"type": "object", "additionalProperties": {"type": "string"}, "description": "API id by RPC (pkg.Service/Method)"}}},
+        "ids": {"type": "object", "additionalProperties": {"type": "string"}, "description": "API id by RPC (pkg.Service/Method)"},
+        "dry_run": {"type": "boolean", "description": "preview only (as the dry_run query flag)"},
+        "overwrite": {"type": "boolean", "description": "replace drafts that exist and differ (as the overwrite query flag)"}}},
     "ProtoImport": {"allOf": [{"$ref": "#/components/schemas/ImportOptions"}, {"type": "object", "required": ["files"], "properties": {
         "files": {"type": "object", "additionalProperties": {"type": "string"}, "description": "import path → .proto source"}}}]},
     "DescriptorImport": {"allOf": [{"$ref": "#/components/schemas/ImportOptions"}, {"type": "object", "required": ["descriptor_set"], "properties": {
@@ -565,13 +567,22 @@ fn import_and_ops_schemas() -> Value {
     "ReflectionImport": {"allOf": [{"$ref": "#/components/schemas/ImportOptions"}, {"type": "object", "required": ["addr"], "properties": {
         "addr": {"type": "string", "description": "host:port of the gRPC backend"}}}]},
     "ImportResult": {"type": "object", "properties": {
+        "dry_run": {"type": "boolean", "description": "true: a preview, nothing was written"},
         "descriptor": {"type": "string"}, "descriptor_bytes": {"type": "integer"},
         "services": {"type": "array", "items": {"type": "string"}},
         "drafts": {"type": "array", "items": {"type": "object", "properties": {
             "id": {"type": "string"}, "rpc": {"type": "string"}, "created": {"type": "boolean"}, "etag": {"type": "string"},
+            "state": {"type": "string", "enum": ["new", "changed", "unchanged"], "description": "changed: the draft exists and differs (written only with overwrite)"},
+            "conflicts": {"type": "array", "description": "routes another API binds (env: sandbox, or live: publishing would be refused)", "items": {"type": "object", "properties": {
+                "api": {"type": "string"}, "route": {"type": "string"}, "env": {"type": "string", "enum": ["live", "sandbox"]}}}},
             "http": {"$ref": "#/components/schemas/HttpRule"}}}},
         "skipped": {"type": "array", "items": {"type": "object", "properties": {"method": {"type": "string"}, "reason": {"type": "string"}}}},
         "problems": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "reason": {"type": "string"}}}}}},
+    "Served": {"type": "object", "description": "whether the gateways serve a document as the tree holds it", "properties": {
+        "id": {"type": "string"}, "nodes": {"type": "integer", "description": "gateways read for the env"},
+        "refused": {"type": "array", "items": {"type": "object", "properties": {
+            "node_id": {"type": "string", "description": "a gateway node, or registry (its own build of the tree)"},
+            "reason": {"type": "string"}, "kept_previous": {"type": "boolean"}}}}}},
     "DescriptorList": {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {
         "sha256": {"type": "string"}, "bytes": {"type": "integer"}}}}}},
     "Health": {"type": "object", "properties": {"status": {"type": "string"}, "zookeeper": {"type": "string"}, "root": {"type": "string"}}},

@@ -114,7 +114,7 @@ mod tests {
                 "{method} /sandbox{path}"
             );
         }
-        assert_eq!(all.len(), 90);
+        assert_eq!(all.len(), 91);
     }
 
     /// Every route is in the OpenAPI document, and every `$ref` resolves.

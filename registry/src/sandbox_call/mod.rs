@@ -13,6 +13,10 @@
 //! `*`) is used, and an API whose `auth` is `none` is called unsigned. `body` is sent as is
 //! when a string, as JSON otherwise.
 //!
+//! A draft the sandbox refuses (the registry's build of the sandbox tree, or any gateway's
+//! sandbox plane, says so) is not called: 409 `DRAFT_REFUSED` with every reason
+//! ([`crate::api::apis::served`]).
+//!
 //! - [`prepare`]: what is sent (method, path, query, body, headers, signature);
 //! - [`pick`]: the sandbox app to sign with and the gateway node to call.
 
@@ -87,6 +91,12 @@ fn client() -> ApiResult<&'static reqwest::Client> {
 /// it with `-try` added). Answers what was sent and what came back.
 pub async fn call(state: &Shared, request_id: &str, req: CallRequest) -> ApiResult<Value> {
     let draft = load_draft(state, req.api_id.as_deref()).await?;
+    if let Some(id) = req.api_id.as_deref() {
+        // A draft the sandbox refuses is not served: the call would reach whatever the sandbox
+        // serves on that route (another API) and report its answer as the draft's.
+        let refusals = crate::api::apis::served::api_refusals(state, Env::Sandbox).await?;
+        crate::api::apis::served::refuse_try(id, refusals.of(id))?;
+    }
     let target = Target::of(&req, draft.as_ref())?;
     prepare::check_headers(&req.headers)?;
     let body = prepare::body_bytes(req.body.as_ref())?;

@@ -3,7 +3,9 @@
 
 use super::paths::api_rel;
 use crate::api::context::Ctx;
-use crate::api::documents::{delete_doc, get_json, list_json, write_json, Write};
+use super::served::api_refusals;
+use crate::api::documents::{delete_doc, get_json, write_json, Write};
+use crate::api::reply::{json_response, list_item};
 use crate::error::{ApiError, ApiResult, Detail};
 use crate::input::{check_name, typed_document};
 use crate::route::{Body, Reply, Route};
@@ -11,7 +13,7 @@ use crate::state::Shared;
 use crate::zk_store::{Env, Precondition};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::Method;
+use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use axum::routing::{delete, get, post, put};
 use portico_control::v1;
@@ -24,10 +26,22 @@ pub fn routes() -> Vec<Route> {
             Method::GET,
             "/sandbox/apis",
             "sandbox",
-            "List draft APIs",
+            "List draft APIs; each item's `served` says whether the sandbox serves it: `{nodes, \
+             refused: [{node_id, reason, kept_previous}]}` (node `registry`: the registry's own \
+             build of the sandbox tree)",
             get(list),
         )
         .reply(Reply::Json(200, "List")),
+        Route::new(
+            Method::GET,
+            "/sandbox/apis/{id}/served",
+            "sandbox",
+            "Whether the sandbox serves a draft: `{id, nodes, refused: [{node_id, reason, \
+             kept_previous}]}`; a refused draft cannot be tried (POST /sandbox/call answers 409 \
+             DRAFT_REFUSED)",
+            get(served),
+        )
+        .reply(Reply::Json(200, "Served")),
         Route::new(
             Method::POST,
             "/sandbox/apis",
@@ -69,7 +83,38 @@ pub fn routes() -> Vec<Route> {
 }
 
 async fn list(State(state): State<Shared>) -> ApiResult<Response> {
-    list_json(&state, Env::Sandbox, "apis").await
+    list_served(&state, Env::Sandbox).await
+}
+
+/// The env's APIs as a list, each item with its `served` object ([`super::served`]).
+pub async fn list_served(state: &Shared, env: Env) -> ApiResult<Response> {
+    let refusals = api_refusals(state, env).await?;
+    let docs = state.store.list_docs(&env.path("apis")).await?;
+    let items: Vec<Value> = docs
+        .iter()
+        .map(|(name, doc)| {
+            let mut item = list_item(name, &doc.stat, &doc.data);
+            item["served"] = refusals.served(name);
+            item
+        })
+        .collect();
+    Ok(json_response(StatusCode::OK, &json!({ "items": items }), None))
+}
+
+/// `GET /sandbox/apis/{id}/served`: the draft's refusals (404 when there is no draft).
+async fn served(State(state): State<Shared>, Path(id): Path<String>) -> ApiResult<Response> {
+    check_name("api id", &id)?;
+    state
+        .store
+        .require(
+            &Env::Sandbox.path(&api_rel(&id)),
+            &format!("draft API {id:?}"),
+        )
+        .await?;
+    let refusals = api_refusals(&state, Env::Sandbox).await?;
+    let mut body = refusals.served(&id);
+    body["id"] = json!(id);
+    Ok(json_response(StatusCode::OK, &body, None))
 }
 
 async fn read(State(state): State<Shared>, Path(id): Path<String>) -> ApiResult<Response> {

@@ -4,7 +4,7 @@
 use super::paths::{api_rel, history_dir, history_rel};
 use crate::api::audit::audit;
 use crate::api::context::Ctx;
-use crate::api::documents::{delete_doc, get_json, list_json};
+use crate::api::documents::{delete_doc, get_json};
 use crate::api::reply::{json_response, raw_json_response};
 use crate::api::validation::{validate_change, Change};
 use crate::error::{ApiError, ApiResult, Detail};
@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 /// The routes of published APIs and their history.
 pub fn routes() -> Vec<Route> {
     vec![
-        Route::new(Method::GET, "/apis", "apis", "List published APIs", get(list))
+        Route::new(Method::GET, "/apis", "apis", "List published APIs; each item's `served` says whether the live gateways serve it: `{nodes, refused: [{node_id, reason, kept_previous}]}`", get(list))
             .reply(Reply::Json(200, "List")),
         Route::new(Method::GET, "/apis/{id}", "apis", "Get a published API", get(read))
             .reply(Reply::Json(200, "ApiDefinition")),
@@ -47,7 +47,7 @@ pub fn routes() -> Vec<Route> {
 }
 
 async fn list(State(state): State<Shared>) -> ApiResult<Response> {
-    list_json(&state, Env::Live, "apis").await
+    super::drafts::list_served(&state, Env::Live).await
 }
 
 async fn read(State(state): State<Shared>, Path(id): Path<String>) -> ApiResult<Response> {
