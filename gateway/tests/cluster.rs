@@ -127,9 +127,18 @@ fn load(
         .collect()
 }
 
+/// What one measuring window saw, per second: calls admitted (200), refused (429), and
+/// offered (every call sent, whatever its answer); `other` counts answers neither 200 nor 429.
+struct Window {
+    admitted: f64,
+    refused: f64,
+    offered: f64,
+    other: u64,
+}
+
 /// Offers `per_node` calls a second to each of `targets` for a warm-up, then counts over
-/// `window`: returns (admitted per second, refused per second, other).
-fn measure(targets: &[&GatewayProcess], per_node: u64, window: Duration) -> (f64, f64, u64) {
+/// `window`.
+fn measure(targets: &[&GatewayProcess], per_node: u64, window: Duration) -> Window {
     let tally = Arc::new(Tally::default());
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = targets
@@ -138,7 +147,9 @@ fn measure(targets: &[&GatewayProcess], per_node: u64, window: Duration) -> (f64
             load(
                 gw.url("/v1/ping"),
                 per_node,
-                (per_node / 50).max(2),
+                // Each thread sends one call at a time: 25 a second each leaves 40 ms per
+                // call, room for a loaded 2-core machine.
+                (per_node / 25).max(2),
                 tally.clone(),
                 stop.clone(),
             )
@@ -155,22 +166,66 @@ fn measure(targets: &[&GatewayProcess], per_node: u64, window: Duration) -> (f64
     for h in handles {
         h.join().unwrap();
     }
-    (
-        tally.ok.load(Ordering::Relaxed) as f64 / secs,
-        tally.limited.load(Ordering::Relaxed) as f64 / secs,
+    let (ok, limited, other) = (
+        tally.ok.load(Ordering::Relaxed),
+        tally.limited.load(Ordering::Relaxed),
         tally.other.load(Ordering::Relaxed),
-    )
+    );
+    Window {
+        admitted: ok as f64 / secs,
+        refused: limited as f64 / secs,
+        offered: (ok + limited + other) as f64 / secs,
+        other,
+    }
 }
 
-fn assert_within(what: &str, admitted: f64, refused: f64, other: u64) {
-    eprintln!("{what}: admitted {admitted:.1}/s, refused {refused:.1}/s, other {other}");
-    let (lo, hi) = (LIMIT as f64 * 0.95, LIMIT as f64 * 1.05);
-    assert!(
-        (lo..=hi).contains(&admitted),
-        "{what}: admitted {admitted:.1}/s, not within ±5% of {LIMIT}/s (refused {refused:.1}/s)"
+/// Measures the shared limit under `per_node` calls a second to each of `targets` and checks
+/// it. The check is relative to what this machine could offer: the limit is judged only in a
+/// window whose offered load exceeded it by 15% (a busy machine's load generator can fall
+/// short of the 900/s asked: then the window is measured again, up to three times, and the
+/// test fails saying how much load it could offer rather than blaming the limit). In a
+/// conclusive window the fleet admits the limit ±5% and refuses the rest.
+fn assert_limit_holds(what: &str, targets: &[&GatewayProcess], per_node: u64) {
+    let wanted = LIMIT as f64 * 1.15;
+    let mut offered = Vec::new();
+    for attempt in 1..=3 {
+        let w = measure(targets, per_node, Duration::from_secs(8));
+        eprintln!(
+            "{what} (window {attempt}): offered {:.1}/s, admitted {:.1}/s, refused {:.1}/s, other {}",
+            w.offered, w.admitted, w.refused, w.other
+        );
+        assert_eq!(w.other, 0, "{what}: calls neither admitted nor refused");
+        // Whatever was offered, the fleet never admits more than the limit.
+        assert!(
+            w.admitted <= LIMIT as f64 * 1.05,
+            "{what}: admitted {:.1}/s, over the limit {LIMIT}/s +5% (offered {:.1}/s)",
+            w.admitted,
+            w.offered
+        );
+        if w.offered < wanted {
+            offered.push(format!("{:.1}/s", w.offered));
+            continue;
+        }
+        assert!(
+            w.admitted >= LIMIT as f64 * 0.95,
+            "{what}: admitted {:.1}/s, under the limit {LIMIT}/s -5% while {:.1}/s were offered \
+             (refused {:.1}/s)",
+            w.admitted,
+            w.offered,
+            w.refused
+        );
+        assert!(
+            w.refused > 0.0,
+            "{what}: nothing refused at {:.1}/s offered",
+            w.offered
+        );
+        return;
+    }
+    panic!(
+        "{what}: inconclusive: this machine offered only {} in three windows, never the \
+         {wanted:.0}/s needed to judge a limit of {LIMIT}/s",
+        offered.join(", ")
     );
-    assert!(refused > 0.0, "{what}: the load never went over the limit");
-    assert_eq!(other, 0, "{what}: calls neither admitted nor refused");
 }
 
 /// The mean time of `n` sequential signed calls (fresh nonces) to `gw`, after a few to warm
@@ -221,12 +276,10 @@ fn a_fleet_shares_its_limits_and_nonces_and_rides_out_losses() {
     let all: Vec<&GatewayProcess> = gws.iter().collect();
 
     // 1. Load spread evenly at 3× the limit, Redis up.
-    let (ok, limited, other) = measure(&all, PER_NODE, Duration::from_secs(8));
-    assert_within("even load, redis", ok, limited, other);
+    assert_limit_holds("even load, redis", &all, PER_NODE);
 
     // 2. All load on one node, Redis up (the others idle: their leases expire).
-    let (ok, limited, other) = measure(&all[..1], 3 * PER_NODE, Duration::from_secs(8));
-    assert_within("one node, redis", ok, limited, other);
+    assert_limit_holds("one node, redis", &all[..1], 3 * PER_NODE);
     let refills = metric(&gws[0], "portico_rate_limit_lease_refills_total").unwrap();
     assert!(refills > 0.0);
 
@@ -276,13 +329,7 @@ fn a_fleet_shares_its_limits_and_nonces_and_rides_out_losses() {
         let since = gw.status()["redis"]["since_unix_ms"].as_u64().unwrap();
         assert!(since >= killed.saturating_sub(1000), "{since} vs {killed}");
     }
-    let (ok, limited, other) = measure(&all, PER_NODE, Duration::from_secs(8));
-    assert_within(
-        "even load, redis down (membership split)",
-        ok,
-        limited,
-        other,
-    );
+    assert_limit_holds("even load, redis down (membership split)", &all, PER_NODE);
     // A signed call replayed to another node is now caught only by the node that saw it.
     let (ts, n) = (now_ms(), nonce());
     let a = signed_at(&http, "GET", &url1, KEY, SECRET, None, ts, &n)

@@ -30,7 +30,15 @@ impl ZkTree {
             .enable_all()
             .build()
             .unwrap();
-        let client = rt.block_on(zk::Client::connect(connect)).unwrap();
+        // A long session: with the default (a few seconds) a loaded 2-core machine made a
+        // `create` give up after 2.4 s; a test's seeding waits for ZooKeeper, not a deadline.
+        let client = rt
+            .block_on(
+                zk::Client::connector()
+                    .with_session_timeout(Duration::from_secs(30))
+                    .connect(connect),
+            )
+            .unwrap();
         ZkTree { rt, client }
     }
 
