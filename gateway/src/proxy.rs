@@ -34,6 +34,11 @@ pub const DEFAULT_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from
 /// `499` in `portico_requests_total` and the access log, never as a gateway failure.
 pub const CLIENT_CLOSED: &str = "CLIENT_CLOSED";
 
+/// The code of a switch's fallback answer in `portico_requests_total` and the access log: a
+/// deliberate degradation, never a failure (docs/OPERATIONS.md, "Availability and degraded
+/// answers").
+pub const DEGRADED_FALLBACK: &str = "DEGRADED_FALLBACK";
+
 /// How long a connection refused at the connection limit may take to send its request
 /// head before it is closed without an answer.
 const REFUSAL_HEAD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -186,6 +191,11 @@ impl ProxyHttp for Gateway {
         } else {
             ctx.status
         };
+        // A switch's fallback answer is a deliberate degradation, counted apart from the
+        // answers of the backend (docs/OPERATIONS.md, "Availability and degraded answers").
+        if ctx.edge.degraded && ctx.code == "OK" {
+            ctx.code = DEGRADED_FALLBACK;
+        }
         let m = &shared.metrics;
         match (&ctx.api_metrics, status, ctx.code) {
             // The common case, on series resolved once per snapshot.
@@ -208,7 +218,7 @@ impl ProxyHttp for Gateway {
                 .observe(latency.as_secs_f64()),
             (None, None) => {}
         }
-        if ctx.code != "OK" && ctx.code != CLIENT_CLOSED {
+        if ctx.code != "OK" && ctx.code != CLIENT_CLOSED && ctx.code != DEGRADED_FALLBACK {
             m.rejections.with_label_values(&[plane, ctx.code]).inc();
         }
         if !shared.access_log.enabled() {

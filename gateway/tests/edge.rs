@@ -587,6 +587,26 @@ fn degraded_apis_answer_their_fallback_without_the_backend() {
     assert_eq!(v["message"], "the API is temporarily unavailable", "{v}");
     assert!(!v.to_string().contains("inventory maintenance"), "{v}");
     assert_eq!(backend_requests(&e.backend), before);
+    // Both are counted as deliberate degradations, the fallback under its own code
+    // (docs/OPERATIONS.md, "Availability and degraded answers"), and neither as a rejection.
+    let metrics = e.gw.metrics();
+    let line = |needle: &str| {
+        metrics
+            .lines()
+            .any(|l| l.contains(needle) && !l.starts_with('#'))
+    };
+    assert!(
+        line("portico_requests_total{api=\"promo.list\",code=\"DEGRADED_FALLBACK\",plane=\"live\",status=\"200\"}"),
+        "{metrics}"
+    );
+    assert!(
+        line("code=\"API_DEGRADED\",plane=\"live\",status=\"503\"}"),
+        "{metrics}"
+    );
+    assert!(
+        !line("portico_rejections_total{code=\"DEGRADED_FALLBACK\""),
+        "{metrics}"
+    );
 }
 
 #[test]

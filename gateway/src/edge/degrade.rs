@@ -145,11 +145,14 @@ impl Stage for DegradeStage {
             return GatewayError::new(Code::Internal, "degrade ran before route").into();
         };
         if let Some(reply) = self.degraded.get(&api.id) {
+            ctx.degraded = true;
             return Flow::Respond(reply.clone().map(Response::Whole));
         }
         if let Some(list) = self.keyed.get(&api.id) {
             if let Some(m) = list.iter().find(|m| m.selects(req, ctx)) {
-                return Flow::Respond(m.reply.clone().map(Response::Whole));
+                let reply = m.reply.clone();
+                ctx.degraded = true;
+                return Flow::Respond(reply.map(Response::Whole));
             }
         }
         Flow::Continue

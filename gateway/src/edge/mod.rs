@@ -93,6 +93,11 @@ pub struct EdgeCtx {
     /// A router-style call's body as JSON, parsed at most once, when a key selector first
     /// reads it (`keys::router_body`).
     pub router_body: std::sync::OnceLock<Option<serde_json::Value>>,
+    /// Set by `degrade` when a switch that is on answered (its fallback or 503
+    /// `API_DEGRADED`): the metrics and the access log count a fallback answer under the code
+    /// `DEGRADED_FALLBACK`, apart from failures (docs/OPERATIONS.md, "Availability and
+    /// degraded answers").
+    pub degraded: bool,
 }
 
 impl EdgeCtx {
