@@ -56,9 +56,28 @@ finally:
 EOF
 }
 
-# free_port: prints a port that is free on 127.0.0.1 now.
+# free_port: prints a port that is free on 127.0.0.1 now, below the kernel's ephemeral
+# range (a bind(0) port is an ephemeral one, which any outgoing connection, a test's
+# included, may take before the server binds it; testkit's free_port does the same).
 free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+    python3 - <<'PY'
+import random, socket
+try:
+    high = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError):
+    high = 32768
+for _ in range(2000):
+    port = random.randrange(10000, high) if high > 11000 else 0
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        print(s.getsockname()[1])
+        break
+    except OSError:
+        continue
+    finally:
+        s.close()
+PY
 }
 
 # pick_port PREFERRED: PREFERRED when free, else any free port. With PORTICO_ANY_PORT=1,

@@ -224,10 +224,11 @@ pub fn cpu_times(pid: u32) -> anyhow::Result<(f64, f64)> {
     Ok((utime as f64 / clk_tck(), stime as f64 / clk_tck()))
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// A port that was free a moment ago on 127.0.0.1, below the kernel's ephemeral range so
+/// that no load-generator connection can take it before the server binds it (the testkit's
+/// choice, see `portico_testkit::free_port`; a `bind(0)` port is an ephemeral one).
 pub fn free_port() -> anyhow::Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
+    Ok(portico_testkit::free_port())
 }
 
 /// Reads lines from `stdout` until `parse` accepts one (or `timeout` passes).
