@@ -512,7 +512,26 @@ fn message_schemas() -> Value {
             "path": {"type": "string"}, "field": {"type": "string"}, "reason": {"type": "string"}}}}
     }},
     "List": {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {
-        "id": {"type": "string"}, "etag": {"type": "string"}, "document": {"type": "object"}, "error": {"type": "string"}}}}}},
+        "id": {"type": "string"}, "etag": {"type": "string"}, "document": {"type": "object"}, "error": {"type": "string"},
+        "raw": {"type": "string", "description": "the stored text of a document that is not JSON"},
+        "written_at": {"type": "string", "description": "switches, apps, topics, clusters: when the document was last written (its znode's mtime, RFC 3339), by the registry or not"},
+        "served": {"oneOf": [{"$ref": "#/components/schemas/Served"}], "nullable": true,
+            "description": "switches, apps, topics, clusters: what the live gateways serve of the document; null when they could not be listed"}}}},
+        "nodes": {"type": "array", "description": "switches, apps, topics, clusters: the live gateways read for `served`", "items": {"type": "object", "properties": {
+            "node_id": {"type": "string"}, "ok": {"type": "boolean"}, "error": {"type": "string"}}}}}},
+    "Served": {"type": "object", "description": "what the live gateways serve of one document (docs/OPERATIONS.md, \"What the gateways serve\")", "properties": {
+        "nodes": {"type": "integer", "description": "gateways that answered for this env (the sandbox: those with a sandbox listener)"},
+        "refused": {"type": "array", "description": "the gateways refusing the document: they do not serve it", "items": {"$ref": "#/components/schemas/Refusal"}},
+        "degraded": {"type": ["boolean", "null"], "description": "switches: whether the gateways serve it degraded; null when they differ or none answered"},
+        "degraded_on": {"type": "array", "items": {"type": "string"}, "description": "switches: the nodes serving it degraded"},
+        "active": {"type": ["string", "null"], "description": "clusters: the side the gateways serve (primary, standby); null when they differ or none answered"},
+        "sides": {"type": "array", "description": "clusters: the side each gateway serves", "items": {"type": "object", "properties": {
+            "node_id": {"type": "string"}, "active": {"type": "string", "enum": ["primary", "standby"]},
+            "reason": {"type": "string", "enum": ["manual", "auto"], "description": "manual: the document's active; auto: automatic failover"}}}}}},
+    "Refusal": {"type": "object", "properties": {
+        "node_id": {"type": "string"}, "reason": {"type": "string"},
+        "kept_previous": {"type": "boolean", "description": "whether the gateway still serves the last version it accepted"},
+        "kept": {"type": "object", "description": "that version, as the gateway describes it: updated_by, updated_at, version, degraded, active (when the document has them), digest (SHA-256 of its bytes)"}}},
     "AppView": {"type": "object", "description": "an app without its secret", "properties": {
         "name": {"type": "string"}, "status": {"type": "string", "enum": ["active", "disabled"]},
         "apis": {"type": "array", "items": {"type": "string"}},

@@ -7,6 +7,7 @@
 
 use super::audit::audit;
 use super::context::Ctx;
+use super::gateway_status::Served;
 use super::reply::{json_response, list_item, raw_json_response};
 use super::validation::validate_change;
 use crate::error::{ApiError, ApiResult};
@@ -16,18 +17,54 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-/// Lists a folder of JSON documents.
+/// Lists a folder of JSON documents; the folders of [`SERVED_DIRS`] with what the gateways
+/// serve of each ([`attach_served`]).
 pub async fn list_json(state: &Shared, env: Env, dir: &str) -> ApiResult<Response> {
     let docs = state.store.list_docs(&env.path(dir)).await?;
-    let items: Vec<Value> = docs
+    let mut items: Vec<Value> = docs
         .iter()
         .map(|(name, doc)| list_item(name, &doc.stat, &doc.data))
         .collect();
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({ "items": items }),
-        None,
-    ))
+    let mut body = json!({});
+    if SERVED_DIRS.contains(&dir) {
+        let written = docs.iter().map(|(_, d)| d.stat.mtime);
+        body["nodes"] = attach_served(state, env, dir, &mut items, written).await;
+    }
+    body["items"] = Value::Array(items);
+    Ok(json_response(StatusCode::OK, &body, None))
+}
+
+/// The folders whose list items say what the gateways serve (docs/OPERATIONS.md, "What the
+/// gateways serve").
+pub const SERVED_DIRS: [&str; 4] = ["switches", "apps", "topics", "clusters"];
+
+/// Adds to each list item of folder `dir` (by its `id`) `written_at` (when the znode was last
+/// written, from `written`: its `mtime`s in item order) and `served`: what the live gateways
+/// serve of it ([`Served::item`]); `served` is `null` when the gateways could not be listed.
+/// Answers the view's `nodes` (`{node_id, ok, error?}`; `[]` then).
+pub async fn attach_served(
+    state: &Shared,
+    env: Env,
+    dir: &str,
+    items: &mut [Value],
+    written: impl Iterator<Item = i64>,
+) -> Value {
+    let served = match Served::read(state, env).await {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e.message, "gateways not read for the served state");
+            None
+        }
+    };
+    let refusals = served.as_ref().map(Served::refusals).unwrap_or_default();
+    for (item, mtime) in items.iter_mut().zip(written) {
+        let id = item["id"].as_str().unwrap_or_default().to_owned();
+        item["written_at"] = Value::String(portico_control::clock::rfc3339_ms(mtime));
+        item["served"] = served
+            .as_ref()
+            .map_or(Value::Null, |s| s.item(&refusals, dir, &id));
+    }
+    served.map_or_else(|| json!([]), |s| Value::Array(s.nodes))
 }
 
 /// Answers one stored JSON document as itself, with its ETag (404 naming `what`).
@@ -316,12 +353,14 @@ mod tests {
             items[0]["error"].is_string(),
             "an unreadable document is listed"
         );
-        assert_eq!(
-            items[1],
-            json!({"id": "b", "etag": "1", "document": {"degraded": false}})
-        );
+        assert_eq!(items[1]["document"], json!({"degraded": false}));
+        assert_eq!(items[1]["etag"], "1");
+        // No gateway runs: nothing is served.
+        assert_eq!(items[1]["served"]["nodes"], 0);
+        assert_eq!(items[1]["served"]["refused"], json!([]));
+        assert!(items[1]["written_at"].as_str().unwrap().ends_with('Z'));
         let (_, _, empty) = read(list_json(state, Env::Live, "switches").await.unwrap()).await;
-        assert_eq!(empty, json!({"items": []}));
+        assert_eq!(empty, json!({"items": [], "nodes": []}));
 
         let one = get_json(state, Env::Sandbox, "switches/b", "switch \"b\"");
         let (status, etag, body) = read(one.await.unwrap()).await;

@@ -6,7 +6,7 @@ pub mod document;
 
 use super::audit::audit;
 use super::context::Ctx;
-use super::documents::delete_doc;
+use super::documents::{attach_served, delete_doc};
 use super::reply::{json_response, list_item, with_etag};
 use super::validation::validate_change;
 use crate::error::{ApiError, ApiResult};
@@ -70,7 +70,7 @@ fn rel(key: &str) -> String {
 
 async fn list(State(state): State<Shared>, Extension(env): Extension<Env>) -> ApiResult<Response> {
     let docs = state.store.list_docs(&env.path("apps")).await?;
-    let items: Vec<Value> = docs
+    let mut items: Vec<Value> = docs
         .iter()
         .map(|(name, doc)| {
             let mut item = list_item(name, &doc.stat, &doc.data);
@@ -84,9 +84,12 @@ async fn list(State(state): State<Shared>, Extension(env): Extension<Env>) -> Ap
             item
         })
         .collect();
+    // What the gateways serve of each app (docs/OPERATIONS.md, "What the gateways serve").
+    let written = docs.iter().map(|(_, d)| d.stat.mtime);
+    let nodes = attach_served(&state, env, "apps", &mut items, written).await;
     Ok(json_response(
         StatusCode::OK,
-        &json!({ "items": items }),
+        &json!({ "items": items, "nodes": nodes }),
         None,
     ))
 }
