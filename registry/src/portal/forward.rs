@@ -19,10 +19,17 @@
 //! the registry is one of the sandbox tree's `ipacl.trusted_proxies` (`./ops/up.sh` makes it
 //! one). The answer names the public sandbox URL (`--portal-sandbox-url`), never the node's
 //! address.
+//!
+//! The path goes out exactly as typed ([`send_exact`], on a connection of its own): no
+//! resolving of `.` and `..` segments, no merging of `//`, no re-encoding, as a merchant's own
+//! client sends it (docs/PROTOCOL.md, "Signing a request": the path is signed as sent). So
+//! "try it" shows what the gateway answers such a path (`400 BAD_REQUEST` for a dot
+//! segment), never the answer of another path an HTTP library made of it.
 
 use crate::error::{ApiError, ApiResult};
-use crate::sandbox_call::{self, pick};
+use crate::sandbox_call::{pick, Received, MAX_SHOWN_BODY};
 use crate::state::Shared;
+use futures::StreamExt as _;
 use portico_control::sign::{HEADER_APP_KEY, HEADER_NONCE, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 use portico_control::validate::METHODS;
 use serde::Deserialize;
@@ -161,9 +168,11 @@ fn check(req: &TryRequest) -> ApiResult<()> {
         )));
     }
     let visible = |s: &str| s.bytes().all(|b| b.is_ascii_graphic());
-    if !req.path.starts_with('/') || req.path.starts_with("//") || !visible(&req.path) {
+    // Only the form of a request target is checked: the path is sent as typed (a `..`,
+    // a `//`), on a connection to the sandbox listener alone, for the gateway to judge.
+    if !req.path.starts_with('/') || !visible(&req.path) {
         return Err(ApiError::bad_request(
-            "path: must start with a single / and hold visible ASCII only (percent-encode the rest)",
+            "path: must start with / and hold visible ASCII only (percent-encode the rest)",
         ));
     }
     if req.path.contains(['?', '#']) {
@@ -217,8 +226,12 @@ pub async fn forward(
         Some(q) => format!("http://{addr}{}?{q}", req.path),
         None => format!("http://{addr}{}", req.path),
     };
-    let method = reqwest::Method::from_bytes(req.method.as_bytes())
+    let method = http::Method::from_bytes(req.method.as_bytes())
         .map_err(|_| ApiError::bad_request("method: not an HTTP method"))?;
+    let target = match req.query.as_deref().filter(|q| !q.is_empty()) {
+        Some(q) => format!("{}?{q}", req.path),
+        None => req.path.clone(),
+    };
     let has_id = req
         .headers
         .keys()
@@ -238,17 +251,19 @@ pub async fn forward(
         headers.push(("X-Forwarded-For".to_owned(), ip.to_string()));
     }
     let body = req.body.clone().unwrap_or_default();
-    let received = sandbox_call::send(method, &url, &headers, body.as_bytes(), TIMEOUT, &node)
+    let received = send_exact(addr, method, &target, &headers, body.as_bytes())
         .await
-        .map_err(|mut e| {
+        .map_err(|cause| {
             // Never the node's address: merchants see the public sandbox URL only.
-            if let Some(addr) = node.sandbox_addr.as_deref().filter(|a| !a.is_empty()) {
-                e.message = e
-                    .message
-                    .replace(&format!(" at {addr}"), "")
-                    .replace(addr, "-");
-            }
-            e
+            let cause = if addr.is_empty() {
+                cause
+            } else {
+                cause.replace(addr, "-")
+            };
+            ApiError::bad_gateway(format!(
+                "calling the sandbox listener of gateway node {}: {cause}",
+                node.node_id
+            ))
         })?;
     let shown_url = {
         let base = super::catalog::public_sandbox_base(&node);
@@ -277,6 +292,93 @@ pub async fn forward(
     }))
 }
 
+/// Sends one request to `addr` (`host:port`) over HTTP/1.1 on a connection of its own, with
+/// `target` (path and query) on the request line byte for byte, and reads the answer up to
+/// [`MAX_SHOWN_BODY`] within [`TIMEOUT`]. `Err`: why, for the 502.
+async fn send_exact(
+    addr: &str,
+    method: http::Method,
+    target: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Result<Received, String> {
+    let started = Instant::now();
+    let exchange = async {
+        let uri = http::uri::PathAndQuery::try_from(target)
+            .map(|pq| {
+                let mut parts = http::uri::Parts::default();
+                parts.path_and_query = Some(pq);
+                parts
+            })
+            .map_err(|e| format!("the path: {e}"))
+            .and_then(|parts| http::Uri::from_parts(parts).map_err(|e| format!("the path: {e}")))?;
+        let mut request = http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(http::header::HOST, addr);
+        for (k, v) in headers {
+            request = request.header(k.as_str(), v.as_str());
+        }
+        let request = request
+            .body(axum::body::Body::from(body.to_vec()))
+            .map_err(|e| format!("the request: {e}"))?;
+        let stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connecting: {e}"))?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| format!("handshake: {e}"))?;
+        let driver = tokio::spawn(connection);
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| format!("sending: {e}"));
+        let response = match response {
+            Ok(r) => r,
+            Err(e) => {
+                driver.abort();
+                return Err(e);
+            }
+        };
+        let status = response.status().as_u16();
+        let mut shown_headers = Map::new();
+        for (name, value) in response.headers() {
+            let v = String::from_utf8_lossy(value.as_bytes()).into_owned();
+            match shown_headers.get_mut(name.as_str()) {
+                Some(Value::String(prev)) => {
+                    prev.push_str(", ");
+                    prev.push_str(&v);
+                }
+                _ => {
+                    shown_headers.insert(name.as_str().to_owned(), Value::String(v));
+                }
+            }
+        }
+        let mut data = axum::body::Body::new(response.into_body()).into_data_stream();
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut truncated = false;
+        while let Some(chunk) = data.next().await {
+            let chunk = chunk.map_err(|e| format!("reading the answer: {e}"))?;
+            let room = MAX_SHOWN_BODY - bytes.len();
+            if chunk.len() > room {
+                bytes.extend_from_slice(&chunk[..room]);
+                truncated = true;
+                break;
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        // Past the cap the connection is dropped, not read to its end.
+        driver.abort();
+        Ok((status, shown_headers, bytes, truncated))
+    };
+    let (status, headers, bytes, truncated) = tokio::time::timeout(TIMEOUT, exchange)
+        .await
+        .map_err(|_| format!("no answer within {} s", TIMEOUT.as_secs()))??;
+    let latency_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
+    Ok(Received::new(status, headers, bytes, truncated, latency_ms))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,7 +397,6 @@ mod tests {
         for bad in [
             json!({"method": "CONNECT", "path": "/x"}),
             json!({"method": "GET", "path": "x"}),
-            json!({"method": "GET", "path": "//evil.example/x"}),
             json!({"method": "GET", "path": "/a b"}),
             json!({"method": "GET", "path": "/a?b=1"}),
             json!({"method": "GET", "path": "/a", "headers": {"Host": "evil"}}),
@@ -304,9 +405,56 @@ mod tests {
         ] {
             assert!(check(&req(bad.clone())).is_err(), "{bad}");
         }
+        // Sent as typed, for the gateway to judge (it refuses dot segments with 400).
+        for typed in [
+            "/v1/../admin",
+            "//v1/orders",
+            "/v1/%2e%2e/x",
+            "/v1/./orders",
+        ] {
+            check(&req(json!({"method": "GET", "path": typed}))).unwrap();
+        }
         let big =
             req(json!({"method": "POST", "path": "/a", "body": "x".repeat(MAX_BODY_BYTES + 1)}));
         assert_eq!(check(&big).unwrap_err().code, "BODY_TOO_LARGE");
+    }
+
+    /// The request line carries the path as typed: no `..` resolved, no `//` merged.
+    #[tokio::test]
+    async fn the_path_goes_out_exactly_as_typed() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            let mut lines = Vec::new();
+            for _ in 0..3 {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                let mut buf = vec![0u8; 4096];
+                let n = conn.read(&mut buf).await.unwrap();
+                let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                lines.push(head.lines().next().unwrap_or_default().to_owned());
+                conn.write_all(
+                    b"HTTP/1.1 400 Bad Request\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+                )
+                .await
+                .unwrap();
+            }
+            lines
+        });
+        for target in ["/v1/../admin", "//v1//orders?a=1", "/v1/%2e%2E/x"] {
+            let got = send_exact(&addr, http::Method::GET, target, &[], b"")
+                .await
+                .unwrap();
+            assert_eq!(got.status(), 400);
+        }
+        assert_eq!(
+            server.await.unwrap(),
+            [
+                "GET /v1/../admin HTTP/1.1",
+                "GET //v1//orders?a=1 HTTP/1.1",
+                "GET /v1/%2e%2E/x HTTP/1.1"
+            ]
+        );
     }
 
     #[test]

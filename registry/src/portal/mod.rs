@@ -140,13 +140,15 @@ async fn page(method: Method, uri: Uri) -> Response {
     }
 }
 
+/// The page merchants get when the portal's pages are not built (`admin-ui/build.sh`, which
+/// `./ops/up.sh` runs, builds them into `admin-ui/dist/portal`): merchant words, no
+/// repository path (merchants have no checkout).
 fn not_built() -> Response {
     let page = "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-        <title>Portico developer portal not built</title></head><body>\
-        <h1>developer portal not built: run ./ops/up.sh</h1>\
-        <p>The registry serves the portal from the console's build (<code>admin-ui/dist/portal</code>), \
-        which <code>./ops/up.sh</code> and <code>admin-ui/build.sh</code> make. The API documents are \
-        up all the same: <a href=\"/portal/openapi.json\">/portal/openapi.json</a>.</p></body></html>";
+        <title>Portico developer portal not available</title></head><body>\
+        <h1>The developer portal's pages are not available here yet</h1>\
+        <p>Ask the operator of this Portico deployment to install the developer portal. The API \
+        documents are up all the same: <a href=\"/portal/openapi.json\">/portal/openapi.json</a>.</p></body></html>";
     crate::console::not_built_page(page.to_owned(), "x-portico-portal")
 }
 

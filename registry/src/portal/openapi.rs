@@ -1,7 +1,8 @@
 //! The merchants' OpenAPI 3.1 document of a set of published APIs: one operation per HTTP
 //! binding (the RESTful paths), one `POST /router` operation for the router style, the
+//! notification endpoints (stream, WebSocket, ack) and callbacks as a webhook, the
 //! signature headers as security schemes, the error envelope as shared responses carrying
-//! every code of docs/PROTOCOL.md, and per operation what the portal shows besides: an
+//! every code of docs/PROTOCOL.md ("The error envelope"), and per operation what the portal shows besides: an
 //! example request the gateway accepts as it stands (`x-portico-example`), code that signs
 //! and sends it (`x-codeSamples`), the rate limits, deadline and body limit.
 //!
@@ -9,6 +10,10 @@
 //! same `MethodPlan` the gateway runs, so a binding the gateway could not transcode is not
 //! documented either; for an HTTP-backed API from the `request_schema` / `response_schema`
 //! its owner attached (docs/OPERATIONS.md, "The merchants' portal"), else "any JSON".
+//!
+//! Merchant words only: the document names no repository file (merchants have the portal's
+//! Signing, Errors and Notifications pages instead), no gRPC service or method, and no
+//! operator's reason; `registry/tests/portal.rs` checks it.
 
 use super::example::{example, id_like};
 use super::schema::{query_parameters, text_schema, Schemas, COMPONENTS};
@@ -54,7 +59,7 @@ pub const ERROR_CODES: [(u16, &str, &str); 22] = [
     (
         401,
         "APP_UNKNOWN",
-        "no such app key",
+        "reserved; no longer sent (an unknown app key answers SIGNATURE_INVALID)",
     ),
     (
         403,
@@ -137,6 +142,36 @@ pub const ERROR_CODES: [(u16, &str, &str); 22] = [
         "the backend did not answer within the API's deadline",
     ),
 ];
+
+/// What a merchant should do about an error `code` of [`ERROR_CODES`] (the portal's Errors
+/// page; docs/PROTOCOL.md, "The error envelope"). `None` for a code it does not know.
+pub fn what_to_do(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "BAD_REQUEST" => "Fix the request: the message names what is wrong. Do not retry it unchanged.",
+        "SIGNATURE_MISSING" => "Send all four X-Portico-* headers (see Signing).",
+        "SIGNATURE_INVALID" => "Check the app key and secret, and rebuild the string-to-sign from exactly what you send: the path as sent, the canonical query, the body bytes (see Signing).",
+        "SIGNATURE_EXPIRED" => "Sync your clock with NTP and sign with the current time in milliseconds; retry with a new timestamp and nonce.",
+        "NONCE_REPLAYED" => "Use a fresh random nonce for every call, retries included.",
+        "APP_UNKNOWN" => "Nothing: no longer sent. An unknown app key answers SIGNATURE_INVALID.",
+        "IP_BLOCKED" => "Call from an allowed address; ask your operator which addresses are allowed.",
+        "APP_FORBIDDEN" => "Your app is not granted this API (or topic): ask your operator for the grant.",
+        "APP_DISABLED" => "Your app is disabled: contact your operator.",
+        "API_NOT_FOUND" => "Check the method and path (or the router's method=) against the catalogue.",
+        "BODY_TOO_LARGE" => "Send a smaller body (the API page gives its limit).",
+        "URI_TOO_LONG" => "Shorten the path and query (at most 8 KiB); send large inputs in the body.",
+        "RATE_LIMITED" => "Wait Retry-After seconds, then retry with a new nonce and timestamp; spread your calls.",
+        "API_DEGRADED" => "The API is paused for now: retry later with backoff; the message says more.",
+        "CIRCUIT_OPEN" => "Wait Retry-After seconds, then retry with a new nonce and timestamp.",
+        "BULKHEAD_FULL" => "Retry shortly with backoff (a new nonce and timestamp).",
+        "NO_HEALTHY_UPSTREAM" => "Retry with backoff; quote the request id if it lasts.",
+        "BACKEND_LOADING" => "Wait Retry-After seconds, then retry with a new nonce and timestamp.",
+        "NOTIFY_UNAVAILABLE" => "Reconnect or retry with backoff.",
+        "CONNECTION_LIMIT" => "Reconnect after Retry-After seconds.",
+        "UPSTREAM_ERROR" => "Retry with backoff if the call is safe to repeat; quote the request id if it lasts.",
+        "UPSTREAM_TIMEOUT" => "Retry with backoff if the call is safe to repeat; quote the request id if it lasts.",
+        _ => return None,
+    })
+}
 
 /// A gRPC backend's non-OK statuses as the gateway answers them (docs/PROTOCOL.md): status
 /// name, HTTP status, in code order. The gateway's own mapping
@@ -285,11 +320,15 @@ pub fn document(
             "title": title,
             "version": format!("config {}", if snapshot.version.digest.is_empty() { "empty" } else { &snapshot.version.digest }),
             "description": format!(
-                "{intro}\n\nSigned APIs need the four `X-Portico-*` headers of the signing guide \
-                 (docs/PROTOCOL.md, \"Signing a request\"; the portal's Signing page). Every API also \
+                "{intro}\n\nSigned APIs need the four `X-Portico-*` headers of the portal's \
+                 Signing page (`/portal/#/signing`). Every API also \
                  answers the router style, `POST /router?method=<api id>` with the whole request as \
                  the JSON body, where its backend allows. Errors the gateway makes itself come as \
-                 `{{\"code\", \"message\", \"request_id\"}}`; branch on the status and `code`."
+                 `{{\"code\", \"message\", \"request_id\"}}`; branch on the status and `code` \
+                 (every code, with what to do, on the portal's Errors page, `/portal/#/errors`). \
+                 Notifications (events pushed to your app) are under `/notify/v1/` and, for apps \
+                 that receive callbacks, the `notification` webhook: see the portal's \
+                 Notifications page (`/portal/#/notifications`)."
             ),
         },
         "servers": server_list,
@@ -311,14 +350,130 @@ pub fn document(
         },
         "x-portico-error-codes": ERROR_CODES
             .iter()
-            .map(|(status, code, meaning)| json!({"status": status, "code": code, "meaning": meaning}))
+            .map(|(status, code, meaning)| json!({"status": status, "code": code, "meaning": meaning, "what_to_do": what_to_do(code)}))
             .collect::<Vec<_>>(),
         "x-portico-grpc-codes": grpc_codes_table(),
     });
     if let Audience::App(key, _) = audience {
         doc["x-portico-app"] = json!(key);
     }
+    add_notifications(&mut doc, snapshot, audience);
     doc
+}
+
+/// The notification endpoints (docs/PROTOCOL.md, "Notifications") as operations under
+/// `/notify/v1/`, callbacks as the `notification` webhook, and `x-portico-notifications`:
+/// for an app's document the topics granted to it and how it receives them; for the public
+/// document how an app lists its topics.
+fn add_notifications(doc: &mut Value, snapshot: &Snapshot, audience: Audience<'_>) {
+    let error = |name: &str| json!({"$ref": format!("#/components/responses/{name}")});
+    let signed_get = |summary: &str, description: &str, ok: Value| {
+        json!({"get": {
+            "operationId": summary.to_owned(),
+            "summary": description.split(". ").next().unwrap_or(description),
+            "description": description,
+            "tags": ["notifications"],
+            "parameters": [
+                {"name": "Last-Event-ID", "in": "header", "required": false,
+                 "description": "The id of the last event you acknowledged: delivery resumes after it.",
+                 "schema": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}},
+                {"$ref": "#/components/parameters/RequestId"},
+            ],
+            "security": security_requirement(),
+            "responses": ok,
+        }})
+    };
+    let mut stream_responses = json!({
+        "200": {"description": "The event stream: `id:`, `event: notification`, `data:` (a NotificationEvent) per event; a line starting with `:` is a heartbeat; `event: close` with `{\"reason\", \"message\"}` before the gateway closes it.",
+                "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+    });
+    let mut ws_responses = json!({
+        "101": {"description": "Switching Protocols: one text message per event (a NotificationEvent); send `{\"type\": \"ack\", \"ids\": [...]}` and, first, optionally `{\"type\": \"resume\", \"after\": \"<id>\"}`."},
+    });
+    let mut ack_responses = json!({
+        "200": {"description": "The number of ids that were waiting.",
+                "content": {"application/json": {"schema": {"type": "object", "required": ["acked"],
+                    "properties": {"acked": {"type": "integer", "minimum": 0}}}}}},
+    });
+    for (status, name) in [
+        (400, "BadRequest"),
+        (401, "Unauthorized"),
+        (403, "Forbidden"),
+        (429, "TooManyRequests"),
+        (503, "ServiceUnavailable"),
+    ] {
+        for r in [&mut stream_responses, &mut ws_responses, &mut ack_responses] {
+            r[status.to_string()] = error(name);
+        }
+    }
+    let paths = &mut doc["paths"];
+    paths["/notify/v1/stream"] = signed_get(
+        "notify.stream",
+        "Receive your app's events as Server-Sent Events. Keep the connection open; acknowledge each event with POST /notify/v1/ack; reconnect with Last-Event-ID. 403 APP_FORBIDDEN when the app is granted no topic or receives callbacks.",
+        stream_responses,
+    );
+    paths["/notify/v1/ws"] = signed_get(
+        "notify.ws",
+        "Receive your app's events over a WebSocket (RFC 6455, HTTP/1.1 upgrade). The opening request is signed like any call; acks and resume travel on the socket.",
+        ws_responses,
+    );
+    paths["/notify/v1/ack"] = json!({"post": {
+        "operationId": "notify.ack",
+        "summary": "Acknowledge events by id",
+        "description": "Acknowledges delivered events (at most 10,000 ids), on any gateway. An event not acknowledged within 30 s is sent again.",
+        "tags": ["notifications"],
+        "parameters": [{"$ref": "#/components/parameters/RequestId"}],
+        "requestBody": {"required": true, "content": {"application/json": {
+            "schema": {"type": "object", "required": ["ids"], "properties": {"ids": {
+                "type": "array", "maxItems": 10000, "items": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}}}},
+            "example": {"ids": ["1796000000000-0"]},
+        }}},
+        "security": security_requirement(),
+        "responses": ack_responses,
+    }});
+    doc["components"]["schemas"]["NotificationEvent"] = json!({
+        "title": "NotificationEvent",
+        "type": "object",
+        "description": "One event: delivered at least once, in publish order per app; handle it idempotently by `id`.",
+        "required": ["id", "topic", "published_at", "payload"],
+        "properties": {
+            "id": {"type": "string", "pattern": "^[0-9]+-[0-9]+$", "description": "`<ms>-<seq>`, growing with publish order."},
+            "topic": {"type": "string"},
+            "published_at": {"type": "string", "format": "date-time"},
+            "payload": {"description": "The publisher's JSON."},
+            "key": {"type": "string", "description": "The publisher's own id of the event, when it gave one."},
+        },
+    });
+    let header = |name: &str, description: &str| json!({"name": name, "in": "header", "required": true, "description": description, "schema": {"type": "string"}});
+    doc["webhooks"] = json!({"notification": {"post": {
+        "operationId": "notify.callback",
+        "summary": "An event POSTed to your app's callback URL",
+        "description": "Sent when your operator set a callback URL for your app. Verify the signature: HMAC-SHA256 with your app's secret of the line PORTICO-CALLBACK-v1, a line feed, then the seven lines a request to your URL would sign (POST, the path and canonical query as received, your app key, the timestamp, the nonce, SHA-256 of the raw body); refuse a timestamp more than 300 s from your clock and a nonce seen in the last 300 s. Answer any 2xx once the event is stored: anything else (or no answer within 5 s) is retried after 1 s, 2 s, 4 s, ... up to 10 tries.",
+        "tags": ["notifications"],
+        "parameters": [
+            header(HEADER_APP_KEY, "Your app key."),
+            header(HEADER_TIMESTAMP, "Unix epoch milliseconds of this try."),
+            header(HEADER_NONCE, "A fresh nonce per try."),
+            header(HEADER_SIGNATURE, "Lowercase hex HMAC-SHA256 (your secret) of the callback string-to-sign."),
+            header("X-Portico-Event-Id", "The event's id."),
+        ],
+        "requestBody": {"required": true, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/NotificationEvent"}}}},
+        "responses": {"2XX": {"description": "Stored: the event is acknowledged."}},
+    }}});
+    if let Some(tags) = doc["tags"].as_array_mut() {
+        tags.push(json!({"name": "notifications", "description": "Events pushed to your app: a stream, a WebSocket or callbacks."}));
+    }
+    doc["x-portico-notifications"] = match audience {
+        Audience::App(key, app) => json!({
+            "topics": snapshot.granted_topics(key),
+            "delivery": if app.callback_url.is_some() { "callback" } else { "stream or websocket" },
+        }),
+        Audience::Public => json!({
+            "topics": null,
+            "how_to_list": "Sign in with your app key and secret on the portal's My app page, or GET /portal/apps/<your app key>/openapi.json signed as any call: its x-portico-notifications.topics lists the topics granted to your app.",
+        }),
+    };
 }
 
 fn per_word(per: v1::Per) -> &'static str {
@@ -359,7 +514,8 @@ struct Builder<'s> {
 /// An API, described.
 struct Described {
     api: Arc<Api>,
-    grpc: Option<String>,
+    /// Whether a gRPC method backs it (its name is never shown).
+    grpc: bool,
     operations: Vec<Operation>,
     /// The router-style body, when the API can be called that way.
     router: Option<Value>,
@@ -415,9 +571,7 @@ impl Builder<'_> {
 
     fn describe(&mut self, api: &Arc<Api>) -> Option<Described> {
         match &api.backend {
-            BackendKind::Grpc {
-                service, method, ..
-            } => {
+            BackendKind::Grpc { .. } => {
                 let md = self.method(api)?;
                 // What the gateway runs: a binding it cannot plan is not served, so not shown.
                 MethodPlan::for_api(&md, api).ok()?;
@@ -431,7 +585,7 @@ impl Builder<'_> {
                 let router_reply = Some(self.schemas.message(&output));
                 Some(Described {
                     api: api.clone(),
-                    grpc: Some(format!("{service}/{method}")),
+                    grpc: true,
                     operations,
                     router,
                     router_reply,
@@ -468,7 +622,7 @@ impl Builder<'_> {
                 };
                 Some(Described {
                     api: api.clone(),
-                    grpc: None,
+                    grpc: false,
                     operations,
                     router: router_ok.then(|| {
                         request.clone().unwrap_or_else(
@@ -893,9 +1047,11 @@ impl Operation {
             "API `{}` (version {}), {}. {}",
             api.id,
             api.version,
-            match &d.grpc {
-                Some(m) => format!("backed by gRPC method `{m}`, transcoded by the gateway"),
-                None => "backed by HTTP".to_owned(),
+            // Never the gRPC service or method: the backend team's internal names.
+            if d.grpc {
+                "backed by gRPC, transcoded by the gateway"
+            } else {
+                "backed by HTTP"
             },
             if signed {
                 "Signed: send the four X-Portico-* headers."
@@ -948,9 +1104,6 @@ impl Operation {
             },
             "x-codeSamples": snippets::code_samples(&samples),
         });
-        if let Some(grpc) = &d.grpc {
-            op["x-portico-grpc-method"] = json!(grpc);
-        }
         if let Some(body) = &self.body {
             let mut content = json!({"schema": body});
             if let Some(ex) = &body_example {
@@ -1077,7 +1230,7 @@ fn error_responses() -> Value {
     Value::Object(out)
 }
 
-/// The error envelope (docs/PROTOCOL.md, "The error envelope").
+/// The error envelope (docs/PROTOCOL.md, "The error envelope"; the portal's Errors page).
 fn error_schema() -> Value {
     json!({
         "title": "Error",
@@ -1085,7 +1238,7 @@ fn error_schema() -> Value {
         "description": "Every answer the gateway makes itself (rather than the backend). Branch on the HTTP status and `code`; `message` is for people and may change.",
         "required": ["code", "message", "request_id"],
         "properties": {
-            "code": {"type": "string", "description": "A code of docs/PROTOCOL.md, or a gRPC status name for a gRPC-backed API."},
+            "code": {"type": "string", "description": "A code of the portal's Errors page, or a gRPC status name for a gRPC-backed API."},
             "message": {"type": "string"},
             "request_id": {"type": "string"},
         },
@@ -1202,6 +1355,14 @@ mod tests {
             [400, 401, 403, 404, 409, 413, 414, 429, 500, 501, 502, 503, 504]
         );
         assert_eq!(statuses(true, true), statuses(false, true));
+    }
+
+    #[test]
+    fn every_error_code_says_what_to_do() {
+        for (_, code, _) in ERROR_CODES {
+            let advice = what_to_do(code).unwrap_or_else(|| panic!("{code}: no advice"));
+            assert!(advice.ends_with('.'), "{code}: {advice}");
+        }
     }
 
     #[test]

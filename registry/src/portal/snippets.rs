@@ -2,7 +2,7 @@
 //! Python, JavaScript (Node.js), Java and Go. Each is a template in `snippets/` filled with
 //! the request (method, the path and query as sent, the body bytes), the gateway's address
 //! and the app key; the secret is read from `PORTICO_SECRET` and never written into the
-//! code. Each implements the signing of docs/PROTOCOL.md itself (the canonical query
+//! code. Each implements the signing of docs/PROTOCOL.md ("Signing a request") itself (the canonical query
 //! included), and `PORTICO_TIMESTAMP` / `PORTICO_NONCE` fix the signed values so that a
 //! merchant (and the tests) can check it against the guide's worked examples.
 

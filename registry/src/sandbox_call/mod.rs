@@ -72,6 +72,24 @@ impl Received {
     pub fn status(&self) -> u16 {
         self.status
     }
+
+    /// An answer read by another sender (the portal's, which keeps the path exactly as
+    /// typed: `crate::portal::forward`); `bytes` at most [`MAX_SHOWN_BODY`].
+    pub fn new(
+        status: u16,
+        headers: Map<String, Value>,
+        bytes: Vec<u8>,
+        truncated: bool,
+        latency_ms: f64,
+    ) -> Received {
+        Received {
+            status,
+            headers,
+            bytes,
+            truncated,
+            latency_ms,
+        }
+    }
 }
 
 fn client() -> ApiResult<&'static reqwest::Client> {

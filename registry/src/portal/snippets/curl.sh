@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Calls {{API_ID}} ({{METHOD}} {{PATH}}) through a Portico gateway with curl, signed as the
-# signing guide says (docs/PROTOCOL.md, "Signing a request"). Needs bash, curl and openssl.
+# signing guide says (the developer portal's Signing page). Needs bash, curl and openssl.
 #
 #   PORTICO_APP_KEY=<app key> PORTICO_SECRET=<secret> bash call.sh
 #

@@ -1,5 +1,5 @@
 // Calls {{API_ID}} ({{METHOD}} {{PATH}}) through a Portico gateway, signed as the signing
-// guide says (docs/PROTOCOL.md, "Signing a request"). Go 1.17+, standard library only:
+// guide says (the developer portal's Signing page). Go 1.17+, standard library only:
 //
 //	PORTICO_APP_KEY=<app key> PORTICO_SECRET=<secret> go run call.go
 //

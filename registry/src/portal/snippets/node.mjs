@@ -1,5 +1,5 @@
 // Calls {{API_ID}} ({{METHOD}} {{PATH}}) through a Portico gateway, signed as the signing
-// guide says (docs/PROTOCOL.md, "Signing a request"). Node.js 18+, no dependencies.
+// guide says (the developer portal's Signing page). Node.js 18+, no dependencies.
 //
 //   PORTICO_APP_KEY=<app key> PORTICO_SECRET=<secret> node call.mjs
 //

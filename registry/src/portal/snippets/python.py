@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Calls {{API_ID}} ({{METHOD}} {{PATH}}) through a Portico gateway, signed as the signing
-guide says (docs/PROTOCOL.md, "Signing a request"). Python 3.8+, standard library only.
+guide says (the developer portal's Signing page). Python 3.8+, standard library only.
 
     PORTICO_APP_KEY=<app key> PORTICO_SECRET=<secret> python3 call.py
 
