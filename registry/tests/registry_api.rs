@@ -597,15 +597,36 @@ async fn descriptor_upload_multipart_and_reflection_import() {
     assert!(r.body["drafts"].as_array().unwrap().len() >= 5);
     let sha_raw = r.body["descriptor"].as_str().unwrap().to_owned();
 
-    // The same set as base64 JSON: same descriptor, drafts updated in place.
+    // The same set as base64 JSON with another auth: every draft would change, so the import
+    // is refused (409, listing each) until confirmed with overwrite; a dry run writes nothing.
     use base64::Engine as _;
-    let r = reg
-        .post(
-            "/descriptors",
-            &json!({"descriptor_set": base64::engine::general_purpose::STANDARD.encode(&set), "cluster": "order-svc", "auth": "none"}),
-        )
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&set);
+    let again = json!({"descriptor_set": encoded, "cluster": "order-svc", "auth": "none"});
+    let refused = reg.post("/descriptors", &again).await.expect(409);
+    assert_eq!(refused.code(), "WOULD_OVERWRITE");
+    assert_eq!(
+        refused.body["details"].as_array().unwrap().len(),
+        r.body["drafts"].as_array().unwrap().len(),
+        "{:#}",
+        refused.body
+    );
+    let preview = reg
+        .post("/descriptors?dry_run=true", &again)
         .await
         .expect(200);
+    assert_eq!(preview.body["dry_run"], true);
+    let changed = preview.body["drafts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["state"] == "changed")
+        .count();
+    assert_eq!(changed, r.body["drafts"].as_array().unwrap().len());
+    let draft = reg.get("/sandbox/apis/order.getorder").await.expect(200);
+    assert_ne!(draft.body["auth"], "none", "a dry run writes nothing");
+    let mut confirmed = again.clone();
+    confirmed["overwrite"] = json!(true);
+    let r = reg.post("/descriptors", &confirmed).await.expect(200);
     assert_eq!(r.body["descriptor"], sha_raw.as_str());
     let updated = r.body["drafts"]
         .as_array()
@@ -645,7 +666,10 @@ async fn descriptor_upload_multipart_and_reflection_import() {
         .text("cluster", "order-svc")
         .text("services", "demo.order.v1.OrderService");
     let r = reg
-        .send(reg.request(Method::POST, "/protos").multipart(form))
+        .send(
+            reg.request(Method::POST, "/protos?overwrite=true")
+                .multipart(form),
+        )
         .await
         .expect(200);
     assert!(
@@ -674,7 +698,7 @@ async fn descriptor_upload_multipart_and_reflection_import() {
     let stats = std::sync::Arc::new(portico_demo::grpc::GrpcStats::default());
     let (addr, _server) = portico_demo::grpc::spawn(stats).await.unwrap();
     let r = reg
-        .post("/reflection", &json!({"addr": addr.to_string(), "cluster": "order-svc", "services": ["demo.order.v1.OrderService"]}))
+        .post("/reflection", &json!({"addr": addr.to_string(), "cluster": "order-svc", "services": ["demo.order.v1.OrderService"], "overwrite": true}))
         .await
         .expect(200);
     let ids: Vec<&str> = r.body["drafts"]
@@ -694,7 +718,7 @@ async fn descriptor_upload_multipart_and_reflection_import() {
     let r = reg
         .post(
             "/reflection",
-            &json!({"addr": addr.to_string(), "cluster": "order-svc"}),
+            &json!({"addr": addr.to_string(), "cluster": "order-svc", "overwrite": true}),
         )
         .await
         .expect(200);
@@ -1029,4 +1053,169 @@ async fn notification_topics_and_the_app_fields() {
         actions.iter().any(|a| a == "topic.put") && actions.iter().any(|a| a == "topic.delete"),
         "{actions:?}"
     );
+}
+
+/// docs/OPERATIONS.md, "Draft → sandbox → publish → rollback": an import is previewed (new,
+/// changed, and the routes other APIs own, naming them) and never replaces a draft without
+/// `overwrite`; a draft the sandbox refuses is listed as refused and is not tried (the call
+/// would reach the API that owns the route); unpublish and draft deletion are audited; an
+/// HTTP draft with several numbers out of range is refused naming each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicting_import_is_previewed_refused_and_not_tried() {
+    let zk = ZooKeeper::start_locked();
+    let reg = registry(&zk).await;
+    let web = json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:18081"}]});
+    for env in ["", "/sandbox"] {
+        reg.put(&format!("{env}/clusters/web"), &web)
+            .await
+            .expect(201);
+        reg.put(&format!("{env}/clusters/order-svc"), &grpc_cluster())
+            .await
+            .expect(201);
+    }
+    // An HTTP-backed API on POST /v1/orders, drafted and published.
+    let checkout = json!({"id": "checkout.create", "http": {"method": "POST", "path": "/v1/orders"},
+                          "backend": {"cluster": "web", "http": {"path": "/orders"}}});
+    reg.post("/sandbox/apis", &checkout).await.expect(201);
+    reg.post("/apis/checkout.create/publish", &json!({}))
+        .await
+        .expect(200);
+
+    // The preview names the API owning the route, in the sandbox and live; nothing is written.
+    let import = json!({"files": {"demo/order.proto": ORDER_PROTO}, "cluster": "order-svc",
+                        "services": ["demo.order.v1.OrderService"]});
+    let preview = reg
+        .post("/protos?dry_run=true", &import)
+        .await
+        .expect(200);
+    assert_eq!(preview.body["dry_run"], true);
+    let drafts = preview.body["drafts"].as_array().unwrap();
+    let create = drafts
+        .iter()
+        .find(|d| d["id"] == "order.createorder")
+        .expect("order.createorder previewed");
+    assert_eq!(create["state"], "new");
+    let conflicts = create["conflicts"].as_array().unwrap();
+    assert_eq!(conflicts.len(), 2, "{create:#}");
+    for c in conflicts {
+        assert_eq!(c["api"], "checkout.create", "{c:#}");
+        assert_eq!(c["route"], "POST /v1/orders", "{c:#}");
+    }
+    assert!(drafts
+        .iter()
+        .filter(|d| d["id"] != "order.createorder")
+        .all(|d| d["conflicts"] == json!([])));
+    reg.get("/sandbox/apis/order.createorder").await.expect(404);
+
+    // Imported: the conflicting draft is listed as refused by the sandbox, with the reason.
+    let imported = reg.post("/protos", &import).await.expect(200);
+    assert!(!imported.body["problems"].as_array().unwrap().is_empty());
+    let list = reg.get("/sandbox/apis").await.expect(200);
+    let item = list.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["id"] == "order.createorder")
+        .unwrap()
+        .clone();
+    let refused = item["served"]["refused"].as_array().unwrap();
+    assert!(
+        refused.iter().any(|r| r["node_id"] == "registry"
+            && r["reason"]
+                .as_str()
+                .unwrap()
+                .contains("already bound by API checkout.create")),
+        "{item:#}"
+    );
+    let served = reg
+        .get("/sandbox/apis/order.createorder/served")
+        .await
+        .expect(200);
+    assert_eq!(served.body["refused"], item["served"]["refused"]);
+    let ok = reg
+        .get("/sandbox/apis/order.getorder/served")
+        .await
+        .expect(200);
+    assert_eq!(ok.body["refused"], json!([]));
+
+    // Trying it is refused, with every reason (no gateway is even asked).
+    let tried = reg
+        .post(
+            "/sandbox/call",
+            &json!({"api_id": "order.createorder", "body": {}}),
+        )
+        .await
+        .expect(409);
+    assert_eq!(tried.code(), "DRAFT_REFUSED");
+    assert!(
+        tried.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("checkout.create"),
+        "{:#}",
+        tried.body
+    );
+    assert!(!tried.body["details"].as_array().unwrap().is_empty());
+
+    // Re-importing with another deadline would replace every draft: 409 listing them all,
+    // until confirmed.
+    let mut changed = import.clone();
+    changed["timeout_ms"] = json!(900);
+    let r = reg.post("/protos", &changed).await.expect(409);
+    assert_eq!(r.code(), "WOULD_OVERWRITE");
+    let paths: Vec<&str> = r.body["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths.len(), drafts.len(), "{paths:?}");
+    assert!(paths.contains(&"sandbox/apis/order.createorder"));
+    let unchanged = reg.post("/protos", &import).await.expect(200);
+    assert!(unchanged.body["drafts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|d| d["state"] == "unchanged"));
+    reg.post("/protos?overwrite=true", &changed)
+        .await
+        .expect(200);
+    let draft = reg.get("/sandbox/apis/order.getorder").await.expect(200);
+    assert_eq!(draft.body["backend"]["timeout_ms"], 900);
+
+    // Unpublish (audited, history kept), then delete the draft: the route is free, the
+    // imported draft is served.
+    reg.delete("/apis/checkout.create").await.expect(204);
+    reg.get("/apis/checkout.create").await.expect(404);
+    reg.get("/apis/checkout.create/history").await.expect(200);
+    reg.delete("/sandbox/apis/checkout.create")
+        .await
+        .expect(204);
+    let actions = reg.audit_actions(5).await;
+    assert_eq!(actions[0], "draft.delete", "{actions:?}");
+    assert_eq!(actions[1], "api.unpublish", "{actions:?}");
+    let served = reg
+        .get("/sandbox/apis/order.createorder/served")
+        .await
+        .expect(200);
+    assert_eq!(served.body["refused"], json!([]));
+
+    // An HTTP draft with three numbers out of range: 422 naming each.
+    let bad = json!({"id": "bad.ranges", "http": {"method": "GET", "path": "/v1/bad"},
+                     "backend": {"cluster": "web", "timeout_ms": 0, "http": {}},
+                     "policy": {"bulkhead": {"max_concurrent": 0}, "breaker": {"error_ratio": 2}}});
+    let r = reg.post("/sandbox/apis", &bad).await.expect(422);
+    let fields: Vec<&str> = r.body["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["field"].as_str())
+        .collect();
+    for f in [
+        "backend.timeout_ms",
+        "policy.bulkhead.max_concurrent",
+        "policy.breaker.error_ratio",
+    ] {
+        assert!(fields.contains(&f), "{f} not in {fields:?}");
+    }
 }
