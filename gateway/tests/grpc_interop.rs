@@ -54,24 +54,7 @@ fn tests_dir() -> PathBuf {
 }
 
 fn python() -> PathBuf {
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.run/venv/bin/python");
-    let py = std::env::var_os("PORTICO_GRPCIO_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or(venv);
-    let ok = Command::new(&py)
-        .args(["-c", "import grpc, google.protobuf"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "{} cannot import grpc and google.protobuf: run ./ops/test.sh, or \
-         `bash -c '. ops/lib.sh && ensure_grpcio'` and set PORTICO_GRPCIO_PYTHON to the \
-         python it prints",
-        py.display()
-    );
-    py
+    portico_testkit::grpcio_python(&["grpc", "google.protobuf"])
 }
 
 /// The directory whose node_modules has the pinned @grpc/grpc-js and @grpc/proto-loader.

@@ -296,24 +296,7 @@ fn types() -> (DescriptorPool, Vec<u8>) {
 // Python.
 
 fn python() -> PathBuf {
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.run/venv/bin/python");
-    let py = std::env::var_os("PORTICO_GRPCIO_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or(venv);
-    let ok = Command::new(&py)
-        .args(["-c", "import google.protobuf.json_format"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "{} cannot import google.protobuf: run ./ops/test.sh, or \
-         `bash -c '. ops/lib.sh && ensure_grpcio'` and set PORTICO_GRPCIO_PYTHON to the \
-         python it prints",
-        py.display()
-    );
-    py
+    portico_testkit::grpcio_python(&["google.protobuf.json_format"])
 }
 
 /// Sends every request line to one `json_reference.py` and answers its replies, in order

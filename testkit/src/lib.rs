@@ -110,6 +110,33 @@ pub fn sibling_bin(name: &str) -> PathBuf {
     bin
 }
 
+/// The Python interpreter with the pinned grpcio and protobuf that `./ops/test.sh` installs:
+/// `PORTICO_GRPCIO_PYTHON` (test.sh exports it), else the workspace's `.run/venv/bin/python`.
+/// Panics, saying how to get one, unless it can `import` every module of `imports` (e.g.
+/// `["grpc", "google.protobuf"]`).
+pub fn grpcio_python(imports: &[&str]) -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("testkit/ has a parent");
+    let py = std::env::var_os("PORTICO_GRPCIO_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join(".run/venv/bin/python"));
+    let statement = format!("import {}", imports.join(", "));
+    let ok = Command::new(&py)
+        .args(["-c", &statement])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "{} cannot `{statement}`: run ./ops/test.sh, or `bash -c '. ops/lib.sh && \
+         ensure_grpcio'` and set PORTICO_GRPCIO_PYTHON to the python it prints",
+        py.display()
+    );
+    py
+}
+
 /// The `zoo.cfg` of one member of a test ensemble: 500 ms ticks, sessions of 1 to 60 s, the
 /// four-letter commands tests read, data in `data`, clients on `client_addr:client_port`, and
 /// `servers` (`server.N=host:2888:3888` lines).
