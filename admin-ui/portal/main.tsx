@@ -4,9 +4,13 @@
 // merchant signs in with an app key and secret, /portal/apps/<key>/openapi.json (signed in
 // the browser: the secret never leaves the page). "Try it" signs in the browser too and asks
 // the registry to forward the signed request to a sandbox listener (POST /portal/try).
+// The portal is self-contained: merchants have no repository, so its Signing, Errors and
+// Notifications pages say everything (docs/PROTOCOL.md in merchant words), and no page points
+// to a file (registry/tests/portal.rs and portal_e2e.rs check it).
 import { render } from "preact";
 import { useEffect, useMemo, useState } from "preact/hooks";
-import { canonicalQuery, freshNonce, sign, webCrypto } from "./sign";
+import { canonicalQuery, freshNonce, hmacHex, sign, webCrypto } from "./sign";
+import { CALLBACK_DOMAIN, VECTORS } from "./vectors";
 import "./portal.css";
 
 type Json = any; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -25,7 +29,8 @@ function operations(doc: Json): Op[] {
   for (const [path, item] of Object.entries<Json>(doc?.paths ?? {})) {
     if (path === "/router") continue;
     for (const [method, op] of Object.entries<Json>(item)) {
-      if (!HTTP_METHODS.includes(method)) continue;
+      // The notification endpoints (no x-portico-api) have their own page.
+      if (!HTTP_METHODS.includes(method) || !op["x-portico-api"]) continue;
       out.push({ path, method, op, id: op.operationId ?? `${method} ${path}` });
     }
   }
@@ -33,7 +38,7 @@ function operations(doc: Json): Op[] {
   return out;
 }
 
-// ---- routing: #/ (catalogue), #/api/<operationId>, #/signing, #/errors, #/app ----
+// ---- routing: #/ (catalogue), #/api/<operationId>, #/signing, #/errors, #/notifications, #/app ----
 function useHash(): string {
   const [hash, setHash] = useState(location.hash || "#/");
   useEffect(() => {
@@ -383,7 +388,7 @@ function ApiPage({ doc, op, creds, setCreds }: { doc: Json; op: Op; creds: Creds
         <span class={`verb ${op.method}`}>{op.method.toUpperCase()}</span>
         <code>{op.path}</code>
         {o["x-portico-auth"] === "signature" ? <span class="pill">signed</span> : <span class="pill ok">public: no signature</span>}
-        <span class="pill">{o["x-portico-backend"] === "grpc" ? `gRPC ${o["x-portico-grpc-method"] ?? ""}` : "HTTP"}</span>
+        <span class="pill">{o["x-portico-backend"] === "grpc" ? "gRPC-backed" : "HTTP-backed"}</span>
       </div>
       <p class="desc">{o.description}</p>
       <div class="facts">
@@ -478,44 +483,75 @@ function ApiPage({ doc, op, creds, setCreds }: { doc: Json; op: Op; creds: Creds
   );
 }
 
-const VECTORS = [
-  {
-    title: "Worked example 1: GET with a query",
-    method: "GET",
-    path: "/v1/orders/42",
-    query: "b=2&a=hello%20world&a=%2F&c=x+y&d=%E2%9C%93",
-    nonce: "n0nce-0001",
-    body: "",
-    signature: "769729970a6fb2f192b1f144cd7b5373cec72689e24dd90516fcb9751d369c73",
-  },
-  {
-    title: "Worked example 2: POST with a body",
-    method: "POST",
-    path: "/v1/orders",
-    query: "",
-    nonce: "n0nce-0002",
-    body: '{"item":"book","qty":2}',
-    signature: "b9e9eca162235cc9db8be41daeb80d676ab36455aae179bba0a19d9325af4107",
-  },
-];
+/** The string-to-sign and signature of a vector, computed in this browser. */
+async function computeVector(v: (typeof VECTORS)[number]): Promise<{ sts: string; signature: string }> {
+  const s = await sign({ method: v.method, path: v.path, query: v.query, appKey: v.appKey, secret: v.secret, timestamp: v.timestamp, nonce: v.nonce, body: v.body });
+  if (v.kind !== "callback") return { sts: s.stringToSign, signature: s.signature };
+  const sts = `${CALLBACK_DOMAIN}\n${s.stringToSign}`;
+  return { sts, signature: await hmacHex(v.secret, sts) };
+}
 
-function Signing() {
+function VectorSection({ v, i, computed }: { v: (typeof VECTORS)[number]; i: number; computed?: { sts: string; signature: string } }) {
+  return (
+    <section class="vector" data-vector={i + 1}>
+      <h3>{v.title}</h3>
+      <p class="sub">
+        App key <code>{v.appKey}</code>, secret <code>{v.secret}</code>, timestamp <code>{v.timestamp}</code>, nonce <code>{v.nonce}</code>
+        {v.body ? (
+          <>
+            , body ({new TextEncoder().encode(v.body).length} bytes, exactly as sent) <code>{v.body}</code>
+          </>
+        ) : (
+          ", no body"
+        )}
+        :
+      </p>
+      <pre class="code">{`${v.method} ${v.path}${v.query ? `?${v.query}` : ""}`}</pre>
+      {v.query ? (
+        <p class="sub">
+          Canonical query: <code>{canonicalQuery(v.query)}</code>
+        </p>
+      ) : null}
+      <p class="sub">The string-to-sign:</p>
+      <pre class="code" data-sts>
+        {v.stringToSign}
+      </pre>
+      <p>
+        Signature: <code>{v.signature}</code>{" "}
+        {computed ? (
+          computed.signature === v.signature && computed.sts === v.stringToSign ? (
+            <span class="pill ok" data-check="match">
+              this browser computes the same
+            </span>
+          ) : (
+            <span class="pill bad" data-check="mismatch">
+              this browser computes {computed.signature}
+            </span>
+          )
+        ) : null}
+      </p>
+    </section>
+  );
+}
+
+function useVectors(): { sts: string; signature: string }[] {
   const [computed, setComputed] = useState<{ sts: string; signature: string }[]>([]);
   useEffect(() => {
-    Promise.all(
-      VECTORS.map((v) =>
-        sign({ method: v.method, path: v.path, query: v.query, appKey: "merchant-1", secret: "s3cr3t-value", timestamp: "1796000000000", nonce: v.nonce, body: v.body }).then((s) => ({
-          sts: s.stringToSign,
-          signature: s.signature,
-        })),
-      ),
-    ).then(setComputed);
+    Promise.all(VECTORS.map(computeVector)).then(setComputed);
   }, []);
+  return computed;
+}
+
+function Signing() {
+  const computed = useVectors();
   return (
-    <div class="signing">
+    <div class="signing" data-page="signing">
       <h1>Signing a request</h1>
-      <p>Send these four headers on every call to a signed API (docs/PROTOCOL.md, "Signing a request"):</p>
-      <table class="props">
+      <p>
+        Each app has an <b>app key</b> (e.g. <code>merchant-1</code>) and a <b>secret</b>. The secret never travels: it signs each call. Public APIs (marked <i>public</i>) need no signature;
+        every other API needs these four headers on every call. Sign the same way over HTTP and HTTPS.
+      </p>
+      <table class="props" data-headers>
         <tbody>
           <tr>
             <td class="mono">X-Portico-AppKey</td>
@@ -523,7 +559,9 @@ function Signing() {
           </tr>
           <tr>
             <td class="mono">X-Portico-Timestamp</td>
-            <td>the current time in Unix epoch milliseconds; at most 300 s away from the gateway's clock</td>
+            <td>
+              the current time in Unix epoch <b>milliseconds</b>, e.g. <code>1796000000000</code>
+            </td>
           </tr>
           <tr>
             <td class="mono">X-Portico-Nonce</td>
@@ -535,56 +573,54 @@ function Signing() {
           </tr>
         </tbody>
       </table>
-      <p>The string-to-sign is seven lines joined by a single line feed (none at the end):</p>
+      <h2>The string-to-sign</h2>
+      <p>Seven lines joined by a single line feed (\n), with no line feed at the end:</p>
       <ol>
-        <li>the HTTP method, upper case;</li>
-        <li>the path exactly as sent, without the query (keep its percent-encoding);</li>
-        <li>the canonical query: split on &amp;, split each part at the first =, percent-decode (%XX only; + stays +), re-encode keeping only A-Z a-z 0-9 - _ . ~ (other bytes as %XX, upper-case hex), sort by name then value, join name=value with &amp; (an empty line without a query);</li>
-        <li>the app key;</li>
-        <li>the timestamp, as in the header;</li>
-        <li>the nonce, as in the header;</li>
-        <li>lowercase hex SHA-256 of the raw body bytes (of the empty string without a body).</li>
+        <li>
+          the HTTP method, upper case: <code>GET</code>;
+        </li>
+        <li>
+          the path exactly as sent on the request line, without the query: <code>/v1/orders/42</code> (keep its percent-encoding as you send it; do not decode or normalise it);
+        </li>
+        <li>the canonical query (below); an empty line when there is no query;</li>
+        <li>the app key, as in X-Portico-AppKey;</li>
+        <li>the timestamp, exactly as in X-Portico-Timestamp;</li>
+        <li>the nonce, as in X-Portico-Nonce;</li>
+        <li>
+          lowercase hex SHA-256 of the raw body bytes, exactly as sent; with no body, the SHA-256 of the empty string, <code>e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855</code>.
+        </li>
       </ol>
-      {VECTORS.map((v, i) => (
-        <section class="vector" data-vector={i + 1}>
-          <h2>{v.title}</h2>
-          <p class="sub">
-            App key <code>merchant-1</code>, secret <code>s3cr3t-value</code>, timestamp <code>1796000000000</code>, nonce <code>{v.nonce}</code>
-            {v.body ? (
-              <>
-                , body <code>{v.body}</code>
-              </>
-            ) : (
-              ", no body"
-            )}
-            :
-          </p>
-          <pre class="code">{`${v.method} ${v.path}${v.query ? `?${v.query}` : ""}`}</pre>
-          {v.query ? (
-            <p class="sub">
-              Canonical query: <code>{canonicalQuery(v.query)}</code>
-            </p>
-          ) : null}
-          <p class="sub" data-impl={webCrypto ? "webcrypto" : "builtin"}>
-            String-to-sign, computed by this page ({webCrypto ? "WebCrypto" : "built-in SHA-256: this page is not a secure context"}):
-          </p>
-          <pre class="code">{computed[i]?.sts ?? "…"}</pre>
-          <p>
-            Signature: <code>{v.signature}</code>{" "}
-            {computed[i] ? (
-              computed[i].signature === v.signature ? (
-                <span class="pill ok" data-check="match">
-                  this browser computes the same
-                </span>
-              ) : (
-                <span class="pill bad" data-check="mismatch">
-                  this browser computes {computed[i].signature}
-                </span>
-              )
-            ) : null}
-          </p>
-        </section>
-      ))}
+      <h3>The canonical query</h3>
+      <p>Built from the raw query string (what follows ?):</p>
+      <ol>
+        <li>split it on &amp;, skipping empty parts;</li>
+        <li>split each part at the first = into a name and a value (no =: the value is empty);</li>
+        <li>
+          percent-decode the name and the value to bytes (%XX only: a <code>+</code> stays a <code>+</code>, it is not a space);
+        </li>
+        <li>re-encode each, keeping only the bytes A-Z a-z 0-9 - _ . ~ and writing every other byte as %XX with upper-case hex digits;</li>
+        <li>sort the pairs by encoded name, then by encoded value (plain byte order; repeated names are kept, each pair once per occurrence);</li>
+        <li>join them as name=value with &amp;.</li>
+      </ol>
+      <h2>Timestamp window and nonces</h2>
+      <p data-window>
+        The gateway refuses a call whose timestamp is more than <b>300 seconds</b> away from its clock in either direction (<code>401 SIGNATURE_EXPIRED</code>: keep your clock in sync with NTP),
+        and a nonce the same app already used within that window (<code>401 NONCE_REPLAYED</code>). Every retry is a new call: sign it again with a new timestamp and a new nonce. Sign the bytes
+        you send: serialise the body once, hash those bytes, send the same bytes.
+      </p>
+      <h2>The sandbox</h2>
+      <p>
+        The sandbox listener has its own secret per app (never your live secret). Sign sandbox calls exactly as above with the sandbox secret: a call signed with your live secret is refused
+        there (<code>401 SIGNATURE_INVALID</code>). "Try it" on each API page signs in this browser with the key and secret you enter; the secret is not sent.
+      </p>
+      <h2>Test vectors</h2>
+      <p class="sub" data-impl={webCrypto ? "webcrypto" : "builtin"}>
+        Check your signer against these. This page recomputes each one ({webCrypto ? "WebCrypto" : "built-in SHA-256: this page is not a secure context"}).
+      </p>
+      {VECTORS.map((v, i) => (v.kind === "request" ? <VectorSection v={v} i={i} computed={computed[i]} /> : null))}
+      <p class="sub">
+        Callbacks are signed in their own domain: see <a href="#/notifications">Notifications</a>, whose test vector this page checks too.
+      </p>
     </div>
   );
 }
@@ -593,11 +629,13 @@ function Errors({ doc }: { doc: Json }) {
   const codes: Json[] = doc["x-portico-error-codes"] ?? [];
   const grpc: Json[] = doc["x-portico-grpc-codes"] ?? [];
   return (
-    <div>
+    <div data-page="errors">
       <h1>Errors</h1>
+      <p>Every answer the gateway makes itself (rather than the API's backend) has this JSON body:</p>
+      <pre class="code">{'{"code": "SIGNATURE_INVALID", "message": "signature does not match", "request_id": "9f3c2a7e5b1d4c08"}'}</pre>
       <p>
-        Errors the gateway makes itself come as <code>{'{"code": "...", "message": "...", "request_id": "..."}'}</code> with the status below. Branch on the status and the
-        code; the message is for people. Quote the request id (also in <code>X-Portico-Request-Id</code>) when you ask for help.
+        Branch on the HTTP status and <code>code</code>; <code>message</code> is text for people and may change. Every answer, success or not, carries <code>X-Portico-Request-Id</code>: send
+        your own (1–64 of A-Z a-z 0-9 . _ -) to follow a call through your logs, and quote it when you ask for help.
       </p>
       <table class="props" data-errors>
         <thead>
@@ -605,6 +643,7 @@ function Errors({ doc }: { doc: Json }) {
             <th>status</th>
             <th>code</th>
             <th>meaning</th>
+            <th>what to do</th>
           </tr>
         </thead>
         <tbody>
@@ -613,15 +652,24 @@ function Errors({ doc }: { doc: Json }) {
               <td>{c.status}</td>
               <td class="mono">{c.code}</td>
               <td class="desc">{c.meaning}</td>
+              <td class="desc">{c.what_to_do}</td>
             </tr>
           ))}
         </tbody>
       </table>
+      <h2>Retrying</h2>
+      <p>
+        Retry on 429 and 503 after <code>Retry-After</code> seconds (or with backoff), with a <b>new nonce and timestamp</b>; do not retry other 4xx unchanged. Answers about the backend (502,
+        503, 504) and internal errors (500) carry a fixed message: the request id is what operators need.
+      </p>
       {grpc.length ? (
         <>
           <h2>gRPC-backed APIs</h2>
-          <p class="sub">A gRPC backend's error status becomes an HTTP status:</p>
-          <table class="props">
+          <p class="sub">
+            An API marked gRPC-backed reports its backend's error status with <code>code</code> the status name and <code>message</code> the backend's message (a fixed message for
+            UNAVAILABLE, INTERNAL, UNKNOWN and DEADLINE_EXCEEDED), with this HTTP status:
+          </p>
+          <table class="props" data-grpc-codes>
             <tbody>
               {grpc.map((g) => (
                 <tr>
@@ -633,6 +681,160 @@ function Errors({ doc }: { doc: Json }) {
           </table>
         </>
       ) : null}
+    </div>
+  );
+}
+
+const PYTHON_VERIFY = `import hashlib, hmac, time, urllib.parse
+
+KEPT = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~"
+SEEN = {}  # nonce -> when seen; keep 300 s
+
+def enc(raw):
+    return "".join(chr(b) if b in KEPT else "%%%02X" % b for b in raw)
+
+def canonical_query(query):
+    pairs = []
+    for part in filter(None, query.split("&")):
+        name, _, value = part.partition("=")
+        pairs.append((enc(urllib.parse.unquote_to_bytes(name)), enc(urllib.parse.unquote_to_bytes(value))))
+    return "&".join("%s=%s" % p for p in sorted(pairs))
+
+def verify_callback(secret, path, query, headers, body):
+    """True when a callback POST (path and raw query as received, its headers, the raw body) is genuine."""
+    ts, nonce = headers["X-Portico-Timestamp"], headers["X-Portico-Nonce"]
+    if abs(time.time() * 1000 - int(ts)) > 300_000 or nonce in SEEN:
+        return False
+    sts = "\\n".join(["PORTICO-CALLBACK-v1", "POST", path, canonical_query(query),
+                     headers["X-Portico-AppKey"], ts, nonce, hashlib.sha256(body).hexdigest()])
+    good = hmac.new(secret.encode(), sts.encode(), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(good, headers["X-Portico-Signature"]):
+        return False
+    SEEN[nonce] = time.time()
+    return True`;
+
+function Notifications({ doc }: { doc: Json }) {
+  const computed = useVectors();
+  const n = doc["x-portico-notifications"] ?? {};
+  const topics: string[] | null = Array.isArray(n.topics) ? n.topics : null;
+  const callbackIndex = VECTORS.findIndex((v) => v.kind === "callback");
+  return (
+    <div data-page="notifications">
+      <h1>Notifications</h1>
+      <p>
+        Besides answering your calls, the platform can push events to your app as they happen (an order paid, a coupon issued). Your app is granted <b>topics</b> (say{" "}
+        <code>orders</code>) by your operator. Every event has an <code>id</code>, its <code>topic</code>, <code>published_at</code> (RFC 3339, UTC) and a JSON <code>payload</code> (and{" "}
+        <code>key</code>, when the publisher gave its own id of the event):
+      </p>
+      <pre class="code">{'{"id": "1796000000000-0", "topic": "orders", "published_at": "2026-11-30T19:33:20Z", "payload": {"order_id": "42", "status": "paid"}}'}</pre>
+      <p>
+        Delivery is <b>at least once</b>, in <b>publish order</b> per app: acknowledge each event by its <code>id</code> and make your handling idempotent by <code>id</code>. Event ids grow
+        with publish order (<code>&lt;ms&gt;-&lt;seq&gt;</code>). Events wait for you while you are offline, for the topic's retention (a day unless your operator sets another).
+      </p>
+      <h2>Your topics</h2>
+      {topics ? (
+        <div data-topics={topics.join(",")}>
+          {topics.length ? (
+            <p>
+              App <b>{doc["x-portico-app"]}</b> is granted: {topics.map((t, i) => (
+                <>
+                  {i ? ", " : ""}
+                  <code>{t}</code>
+                </>
+              ))}
+              . It receives them by {n.delivery === "callback" ? "callbacks to its callback URL" : "a stream or a WebSocket"}.
+            </p>
+          ) : (
+            <p>App {doc["x-portico-app"]} is granted no topic yet: ask your operator.</p>
+          )}
+        </div>
+      ) : (
+        <p data-topics-how>
+          Sign in on <a href="#/app">My app</a> to see the topics granted to your app, or fetch <code>GET /portal/apps/&lt;your app key&gt;/openapi.json</code> signed as any call: its{" "}
+          <code>x-portico-notifications.topics</code> lists them.
+        </p>
+      )}
+      <p>Choose one of three ways to receive them: a Server-Sent Events stream, a WebSocket (the same events and rules), or callbacks.</p>
+
+      <h2>A stream (Server-Sent Events)</h2>
+      <p>
+        Open <code>GET /notify/v1/stream</code> on the gateway, signed like any call (method GET, path <code>/notify/v1/stream</code>, no query, empty body), and keep the connection open. The
+        answer is 200 with <code>Content-Type: text/event-stream</code>; events arrive as:
+      </p>
+      <pre class="code">{'id: 1796000000000-0\nevent: notification\ndata: {"id":"1796000000000-0","topic":"orders","published_at":"...","payload":{...}}\n'}</pre>
+      <p>
+        A line starting with <code>:</code> is a heartbeat (every 15 s of silence); if you see nothing for 45 s, reconnect. Refusals of the opening request are the usual{" "}
+        <a href="#/errors">error envelope</a> (401 for a bad signature or a replayed nonce, 403 APP_FORBIDDEN when your app is granted no topic or receives callbacks).
+      </p>
+      <p>
+        <b>Acknowledge</b> with a signed <code>POST /notify/v1/ack</code>, body <code>{'{"ids": ["1796000000000-0", ...]}'}</code> (at most 10,000 ids), on any gateway: the answer is{" "}
+        <code>{'{"acked": n}'}</code>. An event not acknowledged within 30 s is sent again. At most 1,000 events wait for your ack at a time; a client that keeps that many unacknowledged for
+        longer is a slow consumer and its stream is closed.
+      </p>
+      <p>
+        <b>Reconnect</b> to any gateway with a freshly signed request and <code>Last-Event-ID</code> set to the id of the last event you acknowledged; delivery resumes after it. Your app holds one
+        stream: opening a new one closes the old one. Before closing, the gateway sends <code>event: close</code> with <code>{'{"reason": "...", "message": "..."}'}</code>:
+      </p>
+      <table class="props">
+        <tbody>
+          <tr>
+            <td class="mono">revoked</td>
+            <td>your app lost its last topic grant or was disabled: do not reconnect until told</td>
+          </tr>
+          <tr>
+            <td class="mono">replaced</td>
+            <td>your app opened a newer stream (perhaps on another gateway): close this one</td>
+          </tr>
+          <tr>
+            <td class="mono">slow_consumer</td>
+            <td>ack as you go, then reconnect</td>
+          </tr>
+        </tbody>
+      </table>
+      <p>A connection that drops without a close: reconnect at once with Last-Event-ID, then back off (1 s, 2 s, 4 s, ... up to a minute).</p>
+
+      <h2>A WebSocket</h2>
+      <p>
+        Open <code>GET /notify/v1/ws</code> as a WebSocket (RFC 6455 over HTTP/1.1), the opening request signed like any call (method GET, path <code>/notify/v1/ws</code>, no query, empty
+        body). Refusals come before the upgrade, as the error envelope; an opening that is not a proper WebSocket handshake is 400 BAD_REQUEST. Then each event is one text message (the JSON
+        above); a ping comes after 15 s of silence (your library answers it).
+      </p>
+      <p>You send text messages of JSON (at most 64 KiB each):</p>
+      <table class="props">
+        <tbody>
+          <tr>
+            <td class="mono">{'{"type": "resume", "after": "1796000000000-0"}'}</td>
+            <td>optional, and only as the first message: delivery resumes after your last acknowledged event</td>
+          </tr>
+          <tr>
+            <td class="mono">{'{"type": "ack", "ids": ["1796000000000-0"]}'}</td>
+            <td>any time, at most 10,000 ids</td>
+          </tr>
+        </tbody>
+      </table>
+      <p>
+        The gateway ends a session with <code>{'{"type": "close", "reason": "...", "message": "..."}'}</code> and a close code: 4003 revoked (do not reconnect until told), 4009 replaced, 1008
+        slow_consumer or too many control frames, 4008 no_pong (reconnect), 1011 unavailable (reconnect with backoff), 1002/1003/1007/1009 a malformed, binary, non-UTF-8 or too large message
+        (fix the client).
+      </p>
+
+      <h2>Callbacks</h2>
+      <p>
+        If your app cannot hold a connection, your operator sets a callback URL on it. The gateway then POSTs each event, in order, with the JSON above as the body and the headers{" "}
+        <code>X-Portico-AppKey</code>, <code>X-Portico-Timestamp</code>, <code>X-Portico-Nonce</code>, <code>X-Portico-Signature</code> and <code>X-Portico-Event-Id</code>. Answer any 2xx
+        once you have stored the event: anything else (or no answer within 5 s) is retried after 1 s, 2 s, 4 s, ... (at most a minute apart), up to 10 tries. An app with a callback URL cannot
+        open a stream.
+      </p>
+      <p>
+        <b>Verify every callback.</b> It is signed with your app's secret in its own domain: the string-to-sign is the line <code>{CALLBACK_DOMAIN}</code>, a line feed, then the seven lines a
+        request to your URL would sign (see <a href="#/signing">Signing</a>): POST, the path and canonical query as received, your app key, the timestamp, the nonce, SHA-256 of the raw body.
+        Compare the HMAC in constant time, refuse a timestamp more than 300 s from your clock and a nonce seen in the last 300 s. Store events by id: an event may come again, never under
+        another id.
+      </p>
+      <pre class="code" data-verify>
+        {PYTHON_VERIFY}
+      </pre>
+      {callbackIndex >= 0 ? <VectorSection v={VECTORS[callbackIndex]} i={callbackIndex} computed={computed[callbackIndex]} /> : null}
     </div>
   );
 }
@@ -710,6 +912,7 @@ function Portal() {
     page = op ? <ApiPage doc={doc} op={op} creds={creds} setCreds={setCreds} /> : <p class="bad">No API {id} in this catalogue.</p>;
   } else if (route === "/signing") page = <Signing />;
   else if (route === "/errors") page = <Errors doc={doc} />;
+  else if (route === "/notifications") page = <Notifications doc={doc} />;
   else if (route === "/app") page = <AppSignIn creds={creds} setCreds={setCreds} onDoc={setDoc} />;
   else page = <Catalogue doc={doc} ops={ops} />;
   return (
@@ -722,6 +925,7 @@ function Portal() {
           <a href="#/">APIs</a>
           <a href="#/signing">Signing</a>
           <a href="#/errors">Errors</a>
+          <a href="#/notifications">Notifications</a>
           <a href="#/app">My app</a>
           <a href="/portal/openapi.json" target="_blank" rel="noopener">
             OpenAPI

@@ -1,4 +1,4 @@
-// The merchant signature of docs/PROTOCOL.md ("Signing a request"), in the browser: the
+// The merchant signature (docs/PROTOCOL.md, "Signing a request"), in the browser: the
 // canonical query, SHA-256 of the body and HMAC-SHA256 with WebCrypto (`crypto.subtle`). A
 // page served over plain HTTP from another host than localhost has no `crypto.subtle`
 // (browsers keep it to secure contexts); the small SHA-256 below stands in then, so the
@@ -127,7 +127,8 @@ async function sha256Hex(data: Uint8Array): Promise<string> {
   return hex(sha256Plain(data));
 }
 
-async function hmacHex(secret: string, message: string): Promise<string> {
+/** Lowercase hex HMAC-SHA256 of `message` with `secret` (WebCrypto, else the built-in one). */
+export async function hmacHex(secret: string, message: string): Promise<string> {
   const key = enc.encode(secret);
   const msg = enc.encode(message);
   if (webCrypto) {

@@ -154,6 +154,59 @@ fn not_built() -> Response {
 
 #[cfg(test)]
 mod tests {
+    /// The portal's Signing page (`admin-ui/portal/vectors.ts`) and docs/PROTOCOL.md ("Worked
+    /// example 1/2", "Callbacks") hold the same test vectors, and the gateway's signer agrees.
+    #[test]
+    fn the_signing_page_and_the_protocol_hold_the_same_vectors() {
+        use portico_control::sign;
+        let ts = include_str!("../../../admin-ui/portal/vectors.ts");
+        let protocol = include_str!("../../../docs/PROTOCOL.md");
+        let json = ts
+            .split_once("/* JSON-BEGIN */")
+            .and_then(|(_, rest)| rest.split_once("/* JSON-END */"))
+            .map(|(json, _)| json)
+            .unwrap();
+        let vectors: Vec<serde_json::Value> = serde_json::from_str(json).unwrap();
+        assert_eq!(vectors.len(), 3);
+        for v in &vectors {
+            let field = |name: &str| v[name].as_str().unwrap().to_owned();
+            let query = field("query");
+            let request_sts = sign::string_to_sign(
+                &field("method"),
+                &field("path"),
+                Some(query.as_str()).filter(|q| !q.is_empty()),
+                &field("appKey"),
+                &field("timestamp"),
+                &field("nonce"),
+                field("body").as_bytes(),
+            );
+            let sts = match v["kind"].as_str() {
+                Some("callback") => format!("PORTICO-CALLBACK-v1\n{request_sts}"),
+                _ => request_sts,
+            };
+            assert_eq!(sts, field("stringToSign"), "{}", field("title"));
+            assert_eq!(
+                sign::sign(field("secret").as_bytes(), &sts),
+                field("signature"),
+                "{}",
+                field("title")
+            );
+            // The guide shows the same string-to-sign, signature, nonce and body.
+            assert!(
+                protocol.contains(&format!("```\n{sts}\n```")),
+                "docs/PROTOCOL.md lacks the string-to-sign of {}",
+                field("title")
+            );
+            for f in ["signature", "nonce", "body"] {
+                assert!(
+                    protocol.contains(&field(f)),
+                    "docs/PROTOCOL.md lacks the {f} of {}",
+                    field("title")
+                );
+            }
+        }
+    }
+
     #[test]
     fn the_not_built_page_is_a_page_like_the_others() {
         let response = super::not_built();
