@@ -1,14 +1,19 @@
-// One API: its HTTP mapping and backend, the policy editor (inline validation from the
-// registry's 422 details), try-it in the sandbox, publish, versions with diffs, rollback, and
-// the live hot keys (HotKeys.tsx).
+// One API: its HTTP mapping and backend (edited in ApiForm.tsx), the policy editor (ranges
+// checked as the registry does, its 422 details shown inline), try-it in the sandbox (refused
+// for a draft the sandbox refuses), publish, versions with diffs, rollback, unpublish, delete
+// the draft, and the live hot keys (HotKeys.tsx). Destructive actions confirm naming the API
+// (confirm.tsx).
 import { useEffect, useMemo, useState } from "preact/hooks";
 import { ApiDef, ApiError, Detail, Item, List, Policy, TryResult, get, request } from "../api";
+import { ConfirmDialog } from "../confirm";
 import { canonical, comparable, diffLines, sameDoc } from "../diff";
 import { navigate } from "../router";
+import { ApiFormDialog, MAX_TIMEOUT_MS } from "./ApiForm";
+import { Served, refusalText } from "./Apis";
 import { HotKeysPanel } from "./HotKeys";
 import { Badge, Button, Code, CopyButton, Empty, ErrorBanner, Field, Link, MethodBadge, Modal, Spinner, cx, fmtTime, pretty, toast } from "../ui";
 
-type Loaded = { draft: ApiDef | null; draftEtag?: string; live: ApiDef | null; liveEtag?: string };
+type Loaded = { draft: ApiDef | null; draftEtag?: string; live: ApiDef | null; liveEtag?: string; served: Served | null };
 
 async function loadBoth(id: string): Promise<Loaded> {
   const enc = encodeURIComponent(id);
@@ -21,7 +26,15 @@ async function loadBoth(id: string): Promise<Loaded> {
     }
   };
   const [d, l] = await Promise.all([opt(`/sandbox/apis/${enc}`), opt(`/apis/${enc}`)]);
-  return { draft: d?.data ?? null, draftEtag: d?.etag, live: l?.data ?? null, liveEtag: l?.etag };
+  let served: Served | null = null;
+  if (d) {
+    try {
+      served = (await get<Served>(`/sandbox/apis/${enc}/served`)).data;
+    } catch {
+      served = null; // shown as unknown; trying it still asks the registry, which refuses
+    }
+  }
+  return { draft: d?.data ?? null, draftEtag: d?.etag, live: l?.data ?? null, liveEtag: l?.etag, served };
 }
 
 export function ApiDetailPage({ id }: { id: string }) {
@@ -29,6 +42,7 @@ export function ApiDetailPage({ id }: { id: string }) {
   const [error, setError] = useState<unknown>(null);
   const [tab, setTab] = useState<"policy" | "try" | "versions" | "hot">("policy");
   const [publishing, setPublishing] = useState(false);
+  const [dialog, setDialog] = useState<"mapping" | "delete" | "unpublish" | null>(null);
   const [historyTick, setHistoryTick] = useState(0);
 
   const reload = async () => {
@@ -55,6 +69,7 @@ export function ApiDetailPage({ id }: { id: string }) {
       </div>
     );
   const changed = data.draft && data.live ? !sameDoc(data.draft, data.live) : !!data.draft;
+  const refused = data.served?.refused ?? [];
 
   return (
     <div class="page">
@@ -66,7 +81,8 @@ export function ApiDetailPage({ id }: { id: string }) {
           <h1 class="api-title">
             {id}{" "}
             {data.live ? <Badge tone="ok">live v{data.live.version}</Badge> : <Badge tone="info">not published</Badge>}{" "}
-            {data.draft && data.live && changed && <Badge tone="warn">draft changed</Badge>}
+            {data.draft && data.live && changed && <Badge tone="warn">draft changed</Badge>}{" "}
+            {refused.length > 0 && <Badge tone="bad">refused by the sandbox</Badge>}
           </h1>
           <div class="mapping big">
             <MethodBadge method={doc.http.method} /> <code>{doc.http.path}</code>
@@ -93,12 +109,39 @@ export function ApiDetailPage({ id }: { id: string }) {
           </div>
         </div>
         <div class="head-actions">
+          {data.draft && (
+            <Button onClick={() => setDialog("mapping")} data-testid="edit-mapping">
+              Edit mapping…
+            </Button>
+          )}
+          {data.draft && (
+            <Button kind="danger" onClick={() => setDialog("delete")} data-testid="delete-draft">
+              Delete draft…
+            </Button>
+          )}
+          {data.live && (
+            <Button kind="danger" onClick={() => setDialog("unpublish")} data-testid="unpublish">
+              Unpublish…
+            </Button>
+          )}
           <Button kind="primary" disabled={!data.draft || !changed} onClick={() => setPublishing(true)} data-testid="publish" title={!data.draft ? "No draft to publish" : !changed ? "The draft is already live" : ""}>
             {data.live ? `Publish v${data.live.version + 1}…` : "Publish…"}
           </Button>
         </div>
       </header>
       <ErrorBanner error={error} onClose={() => setError(null)} />
+      {refused.length > 0 && (
+        <div class="error-banner" role="alert" data-testid="draft-refused">
+          <div class="error-head">
+            <strong>The sandbox refuses this draft: it is not served, and cannot be tried until it is fixed</strong>
+          </div>
+          <ul class="error-details">
+            {refusalText(refused).map((r) => (
+              <li key={r}>{r}</li>
+            ))}
+          </ul>
+        </div>
+      )}
       <div class="tabs">
         <button class={cx("tab", tab === "policy" && "active")} onClick={() => setTab("policy")} data-testid="tab-policy">
           Policy
@@ -124,9 +167,60 @@ export function ApiDetailPage({ id }: { id: string }) {
             <Code>{pretty(data.live?.policy ?? {})}</Code>
           </div>
         ))}
-      {tab === "try" && (data.draft ? <TryIt api={data.draft} /> : <Empty title="No draft">The sandbox serves drafts; this API has none.</Empty>)}
+      {tab === "try" && (data.draft ? <TryIt api={data.draft} refused={refused} /> : <Empty title="No draft">The sandbox serves drafts; this API has none.</Empty>)}
       {tab === "hot" && <HotKeysPanel id={id} api={data.live} />}
       {tab === "versions" && <Versions key={historyTick} id={id} draft={data.draft} live={data.live} liveEtag={data.liveEtag} onChanged={() => { reload(); setHistoryTick((t) => t + 1); }} />}
+      {dialog === "mapping" && data.draft && (
+        <ApiFormDialog
+          draft={data.draft}
+          etag={data.draftEtag}
+          onClose={() => setDialog(null)}
+          onSaved={() => {
+            setDialog(null);
+            reload();
+          }}
+        />
+      )}
+      {dialog === "delete" && data.draft && (
+        <ConfirmDialog
+          title={`Delete the draft ${id}?`}
+          confirmLabel={`Delete the draft ${id}`}
+          typeToConfirm={id}
+          onClose={() => setDialog(null)}
+          onConfirm={async () => {
+            await request("DELETE", `/sandbox/apis/${encodeURIComponent(id)}`, { ifMatch: data.draftEtag });
+            toast(`Deleted the draft ${id}`);
+            setDialog(null);
+            if (data.live) reload();
+            else navigate("/apis");
+          }}
+        >
+          <p>
+            The sandbox stops serving <b>{id}</b> and its unsaved work is gone. {data.live ? `The live v${data.live.version} is not touched.` : "It was never published."} The deletion is recorded in the
+            audit log.
+          </p>
+        </ConfirmDialog>
+      )}
+      {dialog === "unpublish" && data.live && (
+        <ConfirmDialog
+          title={`Unpublish ${id} from every gateway?`}
+          confirmLabel={`Unpublish ${id}`}
+          typeToConfirm={id}
+          onClose={() => setDialog(null)}
+          onConfirm={async () => {
+            await request("DELETE", `/apis/${encodeURIComponent(id)}`, { ifMatch: data.liveEtag });
+            toast(`Unpublished ${id}: merchants get 404 on it within a second`);
+            setDialog(null);
+            reload();
+            setHistoryTick((t) => t + 1);
+          }}
+        >
+          <p>
+            Every gateway stops serving <b>{id}</b> (v{data.live.version}): merchants calling <code>{data.live.http.method} {data.live.http.path}</code> get 404. Its versions stay in history,
+            so it can be published again; the draft stays in the sandbox. The change is recorded in the audit log with your name.
+          </p>
+        </ConfirmDialog>
+      )}
       {publishing && data.draft && (
         <PublishDialog
           id={id}
@@ -259,7 +353,7 @@ const BREAKER_FIELDS: [keyof NonNullable<Policy["breaker"]>, string, string][] =
   ["consecutive_slow_calls", "Consecutive slow calls", "open after this many slow calls in a row"],
   ["open_ms", "Open for (ms)", "how long the breaker stays open"],
   ["half_open_probes", "Half-open probes", "trial calls before closing again"],
-  ["error_ratio", "Error ratio", "0–1: open when this share of calls fails…"],
+  ["error_ratio", "Error ratio", "more than 0, at most 1: open when this share of calls fails…"],
   ["min_calls", "Min calls", "…over at least this many calls…"],
   ["window_ms", "Window (ms)", "…in this window"],
 ];
@@ -300,13 +394,41 @@ function toForm(d: ApiDef): Form {
 const INT = /^\d+$/;
 const NUM = /^\d*\.?\d+$/;
 
-/** Client-side checks of form: field path → message (the registry checks the meaning). */
+const U32_MAX = 4294967295;
+const DAY_MS = 86_400_000;
+/** Each number's documented range, as the registry checks it (registry/src/api/checks.rs). */
+const RANGES: Record<string, [number, number]> = {
+  "backend.timeout_ms": [1, MAX_TIMEOUT_MS],
+  "policy.bulkhead.max_concurrent": [1, U32_MAX],
+  "policy.bulkhead.max_wait_ms": [0, MAX_TIMEOUT_MS],
+  "policy.breaker.consecutive_failures": [1, U32_MAX],
+  "policy.breaker.consecutive_slow_calls": [1, U32_MAX],
+  "policy.breaker.half_open_probes": [1, U32_MAX],
+  "policy.breaker.min_calls": [1, U32_MAX],
+  "policy.breaker.slow_call_ms": [1, MAX_TIMEOUT_MS],
+  "policy.breaker.open_ms": [1, DAY_MS],
+  "policy.breaker.window_ms": [1, DAY_MS],
+  "policy.max_body_bytes": [1, Number.MAX_SAFE_INTEGER],
+  limit: [1, U32_MAX],
+};
+
+/** "must be a whole number between 1 and 4294967295", as the registry says it. */
+function rangeText(field: string): string {
+  const [min, max] = RANGES[field] ?? RANGES.limit;
+  return max === Number.MAX_SAFE_INTEGER ? `must be a whole number of at least ${min}` : `must be a whole number between ${min} and ${max}`;
+}
+
+/** Client-side checks of form: field path → message, the ranges mirroring the registry's (which stays the authority). */
 function localErrors(f: Form): Record<string, string> {
   const e: Record<string, string> = {};
-  const int = (v: string, field: string, required = false) => {
-    if (!v.trim()) {
+  const int = (v: string, field: string, required = false, range = field) => {
+    const t = v.trim();
+    if (!t) {
       if (required) e[field] = "required";
-    } else if (!INT.test(v.trim())) e[field] = "a whole number";
+      return;
+    }
+    const [min, max] = RANGES[range] ?? [0, Number.MAX_SAFE_INTEGER];
+    if (!INT.test(t) || Number(t) < min || Number(t) > max) e[field] = rangeText(range);
   };
   int(f.timeout_ms, "backend.timeout_ms");
   int(f.bulkhead_max, "policy.bulkhead.max_concurrent", !!f.bulkhead_wait.trim());
@@ -314,12 +436,13 @@ function localErrors(f: Form): Record<string, string> {
   for (const [k] of BREAKER_FIELDS) {
     const v = f.breaker[k] ?? "";
     if (k === "error_ratio") {
-      if (v.trim() && !NUM.test(v.trim())) e[`policy.breaker.${k}`] = "a number in (0, 1]";
+      const t = v.trim();
+      if (t && (!NUM.test(t) || Number(t) <= 0 || Number(t) > 1)) e[`policy.breaker.${k}`] = "must be in (0, 1]: more than 0, at most 1 (0.5 for half the calls)";
     } else int(v, `policy.breaker.${k}`);
   }
   f.rate_limits.forEach((r, i) => {
-    int(r.limit, `policy.rate_limits[${i}].limit`, true);
-    int(r.burst, `policy.rate_limits[${i}].burst`);
+    int(r.limit, `policy.rate_limits[${i}].limit`, true, "limit");
+    int(r.burst, `policy.rate_limits[${i}].burst`, false, "limit");
     if (!r.key.trim()) e[`policy.rate_limits[${i}].key`] = "required";
   });
   int(f.max_body_bytes, "policy.max_body_bytes");
@@ -515,7 +638,7 @@ function statusTone(status: number) {
   return "ok";
 }
 
-function TryIt({ api }: { api: ApiDef }) {
+function TryIt({ api, refused }: { api: ApiDef; refused: Served["refused"] }) {
   const bindings = [api.http, ...(api.http.additional_bindings ?? [])];
   const [binding, setBinding] = useState(0);
   const rule = bindings[binding] ?? api.http;
@@ -635,7 +758,15 @@ function TryIt({ api }: { api: ApiDef }) {
         </div>
         <div class="form-actions">
           {missing.length > 0 && <span class="muted">Fill in {missing.map((m) => `{${m}}`).join(", ")}</span>}
-          <Button kind="primary" type="submit" busy={busy} disabled={missing.length > 0 || !!bodyError || !!badHeader} data-testid="try-send">
+          {refused.length > 0 && <span class="bad-text" data-testid="try-refused">The sandbox refuses this draft: a call would reach whatever it serves on this route instead.</span>}
+          <Button
+            kind="primary"
+            type="submit"
+            busy={busy}
+            disabled={refused.length > 0 || missing.length > 0 || !!bodyError || !!badHeader}
+            title={refused.length ? refusalText(refused).join("\n") : undefined}
+            data-testid="try-send"
+          >
             Send signed request
           </Button>
         </div>
@@ -664,7 +795,7 @@ function TryIt({ api }: { api: ApiDef }) {
                 .join("\n")}${result.request.body ? `\n\n${result.request.body}` : ""}`}</Code>
               {result.request.string_to_sign && (
                 <details>
-                  <summary>String to sign (§3.1), signed as {result.request.app_key}</summary>
+                  <summary>String to sign (docs/PROTOCOL.md, "Signing a request"), signed as {result.request.app_key}</summary>
                   <Code>{result.request.string_to_sign}</Code>
                 </details>
               )}

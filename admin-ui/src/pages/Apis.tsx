@@ -1,14 +1,32 @@
-// Services & APIs: import protos (files, descriptor set, reflection), the drafts they make and
-// the published APIs, side by side.
+// Services & APIs: import protos (files, descriptor set, reflection) with a preview first, or
+// create an HTTP-backed API directly; the drafts and the published APIs side by side, each
+// shown refused when a gateway (or the registry's own check) refuses it
+// (docs/OPERATIONS.md, "Draft → sandbox → publish → rollback").
 import { useMemo, useState } from "preact/hooks";
 import { ApiDef, ApiError, Item, List, get, request } from "../api";
 import { sameDoc } from "../diff";
 import { navigate } from "../router";
 import { Badge, Button, Empty, ErrorBanner, Field, Link, MethodBadge, Spinner, cx, toast, usePoll } from "../ui";
+import { ApiFormDialog } from "./ApiForm";
 
-type Row = { id: string; draft?: Item<ApiDef>; live?: Item<ApiDef> };
+/** One refusal of a document: by a gateway node, or by the registry's own build of the tree (`registry`). */
+export type Refusal = { node_id: string; reason: string; kept_previous: boolean };
+/** Whether the gateways serve a document (`served` of a list item, or GET /sandbox/apis/{id}/served). */
+export type Served = { nodes: number; refused: Refusal[] };
+type ServedItem = Item<ApiDef> & { served?: Served };
 
-export function stateOf(row: { draft?: Item<ApiDef>; live?: Item<ApiDef> }): { label: string; tone: string; title: string } {
+type Row = { id: string; draft?: ServedItem; live?: ServedItem };
+
+/** The distinct reasons of a list of refusals, each with who refuses it. */
+export function refusalText(refused: Refusal[]): string[] {
+  const by = new Map<string, string[]>();
+  for (const r of refused) by.set(r.reason, [...(by.get(r.reason) ?? []), r.node_id === "registry" ? "the registry's check" : `gateway ${r.node_id}`]);
+  return [...by.entries()].map(([reason, who]) => `${reason} (${who.join(", ")})`);
+}
+
+export function stateOf(row: { draft?: ServedItem; live?: ServedItem }): { label: string; tone: string; title: string } {
+  if (row.draft?.served?.refused.length) return { label: "refused by the sandbox", tone: "bad", title: refusalText(row.draft.served.refused).join("\n") };
+  if (row.live?.served?.refused.length) return { label: "refused live", tone: "bad", title: refusalText(row.live.served.refused).join("\n") };
   if (row.draft?.document && row.live?.document) {
     return sameDoc(row.draft.document, row.live.document)
       ? { label: "published", tone: "ok", title: "The draft is what is live" }
@@ -19,15 +37,16 @@ export function stateOf(row: { draft?: Item<ApiDef>; live?: Item<ApiDef> }): { l
 }
 
 export function ApisPage() {
-  const [drafts, setDrafts] = useState<Item<ApiDef>[] | null>(null);
-  const [live, setLive] = useState<Item<ApiDef>[] | null>(null);
+  const [drafts, setDrafts] = useState<ServedItem[] | null>(null);
+  const [live, setLive] = useState<ServedItem[] | null>(null);
+  const [creating, setCreating] = useState(false);
   const [error, setError] = useState<unknown>(null);
   const [filter, setFilter] = useState("");
   const [importing, setImporting] = useState(false);
 
   const load = async () => {
     try {
-      const [d, l] = await Promise.all([get<List<ApiDef>>("/sandbox/apis"), get<List<ApiDef>>("/apis")]);
+      const [d, l] = await Promise.all([get<{ items: ServedItem[] }>("/sandbox/apis"), get<{ items: ServedItem[] }>("/apis")]);
       setDrafts(d.data.items);
       setLive(l.data.items);
       setError(null);
@@ -58,14 +77,27 @@ export function ApisPage() {
       <header class="page-head">
         <div>
           <h1>Services &amp; APIs</h1>
-          <p class="muted">Import a backend's protos to make draft APIs, try them in the sandbox, then publish.</p>
+          <p class="muted">Import a backend's protos or create an HTTP-backed API to make drafts, try them in the sandbox, then publish.</p>
         </div>
         <div class="head-actions">
+          <Button onClick={() => setCreating(true)} data-testid="new-api">
+            New HTTP API…
+          </Button>
           <Button kind="primary" onClick={() => setImporting((v) => !v)} data-testid="open-import">
             {importing ? "Close import" : "Import protos"}
           </Button>
         </div>
       </header>
+      {creating && (
+        <ApiFormDialog
+          draft={null}
+          onClose={() => setCreating(false)}
+          onSaved={(id) => {
+            setCreating(false);
+            navigate(`/apis/${encodeURIComponent(id)}`);
+          }}
+        />
+      )}
       {importing && (
         <ImportPanel
           onImported={() => {
@@ -139,10 +171,11 @@ export function ApisPage() {
                     </td>
                     <td>{doc?.auth === "none" ? <Badge tone="warn">none</Badge> : <Badge>signature</Badge>}</td>
                     <td>{r.live?.document ? <b>v{r.live.document.version}</b> : <span class="muted">—</span>}</td>
-                    <td>
+                    <td data-testid="api-state">
                       <Badge tone={st.tone} title={st.title}>
                         {st.label}
                       </Badge>
+                      {st.tone === "bad" && <div class="sub bad-text">{st.title.split("\n")[0]}</div>}
                     </td>
                   </tr>
                 );
@@ -156,10 +189,19 @@ export function ApisPage() {
 }
 
 type ImportResult = {
+  dry_run?: boolean;
   descriptor: string;
   descriptor_bytes: number;
   services: string[];
-  drafts: { id: string; rpc: string; created: boolean; etag: string; http: { method: string; path: string } }[];
+  drafts: {
+    id: string;
+    rpc: string;
+    created: boolean;
+    etag?: string;
+    state?: "new" | "changed" | "unchanged";
+    conflicts?: { api: string; route: string; env: string }[];
+    http: { method: string; path: string };
+  }[];
   skipped: { method: string; reason: string }[];
   problems: { path: string; reason: string }[];
 };
@@ -175,6 +217,8 @@ function ImportPanel({ onImported }: { onImported: () => void }) {
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<unknown>(null);
   const [result, setResult] = useState<ImportResult | null>(null);
+  const [preview, setPreview] = useState<ImportResult | null>(null);
+  const [overwrite, setOverwrite] = useState(false);
   const [clusters, setClusters] = useState<{ sandbox: string[]; live: string[] }>({ sandbox: [], live: [] });
 
   usePoll(async () => {
@@ -192,32 +236,54 @@ function ImportPanel({ onImported }: { onImported: () => void }) {
   const timeoutErr = timeout && !/^\d+$/.test(timeout) ? "a whole number of milliseconds" : undefined;
   const clusterErr = cluster && !/^[A-Za-z0-9._-]{1,128}$/.test(cluster) ? "1–128 of A-Z a-z 0-9 . _ -" : undefined;
 
+  /** One import request: a preview (`dry_run`, nothing written) or the confirmed import. */
+  const send = async (flags: { dry_run?: string; overwrite?: string }) => {
+    if (mode === "protos") {
+      if (!files.length) throw new ApiError(0, "NO_FILES", "choose one or more .proto files");
+      const form = new FormData();
+      for (const f of files) form.append((f as File & { webkitRelativePath?: string }).webkitRelativePath || f.name, f, f.name);
+      form.append("cluster", cluster);
+      form.append("auth", auth);
+      if (timeout) form.append("timeout_ms", timeout);
+      return request<ImportResult>("POST", "/protos", { form, query: flags });
+    }
+    if (mode === "descriptor") {
+      if (!descriptor) throw new ApiError(0, "NO_FILE", "choose a FileDescriptorSet file (protoc --descriptor_set_out, --include_imports)");
+      return request<ImportResult>("POST", "/descriptors", {
+        binary: await descriptor.arrayBuffer(),
+        query: { cluster, auth, timeout_ms: timeout || undefined, ...flags },
+      });
+    }
+    return request<ImportResult>("POST", "/reflection", {
+      body: { addr: addr.trim(), cluster, auth, ...(timeout ? { timeout_ms: Number(timeout) } : {}) },
+      query: flags,
+    });
+  };
+
+  // First a preview: new / changed / unchanged drafts and the routes other APIs own.
   const submit = async (e: Event) => {
     e.preventDefault();
     setBusy(true);
     setError(null);
     setResult(null);
+    setPreview(null);
+    setOverwrite(false);
     try {
-      let r;
-      if (mode === "protos") {
-        if (!files.length) throw new ApiError(0, "NO_FILES", "choose one or more .proto files");
-        const form = new FormData();
-        for (const f of files) form.append((f as File & { webkitRelativePath?: string }).webkitRelativePath || f.name, f, f.name);
-        form.append("cluster", cluster);
-        form.append("auth", auth);
-        if (timeout) form.append("timeout_ms", timeout);
-        r = await request<ImportResult>("POST", "/protos", { form });
-      } else if (mode === "descriptor") {
-        if (!descriptor) throw new ApiError(0, "NO_FILE", "choose a FileDescriptorSet file (protoc --descriptor_set_out, --include_imports)");
-        r = await request<ImportResult>("POST", "/descriptors", {
-          binary: await descriptor.arrayBuffer(),
-          query: { cluster, auth, timeout_ms: timeout || undefined },
-        });
-      } else {
-        r = await request<ImportResult>("POST", "/reflection", {
-          body: { addr: addr.trim(), cluster, auth, ...(timeout ? { timeout_ms: Number(timeout) } : {}) },
-        });
-      }
+      setPreview((await send({ dry_run: "true" })).data);
+    } catch (err) {
+      setError(err);
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  // Then the import itself; drafts that exist and would change need the overwrite box.
+  const confirmImport = async () => {
+    setBusy(true);
+    setError(null);
+    try {
+      const r = await send(overwrite ? { overwrite: "true" } : {});
+      setPreview(null);
       setResult(r.data);
       toast(`Imported ${r.data.drafts.length} draft API${r.data.drafts.length === 1 ? "" : "s"}`);
       onImported();
@@ -227,6 +293,7 @@ function ImportPanel({ onImported }: { onImported: () => void }) {
       setBusy(false);
     }
   };
+  const changed = preview?.drafts.filter((d) => d.state === "changed") ?? [];
 
   return (
     <section class="card import-card" data-testid="import-panel">
@@ -283,7 +350,7 @@ function ImportPanel({ onImported }: { onImported: () => void }) {
           </Field>
           <Field label="Auth">
             <select name="auth" value={auth} onChange={(e) => setAuth((e.target as HTMLSelectElement).value)}>
-              <option value="signature">signature (merchants sign, §3.1)</option>
+              <option value="signature">signature (merchants sign every request)</option>
               <option value="none">none (public)</option>
             </select>
           </Field>
@@ -293,11 +360,75 @@ function ImportPanel({ onImported }: { onImported: () => void }) {
         </div>
         <ErrorBanner error={error} title="Import failed" onClose={() => setError(null)} />
         <div class="form-actions">
-          <Button kind="primary" type="submit" busy={busy} disabled={!!timeoutErr || !!clusterErr} data-testid="import-submit">
-            Import and make drafts
+          <Button kind="primary" type="submit" busy={busy && !preview} disabled={!!timeoutErr || !!clusterErr} data-testid="import-submit">
+            Preview the import
           </Button>
         </div>
       </form>
+      {preview && (
+        <div class="import-result" data-testid="import-preview">
+          <div class="result-head">
+            <b>Preview</b>
+            <span class="muted">
+              {" "}
+              · nothing is written until you confirm · {preview.services.join(", ")}
+            </span>
+          </div>
+          <table class="table compact">
+            <thead>
+              <tr>
+                <th>Draft</th>
+                <th>RPC</th>
+                <th>HTTP mapping</th>
+                <th>Effect</th>
+              </tr>
+            </thead>
+            <tbody>
+              {preview.drafts.map((d) => (
+                <tr key={d.id} data-preview={d.id}>
+                  <td class="strong">{d.id}</td>
+                  <td class="sub">{d.rpc}</td>
+                  <td>
+                    <MethodBadge method={d.http.method} /> <code>{d.http.path}</code>
+                  </td>
+                  <td data-testid="preview-state">
+                    {d.state === "new" ? <Badge tone="info">new</Badge> : d.state === "changed" ? <Badge tone="warn">replaces the existing draft</Badge> : <Badge>unchanged</Badge>}
+                    {(d.conflicts ?? []).map((c, i) => (
+                      <div key={i} class="sub bad-text" data-testid="preview-conflict">
+                        conflict: {c.route} is owned by <Link to={`/apis/${encodeURIComponent(c.api)}`}>{c.api}</Link> ({c.env === "live" ? "live: publishing would be refused" : "the sandbox will refuse one of the two"})
+                      </div>
+                    ))}
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          {preview.problems.length > 0 && (
+            <div class="warn-box">
+              <b>The sandbox would not serve some drafts:</b>
+              <ul>
+                {preview.problems.map((p) => (
+                  <li key={p.path}>
+                    <code>{p.path}</code>: {p.reason}
+                  </li>
+                ))}
+              </ul>
+            </div>
+          )}
+          {changed.length > 0 && (
+            <label class="check">
+              <input type="checkbox" checked={overwrite} onChange={(e) => setOverwrite((e.target as HTMLInputElement).checked)} data-testid="import-overwrite" /> Replace the {changed.length} existing
+              draft{changed.length === 1 ? "" : "s"} ({changed.map((d) => d.id).join(", ")}): their edits are lost
+            </label>
+          )}
+          <div class="form-actions">
+            <Button onClick={() => setPreview(null)}>Cancel</Button>
+            <Button kind={changed.length ? "danger" : "primary"} busy={busy} disabled={changed.length > 0 && !overwrite} onClick={confirmImport} data-testid="import-confirm">
+              Import {preview.drafts.length} draft{preview.drafts.length === 1 ? "" : "s"}
+            </Button>
+          </div>
+        </div>
+      )}
       {result && (
         <div class="import-result" data-testid="import-result">
           <div class="result-head">
@@ -325,7 +456,7 @@ function ImportPanel({ onImported }: { onImported: () => void }) {
                   <td>
                     <MethodBadge method={d.http.method} /> <code>{d.http.path}</code>
                   </td>
-                  <td>{d.created ? <Badge tone="info">new</Badge> : <Badge>updated</Badge>}</td>
+                  <td>{d.created ? <Badge tone="info">new</Badge> : d.state === "unchanged" ? <Badge>unchanged</Badge> : <Badge tone="warn">replaced</Badge>}</td>
                 </tr>
               ))}
             </tbody>

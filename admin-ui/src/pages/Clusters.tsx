@@ -1,9 +1,14 @@
-// Clusters: each live cluster's endpoint sets, what every gateway says of each endpoint (health,
-// load score) and which set it serves, the failover button (a reason is required), and the
+// Clusters: each cluster's endpoint sets (create, edit and delete them, live or sandbox), what
+// every gateway says of each endpoint (health, load score) and which set it serves — the
+// active side as the gateways serve it (manual or automatic failover, with the reason), not
+// only the document's `active` — the failover button (a reason is required), and the
 // cluster's autoscale and sleep events (docs/OPERATIONS.md, "Failover" and "Autoscale").
 import { useState } from "preact/hooks";
-import { Item, List, get, request } from "../api";
+import { Item, get, request } from "../api";
+import { ConfirmDialog } from "../confirm";
+import { navigate } from "../router";
 import { Badge, Button, Empty, ErrorBanner, Field, Link, Modal, Spinner, ago, cx, fmtTime, toast, usePoll } from "../ui";
+import { ClusterDoc, ClusterFormDialog } from "./ClusterForm";
 
 type Endpoint = { addr: string; weight?: number };
 type Rule = { rps_above?: number; rps_below?: number; for_s: number; action: string };
@@ -50,18 +55,54 @@ type Overview = {
   events: Event[];
 };
 
-/** `/clusters`: every live cluster, with its active set. */
+/** What the registry's list may say of what the gateways serve (`served`; absent from older registries). */
+type ClusterServed = { nodes?: number; active?: string | null; sides?: { node_id: string; active: string; reason: string }[]; refused?: { node_id: string; reason: string }[] };
+type ClusterItem = Item<Cluster> & { served?: ClusterServed };
+
+/** The side a cluster is served from, as the gateways report it, and why. */
+export type Side = { active: string; reason: string; auto: boolean; fromGateways: boolean };
+
+/**
+ * The active side from the gateways' own reports (`{active, reason}` per node: reason `auto`
+ * is an automatic failover, `manual` the document's choice); the document's `active` only
+ * when no gateway reports the cluster.
+ */
+export function servedSide(reports: { active?: string | null; reason?: string | null }[], docActive: string, failoverBelow?: number): Side {
+  const read = reports.filter((r) => r.active === "primary" || r.active === "standby");
+  if (!read.length) return { active: docActive, reason: "no gateway reports this cluster: the document's choice", auto: false, fromGateways: false };
+  const standby = read.filter((r) => r.active === "standby");
+  const auto = standby.some((r) => r.reason === "auto");
+  if (standby.length && standby.length < read.length)
+    return { active: "mixed", reason: `${standby.length} of ${read.length} gateways serve the standby set${auto ? " (automatic failover)" : ""}`, auto, fromGateways: true };
+  if (standby.length)
+    return {
+      active: "standby",
+      reason: auto
+        ? `automatic failover: the primary set's healthy share fell below ${failoverBelow ?? 0.5}`
+        : "manual failover: an operator moved it (the cluster document says standby)",
+      auto,
+      fromGateways: true,
+    };
+  return { active: "primary", reason: docActive === "standby" ? "the gateways have not applied the failover yet" : "primary serving", auto: false, fromGateways: true };
+}
+
+/** `/clusters`: every cluster of the live tree or the sandbox, with the side it is served from. */
 export function ClustersPage() {
-  const [items, setItems] = useState<Item<Cluster>[] | null>(null);
+  const [env, setEnv] = useState<"live" | "sandbox">("live");
+  const [items, setItems] = useState<ClusterItem[] | null>(null);
   const [error, setError] = useState<unknown>(null);
-  usePoll(async () => {
+  const [editing, setEditing] = useState<ClusterItem | "new" | null>(null);
+  const [deleting, setDeleting] = useState<ClusterItem | null>(null);
+  const prefix = env === "sandbox" ? "/sandbox" : "";
+  const load = async () => {
     try {
-      setItems((await get<List<Cluster>>("/clusters")).data.items);
+      setItems((await get<{ items: ClusterItem[] }>(`${prefix}/clusters`)).data.items);
       setError(null);
     } catch (e) {
       setError(e);
     }
-  }, 3000);
+  };
+  usePoll(load, 3000, [env]);
   return (
     <div class="page">
       <header class="page-head">
@@ -69,12 +110,49 @@ export function ClustersPage() {
           <h1>Clusters</h1>
           <p class="muted">Backend endpoint sets: health and load as the gateways see them, failover to the standby set, autoscale events.</p>
         </div>
+        <div class="head-actions">
+          <Button kind="primary" onClick={() => setEditing("new")} data-testid="new-cluster">
+            New cluster…
+          </Button>
+        </div>
       </header>
+      <div class="tabs">
+        {(["live", "sandbox"] as const).map((e) => (
+          <button key={e} class={cx("tab", env === e && "active")} onClick={() => { setItems(null); setEnv(e); }} data-testid={`clusters-${e}`}>
+            {e === "live" ? "Live" : "Sandbox (drafts)"}
+          </button>
+        ))}
+      </div>
       <ErrorBanner error={error} title="Could not load the clusters" />
+      {editing && (
+        <ClusterFormDialog
+          env={env}
+          name={editing === "new" ? undefined : editing.id}
+          doc={editing === "new" ? null : (editing.document as unknown as ClusterDoc)}
+          etag={editing === "new" ? undefined : editing.etag}
+          onClose={() => setEditing(null)}
+          onSaved={() => {
+            setEditing(null);
+            load();
+          }}
+        />
+      )}
+      {deleting && (
+        <DeleteCluster
+          env={env}
+          name={deleting.id}
+          etag={deleting.etag}
+          onClose={() => setDeleting(null)}
+          onDone={() => {
+            setDeleting(null);
+            load();
+          }}
+        />
+      )}
       {items === null ? (
         error ? null : <Spinner />
       ) : items.length === 0 ? (
-        <Empty title="No clusters">Create one with the API or the CLI (docs/OPERATIONS.md).</Empty>
+        <Empty title="No clusters">Create one with "New cluster", the API or the CLI (docs/OPERATIONS.md).</Empty>
       ) : (
         <div class="card table-card">
           <table class="table" data-testid="clusters-table">
@@ -85,27 +163,43 @@ export function ClustersPage() {
                 <th>Balancing</th>
                 <th>Serving</th>
                 <th>Endpoints</th>
+                <th />
               </tr>
             </thead>
             <tbody>
               {items.map((it) => {
                 const c = it.document;
+                const side = servedSide(it.served?.sides ?? [], c?.active ?? "primary", c?.standby?.failover_below);
                 return (
                   <tr key={it.id} data-cluster={it.id}>
                     <td>
-                      <Link to={`/clusters/${encodeURIComponent(it.id)}`} class="strong">
-                        {it.id}
-                      </Link>
+                      {env === "live" ? (
+                        <Link to={`/clusters/${encodeURIComponent(it.id)}`} class="strong">
+                          {it.id}
+                        </Link>
+                      ) : (
+                        <b>{it.id}</b>
+                      )}
                     </td>
                     <td>{c?.protocol ?? "?"}</td>
                     <td>{c?.balancing ?? "round_robin"}</td>
-                    <td>
-                      <SetBadge set={c?.active ?? "primary"} />
+                    <td data-testid="cluster-serving" title={side.reason}>
+                      <SetBadge set={side.active} />
+                      {side.auto && <span class="sub"> automatic failover</span>}
+                      {!side.fromGateways && c?.standby && <span class="sub muted"> (document)</span>}
                       {!c?.standby && <span class="sub muted"> no standby</span>}
                     </td>
                     <td>
                       {c?.endpoints.length ?? 0}
                       {c?.standby ? ` + ${c.standby.endpoints.length} standby` : ""}
+                    </td>
+                    <td class="right">
+                      <Button small kind="ghost" onClick={() => setEditing(it)} disabled={!c} data-testid={`edit-cluster-${it.id}`}>
+                        Edit…
+                      </Button>{" "}
+                      <Button small kind="danger" onClick={() => setDeleting(it)} data-testid={`delete-cluster-${it.id}`}>
+                        Delete…
+                      </Button>
                     </td>
                   </tr>
                 );
@@ -141,6 +235,7 @@ export function ClusterPage({ name }: { name: string }) {
   const [o, setO] = useState<Overview | null>(null);
   const [error, setError] = useState<unknown>(null);
   const [failover, setFailover] = useState<"primary" | "standby" | null>(null);
+  const [dialog, setDialog] = useState<"edit" | "delete" | null>(null);
   const load = async () => {
     try {
       setO((await get<Overview>(`/clusters/${encodeURIComponent(name)}/overview`)).data);
@@ -151,8 +246,10 @@ export function ClusterPage({ name }: { name: string }) {
   };
   usePoll(load, 2000, [name]);
   if (!o) return <div class="page">{error ? <ErrorBanner error={error} title={`Could not load cluster ${name}`} /> : <Spinner />}</div>;
+  // The operator moves the document's side; the page shows the side the gateways serve.
   const other = o.active === "primary" ? "standby" : "primary";
   const canMove = other === "primary" || o.sets.standby.length > 0;
+  const side = servedSide(o.gateways, o.active, o.cluster.standby?.failover_below);
   return (
     <div class="page">
       <header class="page-head">
@@ -161,8 +258,13 @@ export function ClusterPage({ name }: { name: string }) {
             <Link to="/clusters">Clusters</Link> /
           </div>
           <h1>
-            {o.name} <span data-testid="active-set"><SetBadge set={o.active} /></span>
+            {o.name} <span data-testid="active-set"><SetBadge set={side.active} /></span>
           </h1>
+          <p class={side.active === "primary" ? "muted" : "warn-text"} data-testid="active-reason">
+            {side.fromGateways ? "Served: " : ""}
+            {side.reason}
+            {side.active !== o.active && ` · the document says ${o.active}`}
+          </p>
           <p class="muted">
             {o.cluster.protocol} · {o.cluster.balancing ?? "round_robin"}
             {o.cluster.standby && ` · failover below ${o.cluster.standby.failover_below ?? 0.5} healthy, failback ${o.cluster.standby.failback ?? "auto"}`}
@@ -170,7 +272,13 @@ export function ClusterPage({ name }: { name: string }) {
             <span data-testid="cluster-rps">{o.rps == null ? "rate not evaluated" : `${o.rps.toFixed(1)} req/s (10 s)`}</span>
           </p>
         </div>
-        <div>
+        <div class="head-actions">
+          <Button onClick={() => setDialog("edit")} data-testid="edit-cluster">
+            Edit…
+          </Button>
+          <Button kind="danger" onClick={() => setDialog("delete")} data-testid="delete-cluster">
+            Delete…
+          </Button>
           {canMove ? (
             <Button kind={other === "standby" ? "danger" : "success"} onClick={() => setFailover(other)} data-testid="failover">
               Fail over to {other}…
@@ -183,7 +291,7 @@ export function ClusterPage({ name }: { name: string }) {
       <ErrorBanner error={error} title="Refresh failed (showing the last view)" />
       <div class="grid-2">
         {(["primary", "standby"] as const).map((set) => (
-          <SetCard key={set} set={set} endpoints={o.sets[set]} active={o.active === set} gateways={o.gateways} />
+          <SetCard key={set} set={set} endpoints={o.sets[set]} active={side.active === set} gateways={o.gateways} />
         ))}
       </div>
       <h2>Gateways</h2>
@@ -249,6 +357,31 @@ export function ClusterPage({ name }: { name: string }) {
             </tbody>
           </table>
         </div>
+      )}
+      {dialog === "edit" && (
+        <ClusterFormDialog
+          env="live"
+          name={o.name}
+          doc={o.cluster as unknown as ClusterDoc}
+          etag={o.etag}
+          onClose={() => setDialog(null)}
+          onSaved={() => {
+            setDialog(null);
+            load();
+          }}
+        />
+      )}
+      {dialog === "delete" && (
+        <DeleteCluster
+          env="live"
+          name={o.name}
+          etag={o.etag}
+          onClose={() => setDialog(null)}
+          onDone={() => {
+            setDialog(null);
+            navigate("/clusters");
+          }}
+        />
       )}
       {failover && (
         <FailoverDialog
@@ -376,5 +509,27 @@ function FailoverDialog({ name, to, onClose, onDone }: { name: string; to: "prim
       </Field>
       <ErrorBanner error={error} title="Failover refused" />
     </Modal>
+  );
+}
+
+/** Deleting a cluster: named, typed to confirm; the registry refuses while APIs use it. */
+function DeleteCluster(props: { env: "live" | "sandbox"; name: string; etag?: string; onClose: () => void; onDone: () => void }) {
+  return (
+    <ConfirmDialog
+      title={`Delete the ${props.env} cluster ${props.name}?`}
+      confirmLabel={`Delete ${props.name}`}
+      typeToConfirm={props.name}
+      onClose={props.onClose}
+      onConfirm={async () => {
+        await request("DELETE", `${props.env === "sandbox" ? "/sandbox" : ""}/clusters/${encodeURIComponent(props.name)}`, { ifMatch: props.etag });
+        toast(`Deleted the ${props.env} cluster ${props.name}`);
+        props.onDone();
+      }}
+    >
+      <p>
+        Every gateway forgets <b>{props.name}</b> ({props.env} tree). The registry refuses while an API calls it (the refusal names each one). The deletion is
+        recorded in the audit log.
+      </p>
+    </ConfirmDialog>
   );
 }
