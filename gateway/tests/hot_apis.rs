@@ -9,7 +9,6 @@ mod support;
 
 use portico_testkit::ZooKeeper;
 use serde_json::{json, Value};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -775,75 +774,11 @@ fn a_streamed_answer_counts_for_the_bandwidth_rule() {
     assert_eq!(k["match"], json!({"path:sku": ["CLIP"]}), "{k}");
 }
 
-const TOKEN: &str = "test-admin-token-0123456789";
-
-struct Registry {
-    child: Child,
-    url: String,
-}
-
-impl Registry {
-    fn start(zk: &ZooKeeper) -> Registry {
-        let port = free_port();
-        let mut cmd = Command::new(registry_bin());
-        cmd.args([
-            "--zk",
-            &zk.connect_string(),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ]);
-        if let Some(c) = zk.credentials() {
-            cmd.arg("--zk-auth-file").arg(c.registry_file());
-        }
-        let child = cmd
-            .env("PORTICO_ADMIN_TOKEN", TOKEN)
-            .env("PORTICO_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let r = Registry {
-            child,
-            url: format!("http://127.0.0.1:{port}/api/v1"),
-        };
-        assert!(
-            wait_until(Duration::from_secs(30), || client()
-                .get(format!("{}/health", r.url))
-                .send()
-                .is_ok_and(|x| x.status() == 200)),
-            "registry never became healthy"
-        );
-        r
-    }
-
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let mut req = client()
-            .request(m, format!("{}{path}", self.url))
-            .bearer_auth(TOKEN)
-            .header("X-Portico-Operator", "sre-alice");
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().unwrap();
-        let status = resp.status().as_u16();
-        (status, resp.json().unwrap_or(Value::Null))
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn a_key_level_switch_through_the_registry_applies_on_every_gateway() {
     let zk = ZooKeeper::start_locked();
     let backend = BackendProcess::start_http().unwrap();
-    let registry = Registry::start(&zk);
+    let registry = Registry::start(&zk, "sre-alice");
     let ok = |(s, v): (u16, Value)| assert!(s == 200 || s == 201, "{s} {v}");
     for env in ["", "/sandbox"] {
         ok(registry.call(

@@ -10,11 +10,11 @@ mod support;
 use portico_testkit::ZooKeeper;
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use support::*;
 
-const TOKEN: &str = "test-admin-token-0123456789";
+const TOKEN: &str = REGISTRY_TOKEN;
 
 /// `--zk-auth-file FILE` for a locked ZooKeeper (the file `which` picks), nothing otherwise.
 fn zk_auth(
@@ -24,65 +24,6 @@ fn zk_auth(
     zk.credentials()
         .map(|c| vec!["--zk-auth-file".into(), which(c).display().to_string()])
         .unwrap_or_default()
-}
-
-struct Registry {
-    child: Child,
-    url: String,
-}
-
-impl Registry {
-    fn start(zk: &ZooKeeper) -> Registry {
-        let port = free_port();
-        let child = Command::new(registry_bin())
-            .args([
-                "--zk",
-                &zk.connect_string(),
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .args(zk_auth(zk, |c| c.registry_file()))
-            .env("PORTICO_ADMIN_TOKEN", TOKEN)
-            .env("PORTICO_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let r = Registry {
-            child,
-            url: format!("http://127.0.0.1:{port}/api/v1"),
-        };
-        assert!(
-            wait_until(Duration::from_secs(30), || client()
-                .get(format!("{}/health", r.url))
-                .send()
-                .is_ok_and(|x| x.status() == 200)),
-            "registry never became healthy"
-        );
-        r
-    }
-
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let mut req = client()
-            .request(m, format!("{}{path}", self.url))
-            .bearer_auth(TOKEN)
-            .header("X-Portico-Operator", "test-team");
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().unwrap();
-        let status = resp.status().as_u16();
-        (status, resp.json().unwrap_or(Value::Null))
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn proto_files() -> Value {
@@ -105,7 +46,7 @@ fn proto_files() -> Value {
 fn upload_try_in_sandbox_publish_roll_back_and_switch() {
     let zk = ZooKeeper::start_locked();
     let backend = BackendProcess::start_http_grpc().unwrap();
-    let registry = Registry::start(&zk);
+    let registry = Registry::start(&zk, "test-team");
     let grpc = backend.grpc.unwrap().to_string();
 
     // Clusters and apps, in both trees.
@@ -276,7 +217,7 @@ fn upload_try_in_sandbox_publish_roll_back_and_switch() {
 fn a_standalone_tree_imports_into_zookeeper() {
     let zk = ZooKeeper::start_locked();
     let backend = BackendProcess::start_http_grpc().unwrap();
-    let registry = Registry::start(&zk);
+    let registry = Registry::start(&zk, "test-team");
     // The example tree, pointed at this test's backend.
     let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ops/examples/standalone");
     let tree = tempfile::tempdir().unwrap();

@@ -26,6 +26,79 @@ pub fn registry_bin() -> PathBuf {
         .unwrap_or_else(|| sibling_bin("portico-registry"))
 }
 
+/// The admin token the registries of the gateway's tests run with.
+pub const REGISTRY_TOKEN: &str = "test-admin-token-0123456789";
+
+/// A `portico-registry` on a free port against `zk` (with the registry's credentials when
+/// `zk` is locked), admin token [`REGISTRY_TOKEN`]; killed on drop. Its admin calls are made
+/// as `operator` (the `X-Portico-Operator` header, recorded as `updated_by` and in the audit).
+pub struct Registry {
+    child: Child,
+    /// `http://127.0.0.1:<port>/api/v1`.
+    pub url: String,
+    operator: &'static str,
+}
+
+impl Registry {
+    /// Starts it and waits (30 s) until `/api/v1/health` answers 200.
+    pub fn start(zk: &portico_testkit::ZooKeeper, operator: &'static str) -> Registry {
+        let port = free_port();
+        let mut cmd = Command::new(registry_bin());
+        cmd.args([
+            "--zk",
+            &zk.connect_string(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ]);
+        if let Some(c) = zk.credentials() {
+            cmd.arg("--zk-auth-file").arg(c.registry_file());
+        }
+        let child = cmd
+            .env("PORTICO_ADMIN_TOKEN", REGISTRY_TOKEN)
+            .env("PORTICO_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting portico-registry");
+        let r = Registry {
+            child,
+            url: format!("http://127.0.0.1:{port}/api/v1"),
+            operator,
+        };
+        assert!(
+            wait_until(Duration::from_secs(30), || client()
+                .get(format!("{}/health", r.url))
+                .send()
+                .is_ok_and(|x| x.status() == 200)),
+            "registry never became healthy"
+        );
+        r
+    }
+
+    /// `method path` on the admin API with `body`: (status, JSON reply or null).
+    pub fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).expect("an HTTP method");
+        let mut req = client()
+            .request(m, format!("{}{path}", self.url))
+            .bearer_auth(REGISTRY_TOKEN)
+            .header("X-Portico-Operator", self.operator);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().expect("a call to the registry");
+        let status = resp.status().as_u16();
+        (status, resp.json().unwrap_or(Value::Null))
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A temporary §3.3 configuration directory.
 pub struct ConfigTree {
     pub dir: tempfile::TempDir,
