@@ -164,8 +164,7 @@ fn kept_summary(bytes: &[u8]) -> serde_json::Value {
     use sha2::{Digest, Sha256};
     let digest = hex::encode(Sha256::digest(bytes));
     let mut out = serde_json::Map::new();
-    if let Ok(serde_json::Value::Object(doc)) = serde_json::from_slice::<serde_json::Value>(bytes)
-    {
+    if let Ok(serde_json::Value::Object(doc)) = serde_json::from_slice::<serde_json::Value>(bytes) {
         for field in ["updated_by", "updated_at", "version", "degraded", "active"] {
             if let Some(v) = doc.get(field) {
                 out.insert(field.to_owned(), v.clone());
@@ -420,7 +419,10 @@ mod tests {
         assert_eq!(kept["updated_by"], "sre");
         assert!(kept.get("reason").is_none());
         assert_eq!(kept["digest"].as_str().map(str::len), Some(64));
-        assert_eq!(kept_summary(b"not json").as_object().map(|o| o.len()), Some(1));
+        assert_eq!(
+            kept_summary(b"not json").as_object().map(|o| o.len()),
+            Some(1)
+        );
     }
     use portico_control::Rejection;
 
@@ -449,7 +451,10 @@ mod tests {
         let status = plane_status(&plane);
         assert_eq!(status["rejected_documents"][0]["path"], "*");
         assert_eq!(status["rejected_documents"][0]["kept_previous"], true);
-        assert_eq!(status["rejected_documents"][0]["kept"], serde_json::Value::Null);
+        assert_eq!(
+            status["rejected_documents"][0]["kept"],
+            serde_json::Value::Null
+        );
         assert_eq!(
             status["config_loop"],
             serde_json::json!({

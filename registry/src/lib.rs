@@ -46,6 +46,7 @@ pub mod server;
 pub mod state;
 #[cfg(test)]
 mod test_support;
+pub mod tree_watch;
 pub mod zk_store;
 
 pub use server::{router, spawn, MAX_BODY_BYTES};

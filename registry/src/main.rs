@@ -349,6 +349,10 @@ async fn run() -> anyhow::Result<()> {
         ),
     }
     start_observing(&args, &state, addr)?;
+    // Changes outside the registry go to the audit log (docs/OPERATIONS.md, "Changes outside
+    // the registry").
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "registry".to_owned());
+    portico_registry::tree_watch::start(&state, &format!("{host}:{} {addr}", std::process::id()));
     let limits = portico_registry::server::Limits {
         header_read_timeout: std::time::Duration::from_secs(args.header_read_timeout_s),
         idle_timeout: std::time::Duration::from_secs(args.idle_timeout_s),

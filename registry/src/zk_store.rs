@@ -89,7 +89,24 @@ pub struct Store {
     session_timeout: Duration,
     auth: Option<ZkAuth>,
     client: Mutex<Option<zk::Client>>,
+    /// This process's latest writes, for the tree watcher ([`Store::wrote`]).
+    own_writes: std::sync::Mutex<std::collections::VecDeque<OwnWrite>>,
 }
+
+/// One write this process made: the tree path, the written znode's `mzxid` (0 for a delete)
+/// and when.
+#[derive(Debug, Clone)]
+struct OwnWrite {
+    rel: String,
+    mzxid: i64,
+    at: std::time::Instant,
+}
+
+/// How many of its own writes a store remembers.
+const OWN_WRITES_KEPT: usize = 4096;
+/// How long a delete counts as this process's own for [`Store::wrote`] (a delete has no
+/// zxid to compare).
+const OWN_DELETE_WINDOW: Duration = Duration::from_secs(30);
 
 /// The longest a ZooKeeper operation may take before the request is answered 503.
 pub const OP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -114,7 +131,42 @@ impl Store {
             session_timeout: Duration::from_secs(10),
             auth: None,
             client: Mutex::new(None),
+            own_writes: std::sync::Mutex::new(std::collections::VecDeque::new()),
         }
+    }
+
+    /// Remembers a write of this process at tree path `rel` (`mzxid` 0: a delete).
+    fn note_write(&self, rel: &str, mzxid: i64) {
+        let mut writes = self.own_writes.lock().unwrap_or_else(|e| e.into_inner());
+        if writes.len() >= OWN_WRITES_KEPT {
+            writes.pop_front();
+        }
+        writes.push_back(OwnWrite {
+            rel: rel.to_owned(),
+            mzxid,
+            at: std::time::Instant::now(),
+        });
+    }
+
+    /// Whether this process wrote the document at `rel` as its znode's `mzxid` says (`None`:
+    /// a delete, made by this process within the last 30 s). The tree watcher tells the
+    /// registry's own writes from others' with it (docs/OPERATIONS.md, "Changes outside the
+    /// registry").
+    pub fn wrote(&self, rel: &str, mzxid: Option<i64>) -> bool {
+        let writes = self.own_writes.lock().unwrap_or_else(|e| e.into_inner());
+        writes.iter().rev().any(|w| {
+            w.rel == rel
+                && match mzxid {
+                    Some(z) => w.mzxid == z,
+                    None => w.mzxid == 0 && w.at.elapsed() < OWN_DELETE_WINDOW,
+                }
+        })
+    }
+
+    /// The `mzxid` of this process's latest write of `rel`, if it remembers one (0: a delete).
+    pub fn last_write_zxid(&self, rel: &str) -> Option<i64> {
+        let writes = self.own_writes.lock().unwrap_or_else(|e| e.into_inner());
+        writes.iter().rev().find(|w| w.rel == rel).map(|w| w.mzxid)
     }
 
     /// Authenticates every session with `auth` (`None`: an open tree, as v1).
@@ -299,6 +351,12 @@ impl Store {
     /// expected version. 409 on a version mismatch or an existing document under `Absent`,
     /// 404 when `Version` is given and the document is gone.
     pub async fn put(&self, rel: &str, data: &[u8], pre: Precondition) -> ApiResult<Written> {
+        let written = self.put_unnoted(rel, data, pre).await?;
+        self.note_write(rel, written.stat.mzxid);
+        Ok(written)
+    }
+
+    async fn put_unnoted(&self, rel: &str, data: &[u8], pre: Precondition) -> ApiResult<Written> {
         // Over ZooKeeper's limit the server drops the session instead of answering: 413 first.
         if data.len() > crate::api::checks::MAX_DOCUMENT_BYTES {
             return Err(ApiError::too_large(format!(
@@ -403,7 +461,9 @@ impl Store {
         };
         timed(client.delete(&self.abs(rel), version))
             .await
-            .map_err(|e| ApiError::from_zk(e, rel))
+            .map_err(|e| ApiError::from_zk(e, rel))?;
+        self.note_write(rel, 0);
+        Ok(())
     }
 
     /// Runs several writes atomically (a ZooKeeper multi). Each op names its tree path.
@@ -453,14 +513,27 @@ impl Store {
             result.map_err(|e| ApiError::internal(format!("bad multi op: {e}")))?;
         }
         match timed(writer.commit()).await {
-            Ok(results) => Ok(results
-                .into_iter()
-                .map(|r| match r {
-                    zk::MultiWriteResult::Create { stat, .. } => Some(stat),
-                    zk::MultiWriteResult::SetData { stat } => Some(stat),
-                    _ => None,
-                })
-                .collect()),
+            Ok(results) => {
+                let stats: Vec<Option<Stat>> = results
+                    .into_iter()
+                    .map(|r| match r {
+                        zk::MultiWriteResult::Create { stat, .. } => Some(stat),
+                        zk::MultiWriteResult::SetData { stat } => Some(stat),
+                        _ => None,
+                    })
+                    .collect();
+                for (op, stat) in ops.iter().zip(&stats) {
+                    match (op, stat) {
+                        (Op::Delete { rel, .. }, _) => self.note_write(rel, 0),
+                        (_, Some(stat)) => {
+                            let stat = self.valid_stat(&client, op.rel(), *stat).await;
+                            self.note_write(op.rel(), stat.mzxid);
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(stats)
+            }
             Err(zk::MultiWriteError::OperationFailed { index, source }) => {
                 let what = ops.get(index).map(Op::rel).unwrap_or("document");
                 Err(ApiError::from_zk(source, what))

@@ -20,6 +20,8 @@ const PREFIX: &str = "n-";
 /// This registry's candidacy.
 #[derive(Debug)]
 pub struct Leadership {
+    /// The folder of the election ([`DIR`] unless [`Leadership::in_dir`]).
+    dir: &'static str,
     /// What the candidate node says (for people reading ZooKeeper): the registry's id.
     id: String,
     /// The name of this registry's node, once enrolled.
@@ -31,7 +33,13 @@ pub struct Leadership {
 impl Leadership {
     /// A candidacy described by `id` (e.g. `hostname:pid listen-address`).
     pub fn new(id: &str) -> Leadership {
+        Leadership::in_dir(DIR, id)
+    }
+
+    /// A candidacy in the election under `dir` (another task elected the same way).
+    pub fn in_dir(dir: &'static str, id: &str) -> Leadership {
         Leadership {
+            dir,
             id: id.to_owned(),
             node: Mutex::new(None),
             leader: AtomicBool::new(false),
@@ -69,7 +77,7 @@ impl Leadership {
         let present = match &mine {
             Some(name) => state
                 .store
-                .stat(&format!("{DIR}/{name}"))
+                .stat(&format!("{}/{name}", self.dir))
                 .await
                 .map_err(|e| e.message)?
                 .is_some_and(|s| s.ephemeral_owner != 0),
@@ -80,13 +88,13 @@ impl Leadership {
         } else {
             let name = state
                 .store
-                .create_ephemeral(DIR, PREFIX, self.id.as_bytes())
+                .create_ephemeral(self.dir, PREFIX, self.id.as_bytes())
                 .await
                 .map_err(|e| e.message)?;
             *self.node.lock().unwrap_or_else(|e| e.into_inner()) = Some(name.clone());
             Some(name)
         };
-        let children = state.store.list(DIR).await.map_err(|e| e.message)?;
+        let children = state.store.list(self.dir).await.map_err(|e| e.message)?;
         // Sequence numbers are zero-padded: the lowest sorts first.
         let first = children.iter().filter(|c| c.starts_with(PREFIX)).min();
         Ok(first.is_some() && first == mine.as_ref())

@@ -12,11 +12,32 @@ pub const AUDIT_KEEP: usize = 10_000;
 /// Every this many appends, older entries are removed.
 const AUDIT_TRIM_EVERY: u64 = 500;
 
+/// The actor of the entries for changes made to the tree by something other than a registry
+/// (zkCli; docs/OPERATIONS.md, "Changes outside the registry").
+pub const OUTSIDE_ACTOR: &str = "outside the registry";
+
 /// Appends an entry to the audit log. A failure is logged, never returned: the change itself
-/// has been made.
+/// has been made. When this registry just wrote `target`, the entry's detail gets `zxid`, the
+/// write's `mzxid` (0 for a delete): the registry that watches the tree tells registries'
+/// writes from others' by it ([`crate::tree_watch`]).
 pub async fn audit(
     state: &Shared,
     ctx: &Ctx,
+    actor: &str,
+    action: &str,
+    target: &str,
+    mut detail: Value,
+) {
+    if let (Some(zxid), Some(obj)) = (state.store.last_write_zxid(target), detail.as_object_mut()) {
+        obj.insert("zxid".to_owned(), zxid.into());
+    }
+    append(state, &ctx.request_id, actor, action, target, detail).await;
+}
+
+/// Appends an entry as given (see [`audit`]).
+pub async fn append(
+    state: &Shared,
+    request_id: &str,
     actor: &str,
     action: &str,
     target: &str,
@@ -27,7 +48,7 @@ pub async fn audit(
         "actor": actor,
         "action": action,
         "target": target,
-        "request_id": ctx.request_id,
+        "request_id": request_id,
         "detail": detail,
     });
     let bytes = serde_json::to_vec(&entry).unwrap_or_default();

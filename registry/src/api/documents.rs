@@ -210,7 +210,15 @@ mod tests {
         assert_eq!(entry["actor"], "tester");
         assert_eq!(entry["target"], "sandbox/clusters/c");
         assert_eq!(entry["request_id"], "req-test");
-        assert_eq!(entry["detail"], json!({"version": 0, "created": true}));
+        assert_eq!(entry["detail"]["version"], 0);
+        assert_eq!(entry["detail"]["created"], true);
+        let written = state
+            .store
+            .stat("sandbox/clusters/c")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(entry["detail"]["zxid"], written.mzxid, "the write's zxid");
 
         // Preconditions fail before validation: a create over an existing document, a stale
         // version, a version of a missing document.
