@@ -411,3 +411,149 @@ async fn registry_binary_needs_a_token_and_serves() {
     assert_eq!(r.status(), reqwest::StatusCode::UNAUTHORIZED);
     child.kill().await.unwrap();
 }
+
+/// The columns of a table's line: where each cell starts (a cell is text between runs of two
+/// or more spaces).
+fn cell_starts(line: &str) -> Vec<usize> {
+    let chars: Vec<char> = line.chars().collect();
+    let mut starts = Vec::new();
+    for i in 0..chars.len() {
+        let after_gap = i == 0 || (i >= 2 && chars[i - 1] == ' ' && chars[i - 2] == ' ');
+        if chars[i] != ' ' && after_gap {
+            starts.push(i);
+        }
+    }
+    starts
+}
+
+/// `publish --wait` and `switch --wait` wait until every live gateway applied the change: a
+/// real gateway that applies it, then the same gateway paused (SIGSTOP, well within its 6 s
+/// ZooKeeper session, so still registered), named in the error with exit status 3. The
+/// `history` and `status` tables are aligned (docs/OPERATIONS.md, "Waiting for the gateways").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switch_and_publish_wait_for_every_live_gateway() {
+    use common::procs::{in_sync, spawn_gateway, wait_registered};
+    let zk = ZooKeeper::start_locked();
+    let reg = registry(&zk).await;
+    let base = reg.base.clone();
+    let cluster = json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:1"}]});
+    reg.put("/clusters/web", &cluster).await.expect(201);
+    reg.put("/sandbox/clusters/web", &cluster).await.expect(201);
+    let api = json!({"id": "web.wait", "http": {"method": "GET", "path": "/wait"},
+                     "backend": {"cluster": "web", "timeout_ms": 1000, "http": {}}});
+    reg.post("/sandbox/apis", &api).await.expect(201);
+
+    let work = tempfile::tempdir().unwrap();
+    let mut gw = spawn_gateway(&zk, "gw-wait", work.path(), |_| {});
+    let b = base.trim_end_matches("/api/v1").to_owned();
+    let registered = tokio::task::spawn_blocking(move || {
+        wait_registered(&b, std::time::Duration::from_secs(30), in_sync("gw-wait"))
+    })
+    .await
+    .unwrap();
+    gw.proc.assert_alive();
+    assert!(
+        registered,
+        "gw-wait never in sync: {:#}\n{}",
+        reg.get("/nodes").await.body,
+        gw.proc.tail()
+    );
+
+    let exit = |args: &[&str]| {
+        let cmd = portico_cli(&base, "cli-tester", args);
+        async move {
+            let out = tokio::process::Command::from(cmd).output().await.unwrap();
+            let code = out.status.code();
+            let (_, stdout, stderr) = cli_outcome(out);
+            (code, stdout, stderr)
+        }
+    };
+    let started = std::time::Instant::now();
+    let (code, stdout, stderr) = exit(&["publish", "web.wait", "--wait=20"]).await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("published web.wait version 1")
+            && stdout.contains("applied by all 1 live gateways"),
+        "{stdout}"
+    );
+    eprintln!("publish --wait took {:?}", started.elapsed());
+
+    // Still refused: a switch for an API that does not exist.
+    let (code, _, stderr) = exit(&["switch", "no.such.api", "on", "--reason", "x", "--wait"]).await;
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("no.such.api"), "{stderr}");
+
+    // The gateway paused: the switch is written, the wait times out naming the node.
+    let pid = gw.proc.child.id().to_string();
+    let stop = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap();
+    assert!(stop.success());
+    let started = std::time::Instant::now();
+    let (code, stdout, stderr) = exit(&[
+        "switch",
+        "web.wait",
+        "on",
+        "--reason",
+        "maintenance",
+        "--wait=2",
+    ])
+    .await;
+    let took = started.elapsed();
+    let cont = std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap();
+    assert!(cont.success());
+    assert_eq!(code, Some(3), "{stdout}\n{stderr}");
+    assert!(stdout.contains("ON: degraded"), "{stdout}");
+    assert!(
+        stderr.contains("not applied within 2s") && stderr.contains("gw-wait (serves generation"),
+        "{stderr}"
+    );
+    assert!(took < std::time::Duration::from_secs(6), "{took:?}");
+
+    // Resumed, it catches up: the next switch's wait succeeds.
+    let (code, stdout, stderr) = exit(&["switch", "web.wait", "off", "--wait=20"]).await;
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("applied by all 1 live gateways"),
+        "{stdout}"
+    );
+    gw.proc.assert_alive();
+
+    // Aligned tables: a left-aligned column's cells start under its header, a right-aligned
+    // column's cells end under it.
+    reg.post("/apis/web.wait/rollback", &json!({"version": 1}))
+        .await
+        .expect(200);
+    let (_, history, _) = exit(&["history", "web.wait"]).await;
+    let lines: Vec<&str> = history.lines().collect();
+    assert_eq!(lines.len(), 3, "{history}");
+    let published = lines[0].find("PUBLISHED").unwrap();
+    let version_end = "VERSION".len();
+    for row in &lines[1..] {
+        assert_eq!(cell_starts(row)[1], published, "{history}");
+        assert!(
+            row[..version_end].trim_start().parse::<u64>().is_ok(),
+            "{history}"
+        );
+        assert_eq!(&row[version_end..version_end + 2], "  ", "{history}");
+    }
+    let (_, status, _) = exit(&["status"]).await;
+    let lines: Vec<&str> = status
+        .lines()
+        .skip_while(|l| !l.starts_with("NODE"))
+        .collect();
+    assert!(lines.len() >= 2, "{status}");
+    let header = cell_starts(lines[0]);
+    let row = cell_starts(lines[1]);
+    // NODE, ADDR, ADMIN (left-aligned) start where their headers do.
+    assert_eq!(header[..3], row[..3], "{status}");
+    let generation_end = lines[0].find("GENERATION").unwrap() + "GENERATION".len();
+    assert!(
+        lines[1][..generation_end].ends_with(|c: char| c.is_ascii_digit()),
+        "{status}"
+    );
+}

@@ -320,6 +320,11 @@ pub(crate) struct PublishArgs {
     /// A note kept in the audit log.
     #[arg(long)]
     pub(crate) comment: Option<String>,
+    /// Then wait until every live gateway applied the change, at most SECS seconds (10
+    /// without a value); exit status 3 naming the gateways that have not (docs/OPERATIONS.md,
+    /// "Waiting for the gateways").
+    #[arg(long, value_name = "SECS", num_args = 0..=1, require_equals = true, default_missing_value = "10")]
+    pub(crate) wait: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -409,6 +414,11 @@ pub(crate) struct SwitchArgs {
     /// match): `--match path:sku=BK-1`, `--match header:X-Region=north`.
     #[arg(long = "match")]
     pub(crate) matches: Vec<String>,
+    /// Then wait until every live gateway applied the change, at most SECS seconds (10
+    /// without a value); exit status 3 naming the gateways that have not (docs/OPERATIONS.md,
+    /// "Waiting for the gateways").
+    #[arg(long, conflicts_with = "sandbox", value_name = "SECS", num_args = 0..=1, require_equals = true, default_missing_value = "10")]
+    pub(crate) wait: Option<u64>,
 }
 
 /// A cluster's endpoint set.

@@ -4,6 +4,7 @@
 
 use crate::args::{Cli, DraftOptions, ImportCommand};
 use crate::publish::publish_each;
+use crate::table::Table;
 use base64::Engine as _;
 use portico_registry::client::RegistryClient;
 use serde_json::{json, Value};
@@ -68,22 +69,24 @@ fn print_import(b: &Value) -> Vec<String> {
         b["descriptor_bytes"]
     );
     let mut ids = Vec::new();
+    let mut drafts = Table::new(&[]).indent(2);
     for d in b["drafts"].as_array().into_iter().flatten() {
         let id = d["id"].as_str().unwrap_or("?");
         ids.push(id.to_owned());
-        println!(
-            "  draft {:<28} {:<6} {:<40} {} ({})",
-            id,
-            d["http"]["method"].as_str().unwrap_or(""),
-            d["http"]["path"].as_str().unwrap_or(""),
-            d["rpc"].as_str().unwrap_or(""),
+        drafts.row(vec![
+            format!("draft {id}"),
+            d["http"]["method"].as_str().unwrap_or("").to_owned(),
+            d["http"]["path"].as_str().unwrap_or("").to_owned(),
+            d["rpc"].as_str().unwrap_or("").to_owned(),
             if d["created"] == true {
-                "new"
+                "(new)"
             } else {
-                "updated"
+                "(updated)"
             }
-        );
+            .to_owned(),
+        ]);
     }
+    print!("{}", drafts.render(false));
     for s in b["skipped"].as_array().into_iter().flatten() {
         println!(
             "  skipped {}: {}",

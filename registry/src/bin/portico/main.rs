@@ -8,7 +8,9 @@
 //! - [`ops`]: `switch`, `status`, `export`, `request`;
 //! - [`failover`]: `failover` (a cluster's serving set);
 //! - [`notify`]: `notify` (publish a notification on a gateway's internal listener);
-//! - [`zk`]: `zk lockdown` (ZooKeeper ACLs, docs/OPERATIONS.md).
+//! - [`zk`]: `zk lockdown` (ZooKeeper ACLs, docs/OPERATIONS.md);
+//! - [`table`]: the aligned tables of the text output;
+//! - [`wait`]: `--wait` of `switch` and `publish` (until every live gateway applied the change).
 
 mod args;
 mod failover;
@@ -17,6 +19,8 @@ mod notify;
 mod ops;
 mod publish;
 mod sign;
+mod table;
+mod wait;
 mod zk;
 
 use args::{Cli, Command};

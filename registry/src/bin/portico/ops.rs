@@ -5,6 +5,7 @@ use crate::args::{
     parse_header, parse_method, Cli, ExportArgs, OnOff, ReportArgs, ReportFormat, ReportPeriod,
     RequestArgs, SwitchArgs,
 };
+use crate::table::{Align, Table};
 use base64::Engine as _;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -92,7 +93,10 @@ pub(crate) async fn switch(cli: &Cli, args: &SwitchArgs) -> Result<ExitCode, Str
         a.body["updated_by"].as_str().unwrap_or("?"),
         a.body["updated_at"].as_str().unwrap_or("?")
     );
-    Ok(ExitCode::SUCCESS)
+    match args.wait {
+        Some(secs) => crate::wait::until_applied(&c, secs).await,
+        None => Ok(ExitCode::SUCCESS),
+    }
 }
 
 /// `portico status`: the registry's health and the live gateway nodes, with their lag.
@@ -160,7 +164,8 @@ pub(crate) async fn report(cli: &Cli, args: &ReportArgs) -> Result<ExitCode, Str
     Ok(ExitCode::SUCCESS)
 }
 
-/// A report as a table: one line per API, the platform first.
+/// A report as a table: one line per API, the platform first; the top errors in the last
+/// column.
 fn print_report(r: &Value) {
     let num = |v: &Value, unit: &str| match v.as_f64() {
         Some(x) => format!("{x}{unit}"),
@@ -171,10 +176,22 @@ fn print_report(r: &Value) {
         r["period"].as_str().unwrap_or("?"),
         r["platform"]["calls"]
     );
-    println!(
-        "{:<28} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>9}",
-        "API", "CALLS", "AVAIL%", "TP50", "TP90", "TP99", "TP99.9", "BREAKER", "SWITCH", "CALLS Δ%"
-    );
+    let right = Align::Right;
+    let mut t = Table::new(&[
+        ("API", Align::Left),
+        ("CALLS", right),
+        ("AVAIL%", right),
+        ("5XX", right),
+        ("DEGRADED", right),
+        ("TP50", right),
+        ("TP90", right),
+        ("TP99", right),
+        ("TP99.9", right),
+        ("BREAKER", right),
+        ("SWITCH", right),
+        ("CALLS Δ%", right),
+        ("TOP ERRORS", Align::Left),
+    ]);
     let rows = std::iter::once(&r["platform"]).chain(r["apis"].as_array().into_iter().flatten());
     for f in rows {
         let avail = f["availability"]
@@ -185,36 +202,50 @@ fn print_report(r: &Value) {
             Some("*") | None => "(all)",
             Some(a) => a,
         };
-        println!(
-            "{:<28} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>9}",
-            api,
-            f["calls"],
+        let top: Vec<String> = f["top_errors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                format!(
+                    "{} {} x {}",
+                    e["status"],
+                    e["code"].as_str().unwrap_or(""),
+                    e["count"]
+                )
+            })
+            .collect();
+        t.row(vec![
+            api.to_owned(),
+            f["calls"].to_string(),
             avail,
+            f["errors"].to_string(),
+            f["degraded"].as_u64().unwrap_or(0).to_string(),
             num(&f["p50_ms"], "ms"),
             num(&f["p90_ms"], "ms"),
             num(&f["p99_ms"], "ms"),
             num(&f["p999_ms"], "ms"),
-            f["breaker_openings"],
-            f["switch_flips"],
-            num(&f["change"]["calls_pct"], "")
-        );
-        for e in f["top_errors"].as_array().into_iter().flatten() {
-            println!(
-                "    {} {} x {}",
-                e["status"],
-                e["code"].as_str().unwrap_or(""),
-                e["count"]
-            );
-        }
+            f["breaker_openings"].to_string(),
+            f["switch_flips"].to_string(),
+            num(&f["change"]["calls_pct"], ""),
+            top.join(", "),
+        ]);
     }
+    t.print();
 }
 
 /// The nodes as a table, and a line when some are behind.
 fn print_nodes(nodes: &[Value]) {
-    println!(
-        "{:<20} {:<22} {:<22} {:>12} {:<17} {:<8} {:>10} {:>12}",
-        "NODE", "ADDR", "ADMIN", "GENERATION", "DIGEST", "IN SYNC", "LAG(ZXID)", "UPDATED"
-    );
+    let mut t = Table::new(&[
+        ("NODE", Align::Left),
+        ("ADDR", Align::Left),
+        ("ADMIN", Align::Left),
+        ("GENERATION", Align::Right),
+        ("DIGEST", Align::Left),
+        ("IN SYNC", Align::Left),
+        ("LAG(ZXID)", Align::Right),
+        ("UPDATED", Align::Right),
+    ]);
     let mut behind = false;
     for n in nodes {
         if n["in_sync"] != true {
@@ -224,18 +255,21 @@ fn print_nodes(nodes: &[Value]) {
             .as_i64()
             .map(|ms| format!("{:.1}s ago", ms as f64 / 1000.0))
             .unwrap_or_default();
-        println!(
-            "{:<20} {:<22} {:<22} {:>12} {:<17} {:<8} {:>10} {:>12}",
-            n["node_id"].as_str().unwrap_or("?"),
-            n["addr"].as_str().unwrap_or(""),
-            n["admin_addr"].as_str().unwrap_or(""),
-            n["config_version"]["generation"],
-            n["config_version"]["digest"].as_str().unwrap_or(""),
-            if n["in_sync"] == true { "yes" } else { "NO" },
-            n["lag_zxid"],
-            updated
-        );
+        t.row(vec![
+            n["node_id"].as_str().unwrap_or("?").to_owned(),
+            n["addr"].as_str().unwrap_or("").to_owned(),
+            n["admin_addr"].as_str().unwrap_or("").to_owned(),
+            n["config_version"]["generation"].to_string(),
+            n["config_version"]["digest"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned(),
+            if n["in_sync"] == true { "yes" } else { "NO" }.to_owned(),
+            n["lag_zxid"].to_string(),
+            updated,
+        ]);
     }
+    t.print();
     if behind {
         println!("some nodes have not applied the latest configuration");
     }

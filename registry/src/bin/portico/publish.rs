@@ -1,6 +1,7 @@
 //! The publishing workflow from the command line: `portico publish`, `rollback`, `history`.
 
 use crate::args::{Cli, HistoryArgs, PublishArgs, RollbackArgs};
+use crate::table::{Align, Table};
 use portico_registry::client::RegistryClient;
 use reqwest::Method;
 use serde_json::json;
@@ -62,7 +63,11 @@ pub(crate) async fn publish(cli: &Cli, args: &PublishArgs) -> Result<ExitCode, S
         return Err("no drafts to publish".to_owned());
     }
     let comment = args.comment.as_deref();
-    Ok(publish_each(&c, ids, comment, args.if_match.as_deref()).await)
+    let published = publish_each(&c, ids, comment, args.if_match.as_deref()).await;
+    match args.wait {
+        Some(secs) if published == ExitCode::SUCCESS => crate::wait::until_applied(&c, secs).await,
+        _ => Ok(published),
+    }
 }
 
 /// `portico rollback`: publishes an earlier version's content again, as a new version.
@@ -89,14 +94,18 @@ pub(crate) async fn history(cli: &Cli, args: &HistoryArgs) -> Result<ExitCode, S
         .get(&format!("/apis/{}/history", args.id))
         .await
         .map_err(|e| e.to_string())?;
-    println!("{:<8} {:<26} LIVE", "VERSION", "PUBLISHED");
+    let mut t = Table::new(&[
+        ("VERSION", Align::Right),
+        ("PUBLISHED", Align::Left),
+        ("LIVE", Align::Left),
+    ]);
     for v in a.body["versions"].as_array().into_iter().flatten() {
-        println!(
-            "{:<8} {:<26} {}",
-            v["version"],
-            v["published_at"].as_str().unwrap_or(""),
-            if v["live"] == true { "*" } else { "" }
-        );
+        t.row(vec![
+            v["version"].to_string(),
+            v["published_at"].as_str().unwrap_or("").to_owned(),
+            if v["live"] == true { "*" } else { "" }.to_owned(),
+        ]);
     }
+    t.print();
     Ok(ExitCode::SUCCESS)
 }
