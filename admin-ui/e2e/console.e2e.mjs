@@ -48,7 +48,7 @@ const OPERATOR = "e2e-sre";
 mkdirSync(SHOTS, { recursive: true });
 const log = (msg) => console.log(`[console.e2e ${new Date().toISOString().slice(11, 23)}] ${msg}`);
 
-// ---- §3.1 signing, for calls to the gateway ----
+// ---- signing (docs/PROTOCOL.md, "Signing a request"), for calls to the gateway ----
 const UNRESERVED = /[A-Za-z0-9\-_.~]/;
 function reencode(s) {
   const bytes = [];
@@ -168,6 +168,9 @@ async function main() {
   await page.fill('input[name="cluster"]', CLUSTER);
   if ((await page.inputValue('input[name="cluster"]')) !== CLUSTER) throw new Error("the cluster field did not keep what was typed");
   await page.click('[data-testid="import-submit"]');
+  // A preview first (every draft new); nothing is written until confirmed.
+  await page.waitForSelector(`[data-testid="import-preview"] tr[data-preview="${API}"] >> text=new`);
+  await page.click('[data-testid="import-confirm"]');
   await page.waitForSelector(`[data-testid="import-result"] >> text=${API}`);
   await page.waitForSelector(`[data-testid="apis-table"] tr[data-api="${API}"]`);
   await shot("import-result");
@@ -176,10 +179,13 @@ async function main() {
   log("edit the policy");
   await page.click(`[data-testid="apis-table"] tr[data-api="${API}"] a`);
   await page.waitForSelector(`h1:has-text("${API}")`);
+  // The form says the range at once, in the registry's words, and does not send the value.
   await page.fill('input[data-field="policy.bulkhead.max_concurrent"]', "0");
-  await page.click('[data-testid="save-draft"]');
   await page.waitForSelector('.field.has-error >> text=must be a whole number between 1 and 4294967295');
-  await page.waitForSelector('.error-banner[data-code="VALIDATION_FAILED"]');
+  if (!(await page.isDisabled('[data-testid="save-draft"]'))) throw new Error("a bulkhead of 0 could be saved");
+  await page.fill('input[data-field="policy.breaker.error_ratio"]', "2");
+  await page.waitForSelector('.field.has-error >> text=must be in (0, 1]');
+  await page.fill('input[data-field="policy.breaker.error_ratio"]', "");
   await shot("policy-inline-validation");
   await page.fill('input[data-field="policy.bulkhead.max_concurrent"]', "32");
   await page.fill('input[data-field="backend.timeout_ms"]', "1500");
