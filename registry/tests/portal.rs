@@ -205,7 +205,8 @@ fn portal_documents_match_what_the_gateway_accepts_and_answers() {
     // Every operation's example, sent as it stands, succeeds; the answer fits the schema.
     let mut checked = 0;
     for (path, method, op) in operations(&doc) {
-        if path == "/router" {
+        // The router and the notification endpoints (no API id) are checked apart.
+        if path == "/router" || op.get("x-portico-api").is_none() {
             continue;
         }
         let id = op["x-portico-api"].as_str().unwrap().to_owned();
@@ -433,6 +434,12 @@ fn portal_documents_match_what_the_gateway_accepts_and_answers() {
     // The snippets, run for real against the gateway: a signed POST with a body, a signed GET.
     run_live_snippets(&world, &doc);
 
+    // Merchants read merchant words: the documents, the snippets in them, the pages served,
+    // the gateway's envelopes (a degraded API's included); try-it sends the path as typed.
+    let started = std::time::Instant::now();
+    merchant_words(&world, &doc, &m2_doc);
+    println!("merchant words checked in {:?}", started.elapsed());
+
     // A change to the live tree shows in the (cached) public document within seconds:
     // disabling merchant-1, the only app granted `*`, hides the APIs only it could call.
     let resp = http
@@ -468,6 +475,252 @@ fn portal_documents_match_what_the_gateway_accepts_and_answers() {
         "a change reached the public document in {:?}",
         started.elapsed()
     );
+}
+
+/// The operators' reason of the switch [`merchant_words`] sets: never shown to merchants.
+const INTERNAL_REASON: &str = "internal: db failover ticket OPS-12";
+
+/// What a merchant must never read in `text` (`what` names it in the failure): an operator's
+/// reason, a switch path, a repository path or file, a gRPC service name (a fully qualified
+/// `pkg.Service/Method`, a `pkg.v1.Service`, or one the example tree's APIs call).
+pub fn assert_merchant_words(text: &str, what: &str) {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut found: Vec<String> = Vec::new();
+    for needle in [INTERNAL_REASON, "OPS-12", "switches/"] {
+        if text.contains(needle) {
+            found.push(needle.to_owned());
+        }
+    }
+    // Repository paths: `docs/`, `ops/` as a path's start (not `shops/`), a `.md` file.
+    for needle in ["docs/", "ops/"] {
+        for (i, _) in text.match_indices(needle) {
+            if !text[..i].ends_with(word) {
+                found.push(needle.to_owned());
+            }
+        }
+    }
+    for (i, _) in text.match_indices(".md") {
+        let after = text[i + 3..].chars().next();
+        if text[..i].ends_with(word) && !after.is_some_and(word) {
+            found.push(format!(
+                "a .md file near {:?}",
+                &text[i.saturating_sub(20)..i + 3]
+            ));
+        }
+    }
+    // gRPC names: every service the example tree's APIs call, and any token shaped like one.
+    for service in demo_grpc_services() {
+        if text.contains(&service) {
+            found.push(service);
+        }
+    }
+    for token in text.split(|c: char| !(word(c) || c == '.' || c == '/')) {
+        let (name, method) = token.split_once('/').unwrap_or((token, ""));
+        let parts: Vec<&str> = name.split('.').collect();
+        let last = parts.last().copied().unwrap_or_default();
+        let qualified = parts.len() >= 2
+            && parts[..parts.len() - 1]
+                .iter()
+                .all(|p| p.starts_with(|c: char| c.is_ascii_lowercase()))
+            && last.starts_with(|c: char| c.is_ascii_uppercase());
+        let versioned = parts.iter().any(|p| {
+            p.len() >= 2 && p.starts_with('v') && p[1..].chars().all(|c| c.is_ascii_digit())
+        });
+        if qualified
+            && (method.starts_with(|c: char| c.is_ascii_uppercase())
+                || (versioned && last.ends_with("Service")))
+        {
+            found.push(token.to_owned());
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "{what} shows merchants {found:?}:\n{}",
+        &text[..text.len().min(2000)]
+    );
+}
+
+/// The gRPC services the example tree's APIs call (`backend.grpc.service`).
+fn demo_grpc_services() -> Vec<String> {
+    let mut out: Vec<String> = demo_api_ids()
+        .iter()
+        .filter_map(|id| {
+            let def: Value = serde_json::from_slice(
+                &std::fs::read(workspace().join(format!("ops/examples/standalone/apis/{id}.json")))
+                    .unwrap(),
+            )
+            .unwrap();
+            def["backend"]["grpc"]["service"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Item "merchants read merchant words" (docs/PROTOCOL.md, "The error envelope"; the
+/// portal's pages): no operator's reason, switch path, repository path or gRPC service name
+/// in the portal's documents (the catalogue, the per-app one, their snippets), the portal's
+/// pages as served here (no console build: the not-built page), or the gateway's answers to
+/// merchants: refusals, and a degraded API whose switch carries an internal reason.
+fn merchant_words(world: &World, doc: &Value, m2_doc: &Value) {
+    let http = &world.http;
+    // The check itself finds what issue reports showed merchants, and passes merchant words.
+    for bad in [
+        "degraded by switches/promo.list.json",
+        "see docs/PROTOCOL.md",
+        "python3 ops/sign.py --key k",
+        "README.md",
+        "order.v1.OrderService/GetOrder",
+        "backed by shop.v1.CartService",
+        INTERNAL_REASON,
+    ] {
+        let caught = std::panic::catch_unwind(|| assert_merchant_words(bad, "probe"));
+        assert!(caught.is_err(), "not caught: {bad}");
+    }
+    assert_merchant_words(
+        "GET /grpc/v1/shops/s1/products/p1 answers demo.order.v1.Order; see the Signing page.",
+        "merchant words",
+    );
+    assert_merchant_words(&doc.to_string(), "the public OpenAPI document");
+    assert_merchant_words(&m2_doc.to_string(), "merchant-2's OpenAPI document");
+    let mut snippets = 0;
+    for (_, _, op) in operations(doc) {
+        for sample in op["x-codeSamples"].as_array().into_iter().flatten() {
+            assert_merchant_words(sample["source"].as_str().unwrap(), "a snippet");
+            snippets += 1;
+        }
+    }
+    assert!(snippets >= 5 * demo_api_ids().len(), "{snippets} snippets");
+    // The notification endpoints are documented; the per-app document names its topics.
+    for path in ["/notify/v1/stream", "/notify/v1/ws", "/notify/v1/ack"] {
+        assert!(doc["paths"].get(path).is_some(), "{path} missing");
+    }
+    assert!(doc["webhooks"]["notification"]["post"].is_object());
+    assert!(doc["x-portico-notifications"]["how_to_list"].is_string());
+    assert!(m2_doc["x-portico-notifications"]["topics"].is_array());
+    for e in doc["x-portico-error-codes"].as_array().unwrap() {
+        assert!(e["what_to_do"].is_string(), "{e}");
+    }
+    let page = http
+        .get(format!("{}/portal/", world.registry_url))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert_merchant_words(&page, "the portal page served without a build");
+
+    // A degraded API: the switch's reason is the operators'; merchants get the public message.
+    let set = |degraded: bool| {
+        let resp = http
+            .put(format!("{}/api/v1/switches/order.get", world.registry_url))
+            .bearer_auth(portal_world::TOKEN)
+            .header("X-Portico-Operator", "sre-portal-test")
+            .json(&json!({"degraded": degraded, "reason": INTERNAL_REASON}))
+            .send()
+            .unwrap();
+        let status = resp.status();
+        assert!(
+            status.is_success(),
+            "switch: {status} {}",
+            resp.text().unwrap()
+        );
+    };
+    set(true);
+    let mut answer = (0, String::new());
+    let degraded = portico_testkit::wait_for(Duration::from_secs(20), || {
+        answer = call(
+            http,
+            &world.gateway_url,
+            "GET",
+            "/v1/orders/42",
+            "",
+            Some(M1),
+        );
+        answer.0 == 503
+    });
+    assert!(degraded, "order.get was not degraded: {answer:?}");
+    let envelope: Value = serde_json::from_str(&answer.1).unwrap();
+    assert_eq!(envelope["code"], "API_DEGRADED", "{envelope}");
+    assert_eq!(envelope["message"], "the API is temporarily unavailable");
+    assert_merchant_words(&answer.1, "a degraded API's 503");
+    // The router style answers the same.
+    let (status, body) = call(
+        http,
+        &world.gateway_url,
+        "POST",
+        "/router?method=order.get",
+        "{}",
+        Some(M1),
+    );
+    assert!(status >= 400, "{status} {body}");
+    assert_merchant_words(&body, "a degraded API's router answer");
+    set(false);
+
+    // Refusals: unsigned, a wrong secret, no grant, no such API, a bad field (a dot segment
+    // is below: this client would resolve it before sending).
+    let refusals: [(&str, &str, &str, Option<(&str, &str)>, u16); 6] = [
+        ("GET", "/v1/orders/42", "", None, 401),
+        (
+            "GET",
+            "/v1/orders/42",
+            "",
+            Some((M1.0, "wrong-secret")),
+            401,
+        ),
+        ("POST", "/v1/orders", "{}", Some(M2), 403),
+        ("GET", "/v1/no-such-api", "", Some(M1), 404),
+        (
+            "POST",
+            "/grpc/v1/orders",
+            r#"{"qty":"many"}"#,
+            Some(M1),
+            400,
+        ),
+        ("POST", "/router?method=no.such.api", "{}", Some(M1), 404),
+    ];
+    for (method, target, body, app, want) in refusals {
+        let (status, text) = call(http, &world.gateway_url, method, target, body, app);
+        assert_eq!(status, want, "{method} {target}: {text}");
+        let envelope: Value = serde_json::from_str(&text).unwrap();
+        assert!(envelope["code"].is_string() && envelope["request_id"].is_string());
+        assert_merchant_words(&text, &format!("{method} {target} → {status}"));
+    }
+
+    // Try it sends the path as typed: the sandbox gateway refuses the dot segment itself
+    // (400), where a normalising client would have called /v1/orders/42.
+    let typed = "/grpc/v1/../v1/orders/42";
+    let signed = portico_control::sign::sign_request(
+        M1_SANDBOX.1.as_bytes(),
+        "GET",
+        typed,
+        None,
+        M1_SANDBOX.0,
+        portico_control::clock::now_ms(),
+        "portal-try-dots-0001",
+        b"",
+    );
+    let headers: serde_json::Map<String, Value> = signed
+        .pairs()
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), json!(v)))
+        .collect();
+    let resp = http
+        .post(format!("{}/portal/try", world.registry_url))
+        .json(&json!({"method": "GET", "path": typed, "headers": headers}))
+        .send()
+        .unwrap();
+    let answer: Value = resp.json().unwrap();
+    assert_eq!(answer["response"]["status"], 400, "{answer:#}");
+    assert!(
+        answer["request"]["url"].as_str().unwrap().ends_with(typed),
+        "{answer:#}"
+    );
+    let body = answer["response"]["body"].as_str().unwrap();
+    assert!(body.contains("BAD_REQUEST"), "{body}");
+    assert_merchant_words(body, "try-it's answer");
 }
 
 /// Runs every snippet of three operations against the live gateway, as merchant-1.
