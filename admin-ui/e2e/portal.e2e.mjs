@@ -17,7 +17,9 @@
 // (and run by the test: it signs and gets 200 from the gateway) → "try it" signed in the
 // browser and forwarded to the sandbox listener answers 200 → the signing page computes the
 // worked examples' signatures, with WebCrypto and (on a non-secure origin) with the built-in
-// fallback → the errors page → "My app" shows only that app's APIs.
+// fallback → the errors page → the notifications page (its callback vector matches) → none of
+// the three points to a repository file → "My app" shows only that app's APIs, and the
+// notifications page then lists that app's topics.
 // Progress goes to stdout; the copied snippet is printed between SNIPPET-BEGIN/END lines; any
 // failure exits 1 after a FAILED-*.png screenshot.
 
@@ -171,7 +173,27 @@ try {
   }
   await shot("portal-errors");
 
-  // 8. My app: only what that app may call.
+  // 8. Notifications, and no page points merchants to a repository file.
+  await page.click("nav >> text=Notifications");
+  await page.waitForSelector('[data-page="notifications"] [data-check]');
+  const cb = await page.$$eval("[data-check]", (els) => els.map((e) => e.getAttribute("data-check")));
+  check(cb.length === 1 && cb[0] === "match", `callback vector: ${cb.join(", ")}`);
+  const notes = await page.textContent("main");
+  for (const want of ["/notify/v1/stream", "/notify/v1/ws", "/notify/v1/ack", "PORTICO-CALLBACK-v1", "My app"]) {
+    check(notes.includes(want), `the notifications page lacks "${want}"`);
+  }
+  await shot("portal-notifications");
+  const repoPointer = /(^|[^A-Za-z0-9_])(docs|ops)\/|[A-Za-z0-9_]\.md\b|github\.com/;
+  for (const route of ["signing", "errors", "notifications"]) {
+    await page.goto(`${BASE}/portal/#/${route}`);
+    await page.waitForSelector(`[data-page="${route}"]`);
+    const shown = await page.textContent("main");
+    const hit = shown.match(repoPointer);
+    check(!hit, `the ${route} page points to a repository file: ${hit && shown.slice(Math.max(0, hit.index - 40), hit.index + 40)}`);
+  }
+  log("signing, errors and notifications pages: self-contained (no repository pointer)");
+
+  // 9. My app: only what that app may call.
   await page.click("nav >> text=My app");
   await page.fill("input[name=app-key]", APP2_KEY);
   await page.fill("input[name=secret]", APP2_SECRET);
@@ -182,6 +204,10 @@ try {
   check(mine.includes("order.get") && !mine.includes("order.create") && !mine.includes(API), `${APP2_KEY} sees ${mine.join(", ")}`);
   log(`my app ${APP2_KEY}: ${mine.join(", ")}`);
   await shot("portal-my-app");
+  // Signed in, the notifications page lists the app's topics (an empty list says so).
+  await page.click("nav >> text=Notifications");
+  await page.waitForSelector("[data-topics]");
+  log(`notifications for ${APP2_KEY}: topics "${await page.getAttribute("[data-topics]", "data-topics")}"`);
 
   check(consoleErrors.length === 0, `the page logged errors: ${consoleErrors.join(" | ")}`);
   log("PASSED");

@@ -16,7 +16,7 @@ mod common;
 mod portal_world;
 
 use common::browser::workspace;
-use portal_world::{call, http, World, M1, M1_SANDBOX, M2};
+use portal_world::{assert_merchant_words, call, http, World, INTERNAL_REASON, M1, M1_SANDBOX, M2};
 use portico_registry::portal::snippets::{self, Snippet};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -475,89 +475,6 @@ fn portal_documents_match_what_the_gateway_accepts_and_answers() {
         "a change reached the public document in {:?}",
         started.elapsed()
     );
-}
-
-/// The operators' reason of the switch [`merchant_words`] sets: never shown to merchants.
-const INTERNAL_REASON: &str = "internal: db failover ticket OPS-12";
-
-/// What a merchant must never read in `text` (`what` names it in the failure): an operator's
-/// reason, a switch path, a repository path or file, a gRPC service name (a fully qualified
-/// `pkg.Service/Method`, a `pkg.v1.Service`, or one the example tree's APIs call).
-pub fn assert_merchant_words(text: &str, what: &str) {
-    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    let mut found: Vec<String> = Vec::new();
-    for needle in [INTERNAL_REASON, "OPS-12", "switches/"] {
-        if text.contains(needle) {
-            found.push(needle.to_owned());
-        }
-    }
-    // Repository paths: `docs/`, `ops/` as a path's start (not `shops/`), a `.md` file.
-    for needle in ["docs/", "ops/"] {
-        for (i, _) in text.match_indices(needle) {
-            if !text[..i].ends_with(word) {
-                found.push(needle.to_owned());
-            }
-        }
-    }
-    for (i, _) in text.match_indices(".md") {
-        let after = text[i + 3..].chars().next();
-        if text[..i].ends_with(word) && !after.is_some_and(word) {
-            found.push(format!(
-                "a .md file near {:?}",
-                &text[i.saturating_sub(20)..i + 3]
-            ));
-        }
-    }
-    // gRPC names: every service the example tree's APIs call, and any token shaped like one.
-    for service in demo_grpc_services() {
-        if text.contains(&service) {
-            found.push(service);
-        }
-    }
-    for token in text.split(|c: char| !(word(c) || c == '.' || c == '/')) {
-        let (name, method) = token.split_once('/').unwrap_or((token, ""));
-        let parts: Vec<&str> = name.split('.').collect();
-        let last = parts.last().copied().unwrap_or_default();
-        let qualified = parts.len() >= 2
-            && parts[..parts.len() - 1]
-                .iter()
-                .all(|p| p.starts_with(|c: char| c.is_ascii_lowercase()))
-            && last.starts_with(|c: char| c.is_ascii_uppercase());
-        let versioned = parts.iter().any(|p| {
-            p.len() >= 2 && p.starts_with('v') && p[1..].chars().all(|c| c.is_ascii_digit())
-        });
-        if qualified
-            && (method.starts_with(|c: char| c.is_ascii_uppercase())
-                || (versioned && last.ends_with("Service")))
-        {
-            found.push(token.to_owned());
-        }
-    }
-    assert!(
-        found.is_empty(),
-        "{what} shows merchants {found:?}:\n{}",
-        &text[..text.len().min(2000)]
-    );
-}
-
-/// The gRPC services the example tree's APIs call (`backend.grpc.service`).
-fn demo_grpc_services() -> Vec<String> {
-    let mut out: Vec<String> = demo_api_ids()
-        .iter()
-        .filter_map(|id| {
-            let def: Value = serde_json::from_slice(
-                &std::fs::read(workspace().join(format!("ops/examples/standalone/apis/{id}.json")))
-                    .unwrap(),
-            )
-            .unwrap();
-            def["backend"]["grpc"]["service"]
-                .as_str()
-                .map(str::to_owned)
-        })
-        .collect();
-    out.sort();
-    out.dedup();
-    out
 }
 
 /// Item "merchants read merchant words" (docs/PROTOCOL.md, "The error envelope"; the

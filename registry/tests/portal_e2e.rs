@@ -19,7 +19,7 @@ mod common;
 mod portal_world;
 
 use common::browser::{build_console, run_script_output, workspace};
-use portal_world::{World, M1, M1_SANDBOX, M2};
+use portal_world::{assert_merchant_words, World, M1, M1_SANDBOX, M2};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
@@ -51,7 +51,29 @@ fn portal_end_to_end_in_chromium() {
         "the portal is not built"
     );
     assert!(resp.headers().contains_key("content-security-policy"));
-    assert!(resp.text().unwrap().contains("id=\"portal\""));
+    let html = resp.text().unwrap();
+    assert!(html.contains("id=\"portal\""));
+    // The pages as served (the HTML and every script and style it loads) point merchants to
+    // no repository file and name no gRPC service: the portal is self-contained.
+    assert_merchant_words(&html, "/portal/");
+    let mut assets = 0;
+    for piece in html.split(['"', '\'']) {
+        if piece.starts_with("/assets/") || piece.starts_with("/portal/assets/") {
+            let text = world
+                .http
+                .get(format!("{}{piece}", world.registry_url))
+                .send()
+                .unwrap()
+                .text()
+                .unwrap();
+            assert_merchant_words(&text, piece);
+            assets += 1;
+        }
+    }
+    assert!(
+        assets >= 2,
+        "the portal page loads {assets} assets:\n{html}"
+    );
 
     let mut ids: Vec<String> = std::fs::read_dir(workspace().join("ops/examples/standalone/apis"))
         .unwrap()
