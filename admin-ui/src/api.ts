@@ -155,7 +155,26 @@ export type ApiDef = {
   description?: string;
   [k: string]: unknown;
 };
-export type Item<T> = { id: string; etag: string; document: T | null; error?: string };
+/** A gateway's refusal of a document (docs/OPERATIONS.md, "What the gateways serve"). */
+export type Refusal = {
+  node_id: string;
+  reason: string;
+  kept_previous: boolean;
+  /** The version still served in its place, as the gateway describes it. */
+  kept?: { updated_by?: string; updated_at?: string; version?: number; degraded?: boolean; active?: string; digest?: string } | null;
+};
+/** What the live gateways serve of a listed document (switches, apps, topics, clusters). */
+export type Served = {
+  nodes: number;
+  refused: Refusal[];
+  /** Switches: served degraded by every node (true), by none (false), or they differ / none answered (null). */
+  degraded?: boolean | null;
+  degraded_on?: string[];
+  /** Clusters: the side every node serves, or null. */
+  active?: string | null;
+  sides?: { node_id: string; active: string; reason: "manual" | "auto" }[];
+};
+export type Item<T> = { id: string; etag: string; document: T | null; error?: string; raw?: string; written_at?: string; served?: Served | null };
 export type List<T> = { items: Item<T>[] };
 export type Fallback = { status?: number; headers?: Record<string, string>; body?: unknown };
 export type Switch = {
@@ -197,7 +216,12 @@ export type NodeView = {
   lag_zxid?: number;
   updated_ms_ago?: number | null;
   error?: string;
+  /** The documents the node refuses (live, and its sandbox plane), from its /status. */
+  rejected_documents?: RejectedDocument[];
+  sandbox_rejected_documents?: RejectedDocument[];
+  status_error?: string;
 };
+export type RejectedDocument = { path: string; reason: string; kept_previous: boolean; kept?: Refusal["kept"] };
 export type Nodes = { generation: number; digest: string; nodes: NodeView[] };
 export type Quantiles = { p50: number | null; p90: number | null; p99: number | null; p999: number | null };
 export type Point = Quantiles & { t: number; qps: number; availability: number | null };

@@ -636,7 +636,10 @@ fn import_and_ops_schemas() -> Value {
             "internal_addr": {"type": "string", "description": "the internal listener (notifications are published there), when the gateway runs one"},
             "started_at": {"type": "string"}, "updated_at": {"type": "string"},
             "config_version": {"type": "object", "properties": {"generation": {"type": "integer"}, "digest": {"type": "string"}}},
-            "in_sync": {"type": "boolean"}, "lag_zxid": {"type": "integer"}, "updated_ms_ago": {"type": "integer"}}}}}},
+            "in_sync": {"type": "boolean", "description": "on the tree's current generation (documents it refuses are listed apart)"}, "lag_zxid": {"type": "integer"}, "updated_ms_ago": {"type": "integer"},
+            "rejected_documents": {"type": "array", "description": "the live documents the node refuses, as its /status says (path, reason, kept_previous, kept)", "items": {"type": "object"}},
+            "sandbox_rejected_documents": {"type": "array", "description": "the same for its sandbox plane", "items": {"type": "object"}},
+            "status_error": {"type": "string", "description": "why the node's /status could not be read"}}}}}},
     "Export": {"type": "object", "properties": {
         "env": {"type": "string"}, "generation": {"type": "integer"},
         "files": {"type": "object", "additionalProperties": {"type": "object", "properties": {

@@ -3,6 +3,7 @@
 import { useState } from "preact/hooks";
 import { ApiDef, App, Item, List, get, request } from "../api";
 import { Badge, Button, CopyButton, Empty, ErrorBanner, Field, Modal, Spinner, cx, toast, usePoll } from "../ui";
+import { RefusedNote, refusalsOf } from "../served";
 
 type Env = "live" | "sandbox";
 const prefix = (env: Env) => (env === "sandbox" ? "/sandbox" : "");
@@ -102,7 +103,10 @@ export function AppsPage() {
                       <code class="strong selectable">{a.id}</code>
                       {d.name && <div class="sub">{d.name}</div>}
                     </td>
-                    <td>{disabled ? <Badge tone="bad">disabled</Badge> : <Badge tone="ok">active</Badge>}</td>
+                    <td>
+                      {refusalsOf(a).length ? <Badge tone="bad">refused</Badge> : disabled ? <Badge tone="bad">disabled</Badge> : <Badge tone="ok">active</Badge>}
+                      <RefusedNote item={a} />
+                    </td>
                     <td>
                       <div class="chips">
                       {(d.apis ?? []).length === 0 && <span class="muted">none</span>}

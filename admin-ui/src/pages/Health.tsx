@@ -2,7 +2,7 @@
 // availability and breaker state, aggregated by the registry from the gateways' metrics and
 // refreshed every 2 s.
 import { useState } from "preact/hooks";
-import { ApiHealth, Health, Nodes, get } from "../api";
+import { ApiHealth, Health, NodeView, Nodes, get } from "../api";
 import { LineChart, Sparkline, fmtNum } from "../charts";
 import { Badge, Button, Empty, ErrorBanner, Link, Spinner, ago, cx, usePoll } from "../ui";
 
@@ -52,7 +52,9 @@ export function HealthPage() {
   const sel = selected ? health?.apis.find((a) => a.api === selected) : undefined;
   const openBreakers = (health?.apis ?? []).filter((a) => a.breaker === "open" || a.breaker === "half_open").length;
   const liveNodes = nodes?.nodes.length ?? 0;
-  const inSync = nodes?.nodes.filter((n) => n.in_sync).length ?? 0;
+  // A node refusing documents does not serve the tree as it is: not "in sync" (docs/OPERATIONS.md, "What the gateways serve").
+  const refusing = (n: NodeView) => (n.rejected_documents?.length ?? 0) + (n.sandbox_rejected_documents?.length ?? 0);
+  const inSync = nodes?.nodes.filter((n) => n.in_sync && !refusing(n)).length ?? 0;
 
   return (
     <div class="page">
@@ -85,7 +87,7 @@ export function HealthPage() {
         </div>
         <div class={cx("summary", nodes && inSync < liveNodes ? "warn" : "")}>
           <div class="summary-num">{nodes ? `${inSync}/${liveNodes}` : "…"}</div>
-          <div class="summary-label">on config {nodes ? `#${nodes.generation}` : ""}</div>
+          <div class="summary-label">serving config {nodes ? `#${nodes.generation}` : ""} in full</div>
         </div>
         <div class="summary">
           <div class="summary-num">{health ? fmtNum(health.totals.qps) : "…"}</div>
@@ -153,7 +155,28 @@ export function HealthPage() {
                   <td>
                     #{n.config_version?.generation ?? "?"} <code class="sub">{n.config_version?.digest?.slice(0, 8)}</code>
                   </td>
-                  <td>{n.in_sync ? <Badge tone="ok">in sync</Badge> : <Badge tone="warn">behind {n.lag_zxid}</Badge>}</td>
+                  <td data-testid="node-sync">
+                    {!n.in_sync ? (
+                      <Badge tone="warn">behind {n.lag_zxid}</Badge>
+                    ) : refusing(n) ? (
+                      <Badge tone="bad">refuses {refusing(n)} document{refusing(n) === 1 ? "" : "s"}</Badge>
+                    ) : (
+                      <Badge tone="ok">in sync</Badge>
+                    )}
+                    {refusing(n) > 0 && (
+                      <ul class="rejected-docs" data-testid="rejected-documents">
+                        {[...(n.rejected_documents ?? []).map((d) => ({ ...d, plane: "" })), ...(n.sandbox_rejected_documents ?? []).map((d) => ({ ...d, plane: "sandbox/" }))].map((d) => (
+                          <li key={d.plane + d.path} data-path={d.plane + d.path}>
+                            <code>{d.plane + d.path}</code>: <span class="bad-text">{d.reason}</span>
+                            <div class="sub">
+                              {d.kept_previous ? `previous version served${d.kept?.updated_by ? ` (by ${d.kept.updated_by}${d.kept.updated_at ? `, ${ago(d.kept.updated_at)}` : ""})` : ""}` : "not served"}
+                            </div>
+                          </li>
+                        ))}
+                      </ul>
+                    )}
+                    {n.status_error && <div class="sub bad-text">status unreadable: {n.status_error}</div>}
+                  </td>
                   <td class="sub">{n.updated_ms_ago === null || n.updated_ms_ago === undefined ? "—" : ago(Date.now() - n.updated_ms_ago)}</td>
                   <td>{scrape ? scrape.ok ? <Badge tone="ok">scraped</Badge> : <Badge tone="bad" title={scrape.error}>unreachable</Badge> : <span class="muted">…</span>}</td>
                 </tr>

@@ -7,6 +7,7 @@
 import { useState } from "preact/hooks";
 import { ApiError, App, Item, List, Notifications, NotificationTestResult, Topic, get, request } from "../api";
 import { Badge, Button, Code, Empty, ErrorBanner, Field, Modal, Spinner, ago, cx, pretty, toast, usePoll } from "../ui";
+import { RefusedNote } from "../served";
 
 /** How often the live tables ask the registry. */
 const POLL_MS = 2000;
@@ -98,6 +99,7 @@ export function NotificationsPage() {
                   <td>
                     <b>{t.id}</b>
                     {t.document?.description && <div class="sub muted">{t.document.description}</div>}
+                    <RefusedNote item={t} />
                     {t.error && <div class="sub warn-text">{t.error}</div>}
                   </td>
                   <td>{t.document?.owner ?? "—"}</td>

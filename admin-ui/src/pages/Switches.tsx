@@ -3,8 +3,20 @@
 import { useMemo, useState } from "preact/hooks";
 import { ApiDef, AuditEntry, Item, List, Switch, get, request } from "../api";
 import { Badge, Button, Empty, ErrorBanner, Field, Link, MethodBadge, Modal, Spinner, ago, cx, fmtTime, pretty, toast, usePoll } from "../ui";
+import { RefusedNote, refusalsOf } from "../served";
 
 type Row = { id: string; api?: ApiDef; sw?: Item<Switch> };
+
+/** Whether the gateways serve the API degraded: what they report when they refuse the switch
+ * document (the kept version), else the document's own state. */
+function servedDegraded(r: Row): boolean {
+  const served = r.sw?.served;
+  if (refusalsOf(r.sw).length) {
+    if (served?.degraded !== undefined && served.degraded !== null) return served.degraded;
+    return (served?.degraded_on?.length ?? 0) > 0;
+  }
+  return !!r.sw?.document?.degraded;
+}
 
 export function SwitchesPage() {
   const [apis, setApis] = useState<Item<ApiDef>[] | null>(null);
@@ -32,15 +44,16 @@ export function SwitchesPage() {
     for (const a of apis ?? []) map.set(a.id, { id: a.id, api: a.document ?? undefined });
     for (const s of switches ?? []) map.set(s.id, { ...(map.get(s.id) ?? { id: s.id }), sw: s });
     return [...map.values()].sort((x, y) => {
-      const dx = x.sw?.document?.degraded ? 0 : 1;
-      const dy = y.sw?.document?.degraded ? 0 : 1;
+      const dx = servedDegraded(x) || refusalsOf(x.sw).length ? 0 : 1;
+      const dy = servedDegraded(y) || refusalsOf(y.sw).length ? 0 : 1;
       return dx - dy || x.id.localeCompare(y.id);
     });
   }, [apis, switches]);
-  const degradedCount = rows.filter((r) => r.sw?.document?.degraded).length;
+  const degradedCount = rows.filter(servedDegraded).length;
+  const refusedCount = rows.filter((r) => refusalsOf(r.sw).length).length;
   const f = filter.trim().toLowerCase();
   const shown = rows.filter((r) => {
-    const deg = !!r.sw?.document?.degraded;
+    const deg = servedDegraded(r);
     if (show === "degraded" && !deg) return false;
     if (show === "normal" && deg) return false;
     if (!f) return true;
@@ -65,6 +78,12 @@ export function SwitchesPage() {
             <div class="summary-num">{apis ? rows.length - degradedCount : "…"}</div>
             <div class="summary-label">serving normally</div>
           </div>
+          {refusedCount > 0 && (
+            <div class="summary bad" data-testid="refused-count">
+              <div class="summary-num">{refusedCount}</div>
+              <div class="summary-label">refused by gateways</div>
+            </div>
+          )}
         </div>
         <div class="toolbar">
           <input class="search" type="search" placeholder="Search APIs, reasons, people…" value={filter} onInput={(e) => setFilter((e.target as HTMLInputElement).value)} data-testid="switch-search" />
@@ -96,11 +115,16 @@ export function SwitchesPage() {
               <tbody>
                 {shown.map((r) => {
                   const sw = r.sw?.document;
-                  const deg = !!sw?.degraded;
+                  const deg = servedDegraded(r);
+                  const refused = refusalsOf(r.sw).length > 0;
                   return (
                     <tr key={r.id} class={cx(deg && "row-degraded")} data-switch={r.id}>
                       <td>
-                        {deg ? (
+                        {refused ? (
+                          <span class="state state-bad" data-testid="state">
+                            <i /> REFUSED
+                          </span>
+                        ) : deg ? (
                           <span class="state state-bad" data-testid="state">
                             <i /> DEGRADED
                           </span>
@@ -119,7 +143,8 @@ export function SwitchesPage() {
                             <MethodBadge method={r.api.http.method} /> <code>{r.api.http.path}</code>
                           </div>
                         )}
-                        {deg && (
+                        {refused && r.sw && <RefusedNote item={r.sw} served={deg ? "degraded" : "normal"} />}
+                        {deg && !refused && (
                           <div class="sub">
                             answers {sw?.fallback ? <code>{sw.fallback.status ?? 200} fallback</code> : <code>503 API_DEGRADED</code>}
                           </div>
@@ -131,6 +156,11 @@ export function SwitchesPage() {
                           <span title={fmtTime(sw.updated_at)}>
                             {ago(sw.updated_at)}
                             <div class="sub">by {sw.updated_by ?? "?"}</div>
+                          </span>
+                        ) : r.sw?.written_at ? (
+                          <span title={fmtTime(r.sw.written_at)}>
+                            {ago(r.sw.written_at)}
+                            <div class="sub">not through the registry</div>
                           </span>
                         ) : (
                           <span class="muted">never</span>
@@ -288,7 +318,12 @@ function SwitchDialog({ row, degrade, onClose, onDone }: { row: Row; degrade: bo
   );
 }
 
+/** The actor of audit entries for changes made outside the registry (docs/OPERATIONS.md, "Changes outside the registry"). */
+const OUTSIDE_ACTOR = "outside the registry";
+
 const ACTION_TONE: Record<string, string> = {
+  "outside.write": "warn",
+  "outside.delete": "warn",
   "switch.on": "bad",
   "switch.off": "ok",
   "switch.delete": "neutral",
@@ -311,7 +346,7 @@ export function AuditTrail({ onlySwitches }: { onlySwitches?: boolean }) {
       setError(e);
     }
   }, 5000);
-  const shown = (entries ?? []).filter((e) => all || e.action.startsWith("switch.")).slice(0, 60);
+  const shown = (entries ?? []).filter((e) => all || e.action.startsWith("switch.") || (e.action.startsWith("outside.") && /^(sandbox\/)?switches\//.test(e.target))).slice(0, 60);
   return (
     <div class="card audit" data-testid="audit">
       <div class="audit-head">
@@ -334,7 +369,13 @@ export function AuditTrail({ onlySwitches }: { onlySwitches?: boolean }) {
             </div>
             <div class="tl-body">
               <code>{e.target.replace(/^switches\//, "")}</code> by <b>{e.actor}</b>
-              {e.detail?.reason && <div class="tl-reason">“{e.detail.reason}”</div>}
+              {e.actor === OUTSIDE_ACTOR ? (
+                <div class={e.detail?.valid === false ? "tl-reason bad-text" : "tl-reason"} data-testid="outside-entry">
+                  {e.detail?.deleted ? "deleted with zkCli or another ZooKeeper client" : e.detail?.valid === false ? `refused by the gateways: ${e.detail?.reason ?? "invalid"}` : "valid; written with zkCli or another ZooKeeper client"}
+                </div>
+              ) : (
+                e.detail?.reason && <div class="tl-reason">“{e.detail.reason}”</div>
+              )}
               {e.detail?.comment && <div class="tl-reason">“{e.detail.comment}”</div>}
             </div>
             <div class="tl-rid">{e.request_id}</div>

@@ -129,15 +129,41 @@ async fn nodes(State(state): State<Shared>) -> ApiResult<Response> {
     let digest = portico_control::build_snapshot(&tree, None).version.digest;
     let docs = state.store.list_docs("nodes").await?;
     let now = time::OffsetDateTime::now_utc();
-    let nodes: Vec<Value> = docs
+    let mut nodes: Vec<Value> = docs
         .iter()
         .map(|(name, doc)| node_view(name, doc, generation, now))
         .collect();
+    // What each node refuses (docs/OPERATIONS.md, "What the gateways serve"): a node on the
+    // current generation that refuses documents is not "in sync" with the tree.
+    let reads = super::gateway_status::read_all(&state)
+        .await
+        .unwrap_or_default();
+    for node in &mut nodes {
+        let Some(id) = node["node_id"].as_str().map(str::to_owned) else {
+            continue;
+        };
+        match reads.iter().find(|(info, _)| info.node_id == id) {
+            Some((_, Ok(status))) => {
+                node["rejected_documents"] = rejected_of(status);
+                node["sandbox_rejected_documents"] = rejected_of(&status["sandbox"]);
+            }
+            Some((_, Err(e))) => node["status_error"] = Value::String(e.clone()),
+            None => {}
+        }
+    }
     Ok(json_response(
         StatusCode::OK,
         &json!({"generation": generation, "digest": digest, "nodes": nodes}),
         None,
     ))
+}
+
+/// A plane's `rejected_documents` (`[]` when it has none or reports none).
+fn rejected_of(plane: &Value) -> Value {
+    match &plane["rejected_documents"] {
+        Value::Array(a) => Value::Array(a.clone()),
+        _ => json!([]),
+    }
 }
 
 /// One node's document, with `ephemeral`, `in_sync`, `lag_zxid` and `updated_ms_ago` added.
