@@ -1084,10 +1084,7 @@ async fn conflicting_import_is_previewed_refused_and_not_tried() {
     // The preview names the API owning the route, in the sandbox and live; nothing is written.
     let import = json!({"files": {"demo/order.proto": ORDER_PROTO}, "cluster": "order-svc",
                         "services": ["demo.order.v1.OrderService"]});
-    let preview = reg
-        .post("/protos?dry_run=true", &import)
-        .await
-        .expect(200);
+    let preview = reg.post("/protos?dry_run=true", &import).await.expect(200);
     assert_eq!(preview.body["dry_run"], true);
     let drafts = preview.body["drafts"].as_array().unwrap();
     let create = drafts

@@ -2,8 +2,8 @@
 //! the imports; served by gateways' sandbox listeners and published from here.
 
 use super::paths::api_rel;
-use crate::api::context::Ctx;
 use super::served::api_refusals;
+use crate::api::context::Ctx;
 use crate::api::documents::{delete_doc, get_json, write_json, Write};
 use crate::api::reply::{json_response, list_item};
 use crate::error::{ApiError, ApiResult, Detail};
@@ -98,7 +98,11 @@ pub async fn list_served(state: &Shared, env: Env) -> ApiResult<Response> {
             item
         })
         .collect();
-    Ok(json_response(StatusCode::OK, &json!({ "items": items }), None))
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({ "items": items }),
+        None,
+    ))
 }
 
 /// `GET /sandbox/apis/{id}/served`: the draft's refusals (404 when there is no draft).

@@ -230,7 +230,11 @@ async fn import_descriptor_set(
             .map_err(|e| ApiError::bad_request(format!("descriptor_set: not base64: {e}")))?;
         (bytes, import.options, import.confirm)
     } else {
-        (body.to_vec(), options_from_fields(&query)?, Confirm::default())
+        (
+            body.to_vec(),
+            options_from_fields(&query)?,
+            Confirm::default(),
+        )
     };
     let confirm = Confirm::of(&query, confirm);
     if bytes.is_empty() {
@@ -573,11 +577,15 @@ mod preview_tests {
     #[test]
     fn route_conflicts_name_the_other_api_whichever_the_gateways_refuse() {
         let ids = ["orderservice.createorder"];
-        let reason = "http.path: POST /v1/orders is already bound by API order.create (POST /v1/orders)";
+        let reason =
+            "http.path: POST /v1/orders is already bound by API order.create (POST /v1/orders)";
         let (mine, c) =
             route_conflict("apis/orderservice.createorder", reason, &ids).expect("a conflict");
         assert_eq!(mine, "orderservice.createorder");
-        assert_eq!(c, json!({"api": "order.create", "route": "POST /v1/orders"}));
+        assert_eq!(
+            c,
+            json!({"api": "order.create", "route": "POST /v1/orders"})
+        );
         let reason = "http.path: POST /v1/orders is already bound by API orderservice.createorder (POST /v1/orders)";
         let (mine, c) = route_conflict("apis/order.create", reason, &ids).expect("a conflict");
         assert_eq!(mine, "orderservice.createorder");

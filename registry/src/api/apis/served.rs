@@ -116,7 +116,10 @@ pub fn refuse_try(id: &str, refusals: &[Refusal]) -> ApiResult<()> {
             _ => (None, r.reason.clone()),
         };
         let reason = format!("{reason} (refused by {})", r.node_id);
-        if !details.iter().any(|d| d.field == field && d.reason == reason) {
+        if !details
+            .iter()
+            .any(|d| d.field == field && d.reason == reason)
+        {
             details.push(Detail {
                 path: Some(Env::Sandbox.path(&format!("apis/{id}"))),
                 field,
@@ -151,15 +154,25 @@ mod tests {
         let e = refuse_try(
             "a",
             &[
-                r("registry", "http.path: GET /x is already bound by API b (GET /x)"),
-                r("gw-1", "http.path: GET /x is already bound by API b (GET /x)"),
+                r(
+                    "registry",
+                    "http.path: GET /x is already bound by API b (GET /x)",
+                ),
+                r(
+                    "gw-1",
+                    "http.path: GET /x is already bound by API b (GET /x)",
+                ),
                 r("gw-1", "no cluster here"),
             ],
         )
         .unwrap_err();
         assert_eq!(e.code, "DRAFT_REFUSED");
         assert_eq!(e.status, StatusCode::CONFLICT);
-        assert!(e.message.contains("already bound by API b"), "{}", e.message);
+        assert!(
+            e.message.contains("already bound by API b"),
+            "{}",
+            e.message
+        );
         assert_eq!(e.details.len(), 3);
         assert_eq!(e.details[0].field.as_deref(), Some("http.path"));
         assert_eq!(e.details[2].field, None);
