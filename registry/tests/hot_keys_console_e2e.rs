@@ -195,3 +195,206 @@ fn console_hot_keys_view_blocks_a_key_in_chromium() {
         .unwrap_or_else(|| panic!("no audit entry for {label}: {audit:#}"));
     assert_eq!(entry["actor"], "e2e-sre-hotkeys", "{entry:#}");
 }
+
+/// A zkCli typo in a switch (docs/OPERATIONS.md, "What the gateways serve", "Changes outside
+/// the registry"): the API is degraded through the registry, then `{"degraded":fals` is
+/// written straight into ZooKeeper as the operator would with zkCli. The gateway refuses it
+/// and keeps serving the degraded version; the registry's lists say so, Nodes & health lists
+/// the node's rejected document, and the audit log has the write as "outside the registry"
+/// (and the registry's own write only once). The browser part is
+/// `admin-ui/e2e/refused.e2e.mjs` (screenshots prefixed `refused-`).
+#[test]
+fn a_zkcli_typo_is_shown_refused_in_chromium() {
+    const API: &str = "typo.get";
+    const NODE: &str = "gw-refused-e2e";
+    let started = Instant::now();
+    let work = tempfile::Builder::new()
+        .prefix("portico-refused-e2e-")
+        .tempdir()
+        .unwrap();
+    let logs = work.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let console_dir = work.path().join("console");
+    let chromium = build_console(&console_dir);
+
+    let zk = ZooKeeper::start_locked();
+    let RegistryProc {
+        proc: mut registry,
+        base,
+    } = spawn_registry(&zk, "registry", &logs, |cmd| {
+        cmd.env("PORTICO_CONSOLE_DIR", &console_dir);
+    });
+    let cluster = json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:9"}]});
+    for env in ["", "/sandbox"] {
+        let (status, reply) = call(
+            &base,
+            reqwest::Method::PUT,
+            &format!("{env}/clusters/nowhere"),
+            Some(cluster.clone()),
+        );
+        assert_eq!(status, 201, "{env}: {reply:#}");
+    }
+    let api = json!({"id": API, "http": {"method": "GET", "path": "/v1/typo"},
+        "backend": {"cluster": "nowhere", "http": {}}, "auth": "none"});
+    let (status, reply) = call(
+        &base,
+        reqwest::Method::PUT,
+        &format!("/sandbox/apis/{API}"),
+        Some(api),
+    );
+    assert_eq!(status, 201, "{reply:#}");
+    let (status, reply) = call(
+        &base,
+        reqwest::Method::POST,
+        &format!("/apis/{API}/publish"),
+        Some(json!({"comment": "refused e2e"})),
+    );
+    assert_eq!(status, 200, "{reply:#}");
+    let GatewayProc {
+        proc: mut gateway,
+        admin,
+        ..
+    } = spawn_gateway(&zk, NODE, &logs, |_| {});
+    let status_of = || -> Value {
+        http()
+            .get(format!("{admin}/status"))
+            .send()
+            .ok()
+            .and_then(|r| r.json().ok())
+            .unwrap_or(Value::Null)
+    };
+
+    // Degraded through the registry, served degraded.
+    let (status, reply) = call(
+        &base,
+        reqwest::Method::PUT,
+        &format!("/switches/{API}"),
+        Some(json!({"degraded": true, "reason": "db failover"})),
+    );
+    assert_eq!(status, 201, "{reply:#}");
+    let degraded = wait_for(Duration::from_secs(60), || {
+        status_of()["switches_degraded"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|v| v == API))
+    });
+    gateway.assert_alive();
+    assert!(
+        degraded,
+        "the gateway never served {API} degraded:\n{}",
+        gateway.tail()
+    );
+
+    // The typo, with zkCli as the operator.
+    let creds = zk.credentials().expect("a locked ZooKeeper");
+    let out = portico_testkit::zkcli_as(
+        &zk.connect_string(),
+        &creds.operator,
+        &[
+            "set",
+            &format!("/portico/switches/{API}"),
+            r#"{"degraded":fals"#,
+        ],
+    );
+    assert!(out.success, "zkCli set: {}\n{}", out.stdout, out.stderr);
+
+    // The registry's list: refused, with the reason and the served (degraded) version.
+    let mut item = Value::Null;
+    let refused = wait_for(Duration::from_secs(30), || {
+        let (_, list) = call(&base, reqwest::Method::GET, "/switches", None);
+        item = list["items"]
+            .as_array()
+            .and_then(|i| i.iter().find(|i| i["id"] == API).cloned())
+            .unwrap_or(Value::Null);
+        item["served"]["refused"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty())
+    });
+    assert!(refused, "the list never showed the refusal: {item:#}");
+    assert!(
+        item["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("not valid JSON"),
+        "{item:#}"
+    );
+    let refusal = &item["served"]["refused"][0];
+    assert_eq!(refusal["node_id"], NODE, "{item:#}");
+    assert_eq!(refusal["kept_previous"], true, "{item:#}");
+    assert_eq!(refusal["kept"]["degraded"], true, "{item:#}");
+    assert_eq!(
+        item["served"]["degraded"], true,
+        "still served degraded: {item:#}"
+    );
+    assert!(item["written_at"].as_str().is_some(), "{item:#}");
+    // GET /nodes lists the node's rejected document.
+    let (_, nodes) = call(&base, reqwest::Method::GET, "/nodes", None);
+    let node = nodes["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node_id"] == NODE)
+        .unwrap_or_else(|| panic!("{nodes:#}"));
+    assert_eq!(
+        node["rejected_documents"][0]["path"],
+        format!("switches/{API}"),
+        "{node:#}"
+    );
+    // The audit log: the zkCli write once, as outside the registry and invalid; the
+    // registry's own write is not reported again.
+    let mut outside = Vec::new();
+    let audited = wait_for(Duration::from_secs(20), || {
+        let (_, audit) = call(&base, reqwest::Method::GET, "/audit?limit=100", None);
+        outside = audit["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["actor"] == "outside the registry")
+            .cloned()
+            .collect();
+        !outside.is_empty()
+    });
+    assert!(
+        audited,
+        "no 'outside the registry' entry:\n{}",
+        registry.tail()
+    );
+    assert_eq!(
+        outside.len(),
+        1,
+        "one outside write, recorded once: {outside:#?}"
+    );
+    assert_eq!(outside[0]["target"], format!("switches/{API}"));
+    assert_eq!(outside[0]["action"], "outside.write");
+    assert_eq!(outside[0]["detail"]["valid"], false);
+    assert!(outside[0]["detail"]["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("not valid JSON"));
+
+    let env = BTreeMap::from([
+        ("CONSOLE_URL", base.clone()),
+        ("ADMIN_TOKEN", TOKEN.to_owned()),
+        ("API", API.to_owned()),
+        ("NODE_ID", NODE.to_owned()),
+    ]);
+    let passed = run_script("refused.e2e.mjs", &chromium, &env, Duration::from_secs(90));
+    registry.assert_alive();
+    gateway.assert_alive();
+    assert!(
+        passed,
+        "the browser run failed; screenshots in {}\n--- registry log ---\n{}\n--- gateway log ---\n{}",
+        screenshot_dir().display(),
+        registry.tail(),
+        gateway.tail()
+    );
+    // Still exactly one outside entry: nothing the registry did since was reported.
+    let (_, audit) = call(&base, reqwest::Method::GET, "/audit?limit=100", None);
+    let count = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["actor"] == "outside the registry")
+        .count();
+    assert_eq!(count, 1, "{audit:#}");
+    println!("refused e2e: {:.1} s", started.elapsed().as_secs_f64());
+}
