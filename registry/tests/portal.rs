@@ -578,7 +578,8 @@ fn merchant_words(world: &World, doc: &Value, m2_doc: &Value) {
 
     // Refusals: unsigned, a wrong secret, no grant, no such API, a bad field (a dot segment
     // is below: this client would resolve it before sending).
-    let refusals: [(&str, &str, &str, Option<(&str, &str)>, u16); 6] = [
+    type Refusal<'a> = (&'a str, &'a str, &'a str, Option<(&'a str, &'a str)>, u16);
+    let refusals: [Refusal; 6] = [
         ("GET", "/v1/orders/42", "", None, 401),
         (
             "GET",
