@@ -245,3 +245,53 @@ export function usePoll(fn: () => void, ms: number, deps: unknown[] = []) {
     return () => clearInterval(id);
   }, deps);
 }
+
+// ---- confirmation ----
+/**
+ * A confirmation naming the object a destructive or far-reaching action acts on: the dialog
+ * says what will happen; nothing is done until `action` is pressed. `run` may throw: the
+ * dialog stays open and shows the error.
+ */
+export function ConfirmDialog(props: {
+  title: string;
+  children: ComponentChildren;
+  action: string;
+  kind?: "danger" | "primary";
+  run: () => Promise<void>;
+  onClose: () => void;
+  testid?: string;
+}) {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<unknown>(null);
+  const go = async () => {
+    setBusy(true);
+    try {
+      await props.run();
+      props.onClose();
+    } catch (e) {
+      setError(e);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <Modal
+      tone={props.kind === "primary" ? "default" : "danger"}
+      title={props.title}
+      onClose={props.onClose}
+      footer={
+        <>
+          <Button onClick={props.onClose} data-testid="confirm-cancel">
+            Cancel
+          </Button>
+          <Button kind={props.kind ?? "danger"} busy={busy} onClick={go} data-autofocus data-testid={props.testid ?? "confirm-action"}>
+            {props.action}
+          </Button>
+        </>
+      }
+    >
+      <ErrorBanner error={error} />
+      {props.children}
+    </Modal>
+  );
+}

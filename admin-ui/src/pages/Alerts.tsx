@@ -3,7 +3,7 @@
 // sent (docs/OPERATIONS.md, "Alerts"). The banner at the top of every page is AlertBanner.
 import { useState } from "preact/hooks";
 import { Item, get, request } from "../api";
-import { Badge, Button, Empty, ErrorBanner, Link, ago, pretty, toast, usePoll } from "../ui";
+import { Badge, Button, ConfirmDialog, Empty, ErrorBanner, Link, ago, pretty, toast, usePoll } from "../ui";
 
 export type AlertRule = {
   api?: string;
@@ -129,14 +129,12 @@ export function AlertsPage() {
     2000,
     [n],
   );
+  // Removing asks first, naming the rule (the dialog shows a refusal and stays open).
+  const [removing, setRemoving] = useState<Item<AlertRule> | null>(null);
   const remove = async (id: string) => {
-    try {
-      await request("DELETE", `/alerts/${encodeURIComponent(id)}`);
-      toast(`Alert rule ${id} removed`);
-      setN((x) => x + 1);
-    } catch (e) {
-      setError(e);
-    }
+    await request("DELETE", `/alerts/${encodeURIComponent(id)}`);
+    toast(`Alert rule ${id} removed`);
+    setN((x) => x + 1);
   };
   return (
     <div class="page">
@@ -191,13 +189,27 @@ export function AlertsPage() {
                 <td>{r.document?.for_s ?? 0} s</td>
                 <td>{r.document?.severity ?? "warning"}</td>
                 <td>{(r.document?.receivers ?? []).map((x) => x.webhook ?? x.email).join(", ") || "console only"}</td>
-                <td><Button small onClick={() => remove(r.id)}>Remove</Button></td>
+                <td><Button small onClick={() => setRemoving(r)} data-testid={`remove-${r.id}`}>Remove</Button></td>
               </tr>
             ))}
           </tbody>
         </table>
       </div>
       <RuleForm onSaved={() => setN((x) => x + 1)} />
+      {removing && (
+        <ConfirmDialog title={`Remove alert rule ${removing.id}`} action="Remove rule" testid="confirm-remove-rule" run={() => remove(removing.id)} onClose={() => setRemoving(null)}>
+          <p>
+            Rule <b>{removing.id}</b>
+            {removing.document ? (
+              <>
+                {" "}
+                ({removing.document.condition} {removing.document.threshold} on <b>{removing.document.api ?? "every API"}</b>)
+              </>
+            ) : null}{" "}
+            is deleted and no longer evaluated; its receivers are sent nothing more about it. Its past events stay in the history.
+          </p>
+        </ConfirmDialog>
+      )}
       <h2>History</h2>
       {state && state.events.length === 0 ? (
         <Empty title="No alert has fired yet" />

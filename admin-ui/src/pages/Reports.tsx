@@ -1,16 +1,19 @@
 // Reports: the daily or weekly report per API and for the platform, from the registry's history
 // store (docs/OPERATIONS.md, "Reports"): calls, availability, TP50/90/99/999, top error codes,
 // slowest APIs, breaker openings, switch flips and the change vs the previous period.
+// Degraded answers (a switch that is on) are their own figure and never lower availability
+// (docs/OPERATIONS.md, "Availability and degraded answers").
 import { useEffect, useState } from "preact/hooks";
-import { get, request } from "../api";
+import { ApiError, get, request, session } from "../api";
 import { LineChart, fmtNum } from "../charts";
-import { Button, Empty, ErrorBanner, Spinner, cx, toast } from "../ui";
+import { Button, ConfirmDialog, Empty, ErrorBanner, Spinner, cx, toast } from "../ui";
 
 type Figures = {
   api: string;
   owner?: string;
   calls: number;
   errors: number;
+  degraded: number;
   availability: number | null;
   p50_ms: number | null;
   p90_ms: number | null;
@@ -20,39 +23,88 @@ type Figures = {
   breaker_openings: number;
   switch_flips: number;
   change: { previous_calls: number; calls_pct: number | null; availability_pts: number | null; p99_pct: number | null };
-  series: { at_ms: number; calls: number; errors: number }[];
+  series: { at_ms: number; calls: number; errors: number; degraded: number }[];
 };
 type Report = { period: "day" | "week"; from_ms: number; to_ms: number; platform: Figures; apis: Figures[]; slowest: { api: string; p99_ms: number }[] };
 
 const pct = (v: number | null) => (v === null ? "—" : `${(v * 100).toFixed(3)}%`);
 const ms = (v: number | null) => (v === null ? "—" : `${v} ms`);
+// In the table the unit is in the header.
+const msNum = (v: number | null) => (v === null ? "—" : `${v}`);
 const delta = (v: number | null, unit: string) => (v === null ? "—" : `${v >= 0 ? "+" : ""}${v}${unit}`);
 
 function Row({ f }: { f: Figures }) {
   return (
     <tr>
-      <td>{f.api === "*" ? <b>All APIs</b> : f.api}</td>
-      <td>{f.calls}</td>
-      <td>{pct(f.availability)}</td>
-      <td>{ms(f.p50_ms)}</td>
-      <td>{ms(f.p90_ms)}</td>
-      <td>{ms(f.p99_ms)}</td>
-      <td>{ms(f.p999_ms)}</td>
-      <td>{f.top_errors.map((e) => `${e.status} ${e.code} ×${e.count}`).join(", ") || "—"}</td>
-      <td>{f.breaker_openings}</td>
-      <td>{f.switch_flips}</td>
-      <td>{delta(f.change.calls_pct, "%")}</td>
-      <td>{delta(f.change.availability_pts, " pts")}</td>
-      <td>{delta(f.change.p99_pct, "%")}</td>
+      <td class="nowrap">{f.api === "*" ? <b>All APIs</b> : f.api}</td>
+      <td class="num">{f.calls}</td>
+      <td class="num">{pct(f.availability)}</td>
+      <td class="num">{f.errors}</td>
+      <td class="num" data-testid="degraded">{f.degraded ?? 0}</td>
+      <td class="num">{msNum(f.p50_ms)}</td>
+      <td class="num">{msNum(f.p90_ms)}</td>
+      <td class="num">{msNum(f.p99_ms)}</td>
+      <td class="num">{msNum(f.p999_ms)}</td>
+      <td class="errors">
+        {f.top_errors.length === 0
+          ? "—"
+          : f.top_errors.map((e) => (
+              <span key={`${e.status} ${e.code}`} class="line">
+                {e.status} {e.code} ×{e.count}
+              </span>
+            ))}
+      </td>
+      <td class="num">
+        {f.breaker_openings} / {f.switch_flips}
+      </td>
+      <td class="num">
+        <span class="sub">calls {delta(f.change.calls_pct, "%")}</span>
+        <span class="sub">avail. {delta(f.change.availability_pts, " pts")}</span>
+        <span class="sub">TP99 {delta(f.change.p99_pct, "%")}</span>
+      </td>
     </tr>
   );
+}
+
+/**
+ * Opens the HTML report in a new tab with the session's token: the page is fetched with the
+ * Authorization header and shown from a blob URL (a plain link would carry no token: 401).
+ * The tab is opened before the fetch, while the click still counts as the user's gesture.
+ */
+async function openHtml(period: string) {
+  const tab = window.open("about:blank", "_blank");
+  try {
+    const headers: Record<string, string> = { Accept: "text/html" };
+    const token = session.token();
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const resp = await fetch(`/api/v1/reports?period=${encodeURIComponent(period)}&format=html`, { headers });
+    if (!resp.ok) {
+      let env: { code?: string; message?: string } = {};
+      try {
+        env = await resp.json();
+      } catch {
+        // not JSON: the status says enough
+      }
+      throw new ApiError(resp.status, env.code ?? `HTTP_${resp.status}`, env.message ?? resp.statusText);
+    }
+    const blob = new Blob([await resp.text()], { type: "text/html" });
+    const url = URL.createObjectURL(blob);
+    if (tab) tab.location.href = url;
+    else window.location.href = url;
+    // The tab has loaded it by then; the URL only holds the page in memory.
+    setTimeout(() => URL.revokeObjectURL(url), 60_000);
+  } catch (e) {
+    tab?.close();
+    throw e;
+  }
 }
 
 export function ReportsPage() {
   const [period, setPeriod] = useState<"day" | "week">("day");
   const [report, setReport] = useState<Report | null>(null);
   const [error, setError] = useState<unknown>(null);
-  const [busy, setBusy] = useState(false);
+  const [confirmSend, setConfirmSend] = useState(false);
+  const [opening, setOpening] = useState(false);
   useEffect(() => {
     setReport(null);
     get<Report>("/reports", { query: { period } })
@@ -63,16 +115,20 @@ export function ReportsPage() {
       .catch(setError);
   }, [period]);
   const send = async () => {
-    setBusy(true);
+    const r = await request<{ files: string[]; mails: { to: string; sent: boolean }[] }>("POST", "/reports/send", { query: { period } });
+    toast(`${r.data.files.length} files written, ${r.data.mails.filter((m) => m.sent).length} of ${r.data.mails.length} owners mailed`);
+  };
+  const html = async () => {
+    setOpening(true);
     try {
-      const r = await request<{ files: string[]; mails: { to: string; sent: boolean }[] }>("POST", "/reports/send", { query: { period } });
-      toast(`${r.data.files.length} files written, ${r.data.mails.filter((m) => m.sent).length} of ${r.data.mails.length} owners mailed`);
+      await openHtml(period);
     } catch (e) {
       setError(e);
     } finally {
-      setBusy(false);
+      setOpening(false);
     }
   };
+  const owners = report ? Array.from(new Set(report.apis.map((f) => f.owner).filter((o): o is string => !!o))) : [];
   return (
     <div class="page">
       <header class="page-head">
@@ -91,10 +147,10 @@ export function ReportsPage() {
               </button>
             ))}
           </div>
-          <a class="btn" href={`/api/v1/reports?period=${period}&format=html`} target="_blank" rel="noreferrer">
+          <Button onClick={html} busy={opening} data-testid="report-html">
             HTML
-          </a>
-          <Button onClick={send} busy={busy}>
+          </Button>
+          <Button onClick={() => setConfirmSend(true)} data-testid="report-send">
             Send to owners now
           </Button>
         </div>
@@ -105,7 +161,8 @@ export function ReportsPage() {
         <>
           <div class="summary-cards">
             <div class="summary"><div class="summary-num">{fmtNum(report.platform.calls, 0)}</div><div class="summary-label">calls</div></div>
-            <div class="summary"><div class="summary-num">{pct(report.platform.availability)}</div><div class="summary-label">availability (non-5xx)</div></div>
+            <div class="summary"><div class="summary-num">{pct(report.platform.availability)}</div><div class="summary-label">availability (non-5xx, degraded answers apart)</div></div>
+            <div class="summary" data-testid="summary-degraded"><div class="summary-num">{fmtNum(report.platform.degraded ?? 0, 0)}</div><div class="summary-label">degraded answers (switches on)</div></div>
             <div class="summary"><div class="summary-num">{ms(report.platform.p99_ms)}</div><div class="summary-label">TP99</div></div>
             <div class="summary"><div class="summary-num">{report.platform.breaker_openings}</div><div class="summary-label">breaker openings</div></div>
           </div>
@@ -116,6 +173,7 @@ export function ReportsPage() {
               series={[
                 { name: "calls", color: "#2f6fed", values: report.platform.series.map((p) => p.calls) },
                 { name: "5xx", color: "#c62828", values: report.platform.series.map((p) => p.errors) },
+                { name: "degraded", color: "#8a63d2", values: report.platform.series.map((p) => p.degraded ?? 0) },
               ]}
             />
           </div>
@@ -128,11 +186,12 @@ export function ReportsPage() {
             <Empty title="No traffic recorded in this period" />
           ) : (
             <div class="card table-card">
-              <table class="table compact" data-testid="report-table">
+              <table class="table compact dense" data-testid="report-table">
                 <thead>
                   <tr>
-                    <th>API</th><th>Calls</th><th>Availability</th><th>TP50</th><th>TP90</th><th>TP99</th><th>TP99.9</th><th>Top errors</th>
-                    <th>Breaker</th><th>Switch</th><th>Calls Δ</th><th>Avail. Δ</th><th>TP99 Δ</th>
+                    <th>API</th><th>Calls</th><th>Availability</th><th>5xx</th><th title="Answers of a switch that is on (503 API_DEGRADED or its fallback): not failures">Degraded</th>
+                    <th>TP50 ms</th><th>TP90 ms</th><th>TP99 ms</th><th>TP99.9 ms</th><th>Top errors</th>
+                    <th title="Breaker openings / switch flips">Breaker / switch</th><th>vs previous</th>
                   </tr>
                 </thead>
                 <tbody>
@@ -145,6 +204,22 @@ export function ReportsPage() {
             </div>
           )}
         </>
+      )}
+      {confirmSend && (
+        <ConfirmDialog
+          title={`Send the ${period === "day" ? "daily" : "weekly"} report to the owners now`}
+          action="Send now"
+          kind="primary"
+          testid="confirm-send"
+          run={send}
+          onClose={() => setConfirmSend(false)}
+        >
+          <p>
+            The {period === "day" ? "daily (last 24 hours)" : "weekly (last 7 days)"} report is written to the reports directory and mailed now,
+            outside its schedule, to{" "}
+            {owners.length === 0 ? "the owners of the APIs (none is named in this report)" : <b>{owners.join(", ")}</b>}.
+          </p>
+        </ConfirmDialog>
       )}
     </div>
   );
