@@ -266,7 +266,7 @@ mod tests {
 
         let sandbox = Served::from_reads(Env::Sandbox, reads);
         assert_eq!(sandbox.planes.len(), 1, "only gw-1 has a sandbox plane");
-        assert_eq!(sandbox.refused("apis/d")[0].kept_previous, false);
+        assert!(!sandbox.refused("apis/d")[0].kept_previous);
         assert!(sandbox.refused("switches/x").is_empty());
     }
 }
