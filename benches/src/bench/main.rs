@@ -7,7 +7,7 @@
 //! time from `/proc/<pid>/stat`, and writes medians and ratios into benches/RESULTS.md.
 //!
 //! ```text
-//! portico-bench edge|grpc|isolation|switch|instructions|knobs|apis|idle|latency|replay|cache|routing|fleet|notify|all
+//! portico-bench edge|grpc|isolation|switch|instructions|knobs|apis|idle|latency|replay|cache|routing|fleet|notify|peer-check|all
 //!     [--rounds 5] [--duration 6] [--connections 32] [--nice -10] ...
 //! ```
 
@@ -20,6 +20,7 @@ mod instructions;
 mod isolation;
 mod knobs;
 mod latency;
+mod lua_peer;
 mod notify;
 mod procs;
 mod replay;
@@ -80,6 +81,10 @@ enum Suite {
     /// Issue 15: notifications: publish → delivered latency at 1,000 events/s over 1,000
     /// merchants' signed streams, memory per idle stream, events/s one node sustains.
     Notify,
+    /// The nginx + Lua peer of the edge suite alone: it accepts both signature vectors of
+    /// docs/PROTOCOL.md and refuses a bad signature, a replay, a stale timestamp, an unknown
+    /// app (the check the edge suite also runs before measuring).
+    PeerCheck,
     /// Every suite in turn (the replay soak included).
     All,
 }
@@ -360,6 +365,7 @@ fn main() -> anyhow::Result<()> {
             Suite::Routing => routing::run(&ctx, cg_plan),
             Suite::Fleet => fleet::run(&ctx),
             Suite::Notify => notify::run(&ctx),
+            Suite::PeerCheck => lua_peer::run_check(&ctx),
             Suite::All => Ok(()),
         };
         if let Err(e) = r {
