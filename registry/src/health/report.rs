@@ -359,7 +359,12 @@ mod tests {
                 .collect(),
             ..Inner::default()
         };
-        let r = report(&inner, Duration::from_secs(10), Some("live"), &SeriesFilter::All);
+        let r = report(
+            &inner,
+            Duration::from_secs(10),
+            Some("live"),
+            &SeriesFilter::All,
+        );
         let apis = r["apis"].as_array().unwrap();
         let promo = apis.iter().find(|a| a["api"] == "promo.list").unwrap();
         assert_eq!(promo["requests"], 50.0);
