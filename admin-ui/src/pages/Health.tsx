@@ -258,6 +258,7 @@ export function HealthPage() {
               times={sel.series.map((p) => p.t)}
               series={[
                 { name: "p50", color: "#22a06b", values: sel.series.map((p) => p.p50) },
+                { name: "p90", color: "#2f6fed", values: sel.series.map((p) => p.p90) },
                 { name: "p99", color: "#e2a03f", values: sel.series.map((p) => p.p99) },
                 { name: "p999", color: "#d9480f", values: sel.series.map((p) => p.p999) },
               ]}
