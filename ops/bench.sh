@@ -4,7 +4,12 @@
 #   ./ops/bench.sh [SUITE] [portico-bench options]
 #
 # Suites (time with the defaults on the 2-CPU machine):
-#   edge          direct vs nginx vs bare Pingora vs Portico, closed loop       (~3 min)
+#   edge          direct vs nginx vs bare Pingora vs nginx + Lua (the same
+#                 signed edge, benches/peers/nginx-lua/) vs Portico, closed
+#                 loop; the peer is checked first, as peer-check does          (~4 min)
+#   peer-check    the nginx + Lua peer only: it accepts both signature vectors
+#                 of docs/PROTOCOL.md and refuses a bad signature, a replay, a
+#                 stale timestamp and an unknown app (401/403); no load        (~1 min)
 #   grpc          transcoded gRPC vs HTTP passthrough through Portico          (~3 min)
 #   isolation     API B while API A's backend hangs                            (~2 min)
 #   switch        switch push / publish → live through ZooKeeper               (~1 min)
@@ -31,7 +36,8 @@
 #                 open-file limit to 20,000 (prlimit, root)                     (~5 min)
 #   all           every suite in turn                                          (~80 min)
 #
-# Installs what is missing (nginx-light, valgrind, ZooKeeper for the switch suite), builds
+# Installs what is missing (nginx-light, libnginx-mod-http-lua for the nginx + Lua peer,
+# valgrind, ZooKeeper for the switch suite), builds
 # the release binaries, then runs target/release/portico-bench, which starts every process
 # on free 127.0.0.1 ports, runs interleaved rounds and rewrites its generated sections of
 # benches/RESULTS.md (the hand-written reading around them is kept) and its SVG plots in
@@ -54,9 +60,49 @@ case "$suite" in instructions | knobs | apis | cache | routing | all) pkgs+=(val
 # prlimit (idle and notify suites) and taskset come with util-linux.
 case "$suite" in idle | notify | all) pkgs+=(util-linux) ;; esac
 case "$suite" in fleet | notify | all) pkgs+=(redis-server redis-tools) ;; esac
+case "$suite" in edge | peer-check | all) pkgs+=(libnginx-mod-http-lua) ;; esac
 ensure_packages "${pkgs[@]}"
 
+# check_nginx_lua: the nginx + Lua peer needs the Lua module built on LuaJIT with its FFI
+# and libcrypto loadable by the soname the harness gives it (the one nginx links, .so.3 on
+# bookworm). `nginx -t` skips init_by_lua, so a throw-away nginx runs it for real and
+# exits from it (no listener): status 0 only when both hold.
+check_nginx_lua() {
+    local mods=/usr/lib/nginx/modules soname dir
+    [ -f "$mods/ngx_http_lua_module.so" ] || die "libnginx-mod-http-lua is not installed"
+    soname="$(/sbin/ldconfig -p | awk '$1 == "libcrypto.so.3" {print $1; exit}')"
+    [ -n "$soname" ] || soname="$(/sbin/ldconfig -p | awk '$1 ~ /^libcrypto\.so\./ {print $1; exit}')"
+    [ -n "$soname" ] || die "libcrypto not found by ldconfig (apt-get install libssl3)"
+    dir="$(mktemp -d)"
+    cat >"$dir/nginx.conf" <<EOF
+load_module $mods/ndk_http_module.so;
+load_module $mods/ngx_http_lua_module.so;
+daemon off;
+master_process off;
+pid $dir/nginx.pid;
+events {}
+http {
+    init_by_lua_block {
+        local ok, ffi = pcall(require, "ffi")
+        assert(ok and jit, "the Lua module is not built on LuaJIT with FFI")
+        ffi.cdef("int CRYPTO_memcmp(const void *a, const void *b, size_t len);")
+        assert(ffi.load("$soname").CRYPTO_memcmp("ab", "ab", 2) == 0, "libcrypto via FFI")
+        os.exit(0)
+    }
+}
+EOF
+    if ! timeout 30 nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" 2>"$dir/err"; then
+        cat "$dir/err" >&2
+        rm -rf "$dir"
+        die "the nginx Lua module cannot run the peer (LuaJIT FFI, $soname)"
+    fi
+    rm -rf "$dir"
+    log "nginx + Lua: LuaJIT with FFI, libcrypto as $soname"
+}
+case "$suite" in edge | peer-check | all) check_nginx_lua ;; esac
+
 crates=(-p portico-gateway -p portico-demo -p portico-benches)
+case "$suite" in peer-check) crates=(-p portico-demo -p portico-benches) ;; esac
 case "$suite" in switch | all) crates+=(-p portico-registry) ;; esac
 log "building release binaries"
 cargo build --release "${crates[@]}"

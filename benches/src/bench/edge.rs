@@ -1,7 +1,9 @@
 //! Issue 2's benchmark: the same backend reached directly, through nginx `proxy_pass` with
-//! upstream keepalive, through a bare Pingora proxy, and through Portico with the full edge
-//! pipeline on signed requests.
+//! upstream keepalive, through a bare Pingora proxy, through nginx + Lua doing the signed
+//! edge's work (benches/peers/nginx-lua/, checked before it is measured), and through Portico
+//! with the full edge pipeline on signed requests.
 
+use crate::lua_peer;
 use crate::report::{f0, f1, ms, pct, ratio, table, write_section};
 use crate::runner::{error_summary, interleave, med, paired_ratio, LoadSpec, Measured, Target};
 use crate::services::{check_signed, start_backend, start_bare, start_nginx, start_portico};
@@ -13,8 +15,16 @@ pub const FILLERS: usize = 200;
 
 /// What direct, nginx and bare Pingora are asked.
 pub const PLAIN_PATH: &str = "/orders/42";
-/// What Portico is asked (rewritten to [`PLAIN_PATH`] on the backend).
+/// What Portico and the nginx + Lua peer are asked (rewritten to [`PLAIN_PATH`] on the
+/// backend).
 pub const GATEWAY_PATH: &str = "/v1/bench/orders/42";
+
+/// The targets' places in the comparison (the order of every round).
+const DIRECT: usize = 0;
+const NGINX: usize = 1;
+const BARE: usize = 2;
+const LUA: usize = 3;
+const PORTICO: usize = 4;
 
 /// The edge suite's tree: the common apps and IP ACL, `fillers` filler APIs and
 /// `bench.order.get` (full policy) on the demo backend at `backend`.
@@ -39,7 +49,7 @@ pub fn write_tree(
 }
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
-    eprintln!("== edge: direct vs nginx vs bare Pingora vs Portico");
+    eprintln!("== edge: direct vs nginx vs bare Pingora vs nginx + Lua vs Portico");
     let started_load = loadavg();
     let backend = start_backend(ctx, "backend", false)?;
     let nginx = start_nginx(ctx, backend.http)?;
@@ -48,12 +58,19 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
     let dir = ctx.subdir("edge-tree")?;
     write_tree(&dir, backend.http, FILLERS)?;
     let portico = start_portico(ctx, "portico", &dir, &[])?;
+    // The nginx + Lua peer serves the very tree Portico got, and must pass the check of
+    // docs/PROTOCOL.md's vectors and refusals before it is measured.
+    let (lua, checked) = lua_peer::start_checked(ctx, &dir, "bench-http")?;
+    for l in &checked {
+        eprintln!("  peer check ok: {l}");
+    }
 
     let plain = PLAIN_PATH;
     let gw = GATEWAY_PATH;
     check_signed(backend.http, "GET", plain, b"", "direct")?;
     check_signed(nginx.addr, "GET", plain, b"", "nginx")?;
     check_signed(bare.addr, "GET", plain, b"", "bare pingora")?;
+    check_signed(lua.addr, "GET", gw, b"", "nginx + lua")?;
     check_signed(portico.addr, "GET", gw, b"", "portico")?;
 
     let url = |addr: std::net::SocketAddr, p: &str| format!("http://{addr}{p}");
@@ -74,13 +91,18 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
             watch: vec![&bare.proc, &backend.proc],
         },
         Target {
+            name: "nginx + Lua (signed edge)".into(),
+            spec: LoadSpec::new("nginx-lua", url(lua.addr, gw), ctx),
+            watch: vec![&lua.proc, &backend.proc],
+        },
+        Target {
             name: "Portico (full edge)".into(),
             spec: LoadSpec::new("portico", url(portico.addr, gw), ctx),
             watch: vec![&portico.proc, &backend.proc],
         },
     ];
     let runs = interleave(ctx, &targets)?;
-    let md = render(ctx, &started_load, &targets, &runs);
+    let md = render(ctx, &started_load, &targets, &runs, &checked);
     write_section(&ctx.results, "edge", &md)?;
     plot(ctx, "edge", &targets, &runs)?;
     eprintln!("{md}");
@@ -136,10 +158,16 @@ pub fn plot(
     )
 }
 
-fn render(ctx: &Ctx, started_load: &str, targets: &[Target<'_>], runs: &[Vec<Measured>]) -> String {
+fn render(
+    ctx: &Ctx,
+    started_load: &str,
+    targets: &[Target<'_>],
+    runs: &[Vec<Measured>],
+    checked: &[String],
+) -> String {
     let ok_rps = |m: &Measured| Some(m.load.ok_rps);
-    let direct = med(&runs[0], ok_rps);
-    let nginx = med(&runs[1], ok_rps);
+    let direct = med(&runs[DIRECT], ok_rps);
+    let nginx = med(&runs[NGINX], ok_rps);
     let proxy_cpu = |t: &Target<'_>, m: &Measured| {
         if t.watch.len() > 1 {
             m.cpu_us_per_req(&t.watch[0].name)
@@ -156,14 +184,22 @@ fn render(ctx: &Ctx, started_load: &str, targets: &[Target<'_>], runs: &[Vec<Mea
             m.sys_us_per_req(&t.watch[0].name)
         }
     };
+    let pcpu = |i: usize| move |m: &Measured| m.cpu_us_per_req(&targets[i].watch[0].name);
+    // Per-core capacity: requests one fully used core would carry at the measured CPU cost.
+    let cap = |i: usize| 1e6 / med(&runs[i], pcpu(i));
     let mut rows = Vec::new();
-    for (t, r) in targets.iter().zip(runs) {
+    for (i, (t, r)) in targets.iter().zip(runs).enumerate() {
         let rps = med(r, ok_rps);
         rows.push(vec![
             t.name.clone(),
             f0(rps),
             ratio(rps / direct),
             ratio(rps / nginx),
+            if i == DIRECT {
+                "–".into()
+            } else {
+                ratio(cap(i) / cap(LUA))
+            },
             ms(med(r, |m| Some(m.load.latency_us.p50 as f64))),
             ms(med(r, |m| Some(m.load.latency_us.p99 as f64))),
             ms(med(r, |m| Some(m.load.latency_us.p999 as f64))),
@@ -193,6 +229,7 @@ fn render(ctx: &Ctx, started_load: &str, targets: &[Target<'_>], runs: &[Vec<Mea
             "2xx req/s",
             "vs direct",
             "vs nginx",
+            "per-core capacity vs nginx + Lua",
             "p50 ms",
             "p99 ms",
             "p99.9 ms",
@@ -204,9 +241,6 @@ fn render(ctx: &Ctx, started_load: &str, targets: &[Target<'_>], runs: &[Vec<Mea
         ],
         &rows,
     );
-    let pcpu = |i: usize| move |m: &Measured| m.cpu_us_per_req(&targets[i].watch[0].name);
-    // Per-core capacity: requests one fully used core would carry at the measured CPU cost.
-    let cap = |i: usize| 1e6 / med(&runs[i], pcpu(i));
     let util = |i: usize| med(&runs[i], |m| m.cpu_util(&targets[i].watch[0].name));
     let capped: Vec<String> = (1..targets.len())
         .filter(|i| util(*i) < 0.9)
@@ -220,19 +254,36 @@ fn render(ctx: &Ctx, started_load: &str, targets: &[Target<'_>], runs: &[Vec<Mea
             capped.join(", ")
         )
     };
+    // Per-round capacity ratio a / b: b's CPU per request over a's, in the same round.
+    let paired_cap = |a: usize, b: usize| {
+        let v: Vec<f64> = runs[a]
+            .iter()
+            .zip(&runs[b])
+            .filter_map(|(x, y)| Some(pcpu(b)(y)? / pcpu(a)(x)?))
+            .collect();
+        crate::report::median(&v)
+    };
     let headline = format!(
-        "**Throughput: Portico / nginx {} (paired per-round median {}), Portico / bare Pingora {} (paired {}), bare Pingora / nginx {}. Per-core capacity (1 / CPU per request): Portico / nginx {}, Portico / bare Pingora {}, bare Pingora / nginx {}; Portico {} vs nginx {} vs bare Pingora {} req/s per core.**{capped_note}",
-        ratio(med(&runs[3], ok_rps) / nginx),
-        ratio(paired_ratio(&runs[3], &runs[1], ok_rps)),
-        ratio(med(&runs[3], ok_rps) / med(&runs[2], ok_rps)),
-        ratio(paired_ratio(&runs[3], &runs[2], ok_rps)),
-        ratio(med(&runs[2], ok_rps) / nginx),
-        ratio(cap(3) / cap(1)),
-        ratio(cap(3) / cap(2)),
-        ratio(cap(2) / cap(1)),
-        f0(cap(3)),
-        f0(cap(1)),
-        f0(cap(2)),
+        "**Portico / nginx + Lua (the same signed edge): per-core capacity {} (paired per-round median {}; CPU per request {} vs {} µs), throughput {} (paired {}).** Throughput: Portico / nginx {} (paired per-round median {}), Portico / bare Pingora {} (paired {}), bare Pingora / nginx {}. Per-core capacity (1 / CPU per request): Portico / nginx {}, Portico / bare Pingora {}, bare Pingora / nginx {}, nginx + Lua / nginx {}; Portico {} vs nginx {} vs bare Pingora {} vs nginx + Lua {} req/s per core.{capped_note}",
+        ratio(cap(PORTICO) / cap(LUA)),
+        ratio(paired_cap(PORTICO, LUA)),
+        f1(med(&runs[PORTICO], pcpu(PORTICO))),
+        f1(med(&runs[LUA], pcpu(LUA))),
+        ratio(med(&runs[PORTICO], ok_rps) / med(&runs[LUA], ok_rps)),
+        ratio(paired_ratio(&runs[PORTICO], &runs[LUA], ok_rps)),
+        ratio(med(&runs[PORTICO], ok_rps) / nginx),
+        ratio(paired_ratio(&runs[PORTICO], &runs[NGINX], ok_rps)),
+        ratio(med(&runs[PORTICO], ok_rps) / med(&runs[BARE], ok_rps)),
+        ratio(paired_ratio(&runs[PORTICO], &runs[BARE], ok_rps)),
+        ratio(med(&runs[BARE], ok_rps) / nginx),
+        ratio(cap(PORTICO) / cap(NGINX)),
+        ratio(cap(PORTICO) / cap(BARE)),
+        ratio(cap(BARE) / cap(NGINX)),
+        ratio(cap(LUA) / cap(NGINX)),
+        f0(cap(PORTICO)),
+        f0(cap(NGINX)),
+        f0(cap(BARE)),
+        f0(cap(LUA)),
     );
     let mut per_round_rows = Vec::new();
     for (t, r) in targets.iter().zip(runs) {
@@ -245,13 +296,23 @@ fn render(ctx: &Ctx, started_load: &str, targets: &[Target<'_>], runs: &[Vec<Mea
         }));
         per_round_rows.push(row);
     }
+    // The ratio the headline's paired median is taken over, round by round.
+    let mut row = vec!["Portico ÷ nginx + Lua (per-core capacity)".to_owned()];
+    row.extend(runs[PORTICO].iter().zip(&runs[LUA]).map(|(p, l)| {
+        match (pcpu(PORTICO)(p), pcpu(LUA)(l)) {
+            (Some(p), Some(l)) => ratio(l / p),
+            _ => "–".into(),
+        }
+    }));
+    per_round_rows.push(row);
     let mut hdr = vec!["target".to_owned()];
     hdr.extend((1..=ctx.rounds).map(|i| format!("round {i} (req/s / proxy CPU µs/req)")));
     let hdr_refs: Vec<&str> = hdr.iter().map(String::as_str).collect();
     format!(
-        "### Edge: direct vs nginx vs bare Pingora vs Portico\n\n{}\n\n![throughput](plots/edge-throughput.svg) ![CPU per request](plots/edge-cpu.svg)\n\nRequests: `GET` with the four §3.1 signature headers (fresh nonce and timestamp per request, signed by the load generator for every target). Direct, nginx and bare Pingora get `/orders/42`; Portico gets `/v1/bench/orders/42`, which runs ip_acl (40 deny CIDRs + an allow list) → route ({} APIs) → auth (HMAC, replay cache) → permit → rate_limit (per-app limit + a `[app, ip]` rule and an `api` rule) → degrade → bulkhead → breaker → balance, and rewrites to `/orders/42` on the same backend. Throughput counts 2xx answers only.\n\n{headline}\n\n{main}\nPer round:\n\n{}",
+        "### Edge: direct vs nginx vs bare Pingora vs nginx + Lua vs Portico\n\n{}\n\n![throughput](plots/edge-throughput.svg) ![CPU per request](plots/edge-cpu.svg)\n\nRequests: `GET` with the four signature headers of docs/PROTOCOL.md (\"Signing a request\"; fresh nonce and timestamp per request, signed by the load generator for every target). Direct, nginx and bare Pingora get `/orders/42`; Portico gets `/v1/bench/orders/42`, which runs ip_acl (40 deny CIDRs + an allow list) → route ({} APIs) → auth (HMAC, replay cache) → permit → rate_limit (per-app limit + a `[app, ip]` rule and an `api` rule) → degrade → bulkhead → breaker → balance, and rewrites to `/orders/42` on the same backend. nginx + Lua (benches/peers/nginx-lua/: Debian's nginx with libnginx-mod-http-lua, one process, configured from the same tree) gets `/v1/bench/orders/42` too and does per request: the IP deny/allow lists, routing by path prefix over the same APIs, the body read, the four headers, the timestamp window, HMAC-SHA256 over the string-to-sign with the canonical query (LuaJIT FFI to libcrypto, each app's key schedule kept), the nonce in a shared-dict replay cache, the app's status and grant, the same three rate-limit rules counted in a shared dict (fixed windows), then keep-alive `proxy_pass` with the same rewrite; no bulkhead, breaker, degrade, metrics or balancer choice (one endpoint). Before measuring, it passed the check (`./ops/bench.sh peer-check`): {}. Throughput counts 2xx answers only.\n\n{headline}\n\n{main}\nPer round:\n\n{}",
         preamble(ctx, started_load, true),
         FILLERS + 1,
+        checked.join("; "),
         table(&hdr_refs, &per_round_rows),
     )
 }

@@ -910,7 +910,8 @@ mod tests {
             eprintln!("skipped: libnginx-mod-http-lua is not installed (./ops/bench.sh peer-check installs it)");
             return;
         }
-        let tmp = tempdir();
+        let guard = TempDir::new();
+        let tmp = guard.0.clone();
         let ctx = Ctx {
             bin_dir: tmp.clone(),
             nginx,
@@ -949,16 +950,26 @@ mod tests {
         ] {
             assert!(lines.iter().any(|l| l.contains(want)), "{want}: {lines:?}");
         }
-        let _ = std::fs::remove_dir_all(&tmp);
     }
 
-    fn tempdir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "portico-bench-peer-test-{}-{:x}",
-            std::process::id(),
-            fastrand::u64(..)
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A temporary directory removed when dropped (also when the test fails).
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new() -> Self {
+            let d = std::env::temp_dir().join(format!(
+                "portico-bench-peer-test-{}-{:x}",
+                std::process::id(),
+                fastrand::u64(..)
+            ));
+            std::fs::create_dir_all(&d).unwrap();
+            TempDir(d)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
