@@ -894,6 +894,36 @@ mod tests {
         assert_eq!(lua_str(b"a\"\\\n\xff"), r#""a\"\\\010\255""#);
     }
 
+    /// The vectors the check replays are docs/PROTOCOL.md's (and our signer's).
+    #[test]
+    fn vectors_are_the_documented_ones() {
+        let doc = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/PROTOCOL.md"),
+        )
+        .unwrap();
+        assert!(doc.contains(&format!(
+            "App key `{VECTOR_APP}`, secret `{VECTOR_SECRET}`, timestamp `{VECTOR_TIMESTAMP}`"
+        )));
+        for (method, target, body, nonce, sig) in VECTORS {
+            assert!(doc.contains(&format!("{method} {target}")), "{target}");
+            assert!(doc.contains(&format!("`{nonce}`")), "{nonce}");
+            assert!(doc.contains(sig), "{sig}");
+            if !body.is_empty() {
+                assert!(doc.contains(body), "{body}");
+            }
+            let ours = signed(
+                VECTOR_APP,
+                VECTOR_SECRET,
+                method,
+                target,
+                body.as_bytes(),
+                VECTOR_TIMESTAMP,
+                nonce,
+            );
+            assert_eq!(ours[3].1, sig);
+        }
+    }
+
     /// The peer on the edge tree, in front of a fixed-answer nginx, passes the check (needs
     /// Debian's nginx and libnginx-mod-http-lua; skipped, saying so, when they are missing).
     #[test]
