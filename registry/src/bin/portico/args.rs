@@ -236,8 +236,16 @@ pub(crate) struct DraftOptions {
     #[arg(long = "id")]
     pub(crate) ids: Vec<String>,
     /// Publish every draft made, right after the import.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "dry_run")]
     pub(crate) publish: bool,
+    /// Preview only: print each draft as new, changed or unchanged and the routes other APIs
+    /// own, and write nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Replace drafts that exist and would change (without it such an import is refused,
+    /// 409 WOULD_OVERWRITE, listing them: preview with --dry-run first).
+    #[arg(long)]
+    pub(crate) overwrite: bool,
 }
 
 impl DraftOptions {
@@ -262,6 +270,12 @@ impl DraftOptions {
         }
         if !ids.is_empty() {
             m.insert("ids".into(), json!(ids));
+        }
+        if self.dry_run {
+            m.insert("dry_run".into(), json!(true));
+        }
+        if self.overwrite {
+            m.insert("overwrite".into(), json!(true));
         }
         Ok(m)
     }

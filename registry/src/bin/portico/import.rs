@@ -44,7 +44,13 @@ pub(crate) async fn import(cli: &Cli, cmd: &ImportCommand) -> Result<ExitCode, S
         obj.extend(options.json()?);
     }
     let answer = c.post(route, &body).await.map_err(|e| e.to_string())?;
+    if options.dry_run {
+        println!("preview (nothing written):");
+    }
     let ids = print_import(&answer.body);
+    if options.dry_run {
+        return Ok(ExitCode::SUCCESS);
+    }
     publish_if_asked(&c, options, ids).await
 }
 
@@ -78,13 +84,21 @@ fn print_import(b: &Value) -> Vec<String> {
             d["http"]["method"].as_str().unwrap_or("").to_owned(),
             d["http"]["path"].as_str().unwrap_or("").to_owned(),
             d["rpc"].as_str().unwrap_or("").to_owned(),
-            if d["created"] == true {
-                "(new)"
-            } else {
-                "(updated)"
-            }
-            .to_owned(),
+            format!("({})", d["state"].as_str().unwrap_or("updated")),
         ]);
+        for c in d["conflicts"].as_array().into_iter().flatten() {
+            drafts.row(vec![
+                "  conflict".to_owned(),
+                String::new(),
+                c["route"].as_str().unwrap_or("").to_owned(),
+                format!(
+                    "already bound by API {} ({})",
+                    c["api"].as_str().unwrap_or("?"),
+                    c["env"].as_str().unwrap_or("?")
+                ),
+                String::new(),
+            ]);
+        }
     }
     print!("{}", drafts.render(false));
     for s in b["skipped"].as_array().into_iter().flatten() {

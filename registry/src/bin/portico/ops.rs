@@ -245,9 +245,33 @@ fn print_nodes(nodes: &[Value]) {
         ("IN SYNC", Align::Left),
         ("LAG(ZXID)", Align::Right),
         ("UPDATED", Align::Right),
+        ("REFUSED", Align::Right),
     ]);
     let mut behind = false;
+    // Documents a node refuses (it serves the previous version, or nothing, in their place):
+    // listed under the table (docs/OPERATIONS.md, "What the gateways serve").
+    let mut refused = Vec::new();
     for n in nodes {
+        let node = n["node_id"].as_str().unwrap_or("?");
+        let mut count = 0;
+        for (key, env) in [
+            ("rejected_documents", "live"),
+            ("sandbox_rejected_documents", "sandbox"),
+        ] {
+            for r in n[key].as_array().into_iter().flatten() {
+                count += 1;
+                let kept = if r["kept_previous"] == true {
+                    "serving the previous version"
+                } else {
+                    "not served"
+                };
+                refused.push(format!(
+                    "{node} refuses {} ({env}): {} ({kept})",
+                    r["path"].as_str().unwrap_or("?"),
+                    r["reason"].as_str().unwrap_or("")
+                ));
+            }
+        }
         if n["in_sync"] != true {
             behind = true;
         }
@@ -267,11 +291,15 @@ fn print_nodes(nodes: &[Value]) {
             if n["in_sync"] == true { "yes" } else { "NO" }.to_owned(),
             n["lag_zxid"].to_string(),
             updated,
+            count.to_string(),
         ]);
     }
     t.print();
     if behind {
         println!("some nodes have not applied the latest configuration");
+    }
+    for line in refused {
+        println!("{line}");
     }
 }
 
