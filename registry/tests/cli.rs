@@ -557,3 +557,115 @@ async fn switch_and_publish_wait_for_every_live_gateway() {
         "{status}"
     );
 }
+
+/// `portico import --dry-run` previews (new / changed, and each route another API owns) and
+/// writes nothing; a re-import that would change a draft is refused (409 WOULD_OVERWRITE,
+/// naming it) until `--overwrite` confirms it (docs/OPERATIONS.md, "Draft → sandbox →
+/// publish → rollback").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_previews_and_overwrites_a_draft_only_when_asked() {
+    let zk = ZooKeeper::start_locked();
+    let reg = registry(&zk).await;
+    let cluster = json!({"protocol": "grpc", "endpoints": [{"addr": "127.0.0.1:50051"}]});
+    reg.put("/clusters/order-svc", &cluster).await.expect(201);
+    reg.put("/sandbox/clusters/order-svc", &cluster)
+        .await
+        .expect(201);
+    // Another API already owns the route GetOrder maps to.
+    let http_cluster = json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:9"}]});
+    reg.put("/sandbox/clusters/web", &http_cluster)
+        .await
+        .expect(201);
+    let other = json!({"id": "other.get", "http": {"method": "GET", "path": "/v1/orders/{order_id}"},
+        "backend": {"cluster": "web", "http": {}}, "auth": "none"});
+    reg.put("/sandbox/apis/other.get", &other).await.expect(201);
+    let base = reg.base.clone();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protos");
+    let file = root.join("demo/order.proto");
+    let import = |extra: &'static [&'static str]| {
+        let mut args = vec![
+            "import".to_owned(),
+            "proto".to_owned(),
+            "--cluster".to_owned(),
+            "order-svc".to_owned(),
+            "--root".to_owned(),
+            root.to_str().unwrap().to_owned(),
+            "--service".to_owned(),
+            "demo.order.v1.OrderService".to_owned(),
+            "--id".to_owned(),
+            "demo.order.v1.OrderService/GetOrder=order.get".to_owned(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args.push(file.to_str().unwrap().to_owned());
+        let base = base.clone();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            portico(&base, &args).await
+        }
+    };
+
+    // A preview of the first import: new, the conflict named, nothing written.
+    let run = import(&["--dry-run"]).await;
+    assert!(run.ok, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("preview (nothing written)"),
+        "{}",
+        run.stdout
+    );
+    let line = |out: &str, needle: &str| out.lines().any(|l| l.contains(needle));
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.contains("draft order.get") && l.contains("(new)")),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        line(&run.stdout, "already bound by API other.get (sandbox)"),
+        "{}",
+        run.stdout
+    );
+    reg.get("/sandbox/apis/order.get").await.expect(404);
+
+    // The import itself, then the same import with another deadline: refused, named.
+    let run = import(&[]).await;
+    assert!(run.ok, "{}", run.stderr);
+    let before = reg.get("/sandbox/apis/order.get").await.expect(200).body;
+    let run = import(&["--timeout-ms", "1234"]).await;
+    assert!(!run.ok, "{}", run.stdout);
+    assert!(
+        run.stderr.contains("409 WOULD_OVERWRITE") && run.stderr.contains("order.get"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        reg.get("/sandbox/apis/order.get").await.expect(200).body,
+        before
+    );
+    // Previewed as changed, still not written.
+    let run = import(&["--timeout-ms", "1234", "--dry-run"]).await;
+    assert!(run.ok, "{}", run.stderr);
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.contains("draft order.get") && l.contains("(changed)")),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        reg.get("/sandbox/apis/order.get").await.expect(200).body,
+        before
+    );
+    // Confirmed: replaced.
+    let run = import(&["--timeout-ms", "1234", "--overwrite"]).await;
+    assert!(run.ok, "{}", run.stderr);
+    let after = reg.get("/sandbox/apis/order.get").await.expect(200).body;
+    assert_eq!(after["backend"]["timeout_ms"], 1234, "{after:#}");
+    // --publish with --dry-run is refused by the CLI itself.
+    let run = import(&["--dry-run", "--publish"]).await;
+    assert!(
+        !run.ok && run.stderr.contains("--publish"),
+        "{}",
+        run.stderr
+    );
+}
