@@ -386,7 +386,8 @@ impl CallTicket {
     /// backend's host refused the connection: nothing listens there, e.g. while it
     /// restarts). While Closed this counts neither for nor against the backend: failing
     /// such calls is already immediate and loads nothing, and counting them kept the
-    /// breaker open for `open_ms` after a restarted backend was answering again (issue 29).
+    /// breaker open for `open_ms` after a restarted backend was answering again
+    /// (docs/OPERATIONS.md, "gRPC client settings": the breaker after a restart).
     /// A probe refused so re-opens the breaker, as any probe that did not succeed.
     pub fn not_reached(mut self) {
         self.recorded = true;

@@ -36,7 +36,8 @@
 //! - `X-Forwarded-Proto`: `http` or `https`, the scheme the request reached the gateway on,
 //!   or a trusted proxy's own `X-Forwarded-Proto` when it sent exactly one `http`/`https`.
 //!
-//! gRPC metadata is an allow-list, by grpc-gateway's convention (issue 29): a client header
+//! gRPC metadata is an allow-list, by grpc-gateway's convention (docs/PROTOCOL.md, "What
+//! backends receive"): a client header
 //! becomes metadata only when it is `grpc-metadata-<key>` (sent as `<key>`) or one of
 //! [`ALLOWED_METADATA`] (credentials, trace context, `Accept-Language`), then filtered as
 //! above; any other header (`X-Custom`, `Cookie`, `User-Agent`, ...) is not metadata. Reserved

@@ -6,7 +6,8 @@
 //!   transcoding [`MethodPlan`] of its bindings.
 //! - [`GrpcInvoker`] (process-wide, lives across reloads): pooled HTTP/2 channels per
 //!   endpoint and the call itself: transcode the HTTP request, call with a deadline, map the
-//!   reply to JSON or the gRPC status to the §3.2 envelope.
+//!   reply to JSON or the gRPC status to the error envelope (docs/PROTOCOL.md, "The error
+//!   envelope").
 //!
 //! # Channels and runtimes
 //!
