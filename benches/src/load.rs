@@ -89,7 +89,7 @@ struct Args {
     /// Target total request rate (requests/s over all connections); unpaced when absent.
     #[arg(long)]
     rate: Option<f64>,
-    /// App key to sign with (§3.1).
+    /// App key to sign with (docs/PROTOCOL.md, "Signing a request").
     #[arg(long, requires = "secret")]
     app_key: Option<String>,
     /// App secret to sign with.

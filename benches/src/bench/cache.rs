@@ -1,6 +1,7 @@
-//! Issue 12's benchmark: what a cache HIT, a cache MISS and the hot-key detector cost, against
-//! the same call proxied with no cache or hot-key policy. Eight APIs on one Portico reach the
-//! same backend path (`/orders/42`, the same answer bytes) with the same edge policy:
+//! The cache benchmark (benches/RESULTS.md, "Cache HIT / MISS and the hot-key detector"): what a
+//! cache HIT, a cache MISS and the hot-key detector cost, against the same call proxied with no
+//! cache or hot-key policy. Eight APIs on one Portico reach the same backend path (`/orders/42`,
+//! the same answer bytes) with the same edge policy:
 //!
 //! - `plain`: no cache, no hot keys (a proxied call);
 //! - `hit`: `cache` keyed by the path variable: every measured request is a HIT;
@@ -219,7 +220,7 @@ fn render(
         us(HOT_NEW, PLAIN_H),
     );
     format!(
-        "### Cache HIT / MISS and the hot-key detector (issue 12)\n\n{}\n\nEight APIs on one Portico (`--threads 1`) reach the same demo backend path `/orders/42` with the same edge policy (signature, rate limits, bulkhead, breaker); they differ only in `cache` / `hot_keys` (see benches/src/bench/cache.rs). The MISS and \"new key\" loads send a header (`{UNIQUE}`) that differs on every request and is the key; the rows \"with the varying header\" send it too, their baselines. The two \"cache off\" APIs have `\"cache\": {{\"ttl_ms\": 0}}` and no detector: their answers carry `X-Portico-Cache: BYPASS` like the detector's, so the detector's rows minus these are the detector alone. Instructions: callgrind, {} warm-up + {} measured requests on {} connections, traffic threads. CPU: closed loop, interleaved rounds, µs of the Portico process per request. The detector's cost in µs is its instruction difference × the proxied call's µs per instruction.\n\n{headline}\n\n{}",
+        "### Cache HIT / MISS and the hot-key detector\n\n{}\n\nEight APIs on one Portico (`--threads 1`) reach the same demo backend path `/orders/42` with the same edge policy (signature, rate limits, bulkhead, breaker); they differ only in `cache` / `hot_keys` (see benches/src/bench/cache.rs). The MISS and \"new key\" loads send a header (`{UNIQUE}`) that differs on every request and is the key; the rows \"with the varying header\" send it too, their baselines. The two \"cache off\" APIs have `\"cache\": {{\"ttl_ms\": 0}}` and no detector: their answers carry `X-Portico-Cache: BYPASS` like the detector's, so the detector's rows minus these are the detector alone. Instructions: callgrind, {} warm-up + {} measured requests on {} connections, traffic threads. CPU: closed loop, interleaved rounds, µs of the Portico process per request. The detector's cost in µs is its instruction difference × the proxied call's µs per instruction.\n\n{headline}\n\n{}",
         preamble(ctx, started_load, true),
         plan.warmup,
         plan.calls,

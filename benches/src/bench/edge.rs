@@ -1,7 +1,8 @@
-//! Issue 2's benchmark: the same backend reached directly, through nginx `proxy_pass` with
-//! upstream keepalive, through a bare Pingora proxy, through nginx + Lua doing the signed
-//! edge's work (benches/peers/nginx-lua/, checked before it is measured), and through Portico
-//! with the full edge pipeline on signed requests.
+//! The edge benchmark (benches/RESULTS.md, "Edge gateway vs nginx vs bare Pingora vs nginx + Lua"):
+//! the same backend reached directly, through nginx `proxy_pass` with upstream keepalive, through a
+//! bare Pingora proxy, through nginx + Lua doing the signed edge's work (benches/peers/nginx-lua/,
+//! checked before it is measured), and through Portico with the full edge pipeline on signed
+//! requests.
 
 use crate::lua_peer;
 use crate::report::{f0, f1, ms, pct, ratio, table, write_section};

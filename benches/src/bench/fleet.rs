@@ -1,6 +1,7 @@
-//! Issue 13's benchmark: what a cluster-scope rate limit costs per request with Redis, against
-//! the same limit kept locally, at 1,000 and 10,000 req/s; and how accurate it is when the
-//! load is spread unevenly over three gateways.
+//! The fleet benchmark (benches/RESULTS.md, "Cluster-scope rate limits: cost and accuracy"): what a
+//! cluster-scope rate limit costs per request with Redis, against the same limit kept locally, at
+//! 1,000 and 10,000 req/s; and how accurate it is when the load is spread unevenly over three
+//! gateways.
 //!
 //! Cost: one Portico with `--redis`, two APIs on the same backend path, each with a generous
 //! limit (never refusing): `scope: local` (the default) and `scope: cluster`. Open-loop load
@@ -196,7 +197,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
         delta(RATES[1]),
     );
     let md = format!(
-        "### Cluster-scope rate limits: cost and accuracy (issue 13)\n\n{}\n\nCost: one Portico (`--threads 1`) with `--redis` (a local `redis-server`), two APIs on the same backend path with a limit that never refuses, `scope: local` vs `scope: cluster`, open-loop load at a fixed rate; medians of {} runs. Redis CPU and commands from its `INFO`, per request sent (warm-up included). Accuracy: three Porticos on one Redis, offered {} req/s for {:.0} s after a warm-up that spends the burst.\n\n{headline}\n\n{}\n\nPer gateway: {}.\n",
+        "### Cluster-scope rate limits: cost and accuracy\n\n{}\n\nCost: one Portico (`--threads 1`) with `--redis` (a local `redis-server`), two APIs on the same backend path with a limit that never refuses, `scope: local` vs `scope: cluster`, open-loop load at a fixed rate; medians of {} runs. Redis CPU and commands from its `INFO`, per request sent (warm-up included). Accuracy: three Porticos on one Redis, offered {} req/s for {:.0} s after a warm-up that spends the burst.\n\n{headline}\n\n{}\n\nPer gateway: {}.\n",
         preamble(ctx, &started_load, true),
         ctx.rounds,
         UNEVEN.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(" / "),

@@ -1,7 +1,7 @@
-//! Issue 3's transcoding benchmark: through the same Portico, a transcoded gRPC call
-//! (JSON → protobuf → gRPC over a pooled HTTP/2 channel → protobuf → JSON) against a plain
-//! HTTP proxy call of the same request to a backend that answers the same JSON bytes, for a
-//! GET (path variable) and a POST (JSON body).
+//! The transcoding benchmark (benches/RESULTS.md, "Transcoded gRPC vs HTTP passthrough"): through
+//! the same Portico, a transcoded gRPC call (JSON → protobuf → gRPC over a pooled HTTP/2 channel →
+//! protobuf → JSON) against a plain HTTP proxy call of the same request to a backend that answers
+//! the same JSON bytes, for a GET (path variable) and a POST (JSON body).
 
 use crate::report::{f0, f1, ms, pct, ratio, table, write_section};
 use crate::runner::{error_summary, interleave, med, paired_ratio, LoadSpec, Measured, Target};
@@ -225,7 +225,7 @@ fn render(
         )
     };
     format!(
-        "### Transcoded gRPC vs HTTP passthrough (issue 3)\n\n{}\n\nBoth kinds of API run the same edge pipeline and policy (signature, rate limits, bulkhead, breaker) on one Portico (`--threads 1`). The gRPC APIs reach the demo backend's gRPC listener: GET `/v1/orders/42` → `OrderService/GetOrder`, POST `/v1/orders` → `OrderService/CreateOrder`. The HTTP APIs (`/v1/http/orders/42` → `GET /orders/42`, `/v1/http/orders` → `POST /orders`) reach an HTTP backend (nginx `return 200`) that answers **the very bytes the transcoded calls answer** (captured from a Portico first), so each pair is like for like: same request, same JSON answer bytes; \"backend CPU\" is nginx's for the HTTP rows, the demo backend's for the gRPC rows. Both POSTs send the same {}-byte JSON body. Goal: transcoding ≤ 15% over HTTP passthrough.\n\n{}\n{}\n\n{main}\n![throughput](plots/grpc-throughput.svg) ![Portico CPU per request](plots/grpc-cpu.svg)\n",
+        "### Transcoded gRPC vs HTTP passthrough\n\n{}\n\nBoth kinds of API run the same edge pipeline and policy (signature, rate limits, bulkhead, breaker) on one Portico (`--threads 1`). The gRPC APIs reach the demo backend's gRPC listener: GET `/v1/orders/42` → `OrderService/GetOrder`, POST `/v1/orders` → `OrderService/CreateOrder`. The HTTP APIs (`/v1/http/orders/42` → `GET /orders/42`, `/v1/http/orders` → `POST /orders`) reach an HTTP backend (nginx `return 200`) that answers **the very bytes the transcoded calls answer** (captured from a Portico first), so each pair is like for like: same request, same JSON answer bytes; \"backend CPU\" is nginx's for the HTTP rows, the demo backend's for the gRPC rows. Both POSTs send the same {}-byte JSON body. Goal: transcoding ≤ 15% over HTTP passthrough.\n\n{}\n{}\n\n{main}\n![throughput](plots/grpc-throughput.svg) ![Portico CPU per request](plots/grpc-cpu.svg)\n",
         preamble(ctx, started_load, true),
         ORDER_BODY.len(),
         pair(0, 1, "GET"),

@@ -1,8 +1,8 @@
-//! Issue 10, item 1: the stable measure. Instructions per request under callgrind (see
-//! `callgrind.rs`) for the edge targets (Portico's full signed edge on the edge suite's tree,
-//! the bare Pingora proxy, nginx), each counted in fresh processes `--cg-reps` times to show
-//! the spread, with the top functions of Portico and bare Pingora; and a transcoded gRPC
-//! call against an HTTP passthrough call that answers the very same JSON bytes.
+//! The stable measure (benches/RESULTS.md, "Instructions per request"). Instructions per request
+//! under callgrind (see `callgrind.rs`) for the edge targets (Portico's full signed edge on the
+//! edge suite's tree, the bare Pingora proxy, nginx), each counted in fresh processes `--cg-reps`
+//! times to show the spread, with the top functions of Portico and bare Pingora; and a transcoded
+//! gRPC call against an HTTP passthrough call that answers the very same JSON bytes.
 
 use std::net::SocketAddr;
 use std::path::Path;

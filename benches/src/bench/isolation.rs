@@ -1,6 +1,6 @@
-//! Issue 3's isolation experiment: API B's throughput and p99 on one Portico while API A,
-//! on its own backend, is loaded concurrently — healthy, then hanging far beyond its
-//! timeout (`X-Demo-Hang: 1`).
+//! The isolation experiment (benches/RESULTS.md, "Isolation"): API B's throughput and p99 on one
+//! Portico while API A, on its own backend, is loaded concurrently — healthy, then hanging far
+//! beyond its timeout (`X-Demo-Hang: 1`).
 
 use std::collections::BTreeMap;
 
@@ -211,7 +211,7 @@ fn render(
     }
     let p99 = |i: usize| crate::runner::med(&b_runs[i], |m| Some(m.load.latency_us.p99 as f64));
     format!(
-        "### Isolation: API B while API A's backend hangs (issue 3)\n\n{}\n\nOne Portico (`--threads 1`). API A (`iso.a`) has its own demo backend, `timeout_ms` {A_TIMEOUT_MS}, bulkhead {A_MAX_CONCURRENT}, breaker (5 consecutive failures, open 1 s); its load is {A_CONNECTIONS} connections paced to {A_RATE:.0} req/s in total, with `X-Demo-Hang: 1` in the hanging condition (the backend never answers). API B (`iso.b`) is measured twice: closed loop ({} connections, as fast as Portico answers: throughput) and paced at {B_PACED_RATE:.0} req/s (latency). Goal: B loses ≤ 5% throughput while A hangs.\n\n**Closed loop: B's throughput while A hangs is {} of B alone and {} of B beside a healthy A; B's p99 {} ms (alone {} ms, healthy A {} ms). Paced: B's p99 {} ms while A hangs (alone {} ms, healthy A {} ms).**\n\n{}",
+        "### Isolation: API B while API A's backend hangs\n\n{}\n\nOne Portico (`--threads 1`). API A (`iso.a`) has its own demo backend, `timeout_ms` {A_TIMEOUT_MS}, bulkhead {A_MAX_CONCURRENT}, breaker (5 consecutive failures, open 1 s); its load is {A_CONNECTIONS} connections paced to {A_RATE:.0} req/s in total, with `X-Demo-Hang: 1` in the hanging condition (the backend never answers). API B (`iso.b`) is measured twice: closed loop ({} connections, as fast as Portico answers: throughput) and paced at {B_PACED_RATE:.0} req/s (latency). Goal: B loses ≤ 5% throughput while A hangs.\n\n**Closed loop: B's throughput while A hangs is {} of B alone and {} of B beside a healthy A; B's p99 {} ms (alone {} ms, healthy A {} ms). Paced: B's p99 {} ms while A hangs (alone {} ms, healthy A {} ms).**\n\n{}",
         preamble(ctx, started_load, true),
         ctx.connections,
         ratio(b_rps(&b_runs[2]) / b_rps(&b_runs[0])),

@@ -1,4 +1,5 @@
-//! Issue 10, item 3 (profiling): Pingora's own knobs, one at a time, on the bare proxy.
+//! Pingora's own knobs, one at a time, on the bare proxy (benches/RESULTS.md, "Pingora's own cost
+//! and its knobs").
 //!
 //! Every variant is the baseline `bare-pingora-proxy` (its defaults untouched) with one flag
 //! or another allocator binary. Each is measured twice: instructions per request under

@@ -1,5 +1,5 @@
-//! Issue 10, item 6: latency at a fixed rate, 50% of saturation, open loop (no coordinated
-//! omission), Portico vs bare Pingora.
+//! Latency at a fixed rate (benches/RESULTS.md, "Latency at a fixed rate"), 50% of saturation, open
+//! loop (no coordinated omission), Portico vs bare Pingora.
 
 use crate::report::{f0, ms, pct, ratio, table, write_section};
 use crate::runner::{error_summary, interleave, med, LoadSpec, Measured, Target};

@@ -49,36 +49,36 @@ struct Cli {
 
 #[derive(Subcommand, Debug, Clone, Copy, PartialEq, Eq)]
 enum Suite {
-    /// Issue 2: direct backend vs nginx vs bare Pingora vs Portico (full edge pipeline).
+    /// Direct backend vs nginx vs bare Pingora vs Portico (full edge pipeline).
     Edge,
-    /// Issue 3: a transcoded gRPC call vs an HTTP proxy call of the same payload.
+    /// A transcoded gRPC call vs an HTTP proxy call of the same payload.
     Grpc,
-    /// Issue 3: API B's throughput and p99 while API A's backend hangs.
+    /// API B's throughput and p99 while API A's backend hangs.
     Isolation,
-    /// Issue 4: switch push latency to two gateways through ZooKeeper, publish → live.
+    /// Switch push latency to two gateways through ZooKeeper, publish → live.
     Switch,
-    /// Issue 10: instructions per request under callgrind (Portico, bare Pingora, nginx;
+    /// Instructions per request under callgrind (Portico, bare Pingora, nginx;
     /// gRPC transcoded vs HTTP with the same answer bytes), top functions.
     Instructions,
-    /// Issue 10: Pingora's knobs on the bare proxy, one at a time (instructions and CPU).
+    /// Pingora's knobs on the bare proxy, one at a time (instructions and CPU).
     Knobs,
-    /// Issue 10: 10,000 APIs vs 10 APIs (capacity, instructions, RSS).
+    /// 10,000 APIs vs 10 APIs (capacity, instructions, RSS).
     Apis,
-    /// Issue 10: memory per idle keep-alive connection (Portico, bare Pingora, nginx).
+    /// Memory per idle keep-alive connection (Portico, bare Pingora, nginx).
     Idle,
-    /// Issue 10: open-loop latency at 50% of saturation, Portico vs bare Pingora.
+    /// Open-loop latency at 50% of saturation, Portico vs bare Pingora.
     Latency,
-    /// Issue 10: one app's sustained signed rate against the replay cache (minutes).
+    /// One app's sustained signed rate against the replay cache (minutes).
     Replay,
-    /// Issue 12: a cache HIT, a MISS and the hot-key detector vs a proxied call
+    /// A cache HIT, a MISS and the hot-key detector vs a proxied call
     /// (instructions and CPU per request).
     Cache,
-    /// Issue 11: least_load + health checks + sticky vs round_robin (capacity, instructions).
+    /// `least_load` + health checks + sticky vs `round_robin` (capacity, instructions).
     Routing,
-    /// Issue 13: a cluster-scope rate limit with Redis vs a local one (cost at 1k and 10k
+    /// A cluster-scope rate limit with Redis vs a local one (cost at 1k and 10k
     /// req/s), and its accuracy under uneven load over three gateways.
     Fleet,
-    /// Issue 15: notifications: publish → delivered latency at 1,000 events/s over 1,000
+    /// Notifications: publish → delivered latency at 1,000 events/s over 1,000
     /// merchants' signed streams, memory per idle stream, events/s one node sustains.
     Notify,
     /// The nginx + Lua peer of the edge suite alone: it accepts both signature vectors of

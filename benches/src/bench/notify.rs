@@ -1,13 +1,14 @@
-//! Issue 15's benchmark: notifications end to end (docs/PROTOCOL.md "Notifications",
-//! docs/OPERATIONS.md "Notifications").
+//! The notifications benchmark (benches/RESULTS.md, "Notifications"): notifications end to end
+//! (docs/PROTOCOL.md "Notifications", docs/OPERATIONS.md "Notifications").
 //!
 //! One release gateway (`--threads 1`, pinned like every proxy under test) with `--redis` (a
 //! local `redis-server`), and again with the in-memory store; a tree of [`APPS`] apps, each
 //! granted the one topic `orders` (its own `"topics": ["orders"]`). In this process:
 //!
-//! - **merchants**: one tokio task per merchant, each on **its own TCP connection**, holding
-//!   a §3.1-signed `GET /notify/v1/stream` (HTTP/1.1, chunked SSE decoded here) and acking
-//!   in batches with signed `POST /notify/v1/ack` on a keep-alive connection of its own;
+//! - **merchants**: one tokio task per merchant, each on **its own TCP connection**, holding a
+//!   signed `GET /notify/v1/stream` (docs/PROTOCOL.md, "Signing a request") (HTTP/1.1, chunked SSE
+//!   decoded here) and acking in batches with signed `POST /notify/v1/ack` on a keep-alive
+//!   connection of its own;
 //! - **a publisher**: open loop, event `k` scheduled at `start + k / rate`, sent on one of
 //!   [`PUBLISH_CONNS`] keep-alive connections to the internal listener (`POST
 //!   /internal/v1/notifications`, bearer token), to app `k mod merchants`; the payload
@@ -233,7 +234,7 @@ async fn exchange(
     Ok((status, body))
 }
 
-/// A signed request (docs/PROTOCOL.md §3.1) of app `i`.
+/// A signed request (docs/PROTOCOL.md, "Signing a request") of app `i`.
 fn signed_request(
     addr: SocketAddr,
     i: usize,
@@ -1382,8 +1383,8 @@ fn report(
     };
     let placement = format!("{placement}{nice}");
     format!(
-        "### Notifications: publish → delivered, memory per idle stream, events/s (issue 15)\n\n{}\n\n\
-One `portico-gateway` (release, `--threads 1`, `--notify-max-streams 20000`, default ack timeout 30 s, heartbeat 15 s; an idle stream is woken by each publish for its app (with Redis through the Pub/Sub channel `portico:notify:wake`) and polls its store once a second) on a tree of {APPS} apps, each granted the topic `orders` in its own document; with `--redis` (a local `redis-server`) and without (the memory store). {placement}. The harness (`portico-bench`, one tokio runtime of 2 workers; its open-file limit raised to {NOFILE} with `prlimit`, the gateway's too) holds **one TCP connection per merchant**: a §3.1-signed `GET /notify/v1/stream` (HTTP/1.1, chunked Server-Sent Events decoded by the harness; a refused or dropped stream is opened again after 0.2 s, doubling up to 2 s, and counted), and each merchant acks what it received once a second with one signed `POST /notify/v1/ack` on a keep-alive connection of its own. The publisher is open loop: event *k* is scheduled at start + *k*/rate and sent on one of {PUBLISH_CONNS} keep-alive connections to the internal listener (`POST /internal/v1/notifications`, bearer token), to app *k* mod {MERCHANTS}; its payload carries *k* and the scheduled time, and **latency = receive time − scheduled publish time** (a late publisher counts against the gateway). Percentiles over the {MEASURE_S:.0} s after a {WARMUP_S:.0} s warm-up; lost = answered 200 by the publish API and not received {} s after the last publish; duplicated = received more than once. CPU from /proc (gateway) and Redis's `INFO` over the measured window.\n\n{headline}\n\n#### Latency at {RATE:.0} events/s over {MERCHANTS} merchants\n\n{lat_table}\nWith Redis: {} ids acked ({} failed ack POSTs), {} streams opened again; streams: {}. Memory store: {} ids acked ({} failed ack POSTs), {} streams opened again; streams: {}. Events of an earlier phase seen late: {}.\n\n#### Memory per idle stream\n\nA fresh gateway (and a fresh Redis); RSS (`VmRSS`, the smallest of five samples a second apart) with no stream open, then with N signed idle streams open (nothing published). The idle CPU and Redis columns are over 5 s with the streams open and nothing published: the price of every stream's once-a-second store poll and, with Redis, its once-a-second hold check. Streams with Redis: {}; with the memory store: {}.\n\n{idle_table}\n#### Events/s one node sustains\n\nThe same {MERCHANTS} merchants; open-loop steps of {STEP_MEASURE_S:.0} s (+{STEP_WARMUP_S:.0} s warm-up), stopping at the first that lags: p99 > 1 s, an event lost or a publish refused, more than 1% of publishes answered over a second late, or more than a second's worth of events not yet delivered when the last one was due.\n\n{step_table}",
+        "### Notifications: publish → delivered, memory per idle stream, events/s\n\n{}\n\n\
+One `portico-gateway` (release, `--threads 1`, `--notify-max-streams 20000`, default ack timeout 30 s, heartbeat 15 s; an idle stream is woken by each publish for its app (with Redis through the Pub/Sub channel `portico:notify:wake`) and polls its store once a second) on a tree of {APPS} apps, each granted the topic `orders` in its own document; with `--redis` (a local `redis-server`) and without (the memory store). {placement}. The harness (`portico-bench`, one tokio runtime of 2 workers; its open-file limit raised to {NOFILE} with `prlimit`, the gateway's too) holds **one TCP connection per merchant**: a signed (docs/PROTOCOL.md, \"Signing a request\") `GET /notify/v1/stream` (HTTP/1.1, chunked Server-Sent Events decoded by the harness; a refused or dropped stream is opened again after 0.2 s, doubling up to 2 s, and counted), and each merchant acks what it received once a second with one signed `POST /notify/v1/ack` on a keep-alive connection of its own. The publisher is open loop: event *k* is scheduled at start + *k*/rate and sent on one of {PUBLISH_CONNS} keep-alive connections to the internal listener (`POST /internal/v1/notifications`, bearer token), to app *k* mod {MERCHANTS}; its payload carries *k* and the scheduled time, and **latency = receive time − scheduled publish time** (a late publisher counts against the gateway). Percentiles over the {MEASURE_S:.0} s after a {WARMUP_S:.0} s warm-up; lost = answered 200 by the publish API and not received {} s after the last publish; duplicated = received more than once. CPU from /proc (gateway) and Redis's `INFO` over the measured window.\n\n{headline}\n\n#### Latency at {RATE:.0} events/s over {MERCHANTS} merchants\n\n{lat_table}\nWith Redis: {} ids acked ({} failed ack POSTs), {} streams opened again; streams: {}. Memory store: {} ids acked ({} failed ack POSTs), {} streams opened again; streams: {}. Events of an earlier phase seen late: {}.\n\n#### Memory per idle stream\n\nA fresh gateway (and a fresh Redis); RSS (`VmRSS`, the smallest of five samples a second apart) with no stream open, then with N signed idle streams open (nothing published). The idle CPU and Redis columns are over 5 s with the streams open and nothing published: the price of every stream's once-a-second store poll and, with Redis, its once-a-second hold check. Streams with Redis: {}; with the memory store: {}.\n\n{idle_table}\n#### Events/s one node sustains\n\nThe same {MERCHANTS} merchants; open-loop steps of {STEP_MEASURE_S:.0} s (+{STEP_WARMUP_S:.0} s warm-up), stopping at the first that lags: p99 > 1 s, an event lost or a publish refused, more than 1% of publishes answered over a second late, or more than a second's worth of events not yet delivered when the last one was due.\n\n{step_table}",
         preamble(ctx, started_load, false),
         DRAIN.as_secs(),
         with_redis.acked,

@@ -1,4 +1,5 @@
-//! Issue 10, item 6: one app's sustained signed rate against the replay cache.
+//! One app's sustained signed rate against the replay cache (benches/RESULTS.md, "One app's
+//! sustained signed rate").
 //!
 //! ONE app signs every request (fresh nonce each), open loop at `--soak-rate` (10,000/s by
 //! default) for `--soak-secs`; every 1,000th request re-sends the previous signature (a

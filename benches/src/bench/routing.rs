@@ -1,6 +1,7 @@
-//! Issue 11's benchmark: per-core capacity with smart routing on (`least_load` balancing over
-//! the load the backends report, active health checks, sticky sessions) against plain
-//! `round_robin`, through one Portico to the same two demo backends.
+//! The routing benchmark (benches/RESULTS.md, "Smart routing vs round_robin"): per-core capacity
+//! with smart routing on (`least_load` balancing over the load the backends report, active health
+//! checks, sticky sessions) against plain `round_robin`, through one Portico to the same two demo
+//! backends.
 //!
 //! - `round_robin`: the v1 cluster (two endpoints, no health checks, no stickiness);
 //! - `least_load + health + sticky, new clients`: no cookie on the requests, so every answer
@@ -168,7 +169,7 @@ fn render(
         ratio(ir(1) / ir(0)),
     );
     format!(
-        "### Smart routing vs round_robin (issue 11)\n\n{}\n\nOne Portico (`--threads 1`), two demo backends reporting a load (`X-Portico-Load`) on every answer. `round_robin`: the v1 cluster of the two. The other cluster has the same two endpoints with `balancing: least_load`, a health check of `/healthz` every second and `sticky` on; the same API path and edge policy (signature, rate limits, bulkhead, breaker) in front of each. \"Returning clients\" send the cookie the first answer set. Instructions: callgrind, {} warm-up + {} measured requests on {} connections, traffic threads. Capacity: closed loop, interleaved rounds, 1 / (CPU µs of the Portico process per request), as a ratio to round_robin.\n\n{headline}\n\n{}",
+        "### Smart routing vs round_robin\n\n{}\n\nOne Portico (`--threads 1`), two demo backends reporting a load (`X-Portico-Load`) on every answer. `round_robin`: the v1 cluster of the two. The other cluster has the same two endpoints with `balancing: least_load`, a health check of `/healthz` every second and `sticky` on; the same API path and edge policy (signature, rate limits, bulkhead, breaker) in front of each. \"Returning clients\" send the cookie the first answer set. Instructions: callgrind, {} warm-up + {} measured requests on {} connections, traffic threads. Capacity: closed loop, interleaved rounds, 1 / (CPU µs of the Portico process per request), as a ratio to round_robin.\n\n{headline}\n\n{}",
         preamble(ctx, started_load, true),
         plan.warmup,
         plan.calls,

@@ -1,5 +1,5 @@
-//! Issue 10, item 6 (scale): 10,000 APIs vs 10 APIs, and memory per idle keep-alive
-//! connection.
+//! Scale: 10,000 APIs vs 10 APIs, and memory per idle keep-alive connection (benches/RESULTS.md,
+//! "10,000 APIs vs 10 APIs", benches/RESULTS.md, "Idle keep-alive connections").
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;

@@ -1,4 +1,5 @@
-//! Issue 4: how fast a change written to ZooKeeper is enforced by two gateway nodes.
+//! The switch benchmark (benches/RESULTS.md, "Switch push latency and publish → live"): how fast a
+//! change written to ZooKeeper is enforced by two gateway nodes.
 //!
 //! - Switch push latency: flip `switches/<api>` (degraded on/off) with a ZooKeeper client;
 //!   one poller per gateway sends requests back to back and notes when the answer first
@@ -265,7 +266,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<()> {
         ));
     }
     let md = format!(
-        "### Switch push latency and publish → live (issue 4)\n\n{}\n\nA real ZooKeeper (Debian package, standalone, data dir on local disk, on 127.0.0.1) and two `portico-gateway --zk` nodes (`--threads 1` each, not pinned) watching the same root, which holds {} APIs. Each of {FLIPS} flips writes `switches/{SWITCHED_API}` (degraded on, then off, ...) with the harness's own ZooKeeper client; one poller thread per gateway sends a request every ≈1.3 ms (1 ms pause + one request on a new connection) and notes the first answer in the new state. Latency = first answer in the new state − the instant before the write was sent (the write's own round trip, shown separately, is included). Publish → live: {PUBLISHES} new `apis/<id>` documents created the same way; live = the first 200 instead of 404. Through the registry: {reg_note}. Percentiles are nearest-rank: with fewer than 100 samples, p99 is the maximum. Goals: switch p99 ≤ 50 ms, publish → live ≤ 1 s. Changes not seen within 5 s: {missed}.\n\n{}",
+        "### Switch push latency and publish → live\n\n{}\n\nA real ZooKeeper (Debian package, standalone, data dir on local disk, on 127.0.0.1) and two `portico-gateway --zk` nodes (`--threads 1` each, not pinned) watching the same root, which holds {} APIs. Each of {FLIPS} flips writes `switches/{SWITCHED_API}` (degraded on, then off, ...) with the harness's own ZooKeeper client; one poller thread per gateway sends a request every ≈1.3 ms (1 ms pause + one request on a new connection) and notes the first answer in the new state. Latency = first answer in the new state − the instant before the write was sent (the write's own round trip, shown separately, is included). Publish → live: {PUBLISHES} new `apis/<id>` documents created the same way; live = the first 200 instead of 404. Through the registry: {reg_note}. Percentiles are nearest-rank: with fewer than 100 samples, p99 is the maximum. Goals: switch p99 ≤ 50 ms, publish → live ≤ 1 s. Changes not seen within 5 s: {missed}.\n\n{}",
         preamble(ctx, &started_load, false),
         FILLERS + 1,
         table(&["measurement", "samples", "p50 ms", "p99 ms", "max ms"], &rows),
@@ -435,7 +436,8 @@ fn registry_call(
     Ok(())
 }
 
-/// Creates the directory tree `dir` (§3.3 file layout) under `root` in ZooKeeper.
+/// Creates the directory tree `dir` (docs/OPERATIONS.md, "The configuration tree") under `root`
+/// in ZooKeeper.
 async fn upload_tree(client: &zk::Client, root: &str, dir: &Path) -> anyhow::Result<()> {
     let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
     for sub in [
