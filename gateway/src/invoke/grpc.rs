@@ -237,7 +237,8 @@ pub struct GrpcConfig {
     /// grpc-core servers by default allow one ping per 5 minutes at most and none without
     /// data, and answer more with GOAWAY `ENHANCE_YOUR_CALM` ("too_many_pings"), which kills
     /// every call on the connection; a dead peer is noticed by the call's own deadline
-    /// instead. Set by `PORTICO_GRPC_KEEPALIVE_MS` at start-up (docs/OPERATIONS.md, "Clusters").
+    /// instead. Set by `PORTICO_GRPC_KEEPALIVE_MS` at start-up (docs/OPERATIONS.md, "gRPC client
+    /// settings").
     pub keepalive_interval: Duration,
     /// How long such a PING may go unanswered before the connection is dropped.
     pub keepalive_timeout: Duration,

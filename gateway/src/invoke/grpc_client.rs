@@ -11,7 +11,7 @@
 //! and trailers; nothing is buffered or re-scheduled between the caller and the connection
 //! (tonic's `Channel` runs every call through a `tower::Buffer` task and a stack of boxed
 //! services: one task hop and several allocations per call, which this client leaves out;
-//! benches/RESULTS.md, "Transcoding").
+//! benches/RESULTS.md, "Transcoded gRPC vs HTTP passthrough").
 //!
 //! The connection's I/O runs in a task of its own on the runtime that dialled it. By
 //! default it sends no HTTP/2 PINGs at all, as gRPC's own clients default: grpc-core servers
