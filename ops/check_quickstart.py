@@ -119,7 +119,7 @@ def localise(command, run_env, run_dir, profile):
 
 
 def signed_status(url, key, secret, method="GET", body=b""):
-    """(status, body) of a call signed as docs/PROTOCOL.md "Signing" says."""
+    """(status, body) of a call signed as docs/PROTOCOL.md "Signing a request" says."""
     parsed = urllib.parse.urlsplit(url)
     ts = str(int(time.time() * 1000))
     nonce = secrets.token_hex(8)

@@ -126,7 +126,8 @@ def seeds(target):
         yield bytes([9]) + b"\x08\x80\xa3\x8a\xcc\x06\x10\x01"
     elif target == "cache_key":
         # Two keys as the cache stage writes them (binding, app, path, query, a selector),
-        # then the separator forgery of issue 24 and a long key.
+        # then the separator forgery (docs/SECURITY.md, "Trust between merchants") and
+        # a long key.
         yield (b"b0\x00amerchant-1\x00p/v1/acct/ACC-1\x00qfields=all\x00sACC-1\xff"
                b"b0\x00amerchant-3\x00p/v1/acct/ACC-1\x00q\x00sACC-1")
         yield b"qa\x1fb\x00sc\xffqa\x00sb\x1fc"

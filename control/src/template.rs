@@ -1082,7 +1082,8 @@ mod tests {
         assert_eq!(r.fields().collect::<Vec<_>>(), vec!["x.y", "z"]);
     }
 
-    /// Issue #8: `"/x/%€{id}"` sliced the `str` inside `€` and panicked the control thread.
+    /// `"/x/%€{id}"` sliced the `str` inside `€` and panicked the control thread
+    /// (a bad document is rejected alone: docs/ARCHITECTURE.md, "Configuration").
     #[test]
     fn rewrite_with_non_ascii_is_an_error_not_a_panic() {
         for bad in [

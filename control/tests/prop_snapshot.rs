@@ -1,8 +1,8 @@
 //! Property tests of `build_snapshot` over arbitrary documents at arbitrary tree paths
-//! (issue #8: a bad document is rejected alone and never blocks the rest of the tree).
-//! Documents are random bytes, mangled documents of the example tree (ops/examples/
-//! standalone), or entries a source could not read; beside them stand a few good documents
-//! that must always be accepted. `PROPTEST_CASES=N` runs more cases.
+//! (docs/ARCHITECTURE.md, "Configuration": a bad document is rejected alone and never blocks the
+//! rest of the tree). Documents are random bytes, mangled documents of the example tree
+//! (ops/examples/standalone), or entries a source could not read; beside them stand a few good
+//! documents that must always be accepted. `PROPTEST_CASES=N` runs more cases.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

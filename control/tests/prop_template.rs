@@ -1,7 +1,7 @@
-//! Property tests of path templates and rewrite paths (issue #8: configuration can never
-//! panic). Templates are generated as a structure, written out as text, parsed, and checked
-//! against the structure; request paths are rendered from values and must match them back.
-//! `PROPTEST_CASES=N` runs more cases.
+//! Property tests of path templates and rewrite paths (configuration can never panic:
+//! docs/ARCHITECTURE.md, "Configuration"). Templates are generated as a structure, written out as
+//! text, parsed, and checked against the structure; request paths are rendered from values and must
+//! match them back. `PROPTEST_CASES=N` runs more cases.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

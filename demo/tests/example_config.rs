@@ -11,7 +11,8 @@ fn example_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/examples/standalone")
 }
 
-/// Reads a §3.3 directory: `<dir>/<name>.json` → `<dir>/<name>`, `ipacl.json` → `ipacl`.
+/// Reads a configuration directory (docs/OPERATIONS.md, "The configuration tree"):
+/// `<dir>/<name>.json` → `<dir>/<name>`, `ipacl.json` → `ipacl`.
 fn read_tree(root: &Path) -> Tree {
     let mut tree = Tree::default();
     let mut stack = vec![root.to_path_buf()];

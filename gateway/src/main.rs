@@ -807,11 +807,11 @@ fn callback_client(ca_file: &Path) -> anyhow::Result<reqwest::Client> {
     builder.build().context("building the callback client")
 }
 
-/// The admin or internal listener. It is bound with SO_REUSEPORT so that a gateway started
-/// with `--upgrade` can bind it while the one it replaces still serves it (both answer until
-/// the old one exits). Any other start first makes sure no process listens there: with
-/// SO_REUSEPORT alone a second gateway on the same address would share it silently, and
-/// publishes and admin calls would reach either at random (issue 30).
+/// The admin or internal listener. It is bound with SO_REUSEPORT so that a gateway started with
+/// `--upgrade` can bind it while the one it replaces still serves it (both answer until the old one
+/// exits). Any other start first makes sure no process listens there: with SO_REUSEPORT alone a
+/// second gateway on the same address would share it silently, and publishes and admin calls would
+/// reach either at random (docs/OPERATIONS.md, "Restarts and upgrades").
 async fn bind_admin(addr: &str, upgrading: bool) -> std::io::Result<tokio::net::TcpListener> {
     let addr: std::net::SocketAddr = tokio::net::lookup_host(addr)
         .await?

@@ -149,7 +149,7 @@ pub async fn handle(
         .unwrap_or(plane.shared.default_max_body);
     // The cheap signature checks on the head, before a byte of the body is kept: an unsigned,
     // stale or malformed call is refused unread, and one naming no active app is hashed as
-    // it streams by, never buffered (docs/SECURITY.md, "No unauthenticated buffering").
+    // it streams by, never buffered (docs/SECURITY.md, "Bounded work before authentication").
     let head = rt
         .edge
         .auth
@@ -439,7 +439,7 @@ mod tests {
         assert_eq!(code(&r), "API_NOT_FOUND");
         assert!(ctx.api_metrics.is_none());
         // The head's signature checks before the body: an unsigned call is refused unread,
-        // whatever its body (issue 24, item 4: no unauthenticated buffering) ...
+        // whatever its body (docs/SECURITY.md, "Bounded work before authentication") ...
         let big = "POST /v1/signed/x HTTP/1.1\r\nhost: x\r\ncontent-length: 17\r\n\r\n";
         let (r, ctx, _) = run(&plane, big).await;
         assert_eq!(code(&r), "SIGNATURE_MISSING");

@@ -136,7 +136,7 @@ impl ProxyHttp for Gateway {
             session.set_keepalive(None);
             if stream_reset(session) {
                 // Whatever the pipeline came to, nobody was left to answer: not a failure of
-                // the gateway's (docs/OPERATIONS.md, "Metrics").
+                // the gateway's (docs/OPERATIONS.md, "Admin endpoints", the metrics).
                 ctx.status = 499;
                 ctx.code = CLIENT_CLOSED;
             }

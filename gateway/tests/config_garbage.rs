@@ -1,7 +1,7 @@
-//! Issue #8 over real processes: configuration can never panic or stall the gateway. A bad
-//! document (written with ZooKeeper's own CLI, or lying in the tree at a restart) is rejected
-//! alone and listed in `/status` with its path and reason; later changes keep applying; a
-//! gateway (re)started with garbage in its tree boots and serves the rest.
+//! Over real processes: configuration can never panic or stall the gateway (docs/ARCHITECTURE.md,
+//! "Configuration"). A bad document (written with ZooKeeper's own CLI, or lying in the tree at a
+//! restart) is rejected alone and listed in `/status` with its path and reason; later changes keep
+//! applying; a gateway (re)started with garbage in its tree boots and serves the rest.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,5 +1,5 @@
 //! Connections over real processes (docs/SECURITY.md, "Connections"; docs/OPERATIONS.md,
-//! "Connection limits"; issue 24): nobody holds what others need. HTTP/2 idle timeout, the
+//! "Connection limits"): nobody holds what others need. HTTP/2 idle timeout, the
 //! per-address cap, the TLS handshake deadline counted from accept, caps per listener, the
 //! HTTP/2 reset budget, stream slots that bound backend calls per connection, and resets
 //! counted as `499 CLIENT_CLOSED`, never as `500`.
@@ -814,10 +814,10 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
-/// Issue 24, item 4: one unsigned HTTP/2 connection holding 100 streams of unfinished 1 MiB
-/// bodies grew the gateway by 50 MB. The signature headers are checked on the head, before
-/// any body byte is kept: every stream is answered 401 at once and the gateway's memory
-/// stays within a few MiB.
+/// docs/SECURITY.md, "Bounded work before authentication": one unsigned HTTP/2 connection holding
+/// 100 streams of unfinished 1 MiB bodies grew the gateway by 50 MB. The signature headers are
+/// checked on the head, before any body byte is kept: every stream is answered 401 at once and the
+/// gateway's memory stays within a few MiB.
 #[test]
 fn unfinished_unsigned_h2_bodies_are_answered_at_once_and_never_buffered() {
     let e = env(&[], &[b"h2"]);

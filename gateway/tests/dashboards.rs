@@ -311,8 +311,9 @@ fn the_dashboard_is_importable_and_covers_the_fleet() {
         .iter()
         .flat_map(|(_, e)| uses(e).metrics.into_keys())
         .collect();
-    // Per-API rate and errors, TP50/99, breakers, switches, config generation per node,
-    // the ZooKeeper session, Redis fallback, cluster members (issue 13, item 6).
+    // Per-API rate and errors, TP50/99, breakers, switches, config generation per node, the
+    // ZooKeeper session, Redis fallback, cluster members (docs/OPERATIONS.md, "Dashboards and
+    // scrape configuration").
     for needed in [
         "portico_requests_total",
         "portico_request_duration_seconds_bucket",

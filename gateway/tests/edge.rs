@@ -143,7 +143,7 @@ fn env() -> Env {
     }
 }
 
-/// Issue 24, item 8: without Redis, a signed call accepted before a restart is never
+/// docs/SECURITY.md, "Replays": without Redis, a signed call accepted before a restart is never
 /// accepted again after it (the nonces died with the process; calls signed before the new
 /// process started are refused, docs/SECURITY.md, "Replays").
 #[test]
@@ -315,8 +315,8 @@ fn signature_failures_are_401_and_never_reach_the_backend() {
     );
     assert_eq!((s, c.as_str()), (401, "SIGNATURE_EXPIRED"));
 
-    // An unknown app key and a known key's wrong signature cannot be told apart (issue 24,
-    // item 9): same status, code and message, the app key and nonce aside.
+    // An unknown app key and a known key's wrong signature cannot be told apart (docs/SECURITY.md,
+    // "Threat model"): same status, code and message, the app key and nonce aside.
     let (ts, n) = (now_ms(), nonce());
     let (s, c, unknown) = code_of(
         signed_at(&e.http, "GET", &url, "nobody-9", SECRET, None, ts, &n)
@@ -583,7 +583,8 @@ fn degraded_apis_answer_their_fallback_without_the_backend() {
             .unwrap(),
     );
     assert_eq!((s, c.as_str()), (503, "API_DEGRADED"));
-    // The switch's public message; its reason is for operators only (issue 30).
+    // The switch's public message; its reason is for operators only (docs/SECURITY.md, "No
+    // internals in answers").
     assert_eq!(v["message"], "the API is temporarily unavailable", "{v}");
     assert!(!v.to_string().contains("inventory maintenance"), "{v}");
     assert_eq!(backend_requests(&e.backend), before);

@@ -1,5 +1,6 @@
-//! Generic invocation against gRPC stacks Portico did not write (issue 29), each on a free
-//! loopback port behind a real gateway process, called over HTTP/1.1 as a merchant would:
+//! Generic invocation against gRPC stacks Portico did not write (docs/OPERATIONS.md, "gRPC client
+//! settings"), each on a free loopback port behind a real gateway process, called over HTTP/1.1 as
+//! a merchant would:
 //!
 //! - Python grpcio (gRPC C-core), `grpcio_server.py` beside this file;
 //! - Node @grpc/grpc-js (pure JavaScript on Node's http2), `grpcjs_server.js` beside it;
@@ -640,8 +641,8 @@ each_stack! {
     /// last stream. Netty refuses its HEADERS ("Cannot create stream 83 greater than
     /// Last-Stream-ID 81 from GOAWAY"), then takes its DATA frame for a connection error
     /// ("Stream 83 does not exist", `verifyStreamMayHaveExisted`; line/armeria#3208) and
-    /// closes the connection, failing the calls it had accepted and not yet answered (RFC
-    /// 9113 §6.8 lets a GOAWAY's sender discard such frames, not fail the connection). The
+    /// closes the connection, failing the calls it had accepted and not yet answered (RFC 9113
+    /// §6.8 lets a GOAWAY's sender discard such frames, not fail the connection). The
     /// gateway cannot send those calls again (they may have been processed): `502
     /// UPSTREAM_ERROR: the backend failed to answer`, at most the 4 in flight per rotation
     /// hit (2 or 3 of 400 in half the runs measured).
@@ -936,7 +937,7 @@ const KNOWN: &[Known] = &[(
 )];
 
 each_stack! {
-    /// Field fidelity through each server's own protobuf runtime (issue 29, item 7): Echo
+    /// Field fidelity through each server's own protobuf runtime: Echo
     /// answers an `Everything` (every scalar kind, repeated packed and not, maps with 12
     /// key kinds, a oneof, proto3 `optional`, nested messages, an enum, every well-known
     /// type, Any of a well-known type and of a message of the set) as the server's runtime
@@ -990,11 +991,12 @@ each_stack! {
 // --- slow lane ------------------------------------------------------------------------------
 
 each_stack! {
-    /// A backend killed (SIGKILL) under ~20 calls/s and started again on the same port 1 s
-    /// later. The goal (issue 29): only the calls in flight at the kill, and those made while
-    /// nothing listened, fail; nothing before, and NOTHING once the server answers again.
-    /// Every API has a default circuit breaker (5 failures, 5 s open): if it is still open
-    /// after the restart, the calls after it answer `503 CIRCUIT_OPEN` and this fails.
+    /// A backend killed (SIGKILL) under ~20 calls/s and started again on the same port 1 s later.
+    /// The goal (docs/OPERATIONS.md, "gRPC client settings", the breaker after a restart): only the
+    /// calls in flight at the kill, and those made while nothing listened, fail; nothing before,
+    /// and NOTHING once the server answers again. Every API has a default circuit breaker (5
+    /// failures, 5 s open): if it is still open after the restart, the calls after it answer `503
+    /// CIRCUIT_OPEN` and this fails.
     #[ignore = "slow lane: ./ops/test.sh --slow"]
     fn a_restart_under_load_fails_nothing_once_the_server_answers(stack: Stack) {
         let mut server = Server::start(stack, &[]);

@@ -1,8 +1,8 @@
-//! Hardening of the edge (issue 8) over real processes: the gateway and the demo backend on
-//! loopback sockets. What backends receive (docs/PROTOCOL.md, "What backends receive"), what
-//! failures tell merchants, bounded pre-auth work, a slow reader and the bulkhead,
-//! transcoding refusals and the breaker, router-style HTTP calls, and the connection cap
-//! (docs/SECURITY.md lists which test covers which defence).
+//! Hardening of the edge (docs/SECURITY.md) over real processes: the gateway and the demo backend
+//! on loopback sockets. What backends receive (docs/PROTOCOL.md, "What backends receive"), what
+//! failures tell merchants, bounded pre-auth work, a slow reader and the bulkhead, transcoding
+//! refusals and the breaker, router-style HTTP calls, and the connection cap (docs/SECURITY.md
+//! lists which test covers which defence).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -190,8 +190,8 @@ fn forged_identity_and_signatures_never_reach_an_http_backend() {
     assert_eq!(h["x-forwarded-proto"], "http", "{h:?}");
     assert_eq!(h["x-tenant"], "t1");
     assert!(h["x-portico-request-id"].len() >= 8);
-    // Issue 24, item 7: the Host is the gateway's (the endpoint as configured), not the
-    // client's; a cluster with `host` names that.
+    // docs/SECURITY.md, "Header hygiene towards backends": the Host is the gateway's (the endpoint
+    // as configured), not the client's; a cluster with `host` names that.
     assert_eq!(h["host"], e.backend.http.to_string(), "{h:?}");
     let named = echoed(forge(e.http.get(e.gw.url("/named/echo"))).send().unwrap());
     assert_eq!(named["host"], "orders.internal", "{named:?}");
@@ -281,7 +281,8 @@ fn grpc_metadata_carries_only_what_the_gateway_decided() {
     assert_eq!(md["x-portico-app"], KEY, "{md:?}");
     assert_eq!(md["x-forwarded-for"], "127.0.0.1", "{md:?}");
     assert_eq!(md["tenant"], "t2");
-    // An allow-list (issue 29): a plain client header is not metadata.
+    // An allow-list (docs/PROTOCOL.md, "What backends receive"): a plain client header is not
+    // metadata.
     assert!(!md.contains_key("x-tenant"), "{md:?}");
     for k in SIGNATURE_HEADERS.iter().chain(&[
         "x-portico-anything",

@@ -266,7 +266,8 @@ fn call_as(
     )
 }
 
-/// Issue 24, item 1: a cached answer is never served to a caller it was not made for.
+/// docs/SECURITY.md, "Trust between merchants": a cached answer is never served to a caller it was
+/// not made for.
 #[test]
 fn two_apps_never_see_each_others_cached_answer() {
     let backend = BackendProcess::start_http().unwrap();
@@ -511,8 +512,8 @@ fn key_level_and_dimension_switches() {
     assert_eq!(backend_hits(&backend, "/echo/skus/BK-1"), 0);
     assert_eq!(get(&gw, "/v1/skus/BK-2", &[]).status(), 200);
     assert_eq!(backend_hits(&backend, "/echo/skus/BK-2"), 1);
-    // Issue 24, item 2: the router style is matched on the same field, from its body (the
-    // router's own query is not the request).
+    // docs/SECURITY.md, "Trust between merchants": the router style is matched on the same field,
+    // from its body (the router's own query is not the request).
     let r = signed(
         &client(),
         "POST",

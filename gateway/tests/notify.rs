@@ -533,7 +533,7 @@ struct Hook {
 
 /// A callback receiver on a free port: answers 500 to the first `fail` POSTs, then 204;
 /// verifies each signature with `secret` (the callback scheme: `PORTICO-CALLBACK-v1`, then
-/// §3.1 over the path and query it was sent to).
+/// the request scheme over the path and query it was sent to: docs/PROTOCOL.md, "Callbacks").
 fn receiver(secret: &'static str, fail: usize) -> (u16, mpsc::Receiver<Hook>) {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -915,7 +915,8 @@ fn an_idle_stream_gets_heartbeats() {
 
 type WsSocket = tungstenite::WebSocket<std::net::TcpStream>;
 
-/// The signature headers of a `GET /notify/v1/ws` at `ts`/`nonce` (§3.1).
+/// The signature headers of a `GET /notify/v1/ws` at `ts`/`nonce` (docs/PROTOCOL.md, "Signing a
+/// request").
 fn ws_signature(key: &str, secret: &str, ts: u64, nonce: &str) -> Vec<(&'static str, String)> {
     use portico_control::sign;
     let ts = ts.to_string();

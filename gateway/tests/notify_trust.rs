@@ -1,5 +1,5 @@
-//! Notifications against a hostile or careless Redis, and the transports' own abuse (issue
-//! 24, items 6, 8, 11; docs/SECURITY.md, "A hostile Redis"): a real `redis-server` with a
+//! Notifications against a hostile or careless Redis, and the transports' own abuse
+//! (docs/SECURITY.md, "A hostile Redis", "Notifications"): a real `redis-server` with a
 //! password, real gateways, entries forged with `XADD` straight into a victim's stream, a
 //! callback receiver, a raw WebSocket ping flood.
 

@@ -1,5 +1,5 @@
-//! Request smuggling and protocol abuse (issue #8 item 8), over raw TCP against the real
-//! `portico-gateway` process.
+//! Request smuggling and protocol abuse (docs/SECURITY.md, "Request framing"), over raw TCP against
+//! the real `portico-gateway` process.
 //!
 //! Every HTTP-backed API here points at a [`Recorder`]: a backend written in this file that
 //! reads raw bytes per connection, parses HTTP/1.1 framing strictly (CRLF only, no obs-fold,

@@ -410,9 +410,10 @@ fn a_rolling_restart_by_the_script_fails_nothing() {
     }
 }
 
-/// One listener, one owner (issue 30): a second gateway started on the admin or internal
-/// address another one holds refuses to start and names the address (with SO_REUSEPORT alone
-/// both would share it, and publishes would reach either at random); only `--upgrade` shares.
+/// One listener, one owner (docs/OPERATIONS.md, "Restarts and upgrades"): a second gateway started
+/// on the admin or internal address another one holds refuses to start and names the address (with
+/// SO_REUSEPORT alone both would share it, and publishes would reach either at random); only
+/// `--upgrade` shares.
 #[test]
 fn a_second_gateway_on_a_held_admin_or_internal_address_refuses_to_start() {
     let tree = degraded_ping_tree();

@@ -458,7 +458,7 @@ fn the_sandbox_listener_serves_drafts_only() {
         .unwrap(),
     );
     assert_eq!((s, c2.as_str()), (401, "SIGNATURE_INVALID"));
-    // Issue 24, item 8: an app whose sandbox secret is its live secret is refused by the
+    // docs/SECURITY.md, "Replays": an app whose sandbox secret is its live secret is refused by the
     // sandbox, so a call signed for one plane is never good on the other.
     tree.put(
         "sandbox/apps/merchant-1",

@@ -1,6 +1,6 @@
 //! The gateway's proto3 JSON held to protobuf's reference mapping: Python's
 //! `google.protobuf.json_format` (protobuf pinned in `ops/lib.sh`), over generated messages
-//! of types with every field shape (issue 29, item 4).
+//! of types with every field shape (docs/ARCHITECTURE.md, "The invoke tier").
 //!
 //! - **Replies**: the JSON the gateway answers for a reply's bytes (the one-pass
 //!   [`ReplyWriter`] where it takes the reply on, and the reference path it falls back to,

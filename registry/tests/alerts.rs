@@ -1,6 +1,7 @@
-//! Alerts end to end (issue 14), real processes only: a locked ZooKeeper, two `portico-registry`
-//! processes (both evaluate, one sends), the gateway binary, a demo backend slowed by its fault
-//! injection, and a small webhook receiver standing in for the receiver's owner.
+//! Alerts end to end (docs/OPERATIONS.md, "Alerts"), real processes only: a locked ZooKeeper, two
+//! `portico-registry` processes (both evaluate, one sends), the gateway binary, a demo backend
+//! slowed by its fault injection, and a small webhook receiver standing in for the receiver's
+//! owner.
 //!
 //! An alert on TP99 fires once while the backend is slow and resolves once after it recovers:
 //! exactly one signed webhook call each (HMAC-SHA256 over the body with the shared secret), no

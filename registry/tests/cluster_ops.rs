@@ -1,6 +1,7 @@
-//! Cluster operations (issue 11) end to end, real processes only: a locked ZooKeeper, registries
-//! on free ports, the gateway binary in ZooKeeper mode, demo backends, and a small HTTP receiver
-//! standing in for the autoscale webhook's and `sleep_url`'s owner (the external party).
+//! Cluster operations (docs/OPERATIONS.md, "Failover, autoscale and sleep marking") end to end,
+//! real processes only: a locked ZooKeeper, registries on free ports, the gateway binary in
+//! ZooKeeper mode, demo backends, and a small HTTP receiver standing in for the autoscale webhook's
+//! and `sleep_url`'s owner (the external party).
 //!
 //! - manual failover through the API and the `portico` CLI: the cluster document's `active`
 //!   changes in ZooKeeper, the gateway applies it within 1 s, bad requests are 400s, the audit

@@ -1,8 +1,8 @@
-//! Issue 30, item 5: the first run works as written. `portico import tree` (run by
-//! `ops/up.sh`) loads every kind the tree holds, topics and alert rules included (the README's
-//! notification quick start needs `topics/orders`); the CLI reads the token files `.run/env`
-//! names (`PORTICO_ADMIN_TOKEN_FILE`); `./ops/zkcli.sh` exits non-zero on a zkCli error and
-//! refuses a document write that is not JSON. Against a real ZooKeeper.
+//! The first run works as written (README.md, "Quick start", "What to try next"). `portico import
+//! tree` (run by `ops/up.sh`) loads every kind the tree holds, topics and alert rules included (the
+//! README's notification quick start needs `topics/orders`); the CLI reads the token files
+//! `.run/env` names (`PORTICO_ADMIN_TOKEN_FILE`); `./ops/zkcli.sh` exits non-zero on a zkCli error
+//! and refuses a document write that is not JSON. Against a real ZooKeeper.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -1,6 +1,6 @@
-//! The registry against the internet (issue 24, items 5, 10 and 12; docs/SECURITY.md's threat
-//! model names these tests): the registry binary on a free 127.0.0.1 port, raw sockets from
-//! several loopback addresses (127.0.0.2, ... are the "other hosts"), a real ZooKeeper and,
+//! The registry against the internet (docs/SECURITY.md, "The registry and the internet"; its
+//! "Threat model" names these tests): the registry binary on a free 127.0.0.1 port, raw sockets
+//! from several loopback addresses (127.0.0.2, ... are the "other hosts"), a real ZooKeeper and,
 //! for try-it, a real gateway with a sandbox listener in front of a local HTTP server.
 //!
 //! - slow connections from one host leave the console, the admin API and the portal usable,

@@ -3,16 +3,16 @@
 //! the registry binary given the same token and serving a fresh build of `admin-ui/`, all on
 //! free 127.0.0.1 ports.
 //!
-//! Two apps exist: `merchant-e2e`, whose merchant (this test) holds a signed Server-Sent
-//! Events stream (docs/PROTOCOL.md, "Notifications", §3.1 signature on the opening request),
-//! and `merchant-cb`, whose `callback_url` points at a closed port (the gateway tries once:
-//! `--notify-callback-attempts 1`). The browser (`admin-ui/e2e/notifications.e2e.mjs`)
-//! creates the topic granted to both, sees `merchant-e2e` connected, presses "Send test
-//! event" and shows the event id; sends one to `merchant-cb` and sees its dead letter.
-//! Afterwards this test checks independently: the event the stream received has the id the
-//! page showed, the topic and the payload; the registry's `GET /notifications` agrees; the
-//! audit log has the test sends under the operator's name. Screenshots go to
-//! `target/console-screenshots/` (or `$PORTICO_SCREENSHOT_DIR`), prefixed `notifications-`.
+//! Two apps exist: `merchant-e2e`, whose merchant (this test) holds a signed Server-Sent Events
+//! stream (docs/PROTOCOL.md, "Notifications"; the opening request signed as its "Signing a request"
+//! says), and `merchant-cb`, whose `callback_url` points at a closed port (the gateway tries once:
+//! `--notify-callback-attempts 1`). The browser (`admin-ui/e2e/notifications.e2e.mjs`) creates the
+//! topic granted to both, sees `merchant-e2e` connected, presses "Send test event" and shows the
+//! event id; sends one to `merchant-cb` and sees its dead letter. Afterwards this test checks
+//! independently: the event the stream received has the id the page showed, the topic and the
+//! payload; the registry's `GET /notifications` agrees; the audit log has the test sends under the
+//! operator's name. Screenshots go to `target/console-screenshots/` (or `$PORTICO_SCREENSHOT_DIR`),
+//! prefixed `notifications-`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,6 +1,6 @@
-//! Reports end to end (issue 14): a day of synthetic per-minute rollups (and a previous day)
-//! written into a history store through its API, then a `portico-registry` process on that
-//! store: `GET /reports` and `portico report` give figures that match the inputs exactly
+//! Reports end to end (docs/OPERATIONS.md, "Reports"): a day of synthetic per-minute rollups (and a
+//! previous day) written into a history store through its API, then a `portico-registry` process on
+//! that store: `GET /reports` and `portico report` give figures that match the inputs exactly
 //! (calls, availability, quantiles of the known histograms, top codes, change vs the previous
 //! period), and `POST /reports/send` writes the reports to `--reports-dir` and mails the API's
 //! owner its report through SMTP (a tiny SMTP sink in this test).

@@ -1,10 +1,10 @@
-//! Issue 30, item 2: every write is checked before it lands, with every problem reported at
-//! once. Unknown references (a switch, an alert rule or an app grant naming no API, a topic
-//! granted to no app, an API on no cluster) and numbers out of their documented ranges are
-//! refused with 422 and the list of all problems in `details`; nothing is written; the CLI
-//! prints each problem and exits non-zero. A document over ZooKeeper's node limit is 413
-//! (not a dropped session reported as "ZooKeeper unavailable"), and the limit is the real one.
-//! Against a real ZooKeeper.
+//! Every write is checked before it lands (docs/OPERATIONS.md, "What the registry refuses before
+//! writing"), with every problem reported at once. Unknown references (a switch, an alert rule or
+//! an app grant naming no API, a topic granted to no app, an API on no cluster) and numbers out of
+//! their documented ranges are refused with 422 and the list of all problems in `details`; nothing
+//! is written; the CLI prints each problem and exits non-zero. A document over ZooKeeper's node
+//! limit is 413 (not a dropped session reported as "ZooKeeper unavailable"), and the limit is the
+//! real one. Against a real ZooKeeper.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -1,9 +1,9 @@
-//! Hosts on a private network for tests that cut links (docs/OPERATIONS.md, "Losing a
-//! ZooKeeper server"): each "host" is a network namespace with one veth interface, its peer
-//! plugged into a bridge that lives in a namespace of its own, so nothing of the lab touches
-//! the machine's own network. Processes run on a host with `ip netns exec`; the test's own
-//! threads join a host with [`NetLab::in_host`]. Everything (processes, namespaces, and with
-//! them the links) is removed when the lab is dropped, even when the test fails.
+//! Hosts on a private network for tests that cut links (docs/OPERATIONS.md, "Running a cluster",
+//! its "Losing a ZooKeeper server"): each "host" is a network namespace with one veth interface,
+//! its peer plugged into a bridge that lives in a namespace of its own, so nothing of the lab
+//! touches the machine's own network. Processes run on a host with `ip netns exec`; the test's own
+//! threads join a host with [`NetLab::in_host`]. Everything (processes, namespaces, and with them
+//! the links) is removed when the lab is dropped, even when the test fails.
 //!
 //! Needs root and `ip netns` (Debian's `iproute2`): [`NetLab::unavailable`] says why not.
 

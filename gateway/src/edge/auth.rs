@@ -1,5 +1,5 @@
-//! `auth`: verifies the §3.1 signature of a call to an API whose `auth` is `signature`, and
-//! records who is calling ([`EdgeCtx::app_key`], [`EdgeCtx::app`]).
+//! `auth`: verifies the signature (docs/PROTOCOL.md, "Signing a request") of a call to an API whose
+//! `auth` is `signature`, and records who is calling ([`EdgeCtx::app_key`], [`EdgeCtx::app`]).
 //!
 //! Checks, in order (the first failure answers):
 //! 1. all four headers present and non-empty, else 401 `SIGNATURE_MISSING`; a header sent
@@ -223,7 +223,7 @@ impl AuthStage {
 }
 
 /// What the head of a call says, before any byte of its body is read
-/// ([`AuthStage::check_head`]; docs/SECURITY.md, "No unauthenticated buffering").
+/// ([`AuthStage::check_head`]; docs/SECURITY.md, "Bounded work before authentication").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Head {
     /// An `auth: none` API, or a well-formed, fresh call by an active app: the body is read
@@ -334,10 +334,10 @@ impl Stage for AuthStage {
         "auth"
     }
 
-    /// Request phase, after `route` and after the body is read (the body is signed).
-    /// `Continue`: an `auth: none` API, or a verified call (`ctx.app_key`/`ctx.app` set);
-    /// `Respond`: a 401 of §3.2 (or 429 when the app's replay cache is full). Without a
-    /// route (a pipeline bug) it fails closed with 500.
+    /// Request phase, after `route` and after the body is read (the body is signed). `Continue`: an
+    /// `auth: none` API, or a verified call (`ctx.app_key`/`ctx.app` set); `Respond`: a 401 in the
+    /// error envelope (docs/PROTOCOL.md, "The error envelope"; or 429 when the app's replay cache
+    /// is full). Without a route (a pipeline bug) it fails closed with 500.
     fn apply(&self, req: &EdgeRequest<'_>, ctx: &mut EdgeCtx) -> Flow {
         let Some(api) = ctx.api() else {
             return GatewayError::new(Code::Internal, "auth ran before route").into();
@@ -647,8 +647,8 @@ mod tests {
         let mut h = vector_1();
         h.insert(HEADER_APP_KEY, "merchant-2".parse().unwrap());
         let unknown = run(&s, &get_req(&h, NOW_MS));
-        // Indistinguishable from a known app's wrong signature (issue 24, item 9): status,
-        // code and message; only the access log's detail tells them apart.
+        // Indistinguishable from a known app's wrong signature (docs/SECURITY.md, "Threat model"):
+        // status, code and message; only the access log's detail tells them apart.
         let mut h = vector_1();
         h.insert(HEADER_APP_KEY, "merchant-1".parse().unwrap());
         h.insert(HEADER_SIGNATURE, "00".repeat(32).parse().unwrap());

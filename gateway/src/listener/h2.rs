@@ -2,7 +2,7 @@
 //! ([`serve`]) instead of Pingora's (`accept_downstream_sessions` in pingora-core
 //! `protocols/http/v2/server.rs`, reached through `HttpProxy`'s `ServerApp`).
 //!
-//! Why not Pingora's loop (docs/SECURITY.md, "Connections"; issue 24):
+//! Why not Pingora's loop (docs/SECURITY.md, "Connections"):
 //!
 //! - **Idle connections.** Pingora closes an idle h2 connection only when
 //!   `h2_idle_timeout` is set (it is not by default) and then drops the socket without a

@@ -1,10 +1,10 @@
-//! Callbacks (docs/PROTOCOL.md, "Notifications: callbacks"): for an app with a
-//! `callback_url`, the gateway POSTs each event, in order, signed with the app's secret by
-//! the §3.1 scheme behind a first line `PORTICO-CALLBACK-v1` ([`callback_string_to_sign`]:
-//! a callback is never a valid request, nor a request a valid callback; a fresh timestamp
-//! and nonce on every try, the path and query of the URL), and acknowledges it on a 2xx answer. A failed try is retried after 1 s, 2 s, 4 s, …
-//! (capped at `callback_max_backoff`); after `callback_attempts` tries the event becomes a
-//! dead letter (kept, bounded, on `/status`) and the next one is sent.
+//! Callbacks (docs/PROTOCOL.md, "Callbacks"): for an app with a `callback_url`, the gateway POSTs
+//! each event, in order, signed with the app's secret by the request scheme (docs/PROTOCOL.md,
+//! "Signing a request") behind a first line `PORTICO-CALLBACK-v1` ([`callback_string_to_sign`]: a
+//! callback is never a valid request, nor a request a valid callback; a fresh timestamp and nonce
+//! on every try, the path and query of the URL), and acknowledges it on a 2xx answer. A failed try
+//! is retried after 1 s, 2 s, 4 s, … (capped at `callback_max_backoff`); after `callback_attempts`
+//! tries the event becomes a dead letter (kept, bounded, on `/status`) and the next one is sent.
 //!
 //! One node delivers an app's callbacks: with Redis, the node holding the lock
 //! `portico:notify:{app}:callback` (renewed while it works, expiring after
@@ -203,10 +203,10 @@ async fn deliver(n: &Notifier, client: &reqwest::Client, app: &str, node: &str, 
     let _ = n.store.ack(app, &[e.id]).await;
 }
 
-/// The first line of a callback's string-to-sign (docs/PROTOCOL.md, "Notifications:
-/// callbacks"): the rest is the §3.1 string-to-sign of the POST. A request's string-to-sign
-/// starts with its method, upper-cased, which can never be this line (it has a lower-case
-/// `v`), so a callback's signature never verifies as a request's, nor the other way round.
+/// The first line of a callback's string-to-sign (docs/PROTOCOL.md, "Callbacks"): the rest is the
+/// string-to-sign of the POST (docs/PROTOCOL.md, "Signing a request"). A request's string-to-sign
+/// starts with its method, upper-cased, which can never be this line (it has a lower-case `v`), so
+/// a callback's signature never verifies as a request's, nor the other way round.
 pub const CALLBACK_SIGNING_DOMAIN: &str = "PORTICO-CALLBACK-v1";
 
 /// The string-to-sign of a callback POST to `path`?`raw_query`.
@@ -334,7 +334,7 @@ mod signing_tests {
 
     const SECRET: &[u8] = b"s3cr3t-value";
 
-    /// docs/PROTOCOL.md, "Notifications: callbacks": the worked example.
+    /// docs/PROTOCOL.md, "Callbacks": the worked example.
     #[test]
     fn the_documented_callback_vector() {
         let body = br#"{"id":"1796000000000-0","topic":"orders","published_at":"2026-11-30T00:53:20Z","payload":{"order_id":"1001","state":"paid"}}"#;
@@ -356,7 +356,7 @@ mod signing_tests {
     }
 
     /// A captured callback presented as a request to the gateway (same method, path, query,
-    /// app, timestamp, nonce, body: the §3.1 verification) is refused, and a request's
+    /// app, timestamp, nonce, body: a request's verification) is refused, and a request's
     /// signature is no callback's.
     #[test]
     fn a_callback_signature_is_never_a_request_signature() {

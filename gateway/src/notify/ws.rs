@@ -328,7 +328,7 @@ impl Ws<'_> {
                 Err(())
             }
             Message::Close(code, _) => {
-                // Echo the status (§5.5.1); 1005 (none given) is answered with 1000.
+                // Echo the status (RFC 6455 §5.5.1); 1005 (none given) is answered with 1000.
                 self.refuse(code.filter(|c| *c != 1005).unwrap_or(1000), "")
                     .await;
                 Err(())

@@ -3,7 +3,7 @@
 //!
 //! Standard library only, so that the fuzz target `fuzz/fuzz_targets/wsframe.rs` includes
 //! this file as it is. What the decoder refuses, and the close code it calls for:
-//! - an unmasked client frame (§5.1): 1002;
+//! - an unmasked client frame (RFC 6455 §5.1): 1002;
 //! - reserved bits, an unknown opcode, a fragmented or over-125-byte control frame, a
 //!   continuation with nothing to continue, a new message inside a fragmented one: 1002;
 //! - a message (all its fragments) longer than the decoder's bound: 1009;
@@ -18,10 +18,10 @@
 //! sending more than [`CONTROL_BURST`] control frames at once, or more than
 //! [`CONTROL_PER_SECOND`] a second over time, is closed with 1008.
 
-/// The bytes of a control frame's payload at most (§5.5).
+/// The bytes of a control frame's payload at most (RFC 6455 §5.5).
 pub const MAX_CONTROL_PAYLOAD: usize = 125;
 
-/// Frame opcodes (§5.2).
+/// Frame opcodes (RFC 6455 §5.2).
 pub const OP_CONTINUATION: u8 = 0x0;
 pub const OP_TEXT: u8 = 0x1;
 pub const OP_BINARY: u8 = 0x2;
@@ -44,7 +44,7 @@ pub enum Message {
 /// Why the decoder refuses the client's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Violation {
-    /// A client frame without a mask (§5.1).
+    /// A client frame without a mask (RFC 6455 §5.1).
     Unmasked,
     /// Any other framing error.
     Protocol(&'static str),
@@ -57,7 +57,7 @@ pub enum Violation {
 }
 
 impl Violation {
-    /// The close status code the violation calls for (§7.4.1).
+    /// The close status code the violation calls for (RFC 6455 §7.4.1).
     pub fn close_code(self) -> u16 {
         match self {
             Violation::Unmasked | Violation::Protocol(_) => 1002,

@@ -99,7 +99,7 @@ impl Drop for Registry {
     }
 }
 
-/// A temporary §3.3 configuration directory.
+/// A temporary configuration directory (docs/OPERATIONS.md, "The configuration tree").
 pub struct ConfigTree {
     pub dir: tempfile::TempDir,
 }
@@ -311,7 +311,8 @@ pub fn client() -> reqwest::blocking::Client {
         .expect("client")
 }
 
-/// A signed request (§3.1) for `url` (path and query are signed as sent).
+/// A signed request (docs/PROTOCOL.md, "Signing a request") for `url` (path and query are signed as
+/// sent).
 pub fn signed(
     client: &reqwest::blocking::Client,
     method: &str,

@@ -57,7 +57,8 @@ pub(crate) enum Command {
     History(HistoryArgs),
     /// Turn an API's degradation switch on or off.
     Switch(SwitchArgs),
-    /// Move a cluster's traffic to its primary or standby set (docs/OPERATIONS.md, "Failover").
+    /// Move a cluster's traffic to its primary or standby set (docs/OPERATIONS.md, "Failover
+    /// runbook").
     Failover(FailoverArgs),
     /// Show the live gateway nodes, their applied config version and lag.
     Status,
