@@ -1,6 +1,6 @@
-//! Portico's registry: the admin REST API over the ZooKeeper configuration tree (stateless;
-//! any number can run side by side), the publishing workflow for backend teams (protos →
-//! descriptor → sandbox drafts → publish → history → rollback), the console's server side, and
+//! Portico's registry: the admin REST API over the ZooKeeper configuration tree (no configuration
+//! of its own; any number can run side by side), the publishing workflow for backend teams (protos
+//! → descriptor → sandbox drafts → publish → history → rollback), the console's server side, and
 //! the client side used by the `portico` CLI.
 //!
 //! Layers, each importing only the ones below it:
