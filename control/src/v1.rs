@@ -5,11 +5,12 @@
 //! renamed or removed. Unknown fields are ignored so that an older gateway can read a newer
 //! document. Validation into the internal [`crate::Snapshot`] lives in `crate::validate`.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// `apis/<api_id>`: one published (or, under `sandbox/`, draft) API.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ApiDefinition {
     pub id: String,
     #[serde(default)]
@@ -42,7 +43,7 @@ pub struct ApiDefinition {
 }
 
 /// The HTTP mapping of an API, shaped like `google.api.HttpRule`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HttpRule {
     pub method: String,
     pub path: String,
@@ -55,7 +56,7 @@ pub struct HttpRule {
 }
 
 /// One of `HttpRule.additional_bindings`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HttpBinding {
     pub method: String,
     pub path: String,
@@ -66,10 +67,11 @@ pub struct HttpBinding {
 }
 
 /// Where an API's calls go: a cluster, a deadline, and either a gRPC method or an HTTP path.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Backend {
     pub cluster: String,
     #[serde(default = "default_timeout_ms")]
+    #[schemars(range(min = 1, max = crate::validate::MAX_TIMEOUT_MS))]
     pub timeout_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grpc: Option<GrpcBackend>,
@@ -85,7 +87,7 @@ fn default_timeout_ms() -> u64 {
 }
 
 /// A gRPC method called by generic invocation, from the descriptor set `descriptors/<sha256>`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct GrpcBackend {
     pub service: String,
     pub method: String,
@@ -93,14 +95,14 @@ pub struct GrpcBackend {
 }
 
 /// An HTTP backend; `path` optionally rewrites the upstream path (it may use `{var}`s).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HttpBackend {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
 }
 
 /// How callers of an API authenticate.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AuthMode {
     #[default]
@@ -109,7 +111,7 @@ pub enum AuthMode {
 }
 
 /// Per-API protection; every part optional.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Policy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bulkhead: Option<BulkheadPolicy>,
@@ -119,6 +121,7 @@ pub struct Policy {
     pub rate_limits: Vec<RateLimitRule>,
     /// Request body limit for this API in bytes (default: the gateway's, 1 MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_body_bytes: Option<u64>,
     // Hot APIs (docs/OPERATIONS.md, "Caching and hot keys"): all optional.
     /// The response cache of GET (and read-only router-style) answers.
@@ -133,7 +136,7 @@ pub struct Policy {
 }
 
 /// `policy.cache`: cache 200 answers per key for `ttl_ms` (0: never cache, not even hot keys).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CachePolicy {
     pub ttl_ms: u64,
     /// Key selectors (`path:<var>`, `query:<name>`, `header:<Name>`, `app`, `ip`); default:
@@ -142,9 +145,11 @@ pub struct CachePolicy {
     pub key: Vec<String>,
     /// Most entries kept (default 10,000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = crate::validate::MAX_CACHE_ENTRIES))]
     pub max_entries: Option<u64>,
     /// Largest body cached, in bytes (default 65,536); larger answers are streamed, not cached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = crate::validate::MAX_CACHE_BODY_BYTES))]
     pub max_body_bytes: Option<u64>,
     /// Whether one answer serves every app (default false: the verified app is part of every
     /// key of a signed API, so an answer is served only to the app it was made for).
@@ -160,7 +165,7 @@ pub struct CachePolicy {
 
 /// `policy.hot_keys`: a bounded heavy-hitter count per key; hot keys are cached for
 /// `auto_cache_ms`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HotKeysPolicy {
     pub key: Vec<String>,
     /// Hot above this many requests per second (default 200).
@@ -178,47 +183,60 @@ pub struct HotKeysPolicy {
     pub auto_cache_ms: Option<u64>,
     /// How many keys the detector tracks and reports (default 20).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = crate::validate::MAX_HOT_TOP))]
     pub top: Option<u32>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct BulkheadPolicy {
+    #[schemars(range(min = 1))]
     pub max_concurrent: u32,
     /// Wait at most this long for a slot before answering 503 `BULKHEAD_FULL` (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = crate::validate::MAX_TIMEOUT_MS))]
     pub max_wait_ms: Option<u64>,
 }
 
 /// Circuit breaker settings (consecutive-failure, slow-call and Sentinel-style error-ratio modes).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct BreakerPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub consecutive_failures: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = crate::validate::MAX_TIMEOUT_MS))]
     pub slow_call_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub consecutive_slow_calls: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86_400_000))]
     pub open_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub half_open_probes: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 1.0), extend("minimum" = 0, "exclusiveMinimum" = true))]
     pub error_ratio: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub min_calls: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86_400_000))]
     pub window_ms: Option<u64>,
 }
 
 /// One rate limit: `limit` requests `per` second or minute, counted per `key`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RateLimitRule {
     #[serde(default = "default_rate_key")]
     pub key: RateKey,
+    #[schemars(range(min = 1))]
     pub limit: u32,
     pub per: Per,
     /// Extra burst allowance above the steady rate (default: `limit`, i.e. a full period's worth).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub burst: Option<u32>,
     /// Where the limit is counted: `node` (default, per gateway) or `cluster` (shared by the
     /// fleet; docs/OPERATIONS.md, "Running a cluster").
@@ -227,7 +245,7 @@ pub struct RateLimitRule {
 }
 
 /// Where a rate limit is counted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// Each gateway node counts on its own (v1's behaviour).
@@ -249,7 +267,7 @@ fn default_rate_key() -> RateKey {
 }
 
 /// `api`, `app`, `ip`, `header:<Name>`, or a list of them for a combined key.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum RateKey {
     One(String),
@@ -266,7 +284,7 @@ impl RateKey {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Per {
     Second,
@@ -275,9 +293,10 @@ pub enum Per {
 
 /// `clusters/<name>`: a set of backend endpoints, and how calls are spread over them
 /// (docs/OPERATIONS.md, "Clusters: balancing, health, failover, sleep").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Cluster {
     pub protocol: Protocol,
+    #[schemars(length(min = 1))]
     pub endpoints: Vec<Endpoint>,
     /// The `Host` an HTTP backend receives (default: the endpoint's address as configured);
     /// a client's own `Host` never reaches a backend.
@@ -322,17 +341,19 @@ pub struct Cluster {
 /// `clusters/<name>.grpc`: the gateway's gRPC client settings for one cluster
 /// (docs/OPERATIONS.md, "gRPC client settings"). Absent fields take the defaults there:
 /// no keep-alive PINGs, uncompressed requests, 2 s to dial.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrpcClient {
     /// HTTP/2 PING interval while calls are in flight, ms; `0`: none. Absent: the
     /// gateway's `PORTICO_GRPC_KEEPALIVE_MS` (unset: none). At least 10 000 when set:
     /// grpc-core servers close a connection pinged more often than their policy allows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 86_400_000))]
     pub keepalive_ms: Option<u64>,
     /// How long a PING may go unanswered before the connection is dropped, ms (default
     /// 10 000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1000, max = 600_000))]
     pub keepalive_timeout_ms: Option<u64>,
     /// Requests whose message has at least this many bytes are sent gzip-compressed
     /// (`grpc-encoding: gzip`); absent: requests are never compressed.
@@ -341,6 +362,7 @@ pub struct GrpcClient {
     /// How long dialling an endpoint may take (TCP and the HTTP/2 preface), ms (default
     /// 2000; the call's own deadline still applies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10, max = 60_000))]
     pub connect_timeout_ms: Option<u64>,
 }
 
@@ -357,7 +379,7 @@ impl Cluster {
 }
 
 /// A cluster's balancing mode.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Balancing {
     /// Smooth weighted round-robin.
@@ -387,11 +409,12 @@ impl Balancing {
 pub const DEFAULT_STICKY_COOKIE: &str = "PORTICO_STICKY";
 
 /// Cookie affinity: `cookie` names the endpoint for `ttl_s` seconds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Sticky {
     #[serde(default = "default_sticky_cookie")]
     pub cookie: String,
     #[serde(default = "default_sticky_ttl_s")]
+    #[schemars(range(min = 1, max = 34_560_000))]
     pub ttl_s: u64,
 }
 
@@ -405,7 +428,7 @@ fn default_sticky_ttl_s() -> u64 {
 
 /// Active health checks: HTTP `GET path` expecting 2xx, or for gRPC clusters
 /// `grpc.health.v1.Health/Check` of `service` (default `""`, the whole server).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HealthCheck {
     #[serde(default = "default_health_path")]
     pub path: String,
@@ -416,8 +439,10 @@ pub struct HealthCheck {
     #[serde(default = "default_health_timeout_ms")]
     pub timeout_ms: u64,
     #[serde(default = "default_two")]
+    #[schemars(range(min = 1, max = 100))]
     pub unhealthy_after: u32,
     #[serde(default = "default_two")]
+    #[schemars(range(min = 1, max = 100))]
     pub healthy_after: u32,
 }
 
@@ -439,9 +464,10 @@ fn default_two() -> u32 {
 
 /// Passive ejection: `consecutive_failures` 5xx / connect failures / timeouts eject an
 /// endpoint for `eject_ms`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Outlier {
     #[serde(default = "default_outlier_failures")]
+    #[schemars(range(min = 1, max = 10_000))]
     pub consecutive_failures: u32,
     #[serde(default = "default_eject_ms")]
     pub eject_ms: u64,
@@ -456,11 +482,13 @@ fn default_eject_ms() -> u64 {
 }
 
 /// The standby set and when traffic moves to it on its own.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Standby {
+    #[schemars(length(min = 1))]
     pub endpoints: Vec<Endpoint>,
     /// Fail over when the healthy fraction of the primary set is below this, in (0, 1].
     #[serde(default = "default_failover_below")]
+    #[schemars(range(max = 1.0), extend("minimum" = 0, "exclusiveMinimum" = true))]
     pub failover_below: f64,
     #[serde(default)]
     pub failback: Failback,
@@ -471,7 +499,7 @@ fn default_failover_below() -> f64 {
 }
 
 /// After an automatic failover: come back on its own (`auto`) or stay (`manual`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Failback {
     #[default]
@@ -480,7 +508,7 @@ pub enum Failback {
 }
 
 /// Which endpoint set serves.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ActiveSet {
     #[default]
@@ -502,16 +530,19 @@ impl ActiveSet {
 /// `wake_url` and is held up to `hold_ms`, else 503 `BACKEND_LOADING` with
 /// `Retry-After: retry_after_s`. `sleep_url` and `idle_s` are for the registry, which puts
 /// an idle cluster to sleep.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Sleep {
     pub wake_url: String,
     #[serde(default = "default_hold_ms")]
+    #[schemars(range(max = 86_400_000))]
     pub hold_ms: u64,
     #[serde(default = "default_retry_after_s")]
+    #[schemars(range(min = 1, max = 86_400))]
     pub retry_after_s: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sleep_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub idle_s: Option<u64>,
 }
 
@@ -524,11 +555,13 @@ fn default_retry_after_s() -> u64 {
 }
 
 /// Autoscale rules, evaluated by the registry on the cluster-wide request rate.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Autoscale {
     pub webhook: String,
+    #[schemars(length(min = 1))]
     pub rules: Vec<AutoscaleRule>,
     #[serde(default = "default_cooldown_s")]
+    #[schemars(range(max = 86_400))]
     pub cooldown_s: u64,
 }
 
@@ -537,17 +570,18 @@ fn default_cooldown_s() -> u64 {
 }
 
 /// One rule: the rate above (or below) a threshold for `for_s` seconds fires `action`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AutoscaleRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rps_above: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rps_below: Option<f64>,
+    #[schemars(range(min = 1, max = 86_400))]
     pub for_s: u64,
     pub action: ScaleAction,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ScaleAction {
     Up,
@@ -563,17 +597,18 @@ impl ScaleAction {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
     Http,
     Grpc,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Endpoint {
     pub addr: String,
     #[serde(default = "default_weight")]
+    #[schemars(range(min = 1))]
     pub weight: u32,
 }
 
@@ -582,7 +617,7 @@ fn default_weight() -> u32 {
 }
 
 /// `apps/<app_key>`: a merchant application.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct App {
     pub secret: String,
     #[serde(default)]
@@ -605,7 +640,7 @@ pub struct App {
 
 /// `topics/<name>`: a notification topic backends publish to (docs/OPERATIONS.md,
 /// "Notifications").
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Topic {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
@@ -616,6 +651,7 @@ pub struct Topic {
     pub apps: Vec<String>,
     /// How long an undelivered event is kept, in seconds.
     #[serde(default = "default_retention_s")]
+    #[schemars(range(min = 1, max = crate::validate::MAX_RETENTION_S))]
     pub retention_s: u64,
 }
 
@@ -626,7 +662,7 @@ fn default_retention_s() -> u64 {
     DEFAULT_RETENTION_S
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AppStatus {
     #[default]
@@ -635,11 +671,13 @@ pub enum AppStatus {
 }
 
 /// An app's own limit, counted per app across all its APIs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AppRateLimit {
+    #[schemars(range(min = 1))]
     pub limit: u32,
     pub per: Per,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub burst: Option<u32>,
     /// `node` (default) or `cluster`, as for [`RateLimitRule::scope`].
     #[serde(default, skip_serializing_if = "Scope::is_node")]
@@ -647,7 +685,7 @@ pub struct AppRateLimit {
 }
 
 /// `switches/<api_id>`: a degradation switch.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Switch {
     #[serde(default)]
     pub degraded: bool,
@@ -658,6 +696,7 @@ pub struct Switch {
     /// What merchants are told by the 503 `API_DEGRADED` of a switch without a fallback
     /// (default [`DEFAULT_DEGRADED_MESSAGE`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 200))]
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_by: Option<String>,
@@ -675,9 +714,10 @@ pub struct Switch {
 pub const DEFAULT_DEGRADED_MESSAGE: &str = "the API is temporarily unavailable";
 
 /// The canned answer of a degraded API.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Fallback {
     #[serde(default = "default_fallback_status")]
+    #[schemars(range(min = 100, max = 599))]
     pub status: u16,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
@@ -690,7 +730,7 @@ fn default_fallback_status() -> u16 {
 }
 
 /// `ipacl`: CIDR deny and allow lists, and the proxies whose `X-Forwarded-For` is trusted.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct IpAcl {
     #[serde(default)]
     pub deny: Vec<String>,
@@ -702,25 +742,29 @@ pub struct IpAcl {
 
 /// `alerts/<name>`: an alerting rule, evaluated by the registry over the metrics it aggregates
 /// from every gateway (docs/OPERATIONS.md, "Alerts"). Gateways validate it and ignore it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AlertRule {
     /// An API id, or `*`: every API, each on its own. Ignored by `node_missing` and
     /// `config_lag_above`, which watch the gateways.
     #[serde(default = "default_alert_api")]
     pub api: String,
     /// One of [`ALERT_CONDITIONS`].
+    #[schemars(extend("enum" = ALERT_CONDITIONS))]
     pub condition: String,
     /// The bound the condition compares against, in the condition's unit (milliseconds,
     /// a fraction, requests per second, nodes, seconds). Optional for `breaker_open` and
     /// `node_missing` (default 0: any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
     pub threshold: Option<f64>,
     /// Seconds the condition must hold before the alert fires, and be false before it
     /// resolves (default 0: at the next evaluation).
     #[serde(default)]
+    #[schemars(range(max = crate::validate::MAX_ALERT_FOR_S))]
     pub for_s: u64,
     /// A free label for the receivers (`page`, `ticket`, `info`, ...; default `warning`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]{1,32}$"))]
     pub severity: Option<String>,
     /// Where firing and resolved notifications go (the console always shows them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -747,10 +791,77 @@ pub const ALERT_CONDITIONS: [&str; 7] = [
 /// One receiver of an alert's notifications: exactly one of `webhook` (an `http(s)://` URL,
 /// sent a signed JSON payload) and `email` (an address, sent through the registry's SMTP
 /// server).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AlertReceiver {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub email: Option<String>,
+}
+
+/// The JSON Schemas of the v1 documents and of every type they use, keyed by type name, in
+/// the OpenAPI 3.0 dialect (`$ref`s to `#/components/schemas/<name>`, `nullable`): what the
+/// registry serves in its OpenAPI document (docs/OPERATIONS.md, "portico-registry"). Generated
+/// from these types, so they describe what the gateway's parser accepts; the range and
+/// reference checks of `crate::validate` are only partly expressed (as `minimum`, `pattern`).
+pub fn openapi_schemas() -> serde_json::Map<String, serde_json::Value> {
+    let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
+    generator.subschema_for::<ApiDefinition>();
+    generator.subschema_for::<Cluster>();
+    generator.subschema_for::<App>();
+    generator.subschema_for::<Topic>();
+    generator.subschema_for::<Switch>();
+    generator.subschema_for::<IpAcl>();
+    generator.subschema_for::<AlertRule>();
+    generator.take_definitions(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schemas_follow_the_serde_attributes() {
+        let s = openapi_schemas();
+        for name in [
+            "ApiDefinition",
+            "Cluster",
+            "App",
+            "Topic",
+            "Switch",
+            "IpAcl",
+            "AlertRule",
+        ] {
+            assert!(s[name].is_object(), "{name}");
+        }
+        let policy = &s["Policy"]["properties"];
+        for field in [
+            "bulkhead",
+            "breaker",
+            "rate_limits",
+            "max_body_bytes",
+            "cache",
+            "hot_keys",
+            "read_only",
+        ] {
+            assert!(policy[field].is_object(), "Policy.{field}");
+        }
+        // `deny_unknown_fields` where the type has it, and only there (v1 readers ignore
+        // unknown fields elsewhere).
+        assert_eq!(s["GrpcClient"]["additionalProperties"], false);
+        assert!(s["Cluster"].get("additionalProperties").is_none());
+        // `rename`, `default`, untagged enums, maps.
+        assert!(s["Switch"]["properties"]["match"]["additionalProperties"].is_object());
+        assert_eq!(s["RateLimitRule"]["properties"]["key"]["default"], "api");
+        assert_eq!(s["RateKey"]["anyOf"].as_array().map(Vec::len), Some(2));
+        assert_eq!(
+            s["ApiDefinition"]["required"],
+            serde_json::json!(["id", "http", "backend"])
+        );
+        assert_eq!(
+            s["Backend"]["properties"]["timeout_ms"]["default"],
+            DEFAULT_TIMEOUT_MS
+        );
+        assert!(s["ApiDefinition"]["properties"]["description"]["nullable"] == true);
+    }
 }

@@ -1,6 +1,7 @@
 //! The OpenAPI 3 document of `/api/v1`, generated from the route descriptions
-//! ([`crate::route::Route`], listed by [`crate::api::routes`]) plus hand-written schemas of the v1
-//! documents and the API's own messages.
+//! ([`crate::route::Route`], listed by [`crate::api::routes`]), the schemas of the v1 documents
+//! generated from the `portico_control::v1` types, and hand-written schemas of the API's own
+//! messages.
 
 use crate::route::{Body, Param, Reply, Route};
 use serde_json::{json, Map, Value};
@@ -10,10 +11,6 @@ use std::sync::Arc;
 const NAME_PATTERN: &str = "^[A-Za-z0-9._-]{1,128}$";
 /// A switch name: an API id, or `<api_id>@<label>` for a key-level switch.
 const SWITCH_PATTERN: &str = "^[A-Za-z0-9._-]{1,128}(@[A-Za-z0-9._-]{1,128})?$";
-
-/// A backend address: `host:port` (the hostname's labels) or `ip:port`, as the gateways'
-/// validation takes it (docs/OPERATIONS.md, "The configuration tree").
-const ADDR_PATTERN: &str = "^[A-Za-z0-9_]([A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?:[1-9][0-9]{0,3}$";
 
 /// The longest backend deadline (ms) a document may ask for.
 const MAX_TIMEOUT_MS: u64 = portico_control::validate::MAX_TIMEOUT_MS;
@@ -341,15 +338,6 @@ fn observe_schemas() -> Value {
             "calls_pct": num, "availability_pts": num, "p99_pct": num}},
         "series": {"type": "array", "items": {"type": "object", "properties": {"at_ms": {"type": "integer"}, "calls": {"type": "integer"}, "errors": {"type": "integer"}}}}}});
     json!({
-    "AlertRule": {"type": "object", "required": ["condition"], "properties": {
-        "api": {"type": "string", "pattern": GRANT_PATTERN, "default": "*", "description": "an API id, or * for each API"},
-        "condition": {"type": "string", "enum": portico_control::v1::ALERT_CONDITIONS},
-        "threshold": {"type": "number", "minimum": 0, "description": "ms, a fraction (availability_below, at most 1), requests/s, gateways, or seconds; required but for breaker_open and node_missing"},
-        "for_s": {"type": "integer", "minimum": 0, "maximum": portico_control::validate::MAX_ALERT_FOR_S, "default": 0},
-        "severity": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,32}$", "default": "warning"},
-        "receivers": {"type": "array", "items": {"type": "object", "properties": {
-            "webhook": {"type": "string", "pattern": "^https?://"}, "email": {"type": "string", "format": "email"}}}},
-        "description": {"type": "string", "maxLength": 1000}}},
     "Alerting": {"type": "object", "properties": {
         "evaluating": {"type": "boolean"}, "leader": {"type": "boolean", "description": "this registry sends the notifications"},
         "evaluated_at_ms": {"type": ["integer", "null"]}, "rules": {"type": "integer"}, "problem": {"type": ["string", "null"]},
@@ -373,7 +361,7 @@ fn observe_schemas() -> Value {
 }
 
 /// Failover, the cluster overview and autoscale events ([`crate::api::cluster_ops`];
-/// docs/OPERATIONS.md, "Failover" and "Autoscale").
+/// docs/OPERATIONS.md, "Failover runbook" and "Autoscale").
 fn cluster_ops_schemas() -> Value {
     let event = json!({"type": "object", "properties": {
         "id": {"type": "string"}, "kind": {"type": "string", "enum": ["autoscale", "sleep"]},
@@ -404,102 +392,17 @@ fn cluster_ops_schemas() -> Value {
     })
 }
 
-/// The v1 documents of the tree (docs/OPERATIONS.md, 'The configuration tree').
+/// The v1 documents of the tree (docs/OPERATIONS.md, "The configuration tree"), and every type
+/// they use: generated from the `portico_control::v1` types the gateways parse
+/// ([`portico_control::v1::openapi_schemas`]), never written here. `NamedCluster` is the body of
+/// `POST /clusters`: a cluster with its name.
 fn document_schemas() -> Value {
-    let count1 = json!({"type": "integer", "minimum": 1, "maximum": u32::MAX});
-    let rate_key = json!({"oneOf": [
-        {"type": "string", "description": "api, app, ip or header:<Name>"},
-        {"type": "array", "items": {"type": "string"}}
-    ]});
-    json!({
-    "HttpBinding": {"type": "object", "required": ["method", "path"], "properties": {
-        "method": {"type": "string"}, "path": {"type": "string"}, "body": {"type": "string"}, "response_body": {"type": "string"}}},
-    "HttpRule": {"type": "object", "required": ["method", "path"], "properties": {
-        "method": {"type": "string", "enum": ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]},
-        "path": {"type": "string", "description": "google.api.http path template"},
-        "body": {"type": "string"}, "response_body": {"type": "string"},
-        "additional_bindings": {"type": "array", "items": {"$ref": "#/components/schemas/HttpBinding"}}}},
-    "RateLimitRule": {"type": "object", "required": ["limit", "per"], "properties": {
-        "key": rate_key, "limit": count1, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": count1,
-        "scope": {"type": "string", "enum": ["node", "cluster"], "default": "node"}}},
-    "Policy": {"type": "object", "properties": {
-        "bulkhead": {"type": "object", "properties": {"max_concurrent": count1, "max_wait_ms": {"type": "integer", "minimum": 0, "maximum": MAX_TIMEOUT_MS}}},
-        "breaker": {"type": "object", "properties": {
-            "consecutive_failures": {"type": "integer"}, "slow_call_ms": {"type": "integer"}, "consecutive_slow_calls": {"type": "integer"},
-            "open_ms": {"type": "integer"}, "half_open_probes": {"type": "integer"}, "error_ratio": {"type": "number"},
-            "min_calls": {"type": "integer"}, "window_ms": {"type": "integer"}}},
-        "rate_limits": {"type": "array", "items": {"$ref": "#/components/schemas/RateLimitRule"}},
-        "max_body_bytes": {"type": "integer", "minimum": 1}}},
-    "ApiDefinition": {"type": "object", "required": ["http", "backend"], "properties": {
-        "id": {"type": "string"}, "version": {"type": "integer"},
-        "http": {"$ref": "#/components/schemas/HttpRule"},
-        "backend": {"type": "object", "required": ["cluster"], "properties": {
-            "cluster": {"type": "string", "pattern": NAME_PATTERN}, "timeout_ms": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS, "default": 3000},
-            "grpc": {"type": "object", "required": ["service", "method", "descriptor"], "properties": {
-                "service": {"type": "string"}, "method": {"type": "string"}, "descriptor": {"type": "string", "description": "sha256 of descriptors/<sha256>"}}},
-            "http": {"type": "object", "properties": {"path": {"type": "string"}}}}},
-        "auth": {"type": "string", "enum": ["signature", "none"], "default": "signature"},
-        "policy": {"$ref": "#/components/schemas/Policy"},
-        "description": {"type": "string"},
-        "request_schema": {"type": "object", "description": "HTTP-backed APIs only: a JSON Schema of the request body shown by the developer portal (docs/OPERATIONS.md, \"The configuration tree\"); local $refs only, no $id"},
-        "response_schema": {"type": "object", "description": "HTTP-backed APIs only: a JSON Schema of the successful answer's body, as request_schema"},
-        "owner": {"type": "string", "format": "email", "description": "who is sent the API's daily and weekly reports"}}},
-    "Cluster": {"type": "object", "required": ["protocol", "endpoints"], "properties": {
-        "protocol": {"type": "string", "enum": ["http", "grpc"]},
-        "endpoints": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["addr"], "properties": {
-            "addr": {"type": "string", "pattern": ADDR_PATTERN, "description": "host:port or ip:port ([v6]:port)"},
-            "weight": {"type": "integer", "minimum": 1, "maximum": u32::MAX, "default": 1}}}},
-        "balancing": {"type": "string", "enum": ["round_robin", "least_load", "peak_ewma", "consistent_hash"], "default": "round_robin"},
-        // Issue 11 (smart routing and failover): optional; docs/OPERATIONS.md, "Failover".
-        "hash_key": {"type": "string", "description": "with consistent_hash: app | ip | header:<Name> | query:<name> | path:<var>"},
-        "sticky": {"type": "object", "properties": {"cookie": {"type": "string", "default": "PORTICO_STICKY"}, "ttl_s": {"type": "integer", "minimum": 1, "default": 3600}}},
-        "health_check": {"type": "object", "properties": {
-            "path": {"type": "string", "default": "/healthz"}, "service": {"type": "string"},
-            "interval_ms": {"type": "integer", "minimum": 1, "default": 1000}, "timeout_ms": {"type": "integer", "minimum": 1, "default": 500},
-            "unhealthy_after": {"type": "integer", "minimum": 1, "maximum": 100, "default": 2}, "healthy_after": {"type": "integer", "minimum": 1, "maximum": 100, "default": 2}}},
-        "outlier": {"type": "object", "properties": {"consecutive_failures": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 5}, "eject_ms": {"type": "integer", "minimum": 1, "default": 10000}}},
-        "standby": {"type": "object", "required": ["endpoints"], "properties": {
-            "endpoints": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["addr"], "properties": {
-                "addr": {"type": "string", "pattern": ADDR_PATTERN}, "weight": {"type": "integer", "minimum": 1, "maximum": u32::MAX, "default": 1}}}},
-            "failover_below": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 1, "default": 0.5},
-            "failback": {"type": "string", "enum": ["auto", "manual"], "default": "auto"}}},
-        "active": {"type": "string", "enum": ["primary", "standby"], "default": "primary", "description": "the serving set; set it with POST /clusters/{name}/failover"},
-        "sleep": {"type": "object", "required": ["wake_url"], "properties": {
-            "wake_url": {"type": "string"}, "hold_ms": {"type": "integer", "minimum": 0, "default": 3000}, "retry_after_s": {"type": "integer", "minimum": 1, "maximum": 86400, "default": 2},
-            "sleep_url": {"type": "string", "description": "POSTed by the registry after idle_s without requests"}, "idle_s": {"type": "integer", "minimum": 1}}},
-        "autoscale": {"type": "object", "required": ["webhook", "rules"], "properties": {
-            "webhook": {"type": "string"},
-            "rules": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["for_s", "action"], "properties": {
-                "rps_above": {"type": "number", "minimum": 0}, "rps_below": {"type": "number", "minimum": 0},
-                "for_s": {"type": "integer", "minimum": 1, "maximum": 86400}, "action": {"type": "string", "enum": ["up", "down"]}}}},
-            "cooldown_s": {"type": "integer", "minimum": 0, "maximum": 86400, "default": 60}}},
-        // Issue 29: docs/OPERATIONS.md, "gRPC client settings"; grpc clusters only.
-        "grpc": {"type": "object", "additionalProperties": false, "description": "the gateway's gRPC client settings (protocol grpc only)", "properties": {
-            "keepalive_ms": {"type": "integer", "minimum": 0, "maximum": 86_400_000, "description": "PING interval while calls are in flight; 0: none (default: the gateway's PORTICO_GRPC_KEEPALIVE_MS, unset: none); 0 or at least 10000"},
-            "keepalive_timeout_ms": {"type": "integer", "minimum": 1000, "maximum": 600_000, "default": 10000},
-            "compress_min_bytes": {"type": "integer", "minimum": 0, "maximum": u32::MAX, "description": "requests of at least this many bytes are sent gzip-compressed; absent: never"},
-            "connect_timeout_ms": {"type": "integer", "minimum": 10, "maximum": 60000, "default": 2000}}}}},
-    "NamedCluster": {"allOf": [{"$ref": "#/components/schemas/Cluster"}, {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "pattern": NAME_PATTERN}}}]},
-    "Switch": {"type": "object", "properties": {
-        "degraded": {"type": "boolean"}, "reason": {"type": "string", "description": "for operators (console, audit, access log); never shown to merchants"},
-        "message": {"type": "string", "maxLength": 200, "description": "what merchants read in the 503 API_DEGRADED envelope of a switch without a fallback (default: the API is temporarily unavailable)"},
-        "updated_by": {"type": "string", "description": "set from X-Portico-Operator, else this field, else admin"},
-        "updated_at": {"type": "string", "format": "date-time", "description": "set by the registry"},
-        "fallback": {"type": "object", "properties": {
-            "status": {"type": "integer", "minimum": 100, "maximum": 599, "default": 200}, "headers": {"type": "object", "additionalProperties": {"type": "string"}}, "body": {}}},
-        "match": {"type": "object", "description": "only on <api_id>@<label>: selector (path:<var>, query:<name>, header:<Name>, app, ip) -> values; all selectors must match",
-            "additionalProperties": {"type": "array", "items": {"type": "string"}}}}},
-    "Topic": {"type": "object", "properties": {
-        "owner": {"type": "string"}, "description": {"type": "string"},
-        "apps": {"type": "array", "items": {"type": "string", "pattern": GRANT_PATTERN}, "description": "app keys granted the topic, or [\"*\"]"},
-        "retention_s": {"type": "integer", "minimum": 1, "maximum": 2_592_000, "default": 86400}}},
-    "IpAcl": {"type": "object", "properties": {
-        "deny": {"type": "array", "items": {"type": "string"}}, "allow": {"type": "array", "items": {"type": "string"}},
-        "trusted_proxies": {"type": "array", "items": {"type": "string"}}}},
-    "AppRateLimit": {"type": "object", "required": ["limit", "per"], "properties": {
-        "limit": count1, "per": {"type": "string", "enum": ["second", "minute"]}, "burst": count1,
-        "scope": {"type": "string", "enum": ["node", "cluster"], "default": "node"}}}
-    })
+    let mut schemas = portico_control::v1::openapi_schemas();
+    schemas.insert(
+        "NamedCluster".to_owned(),
+        json!({"allOf": [{"$ref": "#/components/schemas/Cluster"}, {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "pattern": NAME_PATTERN}}}]}),
+    );
+    Value::Object(schemas)
 }
 
 /// The API's own messages: errors, lists, apps, publishing.
@@ -773,6 +676,187 @@ mod tests {
             links["delete_clusters_name"]["parameters"]["name"],
             "$request.body#/name"
         );
+    }
+
+    /// `schema` with OpenAPI 3.0's `nullable: true` spelled as JSON Schema does (`null` among
+    /// the types), so that a validator reads it as the gateway's parser does.
+    fn nullable_as_null_type(schema: &mut Value) {
+        match schema {
+            Value::Object(map) => {
+                if map.remove("nullable") == Some(Value::Bool(true)) {
+                    if let Some(Value::String(t)) = map.get("type").cloned() {
+                        map.insert("type".to_owned(), json!([t, "null"]));
+                    }
+                    if let Some(Value::Array(values)) = map.get_mut("enum") {
+                        if !values.contains(&Value::Null) {
+                            values.push(Value::Null);
+                        }
+                    }
+                }
+                map.values_mut().for_each(nullable_as_null_type);
+            }
+            Value::Array(items) => items.iter_mut().for_each(nullable_as_null_type),
+            _ => {}
+        }
+    }
+
+    /// A validator of the served schema `name`, read as OpenAPI 3.0 reads it (draft 4's
+    /// boolean `exclusiveMinimum`, `nullable`).
+    fn served_validator(name: &str) -> jsonschema::Validator {
+        let doc = document(&crate::api::routes());
+        let mut rooted = json!({
+            "$schema": "http://json-schema.org/draft-04/schema#",
+            "allOf": [{"$ref": format!("#/components/schemas/{name}")}],
+            "components": doc["components"],
+        });
+        nullable_as_null_type(&mut rooted);
+        jsonschema::draft4::new(&rooted).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    /// The schema of a document of the tree, by its path (`apis/x`, `ipacl`); `None` for
+    /// descriptors, which are not JSON.
+    fn schema_of(path: &str) -> Option<&'static str> {
+        use portico_control::DocKind;
+        let (kind, _) = DocKind::classify(path)?;
+        Some(match kind {
+            DocKind::Api => "ApiDefinition",
+            DocKind::Cluster => "Cluster",
+            DocKind::App => "App",
+            DocKind::Switch => "Switch",
+            DocKind::Topic => "Topic",
+            DocKind::IpAcl => "IpAcl",
+            DocKind::Alert => "AlertRule",
+            DocKind::Descriptor => return None,
+        })
+    }
+
+    /// The documents of `ops/examples/standalone`, by tree path.
+    fn example_tree() -> portico_control::Tree {
+        let root =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/examples/standalone");
+        let mut tree = portico_control::Tree::default();
+        let mut dirs = vec![root.clone()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                let rel = path.strip_prefix(&root).unwrap().with_extension("");
+                let rel = rel.to_str().unwrap().replace('\\', "/");
+                assert!(tree.insert(&rel, std::fs::read(&path).unwrap()), "{rel}");
+            }
+        }
+        tree
+    }
+
+    /// Why the served schema refuses `doc`, if it does.
+    fn schema_refusal(name: &str, doc: &Value) -> Option<String> {
+        let errors: Vec<String> = served_validator(name)
+            .iter_errors(doc)
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect();
+        (!errors.is_empty()).then(|| errors.join("; "))
+    }
+
+    /// Why the gateways' validation refuses the document at `path` of `tree`, if it does.
+    fn gateway_refusal(tree: &portico_control::Tree, path: &str) -> Option<String> {
+        let snap = portico_control::build_snapshot(tree, None);
+        snap.rejected
+            .iter()
+            .find(|r| r.path == path)
+            .map(|r| r.reason.clone())
+    }
+
+    #[test]
+    fn every_example_document_validates_against_the_served_schema() {
+        let tree = example_tree();
+        let mut checked = 0;
+        for (path, bytes) in &tree.docs {
+            let Some(name) = schema_of(path) else {
+                continue;
+            };
+            let doc: Value = serde_json::from_slice(bytes).unwrap();
+            if let Some(why) = schema_refusal(name, &doc) {
+                panic!("{path} does not validate against {name}: {why}");
+            }
+            checked += 1;
+        }
+        assert!(checked >= 20, "only {checked} documents");
+        // And the gateways serve every one of them.
+        let rejected = portico_control::build_snapshot(&tree, None).rejected;
+        assert!(rejected.is_empty(), "{rejected:?}");
+    }
+
+    /// The served schemas and the gateways' validation agree on documents that differ from
+    /// an example by an unknown field or a wrong type: both refuse, or (an unknown field where
+    /// the v1 contract ignores it, a `null` where a field is optional) both accept.
+    #[test]
+    fn served_schemas_and_the_gateways_agree_on_unknown_fields_and_wrong_types() {
+        let cases: [(&str, &str, Value, bool); 13] = [
+            (
+                "clusters/demo-grpc",
+                "/grpc",
+                json!({"keepalive": 1}),
+                false,
+            ),
+            (
+                "clusters/demo-grpc",
+                "/grpc",
+                json!({"connect_timeout_ms": 500}),
+                true,
+            ),
+            (
+                "clusters/demo-http",
+                "/endpoints",
+                json!("127.0.0.1:1"),
+                false,
+            ),
+            (
+                "clusters/demo-http",
+                "/a_later_field",
+                json!({"any": 1}),
+                true,
+            ),
+            (
+                "apis/order.get",
+                "/backend/timeout_ms",
+                json!("3000"),
+                false,
+            ),
+            ("apis/order.get", "/policy/read_only", json!("yes"), false),
+            ("apis/order.get", "/policy/read_only", json!(true), true),
+            (
+                "apis/order.get",
+                "/policy/cache",
+                json!({"ttl_ms": 1000, "shared": true}),
+                true,
+            ),
+            ("apis/order.get", "/description", Value::Null, true),
+            ("apps/merchant-1", "/status", json!("paused"), false),
+            ("switches/promo.list", "/degraded", json!("true"), false),
+            ("topics/orders", "/retention_s", json!(-1), false),
+            ("topics/orders", "/apps", json!("*"), false),
+        ];
+        let base = example_tree();
+        for (path, pointer, value, accepted) in cases {
+            let mut doc: Value = serde_json::from_slice(&base.docs[path]).unwrap();
+            let (parent, field) = pointer.rsplit_once('/').unwrap();
+            doc.pointer_mut(parent)
+                .and_then(Value::as_object_mut)
+                .unwrap_or_else(|| panic!("{path}: no {parent}"))
+                .insert(field.to_owned(), value.clone());
+            let mut tree = base.clone();
+            tree.insert(path, serde_json::to_vec(&doc).unwrap());
+            let by_schema = schema_refusal(schema_of(path).unwrap(), &doc);
+            let by_gateway = gateway_refusal(&tree, path);
+            assert_eq!(
+                (by_schema.is_none(), by_gateway.is_none()),
+                (accepted, accepted),
+                "{path} with {pointer} = {value}: schema {by_schema:?}, gateways {by_gateway:?}"
+            );
+        }
     }
 
     #[test]
