@@ -120,7 +120,7 @@ COMMENT_PREFIX[".lua"] = re.compile(r"^\s*(?:--\s?)?")
 
 
 def tracked_files():
-    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=False)
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, check=False)
     if out.returncode == 0 and out.stdout:
         names = [n for n in out.stdout.decode().split("\0") if n]
     else:  # outside a git checkout: walk the tree
