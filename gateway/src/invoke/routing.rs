@@ -45,6 +45,15 @@ impl Set {
         }
     }
 
+    /// The sticky tokens of its endpoints, in order (computed at reload; see
+    /// `invoke/sticky.rs`).
+    fn sticky_tokens(&self, cluster: &str) -> Vec<String> {
+        self.endpoints
+            .iter()
+            .map(|e| crate::invoke::sticky::token(cluster, &e.addr))
+            .collect()
+    }
+
     /// Whether `eps` is this set's list (addresses, weights, order).
     fn same(&self, eps: &[v1::Endpoint]) -> bool {
         self.balancer.same_endpoints(eps)
@@ -185,10 +194,10 @@ impl Routing {
             _ => (false, 0),
         };
         let tokens = [
-            crate::invoke::sticky::tokens(name, &primary),
+            primary.sticky_tokens(name),
             standby
                 .as_ref()
-                .map(|s| crate::invoke::sticky::tokens(name, s))
+                .map(|s| s.sticky_tokens(name))
                 .unwrap_or_default(),
         ];
         Routing {

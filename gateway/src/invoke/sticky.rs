@@ -11,7 +11,6 @@
 //! from app secrets. Without it each gateway process draws a random key at start: cookies
 //! then stick only on the node that set them (and across its reloads, not its restarts).
 
-use crate::invoke::routing::Set;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use std::hash::{BuildHasher, Hasher};
@@ -52,14 +51,6 @@ pub fn token(cluster: &str, addr: &str) -> String {
     mac.update(b"\0");
     mac.update(addr.as_bytes());
     hex::encode(&mac.finalize().into_bytes()[..16])
-}
-
-/// The tokens of a set's endpoints, in order (computed at reload).
-pub fn tokens(cluster: &str, set: &Set) -> Vec<String> {
-    set.endpoints
-        .iter()
-        .map(|e| token(cluster, &e.addr))
-        .collect()
 }
 
 /// The value of cookie `name` in the request's `Cookie` headers, if any.
