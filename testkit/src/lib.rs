@@ -18,6 +18,7 @@
 #![allow(clippy::expect_used)]
 
 pub mod netns;
+pub mod source_graph;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
