@@ -231,7 +231,7 @@ fn a_standalone_tree_imports_into_zookeeper() {
         v["endpoints"] = json!([{"addr": addr.to_string()}]);
         std::fs::write(tree.path().join(file), serde_json::to_vec(&v).unwrap()).unwrap();
     }
-    let cli = registry_bin().with_file_name("portico");
+    let cli = sibling_bin("portico");
     let out = Command::new(&cli)
         .args([
             "--registry",

@@ -18,6 +18,7 @@
 #![allow(clippy::expect_used)]
 
 pub mod netns;
+pub mod procs;
 pub mod source_graph;
 
 use std::io::{Read, Write};
@@ -92,9 +93,14 @@ pub fn wait_for(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool 
 }
 
 /// `target/<profile>/<name>`: a binary of the workspace built beside the running test's
-/// (`deps/`) directory, such as `portico-registry` or the `portico` CLI. Panics, saying how to
+/// (`deps/`) directory, such as `portico-registry` or the `portico` CLI, unless `<NAME>_BIN`
+/// (`PORTICO_GATEWAY_BIN` for `portico-gateway`) names another one. Panics, saying how to
 /// build it, when it is missing.
 pub fn sibling_bin(name: &str) -> PathBuf {
+    let env_override = format!("{}_BIN", name.to_uppercase().replace('-', "_"));
+    if let Some(p) = std::env::var_os(&env_override) {
+        return PathBuf::from(p);
+    }
     let exe = std::env::current_exe().expect("the test's own path");
     let deps = exe.parent().expect("the test's directory");
     let profile = if deps.file_name().is_some_and(|n| n == "deps") {
@@ -105,7 +111,8 @@ pub fn sibling_bin(name: &str) -> PathBuf {
     let bin = profile.join(name);
     assert!(
         bin.is_file(),
-        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does)",
+        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does), \
+         or set {env_override}",
         bin.display()
     );
     bin

@@ -16,64 +16,44 @@ pub const KEY: &str = "merchant-1";
 pub const SECRET: &str = "s3cr3t-value";
 
 /// Free loopback ports and condition polling come from the shared test kit.
+#[allow(unused_imports)]
 pub use portico_testkit::{free_port, sibling_bin, wait_for as wait_until};
-
-/// The registry's binary: `PORTICO_REGISTRY_BIN`, else `portico-registry` built beside the
-/// test (`cargo build --workspace`).
-pub fn registry_bin() -> PathBuf {
-    std::env::var_os("PORTICO_REGISTRY_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| sibling_bin("portico-registry"))
-}
 
 /// The admin token the registries of the gateway's tests run with.
 pub const REGISTRY_TOKEN: &str = "test-admin-token-0123456789";
 
 /// A `portico-registry` on a free port against `zk` (with the registry's credentials when
-/// `zk` is locked), admin token [`REGISTRY_TOKEN`]; killed on drop. Its admin calls are made
-/// as `operator` (the `X-Portico-Operator` header, recorded as `updated_by` and in the audit).
+/// `zk` is locked), admin token [`REGISTRY_TOKEN`], started by the shared test kit
+/// ([`portico_testkit::procs::spawn_registry`]; its log in a temporary directory, its tail
+/// shown if it does not come up); killed on drop. Its admin calls are made as `operator`
+/// (the `X-Portico-Operator` header, recorded as `updated_by` and in the audit).
 pub struct Registry {
-    child: Child,
+    proc: portico_testkit::procs::RegistryProc,
     /// `http://127.0.0.1:<port>/api/v1`.
     pub url: String,
     operator: &'static str,
+    _logs: tempfile::TempDir,
 }
 
 impl Registry {
     /// Starts it and waits (30 s) until `/api/v1/health` answers 200.
     pub fn start(zk: &portico_testkit::ZooKeeper, operator: &'static str) -> Registry {
-        let port = free_port();
-        let mut cmd = Command::new(registry_bin());
-        cmd.args([
-            "--zk",
-            &zk.connect_string(),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ]);
-        if let Some(c) = zk.credentials() {
-            cmd.arg("--zk-auth-file").arg(c.registry_file());
-        }
-        let child = cmd
-            .env("PORTICO_ADMIN_TOKEN", REGISTRY_TOKEN)
-            .env("PORTICO_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("starting portico-registry");
-        let r = Registry {
-            child,
-            url: format!("http://127.0.0.1:{port}/api/v1"),
-            operator,
-        };
-        assert!(
-            wait_until(Duration::from_secs(30), || client()
-                .get(format!("{}/health", r.url))
-                .send()
-                .is_ok_and(|x| x.status() == 200)),
-            "registry never became healthy"
+        let logs = tempfile::tempdir().expect("tempdir");
+        let proc = portico_testkit::procs::spawn_registry(
+            zk,
+            "registry",
+            logs.path(),
+            REGISTRY_TOKEN,
+            |cmd| {
+                cmd.env("PORTICO_LOG", "warn");
+            },
         );
-        r
+        Registry {
+            url: format!("{}/api/v1", proc.base),
+            proc,
+            operator,
+            _logs: logs,
+        }
     }
 
     /// `method path` on the admin API with `body`: (status, JSON reply or null).
@@ -89,13 +69,6 @@ impl Registry {
         let resp = req.send().expect("a call to the registry");
         let status = resp.status().as_u16();
         (status, resp.json().unwrap_or(Value::Null))
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -138,9 +111,11 @@ impl ConfigTree {
     }
 }
 
-/// A running `portico-gateway`; killed when dropped.
+/// A running `portico-gateway`, started by the shared test kit
+/// ([`portico_testkit::procs::start_gateway`]); killed when dropped. Its log is kept in a
+/// temporary directory beside the access log, and its tail shown if it does not get ready.
 pub struct GatewayProcess {
-    child: Child,
+    proc: portico_testkit::procs::GatewayProc,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub access_log: PathBuf,
@@ -164,40 +139,25 @@ impl GatewayProcess {
     }
 
     /// Starts the gateway without waiting for `/readyz` (a gateway expected not to be ready).
-    pub fn spawn_args(mut args: Vec<String>) -> Self {
+    pub fn spawn_args(args: Vec<String>) -> Self {
         let logdir = tempfile::tempdir().expect("tempdir");
         let access_log = logdir.path().join("access.log");
-        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-        args.extend([
-            "--listen".into(),
-            listen.to_string(),
-            "--admin-listen".into(),
-            admin.to_string(),
-            "--access-log".into(),
-            access_log.display().to_string(),
-            "--threads".into(),
-            "2".into(),
-        ]);
-        // The internal listener defaults to a fixed port (127.0.0.1:9181): off unless asked.
-        if !args.iter().any(|a| a == "--internal-listen") {
-            args.extend(["--internal-listen".into(), "off".into()]);
-        }
-        let child = Command::new(env!("CARGO_BIN_EXE_portico-gateway"))
-            .args(&args)
-            .env(
-                "PORTICO_LOG",
-                "warn,portico_gateway=info,portico_control=info",
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn portico-gateway");
+        let proc = portico_testkit::procs::start_gateway("gateway", logdir.path(), |cmd| {
+            cmd.args(&args)
+                .arg("--access-log")
+                .arg(&access_log)
+                .args(["--threads", "2"])
+                .env(
+                    "PORTICO_LOG",
+                    "warn,portico_gateway=info,portico_control=info",
+                );
+        });
+        let addr =
+            |url: &str| -> SocketAddr { url.trim_start_matches("http://").parse().expect("addr") };
         GatewayProcess {
-            child,
-            listen,
-            admin,
+            listen: addr(&proc.url),
+            admin: addr(&proc.admin),
+            proc,
             access_log,
             _logdir: logdir,
         }
@@ -214,14 +174,19 @@ impl GatewayProcess {
                 .map(|r| r.status() == 200)
                 .unwrap_or(false)
         });
-        assert!(ready, "gateway never became ready");
+        assert!(
+            ready,
+            "gateway never became ready:\n{}",
+            gw.proc.proc.tail()
+        );
         // The traffic listener comes up with Pingora's services; wait for it too.
         assert!(
             wait_until(Duration::from_secs(10), || std::net::TcpStream::connect(
                 gw.listen
             )
             .is_ok()),
-            "gateway listener never opened"
+            "gateway listener never opened:\n{}",
+            gw.proc.proc.tail()
         );
     }
 
@@ -262,14 +227,7 @@ impl GatewayProcess {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for GatewayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.proc.proc.pid()
     }
 }
 

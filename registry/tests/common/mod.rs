@@ -11,8 +11,8 @@ use portico_testkit::ZooKeeper;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 
 pub const TOKEN: &str = "test-admin-token";
 
@@ -243,76 +243,13 @@ pub fn example_tree(rewrite: impl Fn(String) -> String) -> Value {
 /// The demo order service's .proto source (from the demo crate).
 pub const ORDER_PROTO: &str = include_str!("../../../protos/demo/order.proto");
 
-/// A child process killed when dropped, its output in a log file.
-pub struct Proc {
-    pub name: &'static str,
-    pub child: Child,
-    pub log: PathBuf,
-}
-
-impl Proc {
-    pub fn spawn(name: &'static str, cmd: &mut Command, logdir: &Path) -> Proc {
-        let log = logdir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).unwrap();
-        let err = out.try_clone().unwrap();
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-        Proc { name, child, log }
-    }
-
-    /// The last 40 lines of its log.
-    pub fn tail(&self) -> String {
-        tail_of(&self.log, 40)
-    }
-
-    pub fn assert_alive(&mut self) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!("{} exited ({status}):\n{}", self.name, self.tail());
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The last `n` lines of a file (empty if it cannot be read).
-pub fn tail_of(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// `target/<profile>/<name>`, next to this test's `deps/` directory, unless
-/// `$<NAME>_BIN` (`PORTICO_GATEWAY_BIN` for `portico-gateway`) names another one.
-pub fn sibling_bin(name: &str) -> PathBuf {
-    let env_override = format!("{}_BIN", name.to_uppercase().replace('-', "_"));
-    if let Some(p) = std::env::var_os(&env_override) {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let profile = if deps.file_name().is_some_and(|n| n == "deps") {
-        deps.parent().unwrap()
-    } else {
-        deps
-    };
-    let bin = profile.join(name);
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `cargo build --workspace --all-targets` first (./ops/test.sh does), \
-         or set {env_override}",
-        bin.display()
-    );
-    bin
-}
+/// Child processes with their logs kept, and `target/<profile>/` binaries, from the shared
+/// test kit.
+#[allow(unused_imports)]
+pub use portico_testkit::{
+    procs::{tail_of, Proc},
+    sibling_bin,
+};
 
 /// A history rollup of `api` at Unix minute `minute`: calls by (status, code), and a latency
 /// histogram (non-cumulative counts by upper bound in seconds).
