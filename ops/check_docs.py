@@ -271,7 +271,7 @@ def citation_problems(files):
 
 UI_DIRS = ("admin-ui/src/", "admin-ui/portal/")
 TREE_GLYPHS = "│├└─┬┴┼╲╱▲▼◀▶ "
-PATH_TOKEN = re.compile(r"(?<![\w/.*<-])((?:[\w.-]+/)*[\w*.-]+\.(?:rs|tsx|ts|css|html))(?![\w/])")
+PATH_TOKEN = re.compile(r"(?<![\w/.*<-])((?:[\w.-]+/)*[\w*.-]+\.(?:rs|tsx|ts|css|html|json)|(?:[\w.-]+/)+\*)(?![\w/])")
 FOLDER_TOKEN = re.compile(r"`((?:[\w.-]+/)+)`")
 
 
