@@ -25,6 +25,23 @@ else
     echo "==> admin-ui: node_modules up to date with package-lock.json" >&2
 fi
 
+# The console's document types are generated (docs/OPERATIONS.md, "The admin API's schemas"):
+# src/generated/api.d.ts must be what openapi-typescript makes of src/generated/openapi.json
+# (the registry's OpenAPI document, itself checked by the registry's
+# `the_consoles_copy_of_the_document_is_current` test). A drift fails the build.
+echo "==> admin-ui: generated types match src/generated/openapi.json" >&2
+checked_in="$(mktemp --suffix=.d.ts)"
+trap 'rm -f "$checked_in"' EXIT
+cp -p src/generated/api.d.ts "$checked_in"
+npm run --silent gen:api >/dev/null 2>&1 || npm run gen:api >&2
+if ! cmp -s "$checked_in" src/generated/api.d.ts; then
+    diff -u "$checked_in" src/generated/api.d.ts | head -40 >&2 || true
+    cp -p "$checked_in" src/generated/api.d.ts
+    echo "error: admin-ui/src/generated/api.d.ts is stale: run \`cd admin-ui && npm run gen:api\` and commit it" >&2
+    exit 1
+fi
+cp -p "$checked_in" src/generated/api.d.ts # the same bytes, and its time: no rebuild for it
+
 if [ "$force" = 1 ] || [ ! -f dist/index.html ] ||
     [ -n "$(find src portal public index.html vite.config.ts tsconfig.json package-lock.json -newer dist/index.html -print -quit 2>/dev/null)" ]; then
     echo "==> admin-ui: npm run build" >&2

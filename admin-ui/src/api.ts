@@ -2,6 +2,8 @@
 // admin token (kept in sessionStorage: gone when the tab closes) and the operator's name
 // (X-Portico-Operator, recorded in the audit log and on switches).
 
+import type { components } from "./generated/api";
+
 export type Detail = { path?: string; field?: string; reason: string };
 
 /** A failed call: the registry's envelope {code, message, request_id, details}. */
@@ -112,49 +114,21 @@ export async function request<T = any>(method: string, path: string, opts: Optio
 
 export const get = <T = any>(path: string, opts?: Options) => request<T>("GET", path, opts);
 
-// ---- document shapes (docs/OPERATIONS.md "The configuration tree"; see /api/v1/openapi.json) ----
+// ---- document shapes (docs/OPERATIONS.md "The configuration tree") ----
+// Generated: src/generated/api.d.ts is made by `npm run gen:api` from the registry's OpenAPI
+// document (src/generated/openapi.json), whose document schemas are generated from the Rust
+// types the gateways parse (docs/OPERATIONS.md, "The admin API's schemas"). Never edit them here.
 
-export type HttpRule = {
-  method: string;
-  path: string;
-  body?: string;
-  response_body?: string;
-  additional_bindings?: { method: string; path: string; body?: string }[];
-};
-export type RateLimit = { key?: string | string[]; limit: number; per: "second" | "minute"; burst?: number };
-export type Policy = {
-  bulkhead?: { max_concurrent: number; max_wait_ms?: number };
-  breaker?: {
-    consecutive_failures?: number;
-    slow_call_ms?: number;
-    consecutive_slow_calls?: number;
-    open_ms?: number;
-    half_open_probes?: number;
-    error_ratio?: number;
-    min_calls?: number;
-    window_ms?: number;
-  };
-  rate_limits?: RateLimit[];
-  max_body_bytes?: number;
-  cache?: { ttl_ms?: number; key?: string[]; max_entries?: number; max_body_bytes?: number; shared?: boolean; query?: string[] };
-  hot_keys?: { key: string[]; rate_above?: number; bandwidth_share_above?: number; link_bytes_per_s?: number; auto_cache_ms?: number; top?: number };
-  read_only?: boolean;
-};
-export type ApiDef = {
-  id: string;
-  version: number;
-  http: HttpRule;
-  backend: {
-    cluster: string;
-    timeout_ms?: number;
-    grpc?: { service: string; method: string; descriptor: string };
-    http?: { path?: string };
-  };
-  auth?: "signature" | "none";
-  policy?: Policy;
-  description?: string;
-  [k: string]: unknown;
-};
+/** The schemas of the registry's OpenAPI document, by name. */
+export type Schemas = components["schemas"];
+export type HttpRule = Schemas["HttpRule"];
+export type RateLimit = Schemas["RateLimitRule"];
+export type Policy = Schemas["Policy"];
+/** `apis/<id>`; fields a newer registry adds are kept as they are by the forms. */
+export type ApiDef = Schemas["ApiDefinition"] & { [k: string]: unknown };
+/** `clusters/<name>`. */
+export type Cluster = Schemas["Cluster"];
+export type AlertRule = Schemas["AlertRule"];
 /** A gateway's refusal of a document (docs/OPERATIONS.md, "What the gateways serve"). */
 export type Refusal = {
   node_id: string;
@@ -176,25 +150,11 @@ export type Served = {
 };
 export type Item<T> = { id: string; etag: string; document: T | null; error?: string; raw?: string; written_at?: string; served?: Served | null };
 export type List<T> = { items: Item<T>[] };
-export type Fallback = { status?: number; headers?: Record<string, string>; body?: unknown };
-export type Switch = {
-  degraded: boolean;
-  /** A key-level switch's (switches/<api>@<label>) selectors and the values they match. */
-  match?: Record<string, string[]>;
-  /** For operators only (console, audit, access log). */
-  reason?: string;
-  /** What merchants read in the 503 API_DEGRADED envelope (default "the API is temporarily unavailable"). */
-  message?: string;
-  updated_by?: string;
-  updated_at?: string;
-  fallback?: Fallback;
-};
-export type App = {
-  name?: string;
-  status?: "active" | "disabled";
-  apis?: string[];
-  rate_limits?: { limit: number; per: string; burst?: number }[];
-};
+export type Fallback = Schemas["Fallback"];
+/** `switches/<api_id>` or, a key-level switch, `switches/<api_id>@<label>`. */
+export type Switch = Schemas["Switch"];
+/** An app as the registry shows it: without its secret. */
+export type App = Schemas["AppView"];
 export type AuditEntry = {
   id: string;
   at: string;
@@ -262,7 +222,7 @@ export type HotKey = { key: string; rate: number; bytes_per_s: number; since_ms:
 export type HotKeys = { api_id: string; keys: HotKey[]; nodes: { node_id: string; ok: boolean; error?: string }[] };
 
 /** `topics/<name>`: a notification topic (docs/OPERATIONS.md, "Notifications"). */
-export type Topic = { owner?: string; description?: string; apps?: string[]; retention_s?: number };
+export type Topic = Schemas["Topic"];
 /** `GET /notifications`: what the live gateways report of notifications, merged. */
 export type Notifications = {
   store: string | null;

@@ -801,9 +801,9 @@ pub struct AlertReceiver {
 
 /// The JSON Schemas of the v1 documents and of every type they use, keyed by type name, in
 /// the OpenAPI 3.0 dialect (`$ref`s to `#/components/schemas/<name>`, `nullable`): what the
-/// registry serves in its OpenAPI document (docs/OPERATIONS.md, "portico-registry"). Generated
-/// from these types, so they describe what the gateway's parser accepts; the range and
-/// reference checks of `crate::validate` are only partly expressed (as `minimum`, `pattern`).
+/// registry serves in its OpenAPI document (docs/OPERATIONS.md, "The admin API's schemas").
+/// Generated from these types, so they describe what the gateway's parser accepts; the range
+/// checks of `crate::validate` are carried as `minimum`/`maximum`, the reference checks not.
 pub fn openapi_schemas() -> serde_json::Map<String, serde_json::Value> {
     let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
     generator.subschema_for::<ApiDefinition>();

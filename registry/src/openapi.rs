@@ -859,6 +859,31 @@ mod tests {
         }
     }
 
+    /// The served document as checked in for the console's generated types
+    /// (`admin-ui/src/generated/openapi.json`, read by `admin-ui/build.sh`): this test fails
+    /// when it is stale, and `PORTICO_WRITE_OPENAPI=1` rewrites it (docs/OPERATIONS.md, "The
+    /// admin API's schemas").
+    #[test]
+    fn the_consoles_copy_of_the_document_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../admin-ui/src/generated/openapi.json");
+        let mut doc = document(&crate::api::routes());
+        // Not part of the contract: a version bump alone does not make the copy stale.
+        doc["info"]["version"] = json!("0");
+        let text = serde_json::to_string_pretty(&doc).unwrap() + "\n";
+        if std::env::var_os("PORTICO_WRITE_OPENAPI").is_some() {
+            std::fs::write(&path, &text).unwrap();
+        }
+        let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            checked_in == text,
+            "{} is not the document the registry serves: run \
+             `PORTICO_WRITE_OPENAPI=1 cargo test -p portico-registry --lib the_consoles_copy`, \
+             then `cd admin-ui && npm run gen:api`",
+            path.display()
+        );
+    }
+
     #[test]
     fn schemas_of_every_part_are_merged() {
         let schemas = &components()["schemas"];

@@ -2,18 +2,10 @@
 // registry evaluates them every 2 s, and the history of firings and resolutions with what was
 // sent (docs/OPERATIONS.md, "Alerts"). The banner at the top of every page is AlertBanner.
 import { useState } from "preact/hooks";
-import { Item, get, request } from "../api";
+import { AlertRule, Item, get, request } from "../api";
 import { Badge, Button, ConfirmDialog, Empty, ErrorBanner, Link, ago, pretty, toast, usePoll } from "../ui";
 
-export type AlertRule = {
-  api?: string;
-  condition: string;
-  threshold?: number;
-  for_s?: number;
-  severity?: string;
-  receivers?: { webhook?: string; email?: string }[];
-  description?: string;
-};
+export type { AlertRule };
 export type AlertNow = {
   rule: string;
   api: string;

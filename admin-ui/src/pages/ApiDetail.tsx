@@ -125,7 +125,7 @@ export function ApiDetailPage({ id }: { id: string }) {
             </Button>
           )}
           <Button kind="primary" disabled={!data.draft || !changed} onClick={() => setPublishing(true)} data-testid="publish" title={!data.draft ? "No draft to publish" : !changed ? "The draft is already live" : ""}>
-            {data.live ? `Publish v${data.live.version + 1}…` : "Publish…"}
+            {data.live ? `Publish v${(data.live.version ?? 0) + 1}…` : "Publish…"}
           </Button>
         </div>
       </header>
@@ -304,7 +304,7 @@ function PublishDialog(props: { id: string; draft: ApiDef; live: ApiDef | null; 
   return (
     <Modal
       wide
-      title={props.live ? `Publish ${props.id}: v${props.live.version} → v${props.live.version + 1}` : `Publish ${props.id} for the first time`}
+      title={props.live ? `Publish ${props.id}: v${props.live.version ?? 0} → v${(props.live.version ?? 0) + 1}` : `Publish ${props.id} for the first time`}
       onClose={props.onClose}
       footer={
         <>

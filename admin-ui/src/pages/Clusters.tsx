@@ -4,23 +4,13 @@
 // only the document's `active` — the failover button (a reason is required), and the
 // cluster's autoscale and sleep events (docs/OPERATIONS.md, "Failover runbook" and "Autoscale").
 import { useState } from "preact/hooks";
-import { Item, get, request } from "../api";
+import { Cluster, Item, Schemas, get, request } from "../api";
 import { ConfirmDialog } from "../confirm";
 import { navigate } from "../router";
 import { Badge, Button, Empty, ErrorBanner, Field, Link, Modal, Spinner, ago, cx, fmtTime, toast, usePoll } from "../ui";
 import { ClusterDoc, ClusterFormDialog } from "./ClusterForm";
 
-type Endpoint = { addr: string; weight?: number };
-type Rule = { rps_above?: number; rps_below?: number; for_s: number; action: string };
-type Cluster = {
-  protocol: string;
-  endpoints: Endpoint[];
-  balancing?: string;
-  standby?: { endpoints: Endpoint[]; failover_below?: number; failback?: string };
-  active?: "primary" | "standby";
-  autoscale?: { webhook: string; rules: Rule[]; cooldown_s?: number };
-  sleep?: { wake_url: string; sleep_url?: string; idle_s?: number };
-};
+type Endpoint = Schemas["Endpoint"];
 type GatewayEndpoint = Record<string, unknown> & { addr?: string; set?: string };
 type GatewayView = {
   node_id: string;

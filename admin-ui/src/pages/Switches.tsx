@@ -277,7 +277,7 @@ function SwitchDialog({ row, degrade, onClose, onDone }: { row: Row; degrade: bo
         </p>
       ) : (
         <p>
-          Every gateway calls the backend of <b>{row.id}</b> again. Degraded since {fmtTime(prev?.updated_at)} by {prev?.updated_by ?? "?"}: “{prev?.reason}”.
+          Every gateway calls the backend of <b>{row.id}</b> again. Degraded since {fmtTime(prev?.updated_at ?? undefined)} by {prev?.updated_by ?? "?"}: “{prev?.reason}”.
         </p>
       )}
       <Field label="Reason" error={tried ? reasonErr : undefined} hint="required; kept on the switch and in the audit log; never shown to merchants">
