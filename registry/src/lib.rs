@@ -3,35 +3,37 @@
 //! → descriptor → sandbox drafts → publish → history → rollback), the console's server side, and
 //! the client side used by the `portico` CLI.
 //!
-//! Layers, each importing only the ones below it:
-//! - [`server`]: the router, the request middleware (request id, bearer auth, error envelope)
-//!   and start-up;
-//! - [`api`]: the routes, one module per resource; [`openapi`]: the OpenAPI document of them;
-//! - [`portal`]: the merchants' developer portal (public, under `/portal`: OpenAPI documents,
-//!   the pages, "try it" against the sandbox);
-//! - [`health`] (per-API health from the gateways' metrics), [`sandbox_call`] (the console's
-//!   "try it"), [`protos`] (proto compilation, descriptor analysis, reflection, drafts):
-//!   the logic behind some routes;
-//! - [`route`] (route descriptions), [`input`] (checking what clients send), [`state`]
-//!   (config and shared state), [`zk_store`] (ZooKeeper access with compare-and-set writes),
-//!   [`console`] (the built admin UI), [`error`] (the one error type);
-//! - [`autoscale`]: the background task evaluating the clusters' autoscale rules and idle time
-//!   on the rates of [`health`] (it writes the audit log through [`api::audit`]);
-//! - [`alerts`] (rule evaluation every 2 s, notifications), [`history`] (per-minute rollups
-//!   in SQLite and the recorder filling them), [`reports`] (daily and weekly reports, the
-//!   owners' mails): background tasks on [`health`]'s scrapes (docs/OPERATIONS.md, "Alerts",
-//!   "The history store", "Reports");
-//! - [`client`]: a small HTTP client of this API (used by the CLI), apart from the rest.
+//! Layers (docs/ARCHITECTURE.md, "Registry layers"): a module imports only modules of a lower
+//! layer, never one beside it; nothing imports [`server`]. `registry/tests/layers.rs` reads
+//! this table and checks it, and that no files import each other, on every test run.
+//!
+//! | layer | modules | what |
+//! |---|---|---|
+//! | 8 | [`server`] | the router, the request middleware (request id, bearer auth, error envelope), start-up |
+//! | 7 | [`portal`] | the merchants' developer portal (public, under `/portal`) |
+//! | 6 | [`api`] | the routes, one module per resource |
+//! | 5 | [`sandbox_call`], [`reports`], [`tree_watch`] | the console's "try it"; daily and weekly reports; changes made outside the registry |
+//! | 4 | [`openapi`], [`served`], [`alerts`], [`autoscale`] | the OpenAPI document; what the gateways serve of each API; alert evaluation and notifications; the clusters' autoscale and sleep task |
+//! | 3 | [`route`], [`audit`], [`gateway_status`], [`health`] | route descriptions; the audit log; the gateways' `/status`; per-API health from the gateways' metrics, and the recorder filling the history store |
+//! | 2 | [`state`] | config and shared state |
+//! | 1 | [`zk_store`], [`input`], [`console`], [`protos`] | ZooKeeper access with compare-and-set writes; checking what clients send; the built admin UI; proto compilation, descriptor analysis, reflection |
+//! | 0 | [`error`], [`history`], [`egress`], [`listener`], [`client`] | the one error type; the SQLite history store; outbound calls for authors; the accept loop; a small HTTP client of this API (used by the CLI) |
+//!
+//! The background tasks ([`alerts`], [`autoscale`], [`reports`], [`health::recorder`],
+//! [`tree_watch`]) sit below [`api`], which shows what they found (docs/OPERATIONS.md,
+//! "Alerts", "The history store", "Reports"); they write the audit log through [`audit`].
 
 #![recursion_limit = "1024"]
 
 pub mod alerts;
 pub mod api;
+pub mod audit;
 pub mod autoscale;
 pub mod client;
 pub mod console;
 pub mod egress;
 pub mod error;
+pub mod gateway_status;
 pub mod health;
 pub mod history;
 pub mod input;
@@ -42,6 +44,7 @@ pub mod protos;
 pub mod reports;
 pub mod route;
 pub mod sandbox_call;
+pub mod served;
 pub mod server;
 pub mod state;
 #[cfg(test)]

@@ -156,7 +156,7 @@ fn start_observing(
     state: &portico_registry::state::Shared,
     addr: SocketAddr,
 ) -> anyhow::Result<()> {
-    use portico_registry::{alerts, history, reports};
+    use portico_registry::{alerts, health, history, reports};
     let Some((data_dir, db)) = data_paths(args.data_dir.as_deref(), args.history_db.as_deref())
     else {
         tracing::warn!(
@@ -187,7 +187,7 @@ fn start_observing(
         );
     }
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "registry".to_owned());
-    history::recorder::start(state, store.clone());
+    health::recorder::start(state, store.clone());
     alerts::start(
         state,
         store.clone(),

@@ -6,7 +6,7 @@
 //! leads `leader/tree-watch` records. A change to a served document (`apis/…`, `switches/…`,
 //! …, live or under `sandbox/`) is a registry's own when this process wrote that `mzxid`
 //! ([`crate::zk_store::Store::wrote`]) or when a recent audit entry of another registry names
-//! it (`detail.zxid`, which [`crate::api::audit::audit`] adds); any other is appended with
+//! it (`detail.zxid`, which [`crate::audit::record`] adds); any other is appended with
 //! actor [`OUTSIDE_ACTOR`], the path, and whether the gateways would accept the document
 //! (`valid`, and the `reason` when not). Each `mzxid` is recorded once.
 //!
@@ -14,7 +14,7 @@
 //! does not replay them.
 
 use crate::alerts::leader::Leadership;
-use crate::api::audit::{append, OUTSIDE_ACTOR};
+use crate::audit::{append, OUTSIDE_ACTOR};
 use crate::state::{AppState, Shared};
 use crate::zk_store::Env;
 use portico_control::zk::relative_path;

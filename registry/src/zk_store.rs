@@ -16,6 +16,24 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use zookeeper_client as zk;
 
+/// ZooKeeper's `jute.maxbuffer` as the testkit's, `ops/up.sh`'s and a default installation's
+/// servers run it: `0xfffff` bytes (1 MiB − 1). A request longer than that (the data, the
+/// path and about 50 bytes of framing) makes the server drop the client's session.
+pub const JUTE_MAXBUFFER: usize = 0xfffff;
+
+/// The largest document the registry writes: [`JUTE_MAXBUFFER`] less 1 KiB for the request's
+/// path and framing (1,047,551 bytes). Measured against a real server in
+/// `registry/tests/write_checks.rs`.
+pub const MAX_DOCUMENT_BYTES: usize = JUTE_MAXBUFFER - 1024;
+
+/// "N bytes: more than ZooKeeper holds in one node (...)".
+pub fn too_large_reason(len: usize) -> String {
+    format!(
+        "document of {len} bytes: more than the {MAX_DOCUMENT_BYTES} bytes ZooKeeper holds in \
+         one node (jute.maxbuffer {JUTE_MAXBUFFER}, less 1 KiB for the request)"
+    )
+}
+
 pub use zk::Stat;
 
 /// Which tree a document belongs to.
@@ -358,10 +376,10 @@ impl Store {
 
     async fn put_unnoted(&self, rel: &str, data: &[u8], pre: Precondition) -> ApiResult<Written> {
         // Over ZooKeeper's limit the server drops the session instead of answering: 413 first.
-        if data.len() > crate::api::checks::MAX_DOCUMENT_BYTES {
+        if data.len() > MAX_DOCUMENT_BYTES {
             return Err(ApiError::too_large(format!(
                 "{rel}: {}",
-                crate::api::checks::too_large_reason(data.len())
+                too_large_reason(data.len())
             )));
         }
         let client = self.client().await?;
@@ -479,11 +497,11 @@ impl Store {
                 data + self.abs(op.rel()).len() + 64
             })
             .sum();
-        if total > crate::api::checks::MAX_DOCUMENT_BYTES {
+        if total > MAX_DOCUMENT_BYTES {
             return Err(ApiError::too_large(format!(
                 "one atomic write of {} documents: {}",
                 ops.len(),
-                crate::api::checks::too_large_reason(total)
+                too_large_reason(total)
             )));
         }
         let client = self.client().await?;

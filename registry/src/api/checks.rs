@@ -16,15 +16,8 @@ use crate::zk_store::Env;
 use portico_control::{DocKind, Tree};
 use serde_json::Value;
 
-/// ZooKeeper's `jute.maxbuffer` as the testkit's, `ops/up.sh`'s and a default installation's
-/// servers run it: `0xfffff` bytes (1 MiB − 1). A request longer than that (the data, the
-/// path and about 50 bytes of framing) makes the server drop the client's session.
-pub const JUTE_MAXBUFFER: usize = 0xfffff;
-
-/// The largest document the registry writes: [`JUTE_MAXBUFFER`] less 1 KiB for the request's
-/// path and framing (1,047,551 bytes). Measured against a real server in
-/// `registry/tests/write_checks.rs`.
-pub const MAX_DOCUMENT_BYTES: usize = JUTE_MAXBUFFER - 1024;
+// The limits are the store's: it refuses a write over them too.
+pub use crate::zk_store::{too_large_reason, JUTE_MAXBUFFER, MAX_DOCUMENT_BYTES};
 
 /// The problems of writing `data` at `rel` (tree path relative to the env) that ZooKeeper would
 /// not hold: one per document over [`MAX_DOCUMENT_BYTES`].
@@ -40,14 +33,6 @@ pub fn size_problems(env: Env, changes: &[(String, Option<Vec<u8>>)]) -> Vec<Det
             })
         })
         .collect()
-}
-
-/// "N bytes: more than ZooKeeper holds in one node (...)".
-pub fn too_large_reason(len: usize) -> String {
-    format!(
-        "document of {len} bytes: more than the {MAX_DOCUMENT_BYTES} bytes ZooKeeper holds in \
-         one node (jute.maxbuffer {JUTE_MAXBUFFER}, less 1 KiB for the request)"
-    )
 }
 
 /// The references and ranges problems of the changed documents, checked against `after` (the

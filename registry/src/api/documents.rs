@@ -7,7 +7,7 @@
 
 use super::audit::audit;
 use super::context::Ctx;
-use super::gateway_status::Served;
+use crate::gateway_status::Served;
 use super::reply::{json_response, list_item, raw_json_response};
 use super::validation::validate_change;
 use crate::error::{ApiError, ApiResult};

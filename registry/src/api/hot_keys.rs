@@ -4,7 +4,7 @@
 //! is the earliest, `gateways` lists where the key is hot. A gateway that cannot be read is listed
 //! in `nodes` with the error, and the answer is still 200.
 
-use super::gateway_status;
+use crate::gateway_status;
 use super::reply::json_response;
 use crate::error::ApiResult;
 use crate::input::check_name;

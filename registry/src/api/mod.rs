@@ -29,7 +29,6 @@ pub mod clusters;
 pub mod context;
 pub mod descriptors;
 pub mod documents;
-pub mod gateway_status;
 pub mod health;
 pub mod hot_keys;
 pub mod ipacl;

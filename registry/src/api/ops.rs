@@ -135,7 +135,7 @@ async fn nodes(State(state): State<Shared>) -> ApiResult<Response> {
         .collect();
     // What each node refuses (docs/OPERATIONS.md, "What the gateways serve"): a node on the
     // current generation that refuses documents is not "in sync" with the tree.
-    let reads = super::gateway_status::read_all(&state)
+    let reads = crate::gateway_status::read_all(&state)
         .await
         .unwrap_or_default();
     for node in &mut nodes {

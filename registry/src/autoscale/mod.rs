@@ -16,13 +16,11 @@
 pub mod rate;
 pub mod rules;
 
-use crate::api::audit::audit;
-use crate::api::context::Ctx;
+use crate::audit::record;
 use crate::error::{ApiError, ApiResult};
 use crate::health::scraper;
 use crate::state::{AppState, Shared};
 use crate::zk_store::{Env, Precondition};
-use axum::http::HeaderMap;
 use rules::{Autoscale, Holding, SleepMark};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -295,15 +293,6 @@ fn set_outcome(value: &mut Value, id: &str, outcome: &Value) -> bool {
     }
 }
 
-/// The context of an audit entry written by the task (no request).
-fn task_ctx(id: &str) -> Ctx {
-    Ctx {
-        request_id: id.to_owned(),
-        operator: None,
-        headers: HeaderMap::new(),
-    }
-}
-
 /// POSTs `body` to `url`: the answer's status, or why it failed (a non-2xx answer fails).
 async fn call(client: &reqwest::Client, url: &str, body: &Value) -> Result<u16, String> {
     crate::egress::check_call(url).map_err(|e| format!("POST {url}: {e}"))?;
@@ -380,13 +369,12 @@ async fn fire(
     };
     let _ = update_state(state, cluster, |v| set_outcome(v, &id, &outcome)).await;
     let target = Env::Live.path(&format!("clusters/{cluster}"));
-    let ctx = task_ctx(&id);
     let mut detail = body.clone();
     detail["webhook"] = json!(auto.webhook);
     detail["outcome"] = outcome["outcome"].clone();
-    audit(
+    record(
         state,
-        &ctx,
+        &id,
         "autoscale",
         "cluster.autoscale",
         &target,
@@ -407,9 +395,9 @@ async fn fire(
         Err(e) => {
             tracing::warn!(cluster, action = r.action.as_str(), rps, rule, error = %e, "autoscale: webhook failed");
             let detail = json!({"webhook": auto.webhook, "error": e, "event": id});
-            audit(
+            record(
                 state,
-                &ctx,
+                &id,
                 "autoscale",
                 "cluster.autoscale.webhook_failed",
                 &target,
@@ -475,9 +463,9 @@ async fn mark_asleep(
             "sleep marking: sleep_url called"
         );
     }
-    audit(
+    record(
         state,
-        &task_ctx(&id),
+        &id,
         "autoscale",
         "cluster.sleep",
         &target,

@@ -6,9 +6,12 @@
 //! - [`prometheus`]: reads the text exposition format into per-API figures;
 //! - [`quantiles`]: counter and histogram deltas between samples, quantiles as Prometheus'
 //!   `histogram_quantile` computes them;
-//! - [`report`]: the report built from the samples.
+//! - [`report`]: the report built from the samples;
+//! - [`recorder`]: the task turning the scrapes into rollups in the history store
+//!   ([`crate::history`], below [`crate::state`], which holds it).
 
 pub mod prometheus;
 pub mod quantiles;
+pub mod recorder;
 pub mod report;
 pub mod scraper;

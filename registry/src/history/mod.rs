@@ -4,11 +4,11 @@
 //! in a bounded SQLite file (`--history-db`).
 //!
 //! - [`store`]: the SQLite store and its records (sits with `zk_store` in the layers: it
-//!   imports nothing of the crate, so [`crate::state`] can hold it);
-//! - [`recorder`]: the task turning the health monitor's scrapes into rollups (sits with
-//!   [`crate::health`], which it reads).
+//!   imports nothing of the crate, so [`crate::state`] can hold it).
+//!
+//! The task filling it from the gateways' scrapes is [`crate::health::recorder`], above
+//! [`crate::state`].
 
-pub mod recorder;
 pub mod store;
 
 pub use store::{AlertBoard, AlertEvent, AlertNow, HistoryStore, Limits, Rollup};

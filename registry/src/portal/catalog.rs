@@ -25,7 +25,7 @@ pub struct Live {
 pub async fn load(state: &Shared) -> ApiResult<Live> {
     let tree = state.store.tree(Env::Live).await?;
     let snapshot = build_snapshot(&tree, None);
-    let nodes = crate::sandbox_call::pick::live_nodes(state).await?;
+    let nodes = crate::gateway_status::live_nodes(state).await?;
     Ok(Live { snapshot, nodes })
 }
 

@@ -15,7 +15,7 @@
 //!
 //! A draft the sandbox refuses (the registry's build of the sandbox tree, or any gateway's
 //! sandbox plane, says so) is not called: 409 `DRAFT_REFUSED` with every reason
-//! ([`crate::api::apis::served`]).
+//! ([`crate::served`]).
 //!
 //! - [`prepare`]: what is sent (method, path, query, body, headers, signature);
 //! - [`pick`]: the sandbox app to sign with and the gateway node to call.
@@ -112,8 +112,8 @@ pub async fn call(state: &Shared, request_id: &str, req: CallRequest) -> ApiResu
     if let Some(id) = req.api_id.as_deref() {
         // A draft the sandbox refuses is not served: the call would reach whatever the sandbox
         // serves on that route (another API) and report its answer as the draft's.
-        let refusals = crate::api::apis::served::api_refusals(state, Env::Sandbox).await?;
-        crate::api::apis::served::refuse_try(id, refusals.of(id))?;
+        let refusals = crate::served::api_refusals(state, Env::Sandbox).await?;
+        crate::served::refuse_try(id, refusals.of(id))?;
     }
     let target = Target::of(&req, draft.as_ref())?;
     prepare::check_headers(&req.headers)?;

@@ -2,6 +2,7 @@
 //! whose sandbox listener receives it.
 
 use crate::error::{ApiError, ApiResult};
+use crate::gateway_status::live_nodes;
 use crate::input::check_name;
 use crate::state::Shared;
 use crate::zk_store::Env;
@@ -68,17 +69,6 @@ fn choose_app(
         }
     }
     fallback
-}
-
-/// The live gateway nodes (`nodes/<id>`; a document that does not parse is left out).
-pub async fn live_nodes(state: &Shared) -> ApiResult<Vec<NodeInfo>> {
-    Ok(state
-        .store
-        .list_docs("nodes")
-        .await?
-        .iter()
-        .filter_map(|(_, d)| serde_json::from_slice::<NodeInfo>(&d.data).ok())
-        .collect())
 }
 
 /// The gateway node that answers the call: `wanted` (404 when it is not live), else the first

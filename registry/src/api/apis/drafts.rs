@@ -2,7 +2,7 @@
 //! the imports; served by gateways' sandbox listeners and published from here.
 
 use super::paths::api_rel;
-use super::served::api_refusals;
+use crate::served::api_refusals;
 use crate::api::context::Ctx;
 use crate::api::documents::{delete_doc, get_json, write_json, Write};
 use crate::api::reply::{json_response, list_item};

@@ -6,7 +6,6 @@ pub mod drafts;
 pub mod imports;
 pub mod paths;
 pub mod published;
-pub mod served;
 
 use crate::route::Route;
 

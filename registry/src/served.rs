@@ -9,8 +9,8 @@
 //! change. A draft either refuses is not tried in the sandbox
 //! ([`crate::sandbox_call::call`] answers 409 `DRAFT_REFUSED`).
 
-use crate::api::gateway_status::read_all;
 use crate::error::{ApiError, ApiResult, Detail};
+use crate::gateway_status::read_all;
 use crate::state::Shared;
 use crate::zk_store::Env;
 use axum::http::StatusCode;

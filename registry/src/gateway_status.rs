@@ -7,12 +7,22 @@
 //! next to the tree (docs/OPERATIONS.md, "What the gateways serve").
 
 use crate::error::{ApiError, ApiResult};
-use crate::sandbox_call::pick::live_nodes;
 use crate::state::Shared;
 use crate::zk_store::Env;
 use portico_control::zk::NodeInfo;
 use serde_json::{json, Value};
 use std::time::Duration;
+
+/// The live gateway nodes (`nodes/<id>`; a document that does not parse is left out).
+pub async fn live_nodes(state: &Shared) -> ApiResult<Vec<NodeInfo>> {
+    Ok(state
+        .store
+        .list_docs("nodes")
+        .await?
+        .iter()
+        .filter_map(|(_, d)| serde_json::from_slice::<NodeInfo>(&d.data).ok())
+        .collect())
+}
 
 /// How long one gateway's `/status` may take.
 pub const STATUS_TIMEOUT: Duration = Duration::from_secs(2);

@@ -8,10 +8,10 @@
 //! Switch flips come from the live tree: a switch whose `degraded` changed between two reads.
 //! Everything lands in the minute of the later scrape.
 
-use super::store::{HistoryStore, Rollup};
 use crate::health::prometheus::{Key, NodeMetrics};
 use crate::health::quantiles::{add_bucket_deltas, counter_delta, Buckets};
 use crate::health::scraper::{monitor, Sample, INTERVAL};
+use crate::history::store::{HistoryStore, Rollup};
 use crate::state::Shared;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -59,7 +59,7 @@ pub fn start(state: &Shared, store: Arc<HistoryStore>) -> tokio::task::JoinHandl
                         );
                     }
                 }
-                Ok::<_, super::store::HistoryError>(())
+                Ok::<_, crate::history::store::HistoryError>(())
             })
             .await;
             match done {
@@ -228,7 +228,7 @@ fn node_between(prev: &NodeMetrics, m: &NodeMetrics, out: &mut HashMap<String, R
             }
         }
         let r = rollup_of(out, &k.1);
-        r.latency = super::store::merge_histograms(&r.latency, &hist);
+        r.latency = crate::history::store::merge_histograms(&r.latency, &hist);
     }
     for (k, &state) in m.breaker.iter().filter(|(k, _)| wanted(k)) {
         let was_open = prev.breaker.get(k).is_some_and(|s| *s == 1);
