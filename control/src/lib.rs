@@ -11,6 +11,17 @@
 //! - [`store`]: the last-known-good snapshot on disk (`--snapshot-dir`).
 //! - [`egress`]: where outbound calls made for config authors may go (webhooks, callbacks,
 //!   health checks, `wake_url`, the reflection import).
+//!
+//! Layers (docs/ARCHITECTURE.md, "Control layers"): a module imports only modules of a lower
+//! layer, never one beside it. `control/tests/layers.rs` reads this table and checks it, and
+//! that no files import each other, on every test run.
+//!
+//! | layer | modules |
+//! |---|---|
+//! | 3 | [`validate`], [`store`], [`zk`] |
+//! | 2 | [`snapshot`] |
+//! | 1 | [`selector`], [`source`] |
+//! | 0 | [`v1`], [`tree`], [`template`], [`fieldpath`], [`sign`], [`egress`], [`clock`], [`secret_file`] |
 
 pub mod clock;
 pub mod egress;

@@ -4,6 +4,7 @@
 //!
 //! - `source`: [`ZkSource`], its state for `/status` ([`ZkStatus`]), connecting with backoff;
 //! - `session`: one session: the watch, full reads, coalesced re-reads;
+//! - `shared`: what the source, its clones and its sessions share (settings, status, registration);
 //! - `read`: reading the tree (whole, or some documents) and its generation;
 //! - `node`: the node registration ([`NodeInfo`]);
 //! - `auth`: credentials ([`ZkAuth`]) and the ACL of every node ([`AclPolicy`]);
@@ -37,10 +38,12 @@ mod paths;
 mod read;
 mod retry;
 mod session;
+mod shared;
 mod source;
 
 pub use auth::{AclPolicy, Role, ZkAuth};
 pub use node::{ensure_path, ensure_path_with, NodeInfo};
 pub use paths::{join_path, normalize_root, relative_path, KIND_DIRS};
 pub use read::{read_generation, read_tree};
-pub use source::{ZkSource, ZkState, ZkStatus, DEFAULT_DEBOUNCE, DEFAULT_SESSION_TIMEOUT};
+pub use shared::{ZkState, ZkStatus};
+pub use source::{ZkSource, DEFAULT_DEBOUNCE, DEFAULT_SESSION_TIMEOUT};

@@ -6,7 +6,7 @@
 use super::paths::relative_path;
 use super::read::{read_paths, read_tree};
 use super::retry::{sleep_until_opt, Backoff};
-use super::source::{ZkSource, ZkState};
+use super::shared::{Shared, ZkState};
 use crate::tree::{DocKind, Tree};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -47,7 +47,7 @@ impl SessionEnd {
 /// Serves one session until it ends: watches the root, publishes the client on `sessions`
 /// (for the node registration), then follows the tree, sending every new state to `updates`.
 pub(super) async fn serve_session(
-    source: &ZkSource,
+    source: &Shared,
     client: zk::Client,
     updates: &mpsc::Sender<Tree>,
     sessions: &watch::Sender<Option<zk::Client>>,
@@ -60,7 +60,7 @@ pub(super) async fn serve_session(
 
 /// The state of one session's loop.
 struct Session<'a> {
-    source: &'a ZkSource,
+    source: &'a Shared,
     client: zk::Client,
     root: String,
     watcher: zk::PersistentWatcher,
@@ -92,7 +92,7 @@ enum EventAction {
 impl<'a> Session<'a> {
     /// Adds the persistent watch on the root and announces the session.
     async fn establish(
-        source: &'a ZkSource,
+        source: &'a Shared,
         client: zk::Client,
         sessions: &watch::Sender<Option<zk::Client>>,
     ) -> Result<Session<'a>, SessionEnd> {
@@ -314,11 +314,7 @@ impl<'a> Session<'a> {
 /// Reads the root once, so that credentials the tree's ACLs do not accept (none, a wrong
 /// password) fail the session clearly instead of showing up as a tree with every folder
 /// unreadable.
-async fn check_access(
-    source: &ZkSource,
-    client: &zk::Client,
-    root: &str,
-) -> Result<(), SessionEnd> {
+async fn check_access(source: &Shared, client: &zk::Client, root: &str) -> Result<(), SessionEnd> {
     match client.get_children(root).await {
         Ok(_) | Err(zk::Error::NoNode) => Ok(()),
         Err(zk::Error::NoAuth) => {

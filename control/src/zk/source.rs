@@ -7,11 +7,12 @@ use super::node::{members_loop, registration_loop, NodeInfo};
 use super::paths::normalize_root;
 use super::retry::Backoff;
 use super::session::{serve_session, SessionEnd};
+use super::shared::Shared;
+pub use super::shared::{ZkState, ZkStatus};
 use crate::snapshot::ConfigVersion;
 use crate::source::{ConfigSource, SourceStatus};
 use crate::tree::Tree;
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -22,47 +23,6 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 /// Minimum spacing of re-reads during a burst of changes.
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(10);
 
-/// Connection state of a [`ZkSource`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ZkState {
-    /// No session yet: the first connection is being attempted (or retried).
-    Connecting,
-    /// A session is established and the watch is in place.
-    Connected,
-    /// The session exists but the connection is lost; the client is reconnecting.
-    Disconnected,
-    /// The session expired; a new one is being established.
-    Expired,
-    /// ZooKeeper refused this gateway's credentials (none given, or not those the tree's ACLs
-    /// name): the gateway keeps serving what it has and retries (docs/OPERATIONS.md,
-    /// "ZooKeeper credentials and ACLs").
-    Unauthorized,
-}
-
-/// A snapshot of a [`ZkSource`]'s connection, for `/status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ZkStatus {
-    pub state: ZkState,
-    /// When `state` was entered, in Unix epoch milliseconds.
-    pub since_unix_ms: u64,
-    /// The current session id (hex), if a session was ever established.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_id: Option<String>,
-    /// The most recent error, kept until the next successful full read.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
-    /// Generation of the last tree sent (0 before the first).
-    pub generation: u64,
-    /// Trees sent so far.
-    pub trees_sent: u64,
-    /// When the last tree was sent, in Unix epoch milliseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_tree_unix_ms: Option<u64>,
-    /// Sessions established so far (1 after the first connect; more after expiries).
-    pub sessions: u64,
-}
-
 /// A ZooKeeper configuration source, plus this gateway's node registration.
 ///
 /// Cheap to clone: clones share the connection state and registration. [`ConfigSource::run`]
@@ -70,19 +30,7 @@ pub struct ZkStatus {
 /// the node document should say, and the running source writes it (again after each new session).
 #[derive(Clone)]
 pub struct ZkSource {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    hosts: String,
-    root: String,
-    session_timeout: Duration,
-    debounce: Duration,
-    auth: Option<ZkAuth>,
-    status: watch::Sender<ZkStatus>,
-    registration: watch::Sender<Option<NodeInfo>>,
-    /// Gateways registered in `nodes/` (see [`ZkSource::watch_members`]).
-    members: watch::Sender<Option<usize>>,
+    inner: Arc<Shared>,
 }
 
 impl ZkSource {
@@ -103,7 +51,7 @@ impl ZkSource {
         let (registration, _) = watch::channel(None);
         let (members, _) = watch::channel(None);
         ZkSource {
-            inner: Arc::new(Inner {
+            inner: Arc::new(Shared {
                 hosts: hosts.trim().to_owned(),
                 root: normalize_root(root),
                 session_timeout: DEFAULT_SESSION_TIMEOUT,
@@ -133,8 +81,8 @@ impl ZkSource {
         self.rebuild(|inner| inner.auth = auth)
     }
 
-    fn rebuild(self, change: impl FnOnce(&mut Inner)) -> ZkSource {
-        let mut inner = Inner {
+    fn rebuild(self, change: impl FnOnce(&mut Shared)) -> ZkSource {
+        let mut inner = Shared {
             hosts: self.inner.hosts.clone(),
             root: self.inner.root.clone(),
             session_timeout: self.inner.session_timeout,
@@ -160,14 +108,9 @@ impl ZkSource {
         &self.inner.root
     }
 
-    /// The user this source authenticates as, if any.
-    pub(super) fn auth_user(&self) -> Option<&str> {
-        self.inner.auth.as_ref().map(ZkAuth::user)
-    }
-
-    /// The minimum spacing of re-reads during a burst of changes.
-    pub(super) fn debounce(&self) -> Duration {
-        self.inner.debounce
+    /// Enters `state` (see [`Shared::set_state`]).
+    fn set_state(&self, state: ZkState, error: Option<String>) {
+        self.inner.set_state(state, error);
     }
 
     /// The current connection state.
@@ -225,43 +168,6 @@ impl ZkSource {
     /// The node document as it should currently be.
     pub fn node_info(&self) -> Option<NodeInfo> {
         self.inner.registration.borrow().clone()
-    }
-
-    /// Enters `state` (its `since` moves only on a change); `error`, if any, becomes the last
-    /// error.
-    pub(super) fn set_state(&self, state: ZkState, error: Option<String>) {
-        self.inner.status.send_modify(|status| {
-            if status.state != state {
-                status.state = state;
-                status.since_unix_ms = crate::clock::now_ms();
-            }
-            if error.is_some() {
-                status.last_error = error;
-            }
-        });
-    }
-
-    /// Records a new session.
-    pub(super) fn session_started(&self, session_id: &str) {
-        self.inner.status.send_modify(|s| {
-            s.session_id = Some(session_id.to_owned());
-            s.sessions += 1;
-        });
-    }
-
-    /// After a full read: connected, and no error to report any more.
-    pub(super) fn tree_read(&self) {
-        self.set_state(ZkState::Connected, None);
-        self.inner.status.send_modify(|s| s.last_error = None);
-    }
-
-    /// Records a tree sent to the gateway.
-    pub(super) fn tree_sent(&self, generation: u64) {
-        self.inner.status.send_modify(|s| {
-            s.generation = generation;
-            s.trees_sent += 1;
-            s.last_tree_unix_ms = Some(crate::clock::now_ms());
-        });
     }
 
     async fn connect(&self) -> Result<zk::Client, zk::Error> {
@@ -357,7 +263,7 @@ impl ConfigSource for ZkSource {
             let Some(client) = self.connect_with_retry(&updates, &mut backoff).await else {
                 return;
             };
-            let end = serve_session(self, client, &updates, &sessions).await;
+            let end = serve_session(&self.inner, client, &updates, &sessions).await;
             sessions.send_replace(None);
             match end {
                 SessionEnd::Closed => return,
