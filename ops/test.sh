@@ -27,20 +27,49 @@
 # then prints a summary and exits non-zero if any step failed.
 #
 #   ./ops/test.sh [--slow] [extra cargo test args, e.g. -p portico-gateway or a test-name filter]
+#   ./ops/test.sh --quick [extra cargo test args, e.g. a test-name filter]
 #
 # With cargo test args (a partial run) the slow lane runs only when --slow is given.
 # PORTICO_SKIP_LINT=1 skips steps 3 and 7. Logs: .run/test/.
+#
+# --quick is the loop to run while working (docs/OPERATIONS.md, "Test lanes"): step 1, then
+# cargo build --workspace --bins and the quick lane: every crate's unit tests (--lib --bins)
+# and the integration-test binaries of $quick_tests below, the ones that finish in a few
+# seconds each; no console build, doc checks, fmt, slow lane, quick start, fuzz or clippy.
+# Same summary.
 set -euo pipefail
 # shellcheck source=ops/lib.sh
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
 slow=auto
+quick=0
 args=()
 for a in "$@"; do
-    if [ "$a" = --slow ]; then slow=always; else args+=("$a"); fi
+    case "$a" in
+    --slow) slow=always ;;
+    --quick) quick=1 ;;
+    *) args+=("$a") ;;
+    esac
 done
 set -- "${args[@]+"${args[@]}"}"
+
+# The quick lane's integration-test binaries: those a full run showed finishing in about 5 s
+# or less each on 2 cores (cargo test prints "finished in Ns" per binary; measure again with
+# `cargo test --workspace --test NAME` when adding one). Together with the unit tests they
+# take about 2 minutes. Anything slower (ZooKeeper sessions expiring, browsers, timer
+# windows) stays in the full run.
+quick_tests=(
+    # control, demo, grpc-dynamic
+    prop_sign prop_snapshot prop_template
+    demo_backend example_config
+    json_conformance
+    # gateway
+    layers grpc_invoke smuggling hardening edge connections publish slowloris invoke
+    # registry
+    prometheus_rules zk_lockdown input_limits publish_unchanged admin_auth registry_killed
+    write_checks reports first_run
+)
 
 logdir="$RUN/test"
 mkdir -p "$logdir"
@@ -154,7 +183,10 @@ invoke_tree() {
 slow_tree="$(invoke_tree 2>/dev/null || true)"
 slow_last="$(grep -v '^#' "$slow_stamp" 2>/dev/null | head -n 1 || true)"
 slow_why=""
-if [ "$slow" = always ]; then
+if [ "$quick" = 1 ] && [ "$slow" != always ]; then
+    slow=skip
+    slow_why="--quick: ./ops/test.sh --slow runs it"
+elif [ "$slow" = always ]; then
     slow_why="--slow"
 elif [ "$#" -ne 0 ]; then
     slow=skip
@@ -209,33 +241,44 @@ slow_lane_join() {
     fi
 }
 
-# --- 2..7 ----------------------------------------------------------------------------------
-step sign-vectors python3 ops/sign.py --self-test || true
-# The console: npm ci (only when node_modules is not the lock file's) and the build.
-step console admin-ui/build.sh || true
-step protocol-doc python3 ops/check_docs.py || true
-if [ "${PORTICO_SKIP_LINT:-0}" != 1 ]; then
-    step fmt cargo fmt --all -- --check || true
-fi
-if step build cargo build --workspace --all-targets; then
-    slow_lane_start
-    if [ "$#" -eq 0 ]; then
-        step test cargo test --workspace --no-fail-fast || true
-        # The README's "What to try next", command by command, on a fresh ./ops/up.sh.
-        step quickstart python3 ops/check_quickstart.py --profile debug || true
+# --- the quick lane (--quick) ----------------------------------------------------------------
+if [ "$quick" = 1 ]; then
+    if step build cargo build --workspace --bins; then
+        quick_args=(--workspace --lib --bins)
+        for t in "${quick_tests[@]}"; do quick_args+=(--test "$t"); done
+        step test cargo test --no-fail-fast "${quick_args[@]}" "$@" || true
     else
-        # A virtual workspace tests every member unless -p narrows it.
-        step test cargo test --no-fail-fast "$@" || true
+        warn "build failed: tests not run"
     fi
 else
-    warn "build failed: tests not run"
-fi
-# Fuzzing smoke run (each target a short while; long runs: ./ops/fuzz.sh all SECONDS).
-if [ "${PORTICO_FUZZ_SECONDS:-10}" != 0 ]; then
-    step fuzz ./ops/fuzz.sh all "${PORTICO_FUZZ_SECONDS:-10}" || true
-fi
-if [ "${PORTICO_SKIP_LINT:-0}" != 1 ]; then
-    step clippy cargo clippy --workspace --all-targets -- -D warnings || true
+    # --- 2..7 (the full run) ------------------------------------------------------------
+    step sign-vectors python3 ops/sign.py --self-test || true
+    # The console: npm ci (only when node_modules is not the lock file's) and the build.
+    step console admin-ui/build.sh || true
+    step protocol-doc python3 ops/check_docs.py || true
+    if [ "${PORTICO_SKIP_LINT:-0}" != 1 ]; then
+        step fmt cargo fmt --all -- --check || true
+    fi
+    if step build cargo build --workspace --all-targets; then
+        slow_lane_start
+        if [ "$#" -eq 0 ]; then
+            step test cargo test --workspace --no-fail-fast || true
+            # The README's "What to try next", command by command, on a fresh ./ops/up.sh.
+            step quickstart python3 ops/check_quickstart.py --profile debug || true
+        else
+            # A virtual workspace tests every member unless -p narrows it.
+            step test cargo test --no-fail-fast "$@" || true
+        fi
+    else
+        warn "build failed: tests not run"
+    fi
+    # Fuzzing smoke run (each target a short while; long runs: ./ops/fuzz.sh all SECONDS).
+    if [ "${PORTICO_FUZZ_SECONDS:-10}" != 0 ]; then
+        step fuzz ./ops/fuzz.sh all "${PORTICO_FUZZ_SECONDS:-10}" || true
+    fi
+    if [ "${PORTICO_SKIP_LINT:-0}" != 1 ]; then
+        step clippy cargo clippy --workspace --all-targets -- -D warnings || true
+    fi
 fi
 
 slow_lane_join
