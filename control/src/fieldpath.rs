@@ -1,6 +1,6 @@
 //! Field paths (`order_id`, `shop.id`, `filter.minTotalCents`, `labels[k]`) resolved
 //! through a protobuf message type: the one resolver behind the validation of
-//! `google.api.http` rules (`validate.rs`) and the gateway's HTTP ⇄ gRPC transcoding
+//! `google.api.http` rules (`validate/api.rs`) and the gateway's HTTP ⇄ gRPC transcoding
 //! (`portico-grpc-dynamic`), so a path the configuration accepts is a path the gateway
 //! binds. How requests name fields is described in docs/PROTOCOL.md.
 

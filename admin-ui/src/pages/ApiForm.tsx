@@ -8,7 +8,7 @@ import { Button, ErrorBanner, Field, Modal, toast, usePoll } from "../ui";
 
 export const NAME = /^[A-Za-z0-9._-]{1,128}$/;
 export const NAME_RULE = "1–128 characters of A-Z a-z 0-9 . _ -";
-/** The gateways' longest deadline (control/src/validate.rs MAX_TIMEOUT_MS). */
+/** The gateways' longest deadline (control/src/validate/fields.rs MAX_TIMEOUT_MS). */
 export const MAX_TIMEOUT_MS = 600_000;
 const METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"];
 

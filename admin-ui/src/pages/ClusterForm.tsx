@@ -2,7 +2,7 @@
 // primary and standby endpoints, when to fail over, and the active health check
 // (docs/OPERATIONS.md, "Clusters: balancing, health, failover, sleep"). Fields the form does
 // not show (autoscale, sleep, sticky, gRPC settings, ...) are kept as they are. The ranges are
-// the gateways' (control/src/validate.rs); the registry checks them again and its 422 details
+// the gateways' (control/src/validate/cluster.rs); the registry checks them again and its 422 details
 // are shown here.
 import { useState } from "preact/hooks";
 import { ApiError, Detail, request } from "../api";
