@@ -9,7 +9,11 @@ use portico_testkit::source_graph::{describe, layers_from_doc, SourceGraph};
 
 fn graph() -> SourceGraph {
     let graph = SourceGraph::of_crate(env!("CARGO_MANIFEST_DIR"));
-    assert!(graph.files().len() >= 60, "only {} files read", graph.files().len());
+    assert!(
+        graph.files().len() >= 60,
+        "only {} files read",
+        graph.files().len()
+    );
     graph
 }
 
@@ -17,7 +21,10 @@ fn graph() -> SourceGraph {
 fn modules_import_only_modules_below_them() {
     let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs")).unwrap();
     let layers = layers_from_doc(&lib);
-    assert!(layers.len() >= 20, "the table in src/lib.rs names {layers:?}");
+    assert!(
+        layers.len() >= 20,
+        "the table in src/lib.rs names {layers:?}"
+    );
     let layers: Vec<(&str, u8)> = layers.iter().map(|(m, l)| (m.as_str(), *l)).collect();
     let wrong = graph().layer_violations(&layers);
     assert!(

@@ -1,6 +1,7 @@
-//! The import graph of a library crate, read from its sources with `syn` (docs/ARCHITECTURE.md,
-//! "Layers checked in every crate"): which file uses an item of which other file, and the
-//! circles between files and between top-level modules that the crates' layering tests refuse.
+//! The import graph of a library crate, read from its sources with `syn`: which file uses an
+//! item of which other file, and the circles between files and between top-level modules that
+//! the crates' layering tests refuse (docs/ARCHITECTURE.md, "Gateway layers", "Registry layers",
+//! "Control layers").
 //!
 //! What counts as a use of another file, outside `#[cfg(test)]` items (tests may build fixtures
 //! from any layer):
