@@ -9,6 +9,10 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
 
+/// The default total deadline for reading a request head, from its first byte (the
+/// listener's, `listener.rs`; an HTTP/2 client's preface and SETTINGS too, `listener/h2.rs`).
+pub const DEFAULT_HEAD_DEADLINE: Duration = Duration::from_secs(10);
+
 /// Runs `work` for at most `limit`, counted from its first wait; `None` if it did not finish
 /// in time (the work is then dropped).
 pub async fn within<F: Future>(limit: Duration, work: F) -> Option<F::Output> {

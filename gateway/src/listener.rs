@@ -92,8 +92,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 use wrap::Raw;
 
-/// The default total deadline for reading a request head, from its first byte.
-pub const DEFAULT_HEAD_DEADLINE: Duration = Duration::from_secs(10);
+pub use crate::deadline::DEFAULT_HEAD_DEADLINE;
 
 /// Pingora's default idle keepalive for a connection's first request, in seconds (as in
 /// pingora-core's `ServerApp` for `HttpServerApp`).

@@ -1,11 +1,12 @@
 //! The gateway's layering (docs/ARCHITECTURE.md, "Gateway layers"): a module imports only
-//! modules below it, and `edge` and `invoke` never import each other. Read from the sources,
-//! outside their `#[cfg(test)]` modules (tests may build fixtures from any layer).
+//! modules below it, `edge`, `invoke` and `notify` never import each other, and no modules or
+//! files import each other, round or through others. Read from the sources (the real `use`
+//! trees and paths, by `portico_testkit::source_graph`), outside their `#[cfg(test)]` items
+//! (tests may build fixtures from any layer).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeSet;
-use std::path::Path;
+use portico_testkit::source_graph::{describe, SourceGraph};
 
 /// Each top-level module of `gateway/src` and its layer: higher numbers sit above.
 const LAYERS: &[(&str, u8)] = &[
@@ -27,69 +28,19 @@ const LAYERS: &[(&str, u8)] = &[
     ("reload", 6),
 ];
 
-fn layer(module: &str) -> Option<u8> {
-    LAYERS.iter().find(|(m, _)| *m == module).map(|(_, l)| *l)
-}
-
-/// The source of `text` before its unit tests.
-fn without_tests(text: &str) -> &str {
-    match text.find("#[cfg(test)]") {
-        Some(i) => &text[..i],
-        None => text,
-    }
-}
-
-/// The crate modules `text` names as `crate::<module>`.
-fn crate_imports(text: &str) -> BTreeSet<String> {
-    text.match_indices("crate::")
-        .map(|(i, _)| {
-            text[i + "crate::".len()..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect::<String>()
-        })
-        .collect()
-}
-
-/// Every `.rs` file under `dir`, as (path relative to `src`, contents).
-fn sources(src: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            sources(src, &path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            let rel = path.strip_prefix(src).unwrap().display().to_string();
-            out.push((rel, std::fs::read_to_string(&path).unwrap()));
-        }
-    }
+fn graph() -> SourceGraph {
+    let graph = SourceGraph::of_crate(env!("CARGO_MANIFEST_DIR"));
+    assert!(
+        graph.files().len() >= 40,
+        "only {} files read",
+        graph.files().len()
+    );
+    graph
 }
 
 #[test]
 fn modules_import_only_modules_below_them() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    sources(&src, &src, &mut files);
-    let mut checked = 0;
-    let mut wrong = Vec::new();
-    for (path, text) in &files {
-        let top = path.split(['/', '.']).next().unwrap_or_default().to_owned();
-        if matches!(top.as_str(), "lib" | "main" | "testing") {
-            continue;
-        }
-        let own = layer(&top).unwrap_or_else(|| panic!("{path}: module {top} has no layer"));
-        checked += 1;
-        for import in crate_imports(without_tests(text)) {
-            if import == top {
-                continue;
-            }
-            let theirs =
-                layer(&import).unwrap_or_else(|| panic!("{path}: crate::{import} has no layer"));
-            if theirs >= own {
-                wrong.push(format!("{path} ({top}) imports crate::{import}"));
-            }
-        }
-    }
-    assert!(checked >= 20, "only {checked} files checked");
+    let wrong = graph().layer_violations(LAYERS);
     assert!(
         wrong.is_empty(),
         "imports against the layering:\n{}",
@@ -98,11 +49,88 @@ fn modules_import_only_modules_below_them() {
 }
 
 #[test]
-fn the_check_sees_a_bad_import() {
-    let text = "use crate::proxy::Gateway;\n#[cfg(test)]\nmod tests { use crate::runtime; }";
-    assert_eq!(
-        crate_imports(without_tests(text)),
-        BTreeSet::from(["proxy".to_owned()])
+fn no_modules_import_each_other() {
+    let circles = graph().module_circles();
+    assert!(
+        circles.is_empty(),
+        "circles between the gateway's modules:\n{}",
+        describe(&circles)
     );
-    assert!(layer("proxy") > layer("invoke"));
+}
+
+/// Circles between a folder's `mod.rs` and the files under it that are not broken yet, each
+/// written as the test names it (from `mod.rs`, back to it): the stage contract in
+/// `edge/mod.rs` (`EdgeCtx`, `Carried`) holds the stages' own state types (`CacheTicket`,
+/// `HotState`, `RateLimiters`) while every stage implements it, and `notify/mod.rs`'s
+/// `Notifier` uses the SSE, WebSocket and callback files that are handed it. Any other circle
+/// fails the test, and so does one listed here that is gone (strike it from the list).
+const NOT_YET_BROKEN: &[&str] = &[
+    "edge/mod.rs → edge/auth.rs",
+    "edge/mod.rs → edge/cache.rs",
+    "edge/mod.rs → edge/degrade.rs",
+    "edge/mod.rs → edge/ip_acl.rs",
+    "edge/mod.rs → edge/permit.rs",
+    "edge/mod.rs → edge/rate_limit.rs",
+    "edge/mod.rs → edge/route.rs",
+    "notify/mod.rs → notify/callback.rs",
+    "notify/mod.rs → notify/sse.rs",
+    "notify/mod.rs → notify/ws.rs",
+    "edge/mod.rs → edge/cache.rs → edge/keys.rs",
+    "edge/mod.rs → edge/degrade.rs → edge/keys.rs",
+    "notify/mod.rs → notify/callback.rs → notify/sse.rs",
+    "notify/mod.rs → notify/sse.rs → notify/session.rs",
+    "notify/mod.rs → notify/ws.rs → notify/session.rs",
+    "notify/mod.rs → notify/ws.rs → notify/sse.rs",
+    "edge/mod.rs → edge/cache.rs → edge/hot_keys.rs → edge/keys.rs",
+];
+
+#[test]
+fn no_files_import_each_other() {
+    let circles = graph().file_circles();
+    let named = |c: &portico_testkit::source_graph::Circle| {
+        let files: Vec<&str> = c.steps.iter().map(|s| s.from.as_str()).collect();
+        files.join(" → ")
+    };
+    let new: Vec<_> = circles
+        .iter()
+        .filter(|c| !NOT_YET_BROKEN.contains(&named(c).as_str()))
+        .cloned()
+        .collect();
+    assert!(
+        new.is_empty(),
+        "circles between the gateway's files:\n{}",
+        describe(&new)
+    );
+    let gone: Vec<_> = NOT_YET_BROKEN
+        .iter()
+        .filter(|n| !circles.iter().any(|c| named(c) == **n))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "circles listed in NOT_YET_BROKEN that are gone (strike them): {gone:?}"
+    );
+}
+
+#[test]
+fn the_check_sees_a_bad_import() {
+    let graph = SourceGraph::of_sources(&[
+        (
+            "lib.rs",
+            "pub mod invoke; pub mod proxy; #[cfg(test)] mod testing;",
+        ),
+        (
+            "invoke.rs",
+            "pub fn call() { crate::proxy::Gateway::new(); }",
+        ),
+        (
+            "proxy.rs",
+            "use crate::{invoke::{self}};\npub struct Gateway; fn f() { invoke::call() }",
+        ),
+        ("testing.rs", "use crate::proxy::Gateway;"),
+    ]);
+    let wrong = graph.layer_violations(LAYERS);
+    assert_eq!(wrong.len(), 1, "{wrong:?}");
+    assert!(wrong[0].starts_with("invoke (layer 2) uses proxy (layer 5): invoke.rs:1"));
+    let circles = describe(&graph.module_circles());
+    assert!(circles.starts_with("invoke → proxy → invoke"), "{circles}");
 }

@@ -24,6 +24,7 @@
 //! same key (a slot taken over by another key in between gets those bytes: one answer's worth
 //! of error in an estimate that is approximate anyway).
 
+use crate::edge::keys::KEY_SEPARATOR;
 use arc_swap::ArcSwap;
 use portico_control::HotKeysSpec;
 use std::collections::HashMap;
@@ -39,8 +40,6 @@ pub const MIN_COUNTERS: usize = 64;
 pub const MAX_KEY_BYTES: usize = 256;
 /// Shards of one detector's counters.
 pub const SHARDS: usize = 4;
-/// The byte written between two selector values when a key is hashed (and joined).
-pub const KEY_SEPARATOR: u8 = 0x1f;
 
 /// A key the detector found hot.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

@@ -11,11 +11,13 @@
 //! query. A key-level switch or a hot-key count therefore sees the same value for a call
 //! whichever form it takes (docs/SECURITY.md, "Trust between merchants").
 
-use crate::edge::hot_keys::KEY_SEPARATOR;
 use crate::edge::{EdgeCtx, EdgeRequest};
 use portico_control::selector::Selector;
 use std::borrow::Cow;
 use std::hash::Hasher;
+
+/// The byte written between two selector values when a key is hashed (and joined).
+pub const KEY_SEPARATOR: u8 = 0x1f;
 
 /// The value `sel` names in this request; `None` when the request has no such part (no such
 /// path variable, query parameter or header, an unsigned call for `app`).

@@ -114,7 +114,7 @@ impl Default for H2Limits {
             idle: DEFAULT_IDLE,
             max_streams: DEFAULT_MAX_STREAMS,
             reset_budget: DEFAULT_RESET_BUDGET,
-            handshake: super::DEFAULT_HEAD_DEADLINE,
+            handshake: crate::deadline::DEFAULT_HEAD_DEADLINE,
         }
     }
 }

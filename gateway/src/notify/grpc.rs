@@ -2,7 +2,7 @@
 //! listener, beside the HTTP form: the same token, checks and answer (`internal.rs`,
 //! [`super::Notifier::publish`]), with gRPC statuses instead of the envelope.
 
-use super::internal::InternalState;
+use super::publisher::{authorize, InternalState};
 use super::PublishRequest as Publish;
 use crate::error::GatewayError;
 use axum::extract::{Request, State};
@@ -75,7 +75,7 @@ impl tonic::server::UnaryService<PublishRequest> for Unary {
                     headers.insert(http::header::AUTHORIZATION, v);
                 }
             }
-            super::internal::authorize(&state, &headers).map_err(|e| status(&e))?;
+            authorize(&state, &headers).map_err(|e| status(&e))?;
             let m = request.into_inner();
             let payload = serde_json::from_str(&m.payload_json)
                 .map_err(|e| Status::invalid_argument(format!("payload_json: not JSON: {e}")))?;

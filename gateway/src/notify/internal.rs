@@ -8,27 +8,19 @@
 //! endpoint answers 503 `NOTIFY_UNAVAILABLE` saying so. Errors are the envelope of
 //! docs/PROTOCOL.md with the request id of `X-Portico-Request-Id` (kept or made).
 
-use super::{Notifier, PublishRequest};
-use crate::error::{Code, GatewayError};
+use super::publisher::authorize;
+pub use super::publisher::InternalState;
+use super::PublishRequest;
+use crate::error::GatewayError;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use std::sync::Arc;
-use subtle::ConstantTimeEq;
 
 /// The largest publish request body.
 pub const MAX_PUBLISH_BODY: usize = 1024 * 1024;
-
-/// What the internal listener serves with.
-#[derive(Clone)]
-pub struct InternalState {
-    pub notifier: Arc<Notifier>,
-    /// The publisher token; `None`: publishing is refused with 503.
-    pub token: Option<Arc<String>>,
-}
 
 /// The internal listener's routes.
 pub fn router(state: InternalState) -> Router {
@@ -63,29 +55,6 @@ fn envelope(e: &GatewayError, request_id: &str) -> Response {
             .insert(axum::http::header::RETRY_AFTER, secs.into());
     }
     resp
-}
-
-/// Checks the bearer token: 503 without one configured, 401 `UNAUTHORIZED` when missing or
-/// wrong.
-pub(super) fn authorize(state: &InternalState, headers: &HeaderMap) -> Result<(), GatewayError> {
-    let Some(token) = &state.token else {
-        return Err(GatewayError::new(
-            Code::NotifyUnavailable,
-            "publishing is off: no publisher token is configured (--publish-token-file or PORTICO_PUBLISH_TOKEN)",
-        ));
-    };
-    let given = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or_default();
-    if given.is_empty() || !bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
-        return Err(GatewayError::new(
-            Code::Unauthorized,
-            "Authorization: Bearer <publisher token> is missing or wrong",
-        ));
-    }
-    Ok(())
 }
 
 /// `POST /internal/v1/notifications`: `{app?, topic, id?, payload, ttl_s?}` → 200

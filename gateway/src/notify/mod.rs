@@ -18,6 +18,7 @@
 pub mod callback;
 pub mod grpc;
 pub mod internal;
+mod publisher;
 pub mod session;
 pub mod sse;
 pub mod store;
