@@ -2,8 +2,8 @@
 //!
 //! - in process: [`http::spawn`] serves the HTTP demo API on a listener of the caller's
 //!   runtime and returns the bound address;
-//! - as a real process: [`process::BackendProcess::start`] launches the
-//!   `portico-demo-backend` binary on an ephemeral port and parses its readiness line.
+//! - as a real process: tests start the `portico-demo-backend` binary with
+//!   `portico_testkit::procs::BackendProcess`, on ephemeral ports it reports.
 //!
 //! The binary (`src/main.rs`) prints exactly one line on stdout once every listener is bound:
 //!
@@ -11,7 +11,7 @@
 //! portico-demo-backend http=127.0.0.1:41234 grpc=127.0.0.1:41235
 //! ```
 //!
-//! (`grpc=` only when `--grpc` is given). [`process::parse_ready_line`] reads it.
+//! (`grpc=` only when `--grpc` is given). `portico_testkit::procs::parse_ready_line` reads it.
 //!
 //! The HTTP demo API, its fault injection and its request counter are described in
 //! [`http`]. The gRPC demo services live in [`grpc`].
@@ -19,7 +19,6 @@
 pub mod control;
 pub mod grpc;
 pub mod http;
-pub mod process;
 
 /// The encoded FileDescriptorSet of the demo protos (see [`grpc::descriptor_set_bytes`]).
 pub use grpc::descriptor_set_bytes;

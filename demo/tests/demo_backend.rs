@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use portico_demo::http::{Echo, StatsView};
-use portico_demo::process::BackendProcess;
+use portico_testkit::procs::BackendProcess;
 use serde_json::{json, Value};
 
 fn backend() -> BackendProcess {

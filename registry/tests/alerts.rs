@@ -17,7 +17,7 @@ use axum::routing::post;
 use common::procs::{registry_command, spawn_gateway, GatewayProc};
 use common::{registry, signed_get, Proc, Registry, TOKEN};
 use hmac::{Hmac, Mac};
-use portico_demo::process::BackendProcess;
+use portico_testkit::procs::BackendProcess;
 use portico_testkit::{free_port, write_private, ZooKeeper};
 use serde_json::{json, Value};
 use sha2::Sha256;

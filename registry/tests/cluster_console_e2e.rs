@@ -30,7 +30,7 @@ use common::procs::{
     RegistryProc,
 };
 use common::TOKEN;
-use portico_demo::process::BackendProcess;
+use portico_testkit::procs::BackendProcess;
 use portico_testkit::{free_port, ZooKeeper};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

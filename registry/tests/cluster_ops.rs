@@ -20,7 +20,7 @@ use axum::routing::post;
 use axum::Json;
 use common::procs::{spawn_gateway, GatewayProc};
 use common::{cli_outcome, registry, signed_get, Registry};
-use portico_demo::process::BackendProcess;
+use portico_testkit::procs::BackendProcess;
 use portico_testkit::ZooKeeper;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};

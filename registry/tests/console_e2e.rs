@@ -26,7 +26,7 @@ use common::procs::{
     admin_call, http, spawn_gateway, spawn_registry, wait_registered, GatewayProc, RegistryProc,
 };
 use common::{tail_of, TOKEN};
-use portico_demo::process::BackendProcess;
+use portico_testkit::procs::BackendProcess;
 use portico_testkit::{free_port, ZooKeeper};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

@@ -20,7 +20,7 @@ use common::procs::{
     admin_call as call, http, spawn_gateway, spawn_registry, GatewayProc, RegistryProc,
 };
 use common::TOKEN;
-use portico_demo::process::BackendProcess;
+use portico_testkit::procs::BackendProcess;
 use portico_testkit::{wait_for, ZooKeeper};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

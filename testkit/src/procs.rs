@@ -1,9 +1,10 @@
 //! Portico's own processes started by tests, as the binaries `cargo build --workspace` leaves
 //! in `target/<profile>/` ([`sibling_bin`]): a [`Proc`] (a child whose output is kept in a log
-//! file, killed on drop), the registry ([`spawn_registry`]) and the gateway in ZooKeeper mode
-//! ([`spawn_gateway`]), each on free 127.0.0.1 ports and, when the test's ZooKeeper is locked
-//! ([`ZooKeeper::start_locked`]), with its role's credentials. ZooKeeper itself is
-//! [`ZooKeeper`], Redis [`crate::Redis`].
+//! file, killed on drop), the registry ([`spawn_registry`]), the gateway standalone
+//! ([`start_gateway`]) or in ZooKeeper mode ([`spawn_gateway`]), each on free 127.0.0.1 ports
+//! and, when the test's ZooKeeper is locked ([`ZooKeeper::start_locked`]), with its role's
+//! credentials; and the demo backend ([`BackendProcess`], on ports it picks and reports).
+//! ZooKeeper itself is [`ZooKeeper`], Redis [`crate::Redis`].
 //!
 //! ```no_run
 //! let zk = portico_testkit::ZooKeeper::start_locked();
@@ -226,9 +227,155 @@ pub fn spawn_gateway(
     })
 }
 
+/// The first word of the demo backend's readiness line.
+pub const DEMO_READY_PREFIX: &str = "portico-demo-backend";
+
+/// What the demo backend's readiness line reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ready {
+    pub http: Option<SocketAddr>,
+    pub grpc: Option<SocketAddr>,
+}
+
+/// Parses the line `portico-demo-backend` prints on stdout once every listener is bound
+/// (docs/OPERATIONS.md, "The demo backend"), e.g. `portico-demo-backend
+/// http=127.0.0.1:41234 grpc=127.0.0.1:41235`; `None` for any other line.
+pub fn parse_ready_line(line: &str) -> Option<Ready> {
+    let mut words = line.split_whitespace();
+    if words.next()? != DEMO_READY_PREFIX {
+        return None;
+    }
+    let mut ready = Ready {
+        http: None,
+        grpc: None,
+    };
+    for word in words {
+        let (key, value) = word.split_once('=')?;
+        let addr: SocketAddr = value.parse().ok()?;
+        match key {
+            "http" => ready.http = Some(addr),
+            "grpc" => ready.grpc = Some(addr),
+            _ => {}
+        }
+    }
+    if ready.http.is_none() && ready.grpc.is_none() {
+        return None;
+    }
+    Some(ready)
+}
+
+/// A running `portico-demo-backend` ([`sibling_bin`]; `PORTICO_DEMO_BACKEND` or
+/// `PORTICO_DEMO_BACKEND_BIN` names another); killed when dropped.
+#[derive(Debug)]
+pub struct BackendProcess {
+    child: Child,
+    /// The HTTP listener's address.
+    pub http: SocketAddr,
+    /// The gRPC listener's address, when started with `--grpc`.
+    pub grpc: Option<SocketAddr>,
+}
+
+impl BackendProcess {
+    /// Starts the backend with `--http 127.0.0.1:0`.
+    pub fn start_http() -> Result<Self, String> {
+        Self::start(&["--http", "127.0.0.1:0"])
+    }
+
+    /// Starts the backend with `--http 127.0.0.1:0 --grpc 127.0.0.1:0`.
+    pub fn start_http_grpc() -> Result<Self, String> {
+        Self::start(&["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+    }
+
+    /// Starts the backend with these arguments and waits (up to 20 s) for its readiness line.
+    /// The arguments must include `--http`.
+    pub fn start(args: &[&str]) -> Result<Self, String> {
+        let bin = std::env::var_os("PORTICO_DEMO_BACKEND")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| sibling_bin(DEMO_READY_PREFIX));
+        Self::start_bin(&bin, args)
+    }
+
+    /// Like [`BackendProcess::start`], with the binary at `bin` (e.g.
+    /// `env!("CARGO_BIN_EXE_portico-demo-backend")`).
+    pub fn start_bin(bin: &Path, args: &[&str]) -> Result<Self, String> {
+        use std::io::BufRead;
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("spawning {}: {e}", bin.display()))?;
+        let stdout = child.stdout.take().ok_or("no stdout pipe")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Reads the readiness line, then keeps draining stdout so the child never blocks.
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if !sent {
+                    if let Some(ready) = parse_ready_line(&line) {
+                        let _ = tx.send(ready);
+                        sent = true;
+                    }
+                }
+            }
+        });
+        let ready = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(ready) => ready,
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                return Err(format!(
+                    "{DEMO_READY_PREFIX} printed no readiness line (exit: {status:?})"
+                ));
+            }
+        };
+        let Some(http) = ready.http else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("{DEMO_READY_PREFIX} was started without --http"));
+        };
+        Ok(BackendProcess {
+            child,
+            http,
+            grpc: ready.grpc,
+        })
+    }
+
+    /// `http://ADDR` of the HTTP listener.
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.http)
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for BackendProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readiness_line() {
+        let r =
+            parse_ready_line("portico-demo-backend http=127.0.0.1:41234 grpc=127.0.0.1:5").unwrap();
+        assert_eq!(r.http, Some("127.0.0.1:41234".parse().unwrap()));
+        assert_eq!(r.grpc, Some("127.0.0.1:5".parse().unwrap()));
+        let r = parse_ready_line("portico-demo-backend http=127.0.0.1:80").unwrap();
+        assert_eq!(r.grpc, None);
+        assert_eq!(parse_ready_line("portico-demo-backend"), None);
+        assert_eq!(parse_ready_line("something else http=127.0.0.1:1"), None);
+    }
 
     #[test]
     fn http_get_reads_status_and_body() {

@@ -22,8 +22,8 @@ pub struct Proxy {
     pub addr: SocketAddr,
 }
 
-fn parse_ready(line: &str) -> Option<portico_demo::process::Ready> {
-    portico_demo::process::parse_ready_line(line)
+fn parse_ready(line: &str) -> Option<portico_testkit::procs::Ready> {
+    portico_testkit::procs::parse_ready_line(line)
 }
 
 /// `portico-demo-backend --http 127.0.0.1:0 [--grpc 127.0.0.1:0]`, pinned to the backend CPU,

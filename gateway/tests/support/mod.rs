@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub use portico_demo::process::BackendProcess;
+pub use portico_testkit::procs::BackendProcess;
 
 /// The merchant used by most tests (the app of the signing examples in docs/PROTOCOL.md).
 pub const KEY: &str = "merchant-1";

@@ -9,7 +9,7 @@ use crate::common::procs::{
     http_with_timeout, spawn_gateway, spawn_registry, wait_registered, GatewayProc, RegistryProc,
 };
 use crate::common::{example_tree, Proc};
-use portico_demo::process::BackendProcess;
+use portico_testkit::procs::BackendProcess;
 use portico_testkit::ZooKeeper;
 use std::path::Path;
 use std::time::Duration;
