@@ -7,10 +7,10 @@
 
 use super::audit::audit;
 use super::context::Ctx;
-use crate::gateway_status::Served;
 use super::reply::{json_response, list_item, raw_json_response};
 use super::validation::validate_change;
 use crate::error::{ApiError, ApiResult};
+use crate::gateway_status::Served;
 use crate::state::Shared;
 use crate::zk_store::{Env, Precondition};
 use axum::http::StatusCode;

@@ -4,9 +4,9 @@
 //! is the earliest, `gateways` lists where the key is hot. A gateway that cannot be read is listed
 //! in `nodes` with the error, and the answer is still 200.
 
-use crate::gateway_status;
 use super::reply::json_response;
 use crate::error::ApiResult;
+use crate::gateway_status;
 use crate::input::check_name;
 use crate::route::Route;
 use crate::state::Shared;

@@ -11,12 +11,12 @@
 
 use super::audit::audit;
 use super::context::Ctx;
-use crate::gateway_status;
 use super::reply::json_response;
 use crate::error::{ApiError, ApiResult};
+use crate::gateway_status;
+use crate::gateway_status::live_nodes;
 use crate::input::{check_name, parse_object};
 use crate::route::{Body, Reply, Route};
-use crate::gateway_status::live_nodes;
 use crate::state::Shared;
 use axum::body::Bytes;
 use axum::extract::State;

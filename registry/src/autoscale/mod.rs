@@ -463,15 +463,7 @@ async fn mark_asleep(
             "sleep marking: sleep_url called"
         );
     }
-    record(
-        state,
-        &id,
-        "autoscale",
-        "cluster.sleep",
-        &target,
-        detail,
-    )
-    .await;
+    record(state, &id, "autoscale", "cluster.sleep", &target, detail).await;
 }
 
 #[cfg(test)]

@@ -2,13 +2,13 @@
 //! the imports; served by gateways' sandbox listeners and published from here.
 
 use super::paths::api_rel;
-use crate::served::api_refusals;
 use crate::api::context::Ctx;
 use crate::api::documents::{delete_doc, get_json, write_json, Write};
 use crate::api::reply::{json_response, list_item};
 use crate::error::{ApiError, ApiResult, Detail};
 use crate::input::{check_name, typed_document};
 use crate::route::{Body, Reply, Route};
+use crate::served::api_refusals;
 use crate::state::Shared;
 use crate::zk_store::{Env, Precondition};
 use axum::body::Bytes;
