@@ -268,7 +268,19 @@ fn zookeeper_dying_under_load_fails_no_request() {
         }
         std::thread::sleep(Duration::from_millis(500));
         zk.kill();
-        std::thread::sleep(Duration::from_secs(3));
+        // Under load, the gateway sees ZooKeeper go, then serves on: 20 more answers.
+        let state = || gw.status()["zookeeper"]["state"].clone();
+        let seen = wait_until(Duration::from_secs(30), || state() != "connected");
+        let served = ok.load(Ordering::Relaxed);
+        let more = seen
+            && wait_until(Duration::from_secs(20), || {
+                ok.load(Ordering::Relaxed) >= served + 20
+            });
+        if !more {
+            stop.store(true, Ordering::Relaxed);
+        }
+        assert!(seen, "the gateway never saw ZooKeeper go: {}", state());
+        assert!(more, "no traffic served after ZooKeeper went");
         // The switch is still enforced with ZooKeeper gone.
         let v: Value = client()
             .get(gw.url("/v1/health"))
