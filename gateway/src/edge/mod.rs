@@ -18,18 +18,16 @@ pub mod permit;
 pub mod rate_limit;
 pub mod replay;
 pub mod route;
+mod stages;
+
+pub use stages::Stages;
 
 use crate::error::GatewayError;
 use crate::model::{Response, RouteMatch};
-use auth::AuthStage;
-use cache::{CacheStage, CacheTicket, HotState};
-use degrade::DegradeStage;
-use ip_acl::IpAclStage;
-use permit::PermitStage;
+use cache::{CacheTicket, HotState};
 use portico_control::{v1, Api, Snapshot};
-use rate_limit::{RateLimitStage, RateLimiters};
+use rate_limit::RateLimiters;
 use replay::ReplayCache;
-use route::RouteStage;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -136,30 +134,4 @@ pub trait Stage: Send + Sync {
     /// Runs in the request phase, in pipeline order. `Flow::Continue` passes the request on;
     /// `Flow::Respond` answers it at once and nothing after this stage runs.
     fn apply(&self, req: &EdgeRequest<'_>, ctx: &mut EdgeCtx) -> Flow;
-}
-
-/// The seven edge stages, built from one snapshot.
-pub struct Stages {
-    pub ip_acl: IpAclStage,
-    pub route: RouteStage,
-    pub auth: AuthStage,
-    pub permit: PermitStage,
-    pub rate_limit: RateLimitStage,
-    pub degrade: DegradeStage,
-    pub cache: CacheStage,
-}
-
-impl Stages {
-    /// Builds every stage from `snapshot` ([`Stage::build`]), in request order.
-    pub fn build(snapshot: &Snapshot, carried: &Carried) -> Stages {
-        Stages {
-            ip_acl: IpAclStage::build(snapshot, carried),
-            route: RouteStage::build(snapshot, carried),
-            auth: AuthStage::build(snapshot, carried),
-            permit: PermitStage::build(snapshot, carried),
-            rate_limit: RateLimitStage::build(snapshot, carried),
-            degrade: DegradeStage::build(snapshot, carried),
-            cache: CacheStage::build(snapshot, carried),
-        }
-    }
 }
