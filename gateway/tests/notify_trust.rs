@@ -634,20 +634,6 @@ fn a_websocket_ping_flood_gets_few_pongs_and_a_1008() {
     eprintln!("ping flood: {sent} pings written, {pongs} pongs, closed 1008 after {took:?}");
 }
 
-/// A `redis-server` serving TLS only, with a password, on a free port; killed when dropped.
-struct TlsRedis {
-    child: std::process::Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for TlsRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn rediss_with_a_private_ca_and_the_password_from_the_environment_carries_notifications() {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
@@ -669,30 +655,8 @@ fn rediss_with_a_private_ca_and_the_password_from_the_environment_carries_notifi
     std::fs::write(&ca_file, ca.pem()).unwrap();
     std::fs::write(dir.path().join("cert.pem"), cert.pem()).unwrap();
     private_file(dir.path(), "key.pem", &key.serialize_pem());
-    let port = free_port();
-    let conf = private_file(
-        dir.path(),
-        "redis.conf",
-        &format!(
-            "port 0\ntls-port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\ndir {d}\n\
-             tls-cert-file {d}/cert.pem\ntls-key-file {d}/key.pem\ntls-ca-cert-file {d}/ca.pem\n\
-             tls-auth-clients no\nrequirepass \"{PASSWORD}\"\n",
-            d = dir.path().display()
-        ),
-    );
-    let redis = TlsRedis {
-        child: std::process::Command::new("redis-server")
-            .arg(&conf)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server"),
-        port,
-        _dir: dir,
-    };
-    assert!(wait_until(Duration::from_secs(10), || {
-        std::net::TcpStream::connect(("127.0.0.1", redis.port)).is_ok()
-    }));
+    let redis = Redis::start_tls(dir.path(), PASSWORD);
+    let port = redis.port();
     // The gateway: rediss://, the test CA, the password from PORTICO_REDIS_PASSWORD.
     let t = tree(None);
     let token = private_file(t.path(), "publish.token", TOKEN);
@@ -701,30 +665,28 @@ fn rediss_with_a_private_ca_and_the_password_from_the_environment_carries_notifi
         "notify.key",
         "notify-key-0123456789abcdef0123456789abcdef",
     );
-    let (listen, admin, internal) = (free_port(), free_port(), free_port());
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_portico-gateway"))
-        .args(["--config-dir", &t.path().display().to_string()])
-        .args(["--listen", &format!("127.0.0.1:{listen}")])
-        .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-        .args(["--internal-listen", &format!("127.0.0.1:{internal}")])
-        .args([
-            "--publish-token-file",
-            &token,
-            "--notify-key-file",
-            &key_file,
-        ])
-        .args(["--redis", &format!("rediss://127.0.0.1:{port}")])
-        .arg("--redis-ca-file")
-        .arg(&ca_file)
-        .args(["--threads", "2"])
-        .env("PORTICO_REDIS_PASSWORD", PASSWORD)
-        .env("PORTICO_LOG", "warn,portico_gateway=info")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let internal = free_port();
+    let logs = tempfile::tempdir().unwrap();
+    let gw = portico_testkit::procs::start_gateway("gateway", logs.path(), |cmd| {
+        cmd.args(["--config-dir", &t.path().display().to_string()])
+            .args(["--internal-listen", &format!("127.0.0.1:{internal}")])
+            .args([
+                "--publish-token-file",
+                &token,
+                "--notify-key-file",
+                &key_file,
+            ])
+            .args(["--redis", &redis.url()])
+            .arg("--redis-ca-file")
+            .arg(&ca_file)
+            .args(["--threads", "2"])
+            .env("PORTICO_REDIS_PASSWORD", PASSWORD)
+            .env("PORTICO_LOG", "warn,portico_gateway=info");
+    });
+    let admin = gw.admin.clone();
     let status = || -> Value {
         client()
-            .get(format!("http://127.0.0.1:{admin}/status"))
+            .get(format!("{admin}/status"))
             .send()
             .ok()
             .and_then(|r| r.json().ok())
@@ -746,8 +708,7 @@ fn rediss_with_a_private_ca_and_the_password_from_the_environment_carries_notifi
     let stored = wait_until(Duration::from_secs(10), || {
         status()["notify"]["backlog"][KEY] == 1
     });
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(gw);
     // Without the test CA the server's certificate is not trusted: Redis stays down.
     let untrusted = GatewayProcess::start(
         t.path(),

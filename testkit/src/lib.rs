@@ -845,6 +845,8 @@ pub struct Redis {
     /// The `default` user's password (`requirepass`, written to a 0600 config file, never on
     /// the server's command line), if any.
     password: Option<String>,
+    /// For a TLS-only server: the directory holding `cert.pem`, `key.pem` and `ca.pem`.
+    tls: Option<PathBuf>,
 }
 
 impl Redis {
@@ -859,13 +861,26 @@ impl Redis {
         Redis::start_with(Some(password.to_owned()))
     }
 
+    /// Starts a server that speaks TLS only (`rediss://`, clients not asked for certificates)
+    /// with the certificate, key and CA of `cert_dir` (`cert.pem`, `key.pem`, `ca.pem`), whose
+    /// `default` user needs `password`; waits until it accepts connections. [`Redis::command`]
+    /// and [`Redis::ping`] speak plain text, so they do not work on it.
+    pub fn start_tls(cert_dir: &Path, password: &str) -> Redis {
+        Redis::start_inner(Some(password.to_owned()), Some(cert_dir.to_path_buf()))
+    }
+
     fn start_with(password: Option<String>) -> Redis {
+        Redis::start_inner(password, None)
+    }
+
+    fn start_inner(password: Option<String>, tls: Option<PathBuf>) -> Redis {
         let dir = tempfile::tempdir().expect("temporary directory for redis");
         let mut redis = Redis {
             port: free_port(),
             child: None,
             _dir: dir,
             password,
+            tls,
         };
         redis.start_again();
         redis
@@ -900,7 +915,7 @@ impl Redis {
     pub fn start_again(&mut self) {
         let bin = std::env::var("PORTICO_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
         let mut cmd = Command::new(&bin);
-        if let Some(password) = &self.password {
+        if self.password.is_some() || self.tls.is_some() {
             // The password goes in a config file (0600), not on the command line.
             use std::os::unix::fs::OpenOptionsExt;
             let conf = self._dir.path().join("redis.conf");
@@ -911,11 +926,30 @@ impl Redis {
                 .mode(0o600)
                 .open(&conf)
                 .expect("writing redis.conf");
-            writeln!(f, "requirepass \"{password}\"").expect("writing redis.conf");
+            if let Some(password) = &self.password {
+                writeln!(f, "requirepass \"{password}\"").expect("writing redis.conf");
+            }
+            if let Some(d) = &self.tls {
+                let d = d.display();
+                writeln!(
+                    f,
+                    "tls-cert-file {d}/cert.pem\ntls-key-file {d}/key.pem\n\
+                     tls-ca-cert-file {d}/ca.pem\ntls-auth-clients no"
+                )
+                .expect("writing redis.conf");
+            }
             cmd.arg(&conf);
         }
+        // A TLS server listens on its TLS port only.
+        let (plain, tls) = match self.tls {
+            Some(_) => ("0".to_owned(), Some(self.port.to_string())),
+            None => (self.port.to_string(), None),
+        };
+        cmd.args(["--port", &plain]);
+        if let Some(tls) = &tls {
+            cmd.args(["--tls-port", tls]);
+        }
         let child = cmd
-            .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(self._dir.path())
@@ -924,16 +958,26 @@ impl Redis {
             .spawn()
             .unwrap_or_else(|e| panic!("starting {bin} (apt-get install redis-server): {e}"));
         self.child = Some(child);
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         assert!(
-            wait_for(START_TIMEOUT, || self.ping()),
-            "redis-server on port {} did not answer PING",
+            wait_for(START_TIMEOUT, || if self.tls.is_some() {
+                TcpStream::connect(addr).is_ok()
+            } else {
+                self.ping()
+            }),
+            "redis-server on port {} did not answer",
             self.port
         );
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>` (`rediss://` for a TLS server).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     pub fn port(&self) -> u16 {
