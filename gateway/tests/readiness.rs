@@ -8,14 +8,17 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
+use portico_testkit::procs::{start_gateway, GatewayProc};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 use support::*;
 
-fn gateway(args: &[String]) -> Killed {
-    Killed(
-        Command::new(env!("CARGO_BIN_EXE_portico-gateway"))
-            .args(args)
+/// The gateway with `args` (its listeners among them), started by the shared test kit as
+/// `name`, its log in `logs`.
+fn gateway(name: &'static str, logs: &Path, args: &[String]) -> GatewayProc {
+    start_gateway(name, logs, |cmd| {
+        cmd.args(args)
             .args([
                 "--access-log",
                 "off",
@@ -26,13 +29,8 @@ fn gateway(args: &[String]) -> Killed {
                 "--internal-listen",
                 "off",
             ])
-            .env("PORTICO_LOG", "warn,portico_gateway=info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn portico-gateway"),
-    )
+            .env("PORTICO_LOG", "warn,portico_gateway=info");
+    })
 }
 
 /// `/readyz`'s status and text, `None` while the admin listener does not answer.
@@ -70,7 +68,7 @@ fn an_upgrading_gateway_is_not_ready_until_it_holds_the_listeners() {
         }
         a
     };
-    let mut old = gateway(&args(&admin_old, false));
+    let mut old = gateway("gateway-old", dir.path(), &args(&admin_old, false));
     assert!(
         wait_until(Duration::from_secs(30), || readyz(&admin_old)
             .is_some_and(|(s, _)| s == 200)),
@@ -89,7 +87,7 @@ fn an_upgrading_gateway_is_not_ready_until_it_holds_the_listeners() {
     // The new process has its configuration and its admin listener, and waits for the
     // sockets: the old one still serves the address, but the new one is not ready.
     let _ = std::fs::remove_file(&sock);
-    let new = gateway(&args(&admin_new, true));
+    let new = gateway("gateway-new", dir.path(), &args(&admin_new, true));
     assert!(
         wait_until(Duration::from_secs(30), || sock.exists()
             && readyz(&admin_new).is_some()),
@@ -111,7 +109,7 @@ fn an_upgrading_gateway_is_not_ready_until_it_holds_the_listeners() {
 
     // Handed over: ready.
     let ok = Command::new("kill")
-        .args(["-QUIT", &old.0.id().to_string()])
+        .args(["-QUIT", &old.proc.pid().to_string()])
         .status()
         .unwrap()
         .success();
@@ -132,7 +130,7 @@ fn an_upgrading_gateway_is_not_ready_until_it_holds_the_listeners() {
         4
     );
     assert!(wait_until(Duration::from_secs(30), || matches!(
-        old.0.try_wait(),
+        old.proc.child.try_wait(),
         Ok(Some(_))
     )));
     // The old process is gone: what answers now is the new one.
@@ -151,14 +149,19 @@ fn a_gateway_without_a_configuration_is_not_ready_although_it_listens() {
     let dead_zk = format!("127.0.0.1:{}", free_port());
     let listen = format!("127.0.0.1:{}", free_port());
     let admin = format!("127.0.0.1:{}", free_port());
-    let _gw = gateway(&[
-        "--zk".into(),
-        dead_zk,
-        "--listen".into(),
-        listen.clone(),
-        "--admin-listen".into(),
-        admin.clone(),
-    ]);
+    let logs = tempfile::tempdir().unwrap();
+    let _gw = gateway(
+        "gateway",
+        logs.path(),
+        &[
+            "--zk".into(),
+            dead_zk,
+            "--listen".into(),
+            listen.clone(),
+            "--admin-listen".into(),
+            admin.clone(),
+        ],
+    );
     assert!(wait_until(Duration::from_secs(30), || {
         std::net::TcpStream::connect(&listen).is_ok()
     }));

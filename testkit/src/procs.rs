@@ -181,28 +181,40 @@ pub struct GatewayProc {
 }
 
 /// Starts the `portico-gateway` binary ([`sibling_bin`]; `PORTICO_GATEWAY_BIN` names
-/// another) as `name` (its log in `logdir/<name>.log`), traffic and admin listeners on free
-/// 127.0.0.1 ports, the internal listener off unless `configure` asks for one; `configure`
-/// adds the configuration source (`--config-dir`, `--zk`) and the rest. Does not wait for it:
-/// the caller waits for what it needs (ready, registered, in sync).
+/// another) as `name` (its log in `logdir/<name>.log`); `configure` adds the configuration
+/// source (`--config-dir`, `--zk`) and the rest. The traffic and admin listeners are on free
+/// 127.0.0.1 ports unless `configure` gives `--listen` or `--admin-listen` (a test that hands
+/// listeners over between two gateways), the internal listener off unless it asks for one.
+/// Does not wait for it: the caller waits for what it needs (ready, registered, in sync).
 pub fn start_gateway(
     name: &'static str,
     logdir: &Path,
     configure: impl FnOnce(&mut Command),
 ) -> GatewayProc {
-    let (listen, admin) = (free_port(), free_port());
     let mut cmd = Command::new(sibling_bin("portico-gateway"));
-    cmd.args(["--listen", &format!("127.0.0.1:{listen}")])
-        .args(["--admin-listen", &format!("127.0.0.1:{admin}")]);
     configure(&mut cmd);
+    let mut address = |flag: &str| -> String {
+        let given = cmd
+            .get_args()
+            .skip_while(|a| *a != flag)
+            .nth(1)
+            .map(|a| a.to_string_lossy().into_owned());
+        given.unwrap_or_else(|| {
+            let addr = format!("127.0.0.1:{}", free_port());
+            cmd.args([flag, &addr]);
+            addr
+        })
+    };
+    let listen = address("--listen");
+    let admin = address("--admin-listen");
     // The internal listener defaults to a fixed port (127.0.0.1:9181): off unless asked.
     if !cmd.get_args().any(|a| a == "--internal-listen") {
         cmd.args(["--internal-listen", "off"]);
     }
     GatewayProc {
         proc: Proc::spawn(name, &mut cmd, logdir),
-        url: format!("http://127.0.0.1:{listen}"),
-        admin: format!("http://127.0.0.1:{admin}"),
+        url: format!("http://{listen}"),
+        admin: format!("http://{admin}"),
     }
 }
 
