@@ -12,6 +12,7 @@
 
 mod support;
 
+use portico_testkit::procs::{start_gateway, Proc};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,29 +20,38 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::*;
 
-fn spawn(tree: &Path, listen: &str, admin: &str, sock: &Path, upgrade: bool) -> Child {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_portico-gateway"));
-    cmd.args(["--config-dir", &tree.display().to_string()])
-        .args(["--listen", listen, "--admin-listen", admin])
-        .args(["--internal-listen", "off"])
-        .args([
-            "--access-log",
-            "off",
-            "--threads",
-            "2",
-            "--drain-seconds",
-            "2",
-        ])
-        .arg("--upgrade-sock")
-        .arg(sock)
-        .env("PORTICO_LOG", "warn,portico_gateway=info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    if upgrade {
-        cmd.arg("--upgrade");
-    }
-    cmd.spawn().expect("spawn portico-gateway")
+/// The gateway on `listen` and `admin` with the upgrade socket `sock` (`--upgrade`: taking
+/// the listeners over from the one there), started by the shared test kit as `name`, its log
+/// beside the socket; killed when dropped.
+fn spawn(
+    name: &'static str,
+    tree: &Path,
+    listen: &str,
+    admin: &str,
+    sock: &Path,
+    upgrade: bool,
+) -> Proc {
+    let logs = sock.parent().expect("the socket's directory");
+    start_gateway(name, logs, |cmd| {
+        cmd.args(["--config-dir", &tree.display().to_string()])
+            .args(["--listen", listen, "--admin-listen", admin])
+            .args(["--internal-listen", "off"])
+            .args([
+                "--access-log",
+                "off",
+                "--threads",
+                "2",
+                "--drain-seconds",
+                "2",
+            ])
+            .arg("--upgrade-sock")
+            .arg(sock)
+            .env("PORTICO_LOG", "warn,portico_gateway=info");
+        if upgrade {
+            cmd.arg("--upgrade");
+        }
+    })
+    .proc
 }
 
 fn alive(child: &mut Child) -> bool {
@@ -89,7 +99,7 @@ fn an_upgrade_under_load_refuses_nothing_and_fails_nothing() {
     let admin = format!("127.0.0.1:{}", free_port());
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("upgrade.sock");
-    let mut old = spawn(tree.path(), &listen, &admin, &sock, false);
+    let mut old = spawn("gateway-old", tree.path(), &listen, &admin, &sock, false);
     let http = client();
     let url = format!("http://{listen}/v1/ping");
     assert!(
@@ -138,16 +148,16 @@ fn an_upgrade_under_load_refuses_nothing_and_fails_nothing() {
     // The new process waits on the upgrade socket; the old one hands its sockets over on
     // SIGQUIT, keeps serving a while, stops accepting and drains.
     let _ = std::fs::remove_file(&sock);
-    let mut new = spawn(tree.path(), &listen, &admin, &sock, true);
+    let mut new = spawn("gateway-new", tree.path(), &listen, &admin, &sock, true);
     assert!(
         wait_until(Duration::from_secs(30), || sock.exists()),
         "the new gateway never opened the upgrade socket"
     );
     let before = ok.load(Ordering::Relaxed);
-    signal(&old, "QUIT");
+    signal(&old.child, "QUIT");
     let started = Instant::now();
     assert!(
-        wait_until(Duration::from_secs(30), || !alive(&mut old)),
+        wait_until(Duration::from_secs(30), || !alive(&mut old.child)),
         "the old gateway did not exit"
     );
     eprintln!("old gateway gone {:?} after SIGQUIT", started.elapsed());
@@ -172,13 +182,13 @@ fn an_upgrade_under_load_refuses_nothing_and_fails_nothing() {
         ok > after_exit,
         "nothing was served by the new gateway alone"
     );
-    assert!(alive(&mut new));
+    assert!(alive(&mut new.child));
 
     // SIGTERM: the gateway stops accepting, drains and exits within the drain deadline.
-    signal(&new, "TERM");
+    signal(&new.child, "TERM");
     let t = Instant::now();
     assert!(
-        wait_until(Duration::from_secs(15), || !alive(&mut new)),
+        wait_until(Duration::from_secs(15), || !alive(&mut new.child)),
         "SIGTERM did not stop the gateway"
     );
     assert!(t.elapsed() >= Duration::from_secs(1), "{:?}", t.elapsed());
@@ -217,7 +227,7 @@ fn keep_alive_clients_are_asked_to_move_not_reset_during_a_drain() {
     let admin = format!("127.0.0.1:{}", free_port());
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("upgrade.sock");
-    let mut old = Killed(spawn(tree.path(), &listen, &admin, &sock, false));
+    let mut old = spawn("gateway-old", tree.path(), &listen, &admin, &sock, false);
     let url = format!("http://{listen}/v1/ping");
     assert!(
         wait_until(Duration::from_secs(30), || client()
@@ -266,14 +276,14 @@ fn keep_alive_clients_are_asked_to_move_not_reset_during_a_drain() {
     let _stop = StopOnDrop(stop.clone());
     std::thread::sleep(Duration::from_secs(1));
     let _ = std::fs::remove_file(&sock);
-    let mut new = Killed(spawn(tree.path(), &listen, &admin, &sock, true));
+    let mut new = spawn("gateway-new", tree.path(), &listen, &admin, &sock, true);
     assert!(
         wait_until(Duration::from_secs(30), || sock.exists()),
         "the new gateway never opened the upgrade socket"
     );
-    signal(&old.0, "QUIT");
+    signal(&old.child, "QUIT");
     assert!(
-        wait_until(Duration::from_secs(30), || !alive(&mut old.0)),
+        wait_until(Duration::from_secs(30), || !alive(&mut old.child)),
         "the old gateway did not exit"
     );
     std::thread::sleep(Duration::from_secs(1));
@@ -298,7 +308,7 @@ fn keep_alive_clients_are_asked_to_move_not_reset_during_a_drain() {
         "{} answers with Connection: close for {CLIENTS} clients",
         get(&tally.closes)
     );
-    assert!(alive(&mut new.0));
+    assert!(alive(&mut new.child));
 }
 
 /// Kills the processes whose pids are in `dir/*.pid` when dropped (the gateways the script
