@@ -244,18 +244,13 @@ impl Drop for Server {
     }
 }
 
-/// A gateway process on its own tree, with extra environment (killed when dropped).
+/// A gateway process on its own tree, with extra environment, started by the shared test
+/// kit (killed when dropped, its log kept in `_logs`).
 struct Gateway {
-    child: Child,
+    _proc: portico_testkit::procs::GatewayProc,
     listen: SocketAddr,
     _tree: ConfigTree,
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    _logs: tempfile::TempDir,
 }
 
 impl Gateway {
@@ -291,26 +286,24 @@ impl Gateway {
                         "grpc": {"service": "interop.v1.Interop", "method": "Echo", "descriptor": sha}},
             "auth": "none"
         }));
-        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_portico-gateway"));
-        cmd.arg("--config-dir")
-            .arg(t.path())
-            .args(["--listen", &listen.to_string()])
-            .args(["--admin-listen", &admin.to_string()])
-            .args(["--internal-listen", "off", "--threads", "2"])
-            .env("PORTICO_LOG", "warn,portico_gateway::invoke=info")
-            .env_remove("PORTICO_GRPC_KEEPALIVE_MS")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
+        let logs = tempfile::tempdir().unwrap();
+        let proc = portico_testkit::procs::start_gateway("gateway", logs.path(), |cmd| {
+            cmd.arg("--config-dir")
+                .arg(t.path())
+                .args(["--threads", "2"])
+                .env("PORTICO_LOG", "warn,portico_gateway::invoke=info")
+                .env_remove("PORTICO_GRPC_KEEPALIVE_MS");
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+        });
+        let addr = |url: &str| -> SocketAddr { url.trim_start_matches("http://").parse().unwrap() };
+        let (listen, admin) = (addr(&proc.url), addr(&proc.admin));
         let gw = Gateway {
-            child: cmd.spawn().expect("spawn portico-gateway"),
+            _proc: proc,
             listen,
             _tree: t,
+            _logs: logs,
         };
         let http = client();
         assert!(
