@@ -27,8 +27,8 @@ use std::time::Duration;
 /// How long [`spawn_registry`] waits for `/api/v1/health`.
 pub const REGISTRY_START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A child process killed (SIGKILL) when dropped, also when an assertion fails; its stdout
-/// and stderr in the log file `log`.
+/// A child process killed (SIGKILL) when dropped, also when an assertion fails (then the end
+/// of its log is printed); its stdout and stderr in the log file `log`.
 pub struct Proc {
     pub name: &'static str,
     pub child: Child,
@@ -71,7 +71,17 @@ impl Proc {
 }
 
 impl Drop for Proc {
+    /// Kills it; when the test is failing (a panic unwinding), prints the end of its log
+    /// first, since a log in a temporary directory goes with the test.
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- the last 40 lines of {} ({}) ---\n{}",
+                self.name,
+                self.log.display(),
+                self.tail()
+            );
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
