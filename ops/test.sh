@@ -57,8 +57,8 @@ set -- "${args[@]+"${args[@]}"}"
 # The quick lane's integration-test binaries: those a full run showed finishing in about 5 s
 # or less each on 2 cores (cargo test prints "finished in Ns" per binary; measure again with
 # `cargo test --workspace --test NAME` when adding one). Together with the unit tests they
-# take about 2 minutes. Anything slower (ZooKeeper sessions expiring, browsers, timer
-# windows) stays in the full run.
+# take about 75 s on an idle 2-core machine. Anything slower (ZooKeeper sessions expiring,
+# browsers, timer windows) stays in the full run.
 quick_tests=(
     # control, demo, grpc-dynamic
     prop_sign prop_snapshot prop_template
