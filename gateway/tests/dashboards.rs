@@ -13,7 +13,7 @@ use portico_testkit::{Redis, ZooKeeper};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 use support::*;
 
@@ -534,19 +534,16 @@ fn prometheus_answers_every_panel(bin: &Path, gw: &GatewayProcess, dash: &Value)
     let config = dir.path().join("prometheus.yml");
     std::fs::write(&config, scrape_config(&[gw.admin.to_string()])).unwrap();
     let port = free_port();
-    let _prom = Killed(
+    let _prom = portico_testkit::procs::Proc::spawn(
+        "prometheus",
         Command::new(bin)
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
                 dir.path().join("data").display()
             ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join("prometheus.log")).unwrap())
-            .spawn()
-            .expect("spawn prometheus"),
+            .arg(format!("--web.listen-address=127.0.0.1:{port}")),
+        dir.path(),
     );
     let http = client();
     let query = |expr: &str| -> Option<Value> {

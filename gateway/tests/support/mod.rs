@@ -6,7 +6,7 @@ use portico_control::sign;
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub use portico_testkit::procs::BackendProcess;
@@ -228,16 +228,6 @@ impl GatewayProcess {
 
     pub fn pid(&self) -> u32 {
         self.proc.proc.pid()
-    }
-}
-
-/// A child process killed when dropped (also when an assertion fails).
-pub struct Killed(pub Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
