@@ -5,8 +5,10 @@
 #      reused when present; @grpc/grpc-js, pinned, npm ci into gateway/tests/grpcjs/node_modules;
 #      the grpc-java interop server, from Debian's packages, compiled into .run/grpcjava);
 #   2. checks the signing vectors of ops/sign.py and that docs/PROTOCOL.md's worked examples
-#      and Python snippet agree with them (ops/check_docs.py); builds the console
-#      (admin-ui/build.sh: npm ci when needed, then the type check and vite build);
+#      and Python snippet agree with them, that no comment, UI text or doc cites a section or
+#      issue a reader cannot open, and that docs/ARCHITECTURE.md names every source file
+#      (ops/check_docs.py); builds the console (admin-ui/build.sh: npm ci when needed, the
+#      generated console types checked against the OpenAPI, the type check and vite build);
 #   3. cargo fmt --check;
 #   4. cargo build --workspace --all-targets (so every binary the tests launch exists:
 #      portico-gateway, portico-demo-backend, portico-registry, ... in target/debug/);
