@@ -68,9 +68,16 @@ fn request(md: &MessageDescriptor, encoder: &RequestEncoder, body: &[u8]) {
     }
     let mut de = serde_json::Deserializer::from_slice(body);
     let options = DeserializeOptions::new().deny_unknown_fields(false);
-    let reference = DynamicMessage::deserialize_with_options(md.clone(), &mut de, &options)
+    let reference = match DynamicMessage::deserialize_with_options(md.clone(), &mut de, &options)
         .and_then(|m| de.end().map(|()| m))
-        .expect("the encoder took a body the reference refuses");
+    {
+        Ok(m) => m,
+        // The one deliberate difference from prost-reflect: an integer written as a string in
+        // a float's form ("1e2", "4.") is read as Python's json_format reads it, which the
+        // JSON-conformance test (grpc-dynamic/tests/json_conformance.rs) holds us to.
+        Err(e) if e.to_string().contains("invalid digit found in string") => return,
+        Err(e) => panic!("the encoder took a body the reference refuses: {e}"),
+    };
     let got = as_json(md, &out).expect("the encoder's bytes decode");
     let expected = as_json(md, &reference.encode_to_vec()).expect("the reference's bytes decode");
     assert_eq!(got, expected, "the encoder and the reference disagree");
