@@ -1,55 +1,26 @@
 //! portico-control's layering (docs/ARCHITECTURE.md, "Control layers"): the layer table in
 //! `src/lib.rs`'s doc comment holds (a module imports only modules of a lower layer), and no
 //! modules or files import each other, round or through others. Read from the sources,
-//! outside their `#[cfg(test)]` items (tests may build fixtures from any layer).
+//! outside their `#[cfg(test)]` items (tests may build fixtures from any layer); the checks
+//! are testkit's `source_graph::DocumentedLayers`, shared with the other crate.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+use portico_testkit::source_graph::DocumentedLayers;
 
-use portico_testkit::source_graph::{describe, layers_from_doc, SourceGraph};
-
-fn graph() -> SourceGraph {
-    let graph = SourceGraph::of_crate(env!("CARGO_MANIFEST_DIR"));
-    assert!(
-        graph.files().len() >= 25,
-        "only {} files read",
-        graph.files().len()
-    );
-    graph
+fn layers() -> DocumentedLayers {
+    DocumentedLayers::read(env!("CARGO_MANIFEST_DIR"), "control", 25)
 }
 
 #[test]
 fn modules_import_only_modules_below_them() {
-    let lib = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/lib.rs")).unwrap();
-    let layers = layers_from_doc(&lib);
-    assert!(
-        layers.len() >= 14,
-        "the table in src/lib.rs names {layers:?}"
-    );
-    let layers: Vec<(&str, u8)> = layers.iter().map(|(m, l)| (m.as_str(), *l)).collect();
-    let wrong = graph().layer_violations(&layers);
-    assert!(
-        wrong.is_empty(),
-        "imports against the layer table of src/lib.rs:\n{}",
-        wrong.join("\n")
-    );
+    layers().assert_layer_table_holds(14);
 }
 
 #[test]
 fn no_modules_import_each_other() {
-    let circles = graph().module_circles();
-    assert!(
-        circles.is_empty(),
-        "circles between control's modules:\n{}",
-        describe(&circles)
-    );
+    layers().assert_no_module_circles();
 }
 
 #[test]
 fn no_files_import_each_other() {
-    let circles = graph().file_circles();
-    assert!(
-        circles.is_empty(),
-        "circles between control's files:\n{}",
-        describe(&circles)
-    );
+    layers().assert_no_file_circles();
 }
