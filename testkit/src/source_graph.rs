@@ -972,6 +972,76 @@ impl<'ast> Visit<'ast> for CodeReader<'_, '_> {
     fn visit_attribute(&mut self, _: &'ast syn::Attribute) {}
 }
 
+/// The layering checks of a crate whose `src/lib.rs` doc comment holds its layer table (the
+/// registry's and control's `tests/layers.rs`): `crate_dir` is its `CARGO_MANIFEST_DIR`,
+/// `name` how messages call it, and the graph must read at least `min_files` files and the
+/// table name at least `min_layers` modules (so an empty read cannot pass).
+pub struct DocumentedLayers {
+    graph: SourceGraph,
+    crate_dir: PathBuf,
+    name: &'static str,
+}
+
+impl DocumentedLayers {
+    /// Reads the crate's sources; panics when fewer than `min_files` files were read.
+    pub fn read(crate_dir: &str, name: &'static str, min_files: usize) -> DocumentedLayers {
+        let graph = SourceGraph::of_crate(crate_dir);
+        assert!(
+            graph.files().len() >= min_files,
+            "{name}: only {} files read",
+            graph.files().len()
+        );
+        DocumentedLayers {
+            graph,
+            crate_dir: PathBuf::from(crate_dir),
+            name,
+        }
+    }
+
+    /// Panics unless every module imports only modules of a lower layer of the table in
+    /// `src/lib.rs` (which must name at least `min_layers` modules).
+    pub fn assert_layer_table_holds(&self, min_layers: usize) {
+        let lib =
+            std::fs::read_to_string(self.crate_dir.join("src/lib.rs")).expect("reading src/lib.rs");
+        let layers = layers_from_doc(&lib);
+        assert!(
+            layers.len() >= min_layers,
+            "{}: the table in src/lib.rs names {layers:?}",
+            self.name
+        );
+        let layers: Vec<(&str, u8)> = layers.iter().map(|(m, l)| (m.as_str(), *l)).collect();
+        let wrong = self.graph.layer_violations(&layers);
+        assert!(
+            wrong.is_empty(),
+            "{}: imports against the layer table of src/lib.rs:\n{}",
+            self.name,
+            wrong.join("\n")
+        );
+    }
+
+    /// Panics, naming them, on circles between the crate's top-level modules.
+    pub fn assert_no_module_circles(&self) {
+        let circles = self.graph.module_circles();
+        assert!(
+            circles.is_empty(),
+            "circles between {}'s modules:\n{}",
+            self.name,
+            describe(&circles)
+        );
+    }
+
+    /// Panics, naming them, on circles between the crate's files.
+    pub fn assert_no_file_circles(&self) {
+        let circles = self.graph.file_circles();
+        assert!(
+            circles.is_empty(),
+            "circles between {}'s files:\n{}",
+            self.name,
+            describe(&circles)
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1067,75 +1137,5 @@ mod tests {
             Some("m/mod.rs → m/k.rs → m/mod.rs")
         );
         assert!(g.module_circles().is_empty());
-    }
-}
-
-/// The layering checks of a crate whose `src/lib.rs` doc comment holds its layer table (the
-/// registry's and control's `tests/layers.rs`): `crate_dir` is its `CARGO_MANIFEST_DIR`,
-/// `name` how messages call it, and the graph must read at least `min_files` files and the
-/// table name at least `min_layers` modules (so an empty read cannot pass).
-pub struct DocumentedLayers {
-    graph: SourceGraph,
-    crate_dir: PathBuf,
-    name: &'static str,
-}
-
-impl DocumentedLayers {
-    /// Reads the crate's sources; panics when fewer than `min_files` files were read.
-    pub fn read(crate_dir: &str, name: &'static str, min_files: usize) -> DocumentedLayers {
-        let graph = SourceGraph::of_crate(crate_dir);
-        assert!(
-            graph.files().len() >= min_files,
-            "{name}: only {} files read",
-            graph.files().len()
-        );
-        DocumentedLayers {
-            graph,
-            crate_dir: PathBuf::from(crate_dir),
-            name,
-        }
-    }
-
-    /// Panics unless every module imports only modules of a lower layer of the table in
-    /// `src/lib.rs` (which must name at least `min_layers` modules).
-    pub fn assert_layer_table_holds(&self, min_layers: usize) {
-        let lib =
-            std::fs::read_to_string(self.crate_dir.join("src/lib.rs")).expect("reading src/lib.rs");
-        let layers = layers_from_doc(&lib);
-        assert!(
-            layers.len() >= min_layers,
-            "{}: the table in src/lib.rs names {layers:?}",
-            self.name
-        );
-        let layers: Vec<(&str, u8)> = layers.iter().map(|(m, l)| (m.as_str(), *l)).collect();
-        let wrong = self.graph.layer_violations(&layers);
-        assert!(
-            wrong.is_empty(),
-            "{}: imports against the layer table of src/lib.rs:\n{}",
-            self.name,
-            wrong.join("\n")
-        );
-    }
-
-    /// Panics, naming them, on circles between the crate's top-level modules.
-    pub fn assert_no_module_circles(&self) {
-        let circles = self.graph.module_circles();
-        assert!(
-            circles.is_empty(),
-            "circles between {}'s modules:\n{}",
-            self.name,
-            describe(&circles)
-        );
-    }
-
-    /// Panics, naming them, on circles between the crate's files.
-    pub fn assert_no_file_circles(&self) {
-        let circles = self.graph.file_circles();
-        assert!(
-            circles.is_empty(),
-            "circles between {}'s files:\n{}",
-            self.name,
-            describe(&circles)
-        );
     }
 }
