@@ -86,7 +86,10 @@ await runBrowser("alerts", async ({ page, log, shot, signIn }) => {
   if (ticks.length < 2 || !ticks.every((t) => /(^|\s)\d{2}:\d{2}$/.test(t))) throw new Error(`time axis not in HH:MM: ${JSON.stringify(ticks)}`);
   log(`time axis: ${ticks.join(" | ")}`);
   // The table fits the page at 1280 px: nothing scrolls sideways.
+  // The charts redraw at their new width when their ResizeObserver fires (after a layout), so
+  // the page is measured once two animation frames have passed.
   await page.setViewportSize({ width: 1280, height: 900 });
+  await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
   const overflow = await page.$eval('[data-testid="report-table"]', (t) => {
     const card = t.closest(".table-card");
     return { table: t.scrollWidth, card: card ? card.clientWidth : 0, page: document.documentElement.scrollWidth, view: window.innerWidth };
