@@ -3,23 +3,9 @@
 // (X-Portico-Operator, recorded in the audit log and on switches).
 
 import type { components } from "./generated/api";
+import { ApiError, call, type CallOptions, type Reply } from "./shared/http";
 
-export type Detail = { path?: string; field?: string; reason: string };
-
-/** A failed call: the registry's envelope {code, message, request_id, details}. */
-export class ApiError extends Error {
-  status: number;
-  code: string;
-  requestId: string;
-  details: Detail[];
-  constructor(status: number, code: string, message: string, requestId = "", details: Detail[] = []) {
-    super(message);
-    this.status = status;
-    this.code = code;
-    this.requestId = requestId;
-    this.details = details;
-  }
-}
+export { ApiError, type Detail, type Reply } from "./shared/http";
 
 const TOKEN_KEY = "portico.token";
 const OPERATOR_KEY = "portico.operator";
@@ -41,75 +27,25 @@ export const session = {
   },
 };
 
-export type Reply<T> = { data: T; etag?: string; requestId: string; status: number };
-
-type Options = {
-  body?: unknown;
-  form?: FormData;
-  binary?: ArrayBuffer;
-  ifMatch?: string;
-  ifNoneMatch?: boolean;
-  query?: Record<string, string | undefined>;
+type Options = Pick<CallOptions, "body" | "form" | "binary" | "ifMatch" | "ifNoneMatch" | "query" | "signal"> & {
+  /** A token to try instead of the session's (the sign-in form): its 401 does not sign out. */
   token?: string;
-  signal?: AbortSignal;
 };
 
+/** A call to the admin API (`/api/v1<path>`) with the admin token and the operator's name. */
 export async function request<T = any>(method: string, path: string, opts: Options = {}): Promise<Reply<T>> {
-  const headers: Record<string, string> = { Accept: "application/json" };
-  const token = opts.token ?? session.token();
+  const { token: given, ...rest } = opts;
+  const headers: Record<string, string> = {};
+  const token = given ?? session.token();
   if (token) headers.Authorization = `Bearer ${token}`;
   const operator = session.operator();
   if (operator) headers["X-Portico-Operator"] = operator;
-  if (opts.ifMatch) headers["If-Match"] = `"${opts.ifMatch.replace(/"/g, "")}"`;
-  if (opts.ifNoneMatch) headers["If-None-Match"] = "*";
-  let body: BodyInit | undefined;
-  if (opts.form) {
-    body = opts.form;
-  } else if (opts.binary) {
-    body = opts.binary;
-    headers["Content-Type"] = "application/octet-stream";
-  } else if (opts.body !== undefined) {
-    body = JSON.stringify(opts.body);
-    headers["Content-Type"] = "application/json";
-  }
-  let url = `/api/v1${path}`;
-  if (opts.query) {
-    const q = new URLSearchParams();
-    for (const [k, v] of Object.entries(opts.query)) if (v !== undefined && v !== "") q.set(k, v);
-    const s = q.toString();
-    if (s) url += `?${s}`;
-  }
-  let resp: Response;
   try {
-    resp = await fetch(url, { method, headers, body, signal: opts.signal });
+    return await call<T>(method, `/api/v1${path}`, { ...rest, headers });
   } catch (e) {
-    if ((e as Error).name === "AbortError") throw e;
-    throw new ApiError(0, "NETWORK", `the registry cannot be reached (${(e as Error).message})`);
+    if (e instanceof ApiError && e.status === 401 && !given) window.dispatchEvent(new CustomEvent("portico:unauthorized"));
+    throw e;
   }
-  const requestId = resp.headers.get("X-Portico-Request-Id") ?? "";
-  const etag = resp.headers.get("ETag")?.replace(/"/g, "") ?? undefined;
-  const text = resp.status === 204 ? "" : await resp.text();
-  let data: any = null;
-  if (text) {
-    try {
-      data = JSON.parse(text);
-    } catch {
-      data = text;
-    }
-  }
-  if (!resp.ok) {
-    const env = data && typeof data === "object" ? data : {};
-    const err = new ApiError(
-      resp.status,
-      env.code ?? `HTTP_${resp.status}`,
-      env.message ?? (typeof data === "string" && data ? data.slice(0, 300) : resp.statusText),
-      env.request_id ?? requestId,
-      Array.isArray(env.details) ? env.details : [],
-    );
-    if (resp.status === 401 && !opts.token) window.dispatchEvent(new CustomEvent("portico:unauthorized"));
-    throw err;
-  }
-  return { data: data as T, etag, requestId, status: resp.status };
 }
 
 export const get = <T = any>(path: string, opts?: Options) => request<T>("GET", path, opts);

@@ -4,6 +4,7 @@
 // The registry's answer (refusal, conflict) stays in the dialog.
 import type { ComponentChildren } from "preact";
 import { useState } from "preact/hooks";
+import { useAction } from "./shared/hooks";
 import { Button, ErrorBanner, Field, Modal } from "./ui";
 
 export function ConfirmDialog(props: {
@@ -17,21 +18,9 @@ export function ConfirmDialog(props: {
   onClose: () => void;
 }) {
   const [typed, setTyped] = useState("");
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>(null);
   const ready = !props.typeToConfirm || typed.trim() === props.typeToConfirm;
-  const go = async () => {
-    if (!ready) return;
-    setBusy(true);
-    setError(null);
-    try {
-      await props.onConfirm();
-    } catch (e) {
-      setError(e);
-    } finally {
-      setBusy(false);
-    }
-  };
+  const { run, busy, error } = useAction(props.onConfirm);
+  const go = () => ready && run();
   return (
     <Modal
       tone="danger"

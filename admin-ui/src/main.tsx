@@ -2,6 +2,7 @@ import { render } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, get, request, session } from "./api";
 import { navigate, usePath } from "./router";
+import { useAction } from "./shared/hooks";
 import { Button, ErrorBanner, Field, Link, Toasts, cx, usePoll } from "./ui";
 import { ApisPage } from "./pages/Apis";
 import { ApiDetailPage } from "./pages/ApiDetail";
@@ -28,22 +29,15 @@ const NAV = [
 function SignIn({ onDone }: { onDone: () => void }) {
   const [token, setToken] = useState("");
   const [operator, setOperator] = useState(session.operator());
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>(null);
-  const submit = async (e: Event) => {
+  const { run, busy, error } = useAction(async () => {
+    // Any authenticated read proves the token.
+    await request("GET", "/audit", { token: token.trim(), query: { limit: "1" } });
+    session.signIn(token.trim(), operator.trim() || "console");
+    onDone();
+  });
+  const submit = (e: Event) => {
     e.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
-      // Any authenticated read proves the token.
-      await request("GET", "/audit", { token: token.trim(), query: { limit: "1" } });
-      session.signIn(token.trim(), operator.trim() || "console");
-      onDone();
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-    }
+    run();
   };
   return (
     <div class="signin">

@@ -4,6 +4,7 @@ import type { ComponentChildren, JSX } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError } from "./api";
 import { onLink } from "./router";
+import { useAction } from "./shared/hooks";
 
 export function cx(...names: (string | false | null | undefined)[]) {
   return names.filter(Boolean).join(" ");
@@ -261,19 +262,13 @@ export function ConfirmDialog(props: {
   onClose: () => void;
   testid?: string;
 }) {
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>(null);
-  const go = async () => {
-    setBusy(true);
-    try {
+  const { run: go, busy, error } = useAction(
+    async () => {
       await props.run();
       props.onClose();
-    } catch (e) {
-      setError(e);
-    } finally {
-      setBusy(false);
-    }
-  };
+    },
+    { keepError: true },
+  );
   return (
     <Modal
       tone={props.kind === "primary" ? "default" : "danger"}

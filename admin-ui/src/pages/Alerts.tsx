@@ -3,6 +3,7 @@
 // sent (docs/OPERATIONS.md, "Alerts"). The banner at the top of every page is AlertBanner.
 import { useState } from "preact/hooks";
 import { AlertRule, Item, get, request } from "../api";
+import { useAction } from "../shared/hooks";
 import { Badge, Button, ConfirmDialog, Empty, ErrorBanner, Link, ago, pretty, toast, usePoll } from "../ui";
 
 export type { AlertRule };
@@ -72,21 +73,15 @@ function RuleForm({ onSaved }: { onSaved: () => void }) {
   const [text, setText] = useState(
     pretty({ api: "*", condition: "tp99_ms_above", threshold: 200, for_s: 10, severity: "page", receivers: [{ webhook: "http://127.0.0.1:7000/hook" }] }),
   );
-  const [error, setError] = useState<unknown>(null);
-  const [busy, setBusy] = useState(false);
+  const saveAction = useAction(async () => {
+    await request("PUT", `/alerts/${encodeURIComponent(name.trim())}`, { body: JSON.parse(text) });
+    toast(`Alert rule ${name} saved`);
+    onSaved();
+  });
+  const { busy, error } = saveAction;
   const save = async (e: Event) => {
     e.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
-      await request("PUT", `/alerts/${encodeURIComponent(name.trim())}`, { body: JSON.parse(text) });
-      toast(`Alert rule ${name} saved`);
-      onSaved();
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-    }
+    await saveAction.run();
   };
   return (
     <form class="card rule-form" onSubmit={save} data-testid="rule-form">

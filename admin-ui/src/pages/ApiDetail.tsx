@@ -6,6 +6,7 @@
 import { useEffect, useMemo, useState } from "preact/hooks";
 import { ApiDef, ApiError, Detail, Item, List, Policy, TryResult, get, request } from "../api";
 import { ConfirmDialog } from "../confirm";
+import { useAction } from "../shared/hooks";
 import { canonical, comparable, diffLines, sameDoc } from "../diff";
 import { navigate } from "../router";
 import { ApiFormDialog, MAX_TIMEOUT_MS } from "./ApiForm";
@@ -283,24 +284,14 @@ export function DiffView({ before, after, emptyText = "No differences." }: { bef
 
 function PublishDialog(props: { id: string; draft: ApiDef; live: ApiDef | null; liveEtag?: string; onClose: () => void; onDone: () => void }) {
   const [comment, setComment] = useState("");
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>(null);
-  const publish = async () => {
-    setBusy(true);
-    setError(null);
-    try {
-      const r = await request<{ version: number }>("POST", `/apis/${encodeURIComponent(props.id)}/publish`, {
-        body: comment.trim() ? { comment: comment.trim() } : {},
-        ...(props.live ? { ifMatch: props.liveEtag } : { ifNoneMatch: true }),
-      });
-      toast(`Published ${props.id} v${r.data.version}: gateways apply it within a second`);
-      props.onDone();
-    } catch (e) {
-      setError(e);
-    } finally {
-      setBusy(false);
-    }
-  };
+  const { run: publish, busy, error } = useAction(async () => {
+    const r = await request<{ version: number }>("POST", `/apis/${encodeURIComponent(props.id)}/publish`, {
+      body: comment.trim() ? { comment: comment.trim() } : {},
+      ...(props.live ? { ifMatch: props.liveEtag } : { ifNoneMatch: true }),
+    });
+    toast(`Published ${props.id} v${r.data.version}: gateways apply it within a second`);
+    props.onDone();
+  });
   return (
     <Modal
       wide
@@ -490,8 +481,6 @@ function fromForm(base: ApiDef, f: Form): ApiDef {
 function PolicyEditor({ draft, etag, onSaved }: { draft: ApiDef; etag?: string; onSaved: () => void }) {
   const [form, setForm] = useState<Form>(() => toForm(draft));
   const [serverErrors, setServerErrors] = useState<Detail[]>([]);
-  const [error, setError] = useState<unknown>(null);
-  const [busy, setBusy] = useState(false);
   const [touched, setTouched] = useState(false);
   const local = localErrors(form);
   const next = useMemo(() => fromForm(draft, form), [draft, form]);
@@ -507,22 +496,26 @@ function PolicyEditor({ draft, etag, onSaved }: { draft: ApiDef; etag?: string; 
   };
   const unplaced = serverErrors.filter((d) => !d.field || !document.querySelector(`[data-field="${CSS.escape(d.field)}"]`));
 
-  const save = async () => {
-    setBusy(true);
-    setError(null);
-    setServerErrors([]);
-    try {
+  const {
+    run: save,
+    busy,
+    error,
+    setError,
+  } = useAction(
+    async () => {
+      setServerErrors([]);
       await request("PUT", `/sandbox/apis/${encodeURIComponent(draft.id)}`, { body: next, ifMatch: etag });
       toast(`Saved the draft of ${draft.id}: the sandbox serves it now`);
       setTouched(false);
       onSaved();
-    } catch (e) {
-      setError(e);
-      if (e instanceof ApiError && e.code === "VALIDATION_FAILED") setServerErrors(e.details);
-    } finally {
-      setBusy(false);
-    }
-  };
+    },
+    {
+      onError: (e) => {
+        if (e instanceof ApiError && e.code === "VALIDATION_FAILED") setServerErrors(e.details);
+        return e;
+      },
+    },
+  );
   const num = (field: string, label: string, value: string, onInput: (v: string) => void, hint?: string, placeholder?: string) => (
     <Field label={label} error={touched || serverErrors.length ? errFor(field) : local[field]} hint={hint}>
       <input data-field={field} name={field} inputMode="numeric" value={value} placeholder={placeholder ?? "default"} onInput={(e) => onInput((e.target as HTMLInputElement).value)} />
@@ -649,8 +642,6 @@ function TryIt({ api, refused }: { api: ApiDef; refused: Served["refused"] }) {
   const [body, setBody] = useState(rule.body ? "{\n  \n}" : "");
   const [apps, setApps] = useState<Item<{ status?: string; apis?: string[] }>[]>([]);
   const [appKey, setAppKey] = useState("");
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>(null);
   const [result, setResult] = useState<TryResult | null>(null);
   useEffect(() => {
     get<List<{ status?: string; apis?: string[] }>>("/sandbox/apps")
@@ -672,11 +663,8 @@ function TryIt({ api, refused }: { api: ApiDef; refused: Served["refused"] }) {
     .map((l) => l.trim())
     .filter(Boolean);
   const badHeader = headerLines.find((l) => !/^[A-Za-z0-9-]+\s*:/.test(l));
-  const send = async (e: Event) => {
-    e.preventDefault();
-    setBusy(true);
-    setError(null);
-    try {
+  const action = useAction(
+    async () => {
       const hdrs: Record<string, string> = {};
       for (const l of headerLines) {
         const i = l.indexOf(":");
@@ -694,12 +682,18 @@ function TryIt({ api, refused }: { api: ApiDef; refused: Served["refused"] }) {
         },
       });
       setResult(r.data);
-    } catch (err) {
-      setError(err);
-      setResult(null);
-    } finally {
-      setBusy(false);
-    }
+    },
+    {
+      onError: (e) => {
+        setResult(null);
+        return e;
+      },
+    },
+  );
+  const { busy, error } = action;
+  const send = (e: Event) => {
+    e.preventDefault();
+    action.run();
   };
   const activeApps = apps.filter((a) => a.document?.status !== "disabled");
   return (
@@ -936,24 +930,14 @@ function Versions(props: { id: string; draft: ApiDef | null; live: ApiDef | null
 
 function RollbackDialog(props: { id: string; version: number; target?: ApiDef; live: ApiDef | null; liveEtag?: string; onClose: () => void; onDone: () => void }) {
   const [comment, setComment] = useState("");
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>(null);
-  const go = async () => {
-    setBusy(true);
-    setError(null);
-    try {
-      const r = await request<{ version: number }>("POST", `/apis/${encodeURIComponent(props.id)}/rollback`, {
-        body: { version: props.version, ...(comment.trim() ? { comment: comment.trim() } : {}) },
-        ...(props.liveEtag ? { ifMatch: props.liveEtag } : {}),
-      });
-      toast(`Rolled back ${props.id}: v${props.version} is live again as v${r.data.version}`);
-      props.onDone();
-    } catch (e) {
-      setError(e);
-    } finally {
-      setBusy(false);
-    }
-  };
+  const { run: go, busy, error } = useAction(async () => {
+    const r = await request<{ version: number }>("POST", `/apis/${encodeURIComponent(props.id)}/rollback`, {
+      body: { version: props.version, ...(comment.trim() ? { comment: comment.trim() } : {}) },
+      ...(props.liveEtag ? { ifMatch: props.liveEtag } : {}),
+    });
+    toast(`Rolled back ${props.id}: v${props.version} is live again as v${r.data.version}`);
+    props.onDone();
+  });
   return (
     <Modal
       wide

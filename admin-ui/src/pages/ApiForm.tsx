@@ -4,6 +4,7 @@
 // which stays the authority: its 422 details are shown on the fields they name.
 import { useState } from "preact/hooks";
 import { ApiDef, ApiError, Detail, List, get, request } from "../api";
+import { useAction } from "../shared/hooks";
 import { Button, ErrorBanner, Field, Modal, toast, usePoll } from "../ui";
 
 export const NAME = /^[A-Za-z0-9._-]{1,128}$/;
@@ -51,8 +52,6 @@ export function ApiFormDialog(props: { draft: ApiDef | null; etag?: string; onCl
   const grpc = props.draft?.backend.grpc;
   const [form, setForm] = useState<Form>(() => toForm(props.draft));
   const [tried, setTried] = useState(false);
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>(null);
   const [details, setDetails] = useState<Detail[]>([]);
   const [clusters, setClusters] = useState<string[]>([]);
   usePoll(async () => {
@@ -66,34 +65,37 @@ export function ApiFormDialog(props: { draft: ApiDef | null; etag?: string; onCl
   const errFor = (field: string) => (tried ? local[field] : undefined) ?? details.find((d) => d.field === field || d.field?.startsWith(`${field}.`))?.reason;
   const set = (patch: Partial<Form>) => setForm((f) => ({ ...f, ...patch }));
 
-  const save = async () => {
-    setTried(true);
-    if (Object.keys(local).length) return;
-    setBusy(true);
-    setError(null);
-    setDetails([]);
-    const base: ApiDef = props.draft ?? ({ id: form.id.trim(), version: 0, http: { method: "GET", path: "/" }, backend: { cluster: "" } } as ApiDef);
-    const backend: ApiDef["backend"] = { ...base.backend, cluster: form.cluster.trim() };
-    if (form.timeout.trim()) backend.timeout_ms = Number(form.timeout.trim());
-    else delete backend.timeout_ms;
-    if (!grpc) backend.http = form.backendPath.trim() ? { path: form.backendPath.trim() } : {};
-    const doc: ApiDef = {
-      ...base,
-      http: { ...base.http, method: form.method, path: form.path.trim() },
-      backend,
-      auth: form.auth as "signature" | "none",
-    };
-    try {
+  const saveAction = useAction(
+    async () => {
+      setDetails([]);
+      const base: ApiDef = props.draft ?? ({ id: form.id.trim(), version: 0, http: { method: "GET", path: "/" }, backend: { cluster: "" } } as ApiDef);
+      const backend: ApiDef["backend"] = { ...base.backend, cluster: form.cluster.trim() };
+      if (form.timeout.trim()) backend.timeout_ms = Number(form.timeout.trim());
+      else delete backend.timeout_ms;
+      if (!grpc) backend.http = form.backendPath.trim() ? { path: form.backendPath.trim() } : {};
+      const doc: ApiDef = {
+        ...base,
+        http: { ...base.http, method: form.method, path: form.path.trim() },
+        backend,
+        auth: form.auth as "signature" | "none",
+      };
       if (creating) await request("POST", "/sandbox/apis", { body: doc });
       else await request("PUT", `/sandbox/apis/${encodeURIComponent(doc.id)}`, { body: doc, ifMatch: props.etag });
       toast(creating ? `Created the draft ${doc.id}: the sandbox serves it now` : `Saved the mapping of ${doc.id}`);
       props.onSaved(doc.id);
-    } catch (e) {
-      setError(e);
-      if (e instanceof ApiError) setDetails(e.details);
-    } finally {
-      setBusy(false);
-    }
+    },
+    {
+      onError: (e) => {
+        if (e instanceof ApiError) setDetails(e.details);
+        return e;
+      },
+    },
+  );
+  const { busy, error } = saveAction;
+  const save = async () => {
+    setTried(true);
+    if (Object.keys(local).length) return;
+    await saveAction.run();
   };
 
   return (

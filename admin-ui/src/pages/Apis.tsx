@@ -4,6 +4,7 @@
 // (docs/OPERATIONS.md, "Draft → sandbox → publish → rollback").
 import { useMemo, useState } from "preact/hooks";
 import { ApiDef, ApiError, Item, List, get, request } from "../api";
+import { useAction } from "../shared/hooks";
 import { sameDoc } from "../diff";
 import { navigate } from "../router";
 import { Badge, Button, Empty, ErrorBanner, Field, Link, MethodBadge, Spinner, cx, toast, usePoll } from "../ui";
@@ -214,8 +215,6 @@ function ImportPanel({ onImported }: { onImported: () => void }) {
   const [cluster, setCluster] = useState("");
   const [auth, setAuth] = useState("signature");
   const [timeout, setTimeoutMs] = useState("");
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>(null);
   const [result, setResult] = useState<ImportResult | null>(null);
   const [preview, setPreview] = useState<ImportResult | null>(null);
   const [overwrite, setOverwrite] = useState(false);
@@ -260,38 +259,30 @@ function ImportPanel({ onImported }: { onImported: () => void }) {
     });
   };
 
+  // The preview and the import share one busy flag and one error.
+  const step = useAction((work: () => Promise<void>) => work());
+  const { busy, error, setError } = step;
+
   // First a preview: new / changed / unchanged drafts and the routes other APIs own.
   const submit = async (e: Event) => {
     e.preventDefault();
-    setBusy(true);
-    setError(null);
-    setResult(null);
-    setPreview(null);
-    setOverwrite(false);
-    try {
+    await step.run(async () => {
+      setResult(null);
+      setPreview(null);
+      setOverwrite(false);
       setPreview((await send({ dry_run: "true" })).data);
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-    }
+    });
   };
 
   // Then the import itself; drafts that exist and would change need the overwrite box.
   const confirmImport = async () => {
-    setBusy(true);
-    setError(null);
-    try {
+    await step.run(async () => {
       const r = await send(overwrite ? { overwrite: "true" } : {});
       setPreview(null);
       setResult(r.data);
       toast(`Imported ${r.data.drafts.length} draft API${r.data.drafts.length === 1 ? "" : "s"}`);
       onImported();
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-    }
+    });
   };
   const changed = preview?.drafts.filter((d) => d.state === "changed") ?? [];
 

@@ -2,6 +2,7 @@
 // disable/enable, grant/revoke APIs, rotate the secret, delete.
 import { useState } from "preact/hooks";
 import { ApiDef, App, Item, List, get, request } from "../api";
+import { useAction } from "../shared/hooks";
 import { Badge, Button, CopyButton, Empty, ErrorBanner, Field, Modal, Spinner, cx, toast, usePoll } from "../ui";
 import { RefusedNote, refusalsOf } from "../served";
 
@@ -240,7 +241,10 @@ export function AppsPage() {
 }
 
 function ConfirmDialog(props: { title: string; text: string; action: string; kind: "danger" | "primary"; run: () => Promise<void>; onClose: () => void }) {
-  const [busy, setBusy] = useState(false);
+  const { run, busy } = useAction(async () => {
+    await props.run();
+    props.onClose();
+  });
   return (
     <Modal
       tone={props.kind === "danger" ? "danger" : "default"}
@@ -253,12 +257,7 @@ function ConfirmDialog(props: { title: string; text: string; action: string; kin
             kind={props.kind}
             busy={busy}
             data-autofocus
-            onClick={async () => {
-              setBusy(true);
-              await props.run();
-              setBusy(false);
-              props.onClose();
-            }}
+            onClick={run}
           >
             {props.action}
           </Button>
@@ -295,29 +294,21 @@ function CreateApp({ env, apiIds, onClose, onCreated }: { env: Env; apiIds: stri
   const [apis, setApis] = useState<string[]>([]);
   const [limit, setLimit] = useState("");
   const [per, setPer] = useState("second");
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>(null);
   const keyErr = key && !/^[A-Za-z0-9._-]{1,128}$/.test(key) ? "1–128 of A-Z a-z 0-9 . _ -" : undefined;
   const limitErr = limit && !/^\d+$/.test(limit) ? "a whole number" : undefined;
-  const submit = async () => {
-    setBusy(true);
-    setError(null);
-    try {
-      const r = await request<Creds>("POST", `${prefix(env)}/apps`, {
-        body: {
-          ...(key.trim() ? { app_key: key.trim() } : {}),
-          ...(name.trim() ? { name: name.trim() } : {}),
-          apis,
-          ...(limit ? { rate_limits: [{ limit: Number(limit), per }] } : {}),
-        },
-      });
-      onCreated(r.data);
-    } catch (e) {
-      setError(e);
-    } finally {
-      setBusy(false);
-    }
-  };
+  const submitAction = useAction(async () => {
+    const r = await request<Creds>("POST", `${prefix(env)}/apps`, {
+      body: {
+        ...(key.trim() ? { app_key: key.trim() } : {}),
+        ...(name.trim() ? { name: name.trim() } : {}),
+        apis,
+        ...(limit ? { rate_limits: [{ limit: Number(limit), per }] } : {}),
+      },
+    });
+    onCreated(r.data);
+  });
+  const { busy, error } = submitAction;
+  const submit = submitAction.run;
   return (
     <Modal
       title={`Create a ${env} app`}
@@ -392,26 +383,18 @@ function SecretOnce({ creds, onClose }: { creds: Creds; onClose: () => void }) {
 function GrantDialog({ app, env, apiIds, onClose, onDone }: { app: Item<App>; env: Env; apiIds: string[]; onClose: () => void; onDone: () => void }) {
   const current = app.document?.apis ?? [];
   const [sel, setSel] = useState<string[]>(current);
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>(null);
   const add = sel.filter((x) => !current.includes(x));
   const remove = current.filter((x) => !sel.includes(x));
-  const submit = async () => {
-    setBusy(true);
-    setError(null);
+  const grantAction = useAction(async () => {
     const path = `${prefix(env)}/apps/${encodeURIComponent(app.id)}`;
-    try {
-      let etag = app.etag;
-      if (add.length) etag = (await request("POST", `${path}/grant`, { body: { apis: add }, ifMatch: etag })).etag ?? etag;
-      if (remove.length) await request("POST", `${path}/revoke`, { body: { apis: remove }, ifMatch: etag });
-      toast(`Updated the grants of ${app.id}`);
-      onDone();
-    } catch (e) {
-      setError(e);
-    } finally {
-      setBusy(false);
-    }
-  };
+    let etag = app.etag;
+    if (add.length) etag = (await request("POST", `${path}/grant`, { body: { apis: add }, ifMatch: etag })).etag ?? etag;
+    if (remove.length) await request("POST", `${path}/revoke`, { body: { apis: remove }, ifMatch: etag });
+    toast(`Updated the grants of ${app.id}`);
+    onDone();
+  });
+  const { busy, error } = grantAction;
+  const submit = grantAction.run;
   return (
     <Modal
       title={`APIs granted to ${app.id}`}

@@ -6,6 +6,7 @@
 // are shown here.
 import { useState } from "preact/hooks";
 import { ApiError, Detail, request } from "../api";
+import { useAction } from "../shared/hooks";
 import { Button, ErrorBanner, Field, Modal, toast } from "../ui";
 import { NAME, NAME_RULE } from "./ApiForm";
 
@@ -90,8 +91,6 @@ export function ClusterFormDialog(props: { name?: string; env: "live" | "sandbox
     healthInterval: d.health_check?.interval_ms !== undefined ? String(d.health_check.interval_ms) : "",
   });
   const [tried, setTried] = useState(false);
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>(null);
   const [details, setDetails] = useState<Detail[]>([]);
   const local = formErrors(form, creating);
   const errFor = (field: string) => (tried ? local[field] : undefined) ?? details.find((x) => x.field === field || x.field?.startsWith(`${field}[`) || x.field?.startsWith(`${field}.`))?.reason;
@@ -117,15 +116,11 @@ export function ClusterFormDialog(props: { name?: string; env: "live" | "sandbox
     return out;
   };
 
-  const save = async () => {
-    setTried(true);
-    if (Object.keys(local).length) return;
-    setBusy(true);
-    setError(null);
-    setDetails([]);
-    const doc = document();
-    const name = creating ? form.name.trim() : props.name!;
-    try {
+  const saveAction = useAction(
+    async () => {
+      setDetails([]);
+      const doc = document();
+      const name = creating ? form.name.trim() : props.name!;
       if (creating) {
         const envs = form.env === "both" ? ["live", "sandbox"] : [form.env];
         for (const env of envs) await request("POST", `${env === "sandbox" ? "/sandbox" : ""}/clusters`, { body: { name, ...doc } });
@@ -134,12 +129,19 @@ export function ClusterFormDialog(props: { name?: string; env: "live" | "sandbox
       }
       toast(creating ? `Created the cluster ${name}` : `Saved the cluster ${name}: gateways apply it within a second`);
       props.onSaved(name);
-    } catch (e) {
-      setError(e);
-      if (e instanceof ApiError) setDetails(e.details);
-    } finally {
-      setBusy(false);
-    }
+    },
+    {
+      onError: (e) => {
+        if (e instanceof ApiError) setDetails(e.details);
+        return e;
+      },
+    },
+  );
+  const { busy, error } = saveAction;
+  const save = async () => {
+    setTried(true);
+    if (Object.keys(local).length) return;
+    await saveAction.run();
   };
 
   return (

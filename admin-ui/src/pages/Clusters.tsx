@@ -5,6 +5,7 @@
 // cluster's autoscale and sleep events (docs/OPERATIONS.md, "Failover runbook" and "Autoscale").
 import { useState } from "preact/hooks";
 import { Cluster, Item, Schemas, get, request } from "../api";
+import { useAction } from "../shared/hooks";
 import { ConfirmDialog } from "../confirm";
 import { navigate } from "../router";
 import { Badge, Button, Empty, ErrorBanner, Field, Link, Modal, Spinner, ago, cx, fmtTime, toast, usePoll } from "../ui";
@@ -457,24 +458,18 @@ function AutoscaleRules({ c }: { c: Cluster }) {
 
 function FailoverDialog({ name, to, onClose, onDone }: { name: string; to: "primary" | "standby"; onClose: () => void; onDone: () => void }) {
   const [reason, setReason] = useState("");
-  const [busy, setBusy] = useState(false);
   const [tried, setTried] = useState(false);
-  const [error, setError] = useState<unknown>(null);
   const reasonErr = reason.trim() ? undefined : "required: say why, for the people on call after you";
+  const submitAction = useAction(async () => {
+    await request("POST", `/clusters/${encodeURIComponent(name)}/failover`, { body: { to, reason: reason.trim() } });
+    toast(`${name}: the ${to} set serves on every gateway`);
+    onDone();
+  });
+  const { busy, error } = submitAction;
   const submit = async () => {
     setTried(true);
     if (reasonErr) return;
-    setBusy(true);
-    setError(null);
-    try {
-      await request("POST", `/clusters/${encodeURIComponent(name)}/failover`, { body: { to, reason: reason.trim() } });
-      toast(`${name}: the ${to} set serves on every gateway`);
-      onDone();
-    } catch (e) {
-      setError(e);
-    } finally {
-      setBusy(false);
-    }
+    await submitAction.run();
   };
   return (
     <Modal

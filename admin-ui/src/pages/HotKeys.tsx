@@ -4,6 +4,7 @@
 // (docs/OPERATIONS.md, "Caching and hot keys").
 import { useState } from "preact/hooks";
 import { ApiDef, ApiError, HotKey, HotKeys, Switch, get, request } from "../api";
+import { useAction } from "../shared/hooks";
 import { Button, Code, Empty, ErrorBanner, Field, Link, Modal, Spinner, ago, pretty, toast, usePoll } from "../ui";
 
 /** How often the panel asks the registry (the detectors close a window every 500 ms). */
@@ -127,28 +128,29 @@ export function HotKeysPanel({ id, api }: { id: string; api: ApiDef | null }) {
 function BlockDialog({ id, hot, match, onClose }: { id: string; hot: HotKey; match: Record<string, string[]>; onClose: () => void }) {
   const [reason, setReason] = useState("");
   const [tried, setTried] = useState(false);
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>(null);
   const name = `${id}@${blockLabel(match)}`;
   const doc: Switch = { degraded: true, match, reason: reason.trim() };
   const reasonErr = reason.trim() ? undefined : "required: say why, for the people on call after you";
 
-  const go = async () => {
-    setTried(true);
-    if (reasonErr) return;
-    setBusy(true);
-    setError(null);
-    try {
+  const goAction = useAction(
+    async () => {
       await request("PUT", `/switches/${encodeURIComponent(name)}`, { body: doc, ifNoneMatch: true });
       toast(`${hot.key} of ${id} is blocked on every gateway`);
       onClose();
-    } catch (e) {
-      if (e instanceof ApiError && (e.status === 412 || e.status === 409))
-        setError(new ApiError(e.status, e.code, `A switch ${name} exists already: change it on the Switches page.`, e.requestId, e.details));
-      else setError(e);
-    } finally {
-      setBusy(false);
-    }
+    },
+    {
+      onError: (e) => {
+        if (e instanceof ApiError && (e.status === 412 || e.status === 409))
+          return new ApiError(e.status, e.code, `A switch ${name} exists already: change it on the Switches page.`, e.requestId, e.details);
+        return e;
+      },
+    },
+  );
+  const { busy, error } = goAction;
+  const go = async () => {
+    setTried(true);
+    if (reasonErr) return;
+    await goAction.run();
   };
   return (
     <Modal

@@ -6,6 +6,7 @@
 // registry's publisher token).
 import { useState } from "preact/hooks";
 import { ApiError, App, Item, List, Notifications, NotificationTestResult, Topic, get, request } from "../api";
+import { useAction } from "../shared/hooks";
 import { Badge, Button, Code, Empty, ErrorBanner, Field, Modal, Spinner, ago, cx, pretty, toast, usePoll } from "../ui";
 import { RefusedNote } from "../served";
 
@@ -246,8 +247,6 @@ function TopicDialog({ item, onClose, onSaved }: { item?: Item<Topic>; onClose: 
   const [apps, setApps] = useState((doc?.apps ?? []).join(", "));
   const [retention, setRetention] = useState(String(doc?.retention_s ?? 86400));
   const [tried, setTried] = useState(false);
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>(null);
   const nameErr = NAME_RE.test(name.trim()) ? undefined : "1 to 128 of A-Z a-z 0-9 . _ @ -";
   const retentionErr = /^\d+$/.test(retention.trim()) && Number(retention) > 0 ? undefined : "a whole number of seconds above 0";
   const body: Topic = {
@@ -259,24 +258,27 @@ function TopicDialog({ item, onClose, onSaved }: { item?: Item<Topic>; onClose: 
       .filter(Boolean),
     retention_s: Number(retention),
   };
-  const save = async () => {
-    setTried(true);
-    if (nameErr || retentionErr) return;
-    setBusy(true);
-    setError(null);
-    try {
+  const saveAction = useAction(
+    async () => {
       const path = `/topics/${encodeURIComponent(name.trim())}`;
       await request("PUT", path, item ? { body, ifMatch: item.etag } : { body, ifNoneMatch: true });
       toast(`Topic ${name.trim()} ${item ? "saved" : "created"}`);
       onSaved();
       onClose();
-    } catch (e) {
-      if (e instanceof ApiError && e.status === 409)
-        setError(new ApiError(409, e.code, item ? "The topic was changed by someone else: close and edit it again." : `A topic ${name.trim()} exists already.`, e.requestId, e.details));
-      else setError(e);
-    } finally {
-      setBusy(false);
-    }
+    },
+    {
+      onError: (e) => {
+        if (e instanceof ApiError && e.status === 409)
+          return new ApiError(409, e.code, item ? "The topic was changed by someone else: close and edit it again." : `A topic ${name.trim()} exists already.`, e.requestId, e.details);
+        return e;
+      },
+    },
+  );
+  const { busy, error } = saveAction;
+  const save = async () => {
+    setTried(true);
+    if (nameErr || retentionErr) return;
+    await saveAction.run();
   };
   return (
     <Modal
@@ -313,22 +315,14 @@ function TopicDialog({ item, onClose, onSaved }: { item?: Item<Topic>; onClose: 
 }
 
 function DeleteDialog({ item, onClose, onDone }: { item: Item<Topic>; onClose: () => void; onDone: () => void }) {
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>(null);
-  const go = async () => {
-    setBusy(true);
-    setError(null);
-    try {
-      await request("DELETE", `/topics/${encodeURIComponent(item.id)}`, { ifMatch: item.etag });
-      toast(`Topic ${item.id} deleted`);
-      onDone();
-      onClose();
-    } catch (e) {
-      setError(e);
-    } finally {
-      setBusy(false);
-    }
-  };
+  const goAction = useAction(async () => {
+    await request("DELETE", `/topics/${encodeURIComponent(item.id)}`, { ifMatch: item.etag });
+    toast(`Topic ${item.id} deleted`);
+    onDone();
+    onClose();
+  });
+  const { busy, error } = goAction;
+  const go = goAction.run;
   return (
     <Modal
       tone="danger"
@@ -355,9 +349,7 @@ function TestSend({ topics, apps, live }: { topics: Item<Topic>[] | null; apps: 
   const [app, setApp] = useState("");
   const [topic, setTopic] = useState("");
   const [payload, setPayload] = useState('{\n  "hello": "from the console"\n}');
-  const [busy, setBusy] = useState(false);
   const [result, setResult] = useState<NotificationTestResult | null>(null);
-  const [error, setError] = useState<unknown>(null);
   const [tried, setTried] = useState(false);
   let payloadErr: string | undefined;
   let parsed: unknown;
@@ -368,20 +360,16 @@ function TestSend({ topics, apps, live }: { topics: Item<Topic>[] | null; apps: 
   }
   const chosenApp = app || apps?.[0]?.id || "";
   const chosenTopic = topic || topics?.[0]?.id || "";
+  const sendAction = useAction(async () => {
+    setResult(null);
+    const r = await request<NotificationTestResult>("POST", "/notifications/test", { body: { app: chosenApp, topic: chosenTopic, payload: parsed } });
+    setResult(r.data);
+  });
+  const { busy, error } = sendAction;
   const send = async () => {
     setTried(true);
     if (payloadErr || !chosenApp || !chosenTopic) return;
-    setBusy(true);
-    setError(null);
-    setResult(null);
-    try {
-      const r = await request<NotificationTestResult>("POST", "/notifications/test", { body: { app: chosenApp, topic: chosenTopic, payload: parsed } });
-      setResult(r.data);
-    } catch (e) {
-      setError(e);
-    } finally {
-      setBusy(false);
-    }
+    await sendAction.run();
   };
   return (
     <section class="card" data-testid="test-send">

@@ -5,6 +5,7 @@
 // (docs/OPERATIONS.md, "Availability and degraded answers").
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, get, request, session } from "../api";
+import { useAction } from "../shared/hooks";
 import { LineChart, fmtNum } from "../charts";
 import { Button, ConfirmDialog, Empty, ErrorBanner, Spinner, cx, toast } from "../ui";
 
@@ -104,7 +105,6 @@ export function ReportsPage() {
   const [report, setReport] = useState<Report | null>(null);
   const [error, setError] = useState<unknown>(null);
   const [confirmSend, setConfirmSend] = useState(false);
-  const [opening, setOpening] = useState(false);
   useEffect(() => {
     setReport(null);
     get<Report>("/reports", { query: { period } })
@@ -118,16 +118,13 @@ export function ReportsPage() {
     const r = await request<{ files: string[]; mails: { to: string; sent: boolean }[] }>("POST", "/reports/send", { query: { period } });
     toast(`${r.data.files.length} files written, ${r.data.mails.filter((m) => m.sent).length} of ${r.data.mails.length} owners mailed`);
   };
-  const html = async () => {
-    setOpening(true);
-    try {
-      await openHtml(period);
-    } catch (e) {
+  // A failure to open the HTML report is the page's error (it replaces a load error).
+  const { run: html, busy: opening } = useAction(() => openHtml(period), {
+    onError: (e) => {
       setError(e);
-    } finally {
-      setOpening(false);
-    }
-  };
+      return null;
+    },
+  });
   const owners = report ? Array.from(new Set(report.apis.map((f) => f.owner).filter((o): o is string => !!o))) : [];
   return (
     <div class="page">

@@ -2,6 +2,7 @@
 // confirmation and a required reason; the audit trail beside it.
 import { useMemo, useState } from "preact/hooks";
 import { ApiDef, AuditEntry, Item, List, Switch, get, request } from "../api";
+import { useAction } from "../shared/hooks";
 import { Badge, Button, Empty, ErrorBanner, Field, Link, MethodBadge, Modal, Spinner, ago, cx, fmtTime, pretty, toast, usePoll } from "../ui";
 import { RefusedNote, refusalsOf } from "../served";
 
@@ -212,8 +213,6 @@ function SwitchDialog({ row, degrade, onClose, onDone }: { row: Row; degrade: bo
   const [status, setStatus] = useState(String(prev?.fallback?.status ?? 200));
   const [headers, setHeaders] = useState(prev?.fallback?.headers ? pretty(prev.fallback.headers) : '{\n  "X-Degraded": "1"\n}');
   const [body, setBody] = useState(prev?.fallback?.body !== undefined ? pretty(prev.fallback.body) : "{}");
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>(null);
   const [tried, setTried] = useState(false);
 
   const parse = (text: string): [unknown, string | undefined] => {
@@ -236,24 +235,20 @@ function SwitchDialog({ row, degrade, onClose, onDone }: { row: Row; degrade: bo
   const messageErr = message.length > 200 || /[\u0000-\u001f\u007f]/.test(message) ? "at most 200 characters on one line" : undefined;
   const invalid = !!reasonErr || (degrade && !custom && !!messageErr) || (degrade && custom && (!!hdrErr || !!bodyErr || !!statusErr));
 
-  const submit = async () => {
-    setTried(true);
-    if (invalid) return;
-    setBusy(true);
-    setError(null);
+  const submitAction = useAction(async () => {
     const fallback = custom ? { status: Number(status), ...(hdrs ? { headers: hdrs as Record<string, string> } : {}), ...(bodyVal !== undefined ? { body: bodyVal } : {}) } : undefined;
     // A key-level switch keeps its match (re-degrading it needs one).
     const publicMessage = degrade && !custom && message.trim() ? { message: message.trim() } : {};
     const doc: Switch = { degraded: degrade, reason: reason.trim(), ...publicMessage, ...(prev?.match ? { match: prev.match } : {}), ...(degrade ? (fallback ? { fallback } : {}) : prev?.fallback ? { fallback: prev.fallback } : {}) };
-    try {
-      await request("PUT", `/switches/${encodeURIComponent(row.id)}`, row.sw ? { body: doc, ifMatch: row.sw.etag } : { body: doc, ifNoneMatch: true });
-      toast(degrade ? `${row.id} is degraded on every gateway` : `${row.id} is restored on every gateway`);
-      onDone();
-    } catch (e) {
-      setError(e);
-    } finally {
-      setBusy(false);
-    }
+    await request("PUT", `/switches/${encodeURIComponent(row.id)}`, row.sw ? { body: doc, ifMatch: row.sw.etag } : { body: doc, ifNoneMatch: true });
+    toast(degrade ? `${row.id} is degraded on every gateway` : `${row.id} is restored on every gateway`);
+    onDone();
+  });
+  const { busy, error } = submitAction;
+  const submit = async () => {
+    setTried(true);
+    if (invalid) return;
+    await submitAction.run();
   };
 
   return (
