@@ -139,6 +139,7 @@ macro_rules! delegate_io {
 }
 
 pub(crate) use delegate_io;
+pub(crate) use delegate_write;
 
 /// A Pingora `Stream` as a concrete `IO` type: Pingora's TLS acceptor is generic over the
 /// stream it encrypts, and `Box<dyn IO>` itself is not `IO`.
