@@ -1,39 +1,20 @@
-// Shared pieces of the console: buttons, dialogs, the error banner (code + request id),
-// toasts, badges, JSON views.
-import type { ComponentChildren, JSX } from "preact";
+// The console's own pieces: dialogs, the error banner (code + request id), toasts, badges,
+// fields, polling; the buttons and code blocks it shares with the portal come from
+// shared/ui.tsx and are re-exported here.
+import type { ComponentChildren } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { ApiError } from "./api";
 import { onLink } from "./router";
 import { useAction } from "./shared/hooks";
+import { Button, Code, copyText, cx } from "./shared/ui";
 
-export function cx(...names: (string | false | null | undefined)[]) {
-  return names.filter(Boolean).join(" ");
-}
+export { Button, Code, cx };
 
 export function Link(props: { to: string; class?: string; children: ComponentChildren; title?: string }) {
   return (
     <a href={props.to} class={props.class} title={props.title} onClick={(e) => onLink(e as unknown as MouseEvent, props.to)}>
       {props.children}
     </a>
-  );
-}
-
-type ButtonProps = JSX.ButtonHTMLAttributes<HTMLButtonElement> & {
-  kind?: "primary" | "danger" | "ghost" | "default" | "success";
-  busy?: boolean;
-  small?: boolean;
-};
-export function Button({ kind = "default", busy, small, children, class: klass, disabled, ...rest }: ButtonProps) {
-  return (
-    <button
-      type="button"
-      {...rest}
-      disabled={(disabled as boolean) || busy}
-      class={cx("btn", `btn-${kind}`, small && "btn-sm", busy && "is-busy", klass as string)}
-    >
-      {busy && <span class="spinner" aria-hidden="true" />}
-      {children}
-    </button>
   );
 }
 
@@ -171,10 +152,6 @@ export function pretty(value: unknown): string {
   return JSON.stringify(value, null, 2);
 }
 
-export function Code({ children, class: klass }: { children: string; class?: string }) {
-  return <pre class={cx("code", klass)}>{children}</pre>;
-}
-
 export function CopyButton({ text, label = "Copy" }: { text: string; label?: string }) {
   const [done, setDone] = useState(false);
   return (
@@ -182,13 +159,10 @@ export function CopyButton({ text, label = "Copy" }: { text: string; label?: str
       small
       kind="ghost"
       onClick={async () => {
-        try {
-          await navigator.clipboard.writeText(text);
+        if (await copyText(text)) {
           setDone(true);
           setTimeout(() => setDone(false), 1500);
-        } catch {
-          toast("Copy failed: select the text and copy it by hand", "error");
-        }
+        } else toast("Copy failed: select the text and copy it by hand", "error");
       }}
     >
       {done ? "Copied" : label}
