@@ -236,7 +236,11 @@ tls_url=""
 if [ "$tls" = 1 ]; then
     ensure_local_tls "$RUN/tls"
     tls_port="$(pick_port "${PORTICO_TLS_PORT:-8443}")"
-    gw_args+=(--tls-listen "127.0.0.1:$tls_port" --tls-cert "$RUN/tls/cert.pem" --tls-key "$RUN/tls/key.pem")
+    # The fleet's session ticket keys: every gateway below reads the same file, so a
+    # returning client resumes its TLS session on any of them.
+    "$ROOT/ops/tls-ticket-keys.sh" ensure "$RUN/tls/ticket-keys" >/dev/null
+    tls_args=(--tls-cert "$RUN/tls/cert.pem" --tls-key "$RUN/tls/key.pem" --tls-ticket-keys "$RUN/tls/ticket-keys")
+    gw_args+=(--tls-listen "127.0.0.1:$tls_port" "${tls_args[@]}")
     tls_url="https://127.0.0.1:$tls_port"
 fi
 gw_name=gateway
@@ -259,13 +263,16 @@ if [ "$cluster" = 1 ]; then
     for n in 2 3; do
         p="$(free_port)"
         a="$(free_port)"
+        tls_extra=()
+        [ "$tls" = 1 ] && tls_extra=(--tls-listen "127.0.0.1:$(free_port)" "${tls_args[@]}")
         log "gateway-$n on 127.0.0.1:$p (admin 127.0.0.1:$a)"
         start_bg "gateway-$n" "$RUN/logs/gateway-$n.log" "$bindir/portico-gateway" \
             --listen "127.0.0.1:$p" --admin-listen "127.0.0.1:$a" \
             --access-log "$RUN/logs/access-$n.log" --zk "$zk_hosts" \
             --zk-auth-file "$zk_auth/gateway" --snapshot-dir "$RUN/snapshot-$n" \
             --node-id "local-$n" "${redis_args[@]}" \
-            --internal-listen "127.0.0.1:$(free_port)" --publish-token-file "$publish_token_file"
+            --internal-listen "127.0.0.1:$(free_port)" --publish-token-file "$publish_token_file" \
+            "${tls_extra[@]}"
         wait_http "http://127.0.0.1:$a/readyz" 60 "$RUN/pids/gateway-$n.pid" || {
             tail -n 40 "$RUN/logs/gateway-$n.log" >&2 || true
             die "gateway-$n did not become ready (log: $RUN/logs/gateway-$n.log)"

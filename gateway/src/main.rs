@@ -17,6 +17,7 @@ use portico_gateway::observe::metrics::Metrics;
 use portico_gateway::proxy::Gateway;
 use portico_gateway::reload;
 use portico_gateway::runtime::{system_clock, Plane, PlaneKind, Shared};
+use portico_gateway::tls::resumption::{Resumption, ResumptionSettings};
 use portico_gateway::tls::{self, CertFiles, CertStore};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -96,6 +97,17 @@ struct Args {
     /// certificate.
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Session ticket keys shared by the fleet: one key per line (64 hex digits), the first
+    /// seals new tickets, every one opens them; re-read when the file changes. Every gateway
+    /// given the same file resumes the others' sessions. Without it each process seals with
+    /// its own random key, so a merchant resumes only on the gateway that served it
+    /// (docs/OPERATIONS.md, "TLS"). Rotate with `ops/tls-ticket-keys.sh rotate FILE`.
+    #[arg(long, requires = "tls_cert")]
+    tls_ticket_keys: Option<PathBuf>,
+    /// Entries of the TLS session-ID cache, for TLS 1.2 clients that do not take tickets
+    /// (per process; about 200 bytes each).
+    #[arg(long, default_value_t = 20_000)]
+    tls_session_cache: usize,
     /// The longest one write of an answer to a merchant may take, in milliseconds (a header,
     /// or a piece of a streamed body); a client that does not read is cut off. 0: unbounded.
     #[arg(long, default_value_t = portico_gateway::proxy::DEFAULT_WRITE_TIMEOUT.as_millis() as u64)]
@@ -249,6 +261,10 @@ fn main() -> anyhow::Result<()> {
     let node_id = args.node_id.clone().unwrap_or_else(default_node_id);
     let shared = shared_services(&args, &node_id)?;
     let tls = tls_store(&args, &shared)?;
+    let resumption = tls
+        .as_ref()
+        .map(|_| tls_resumption(&args, &shared))
+        .transpose()?;
     let live = Arc::new(Plane::new(PlaneKind::Live, shared.clone()));
     let sandbox = args
         .sandbox_listen
@@ -282,6 +298,9 @@ fn main() -> anyhow::Result<()> {
     if let Some(store) = &tls {
         control_rt.spawn(store.clone().watch(tls::RELOAD_POLL));
     }
+    if let Some(keys) = resumption.as_ref().and_then(|r| r.key_file.clone()) {
+        control_rt.spawn(keys.watch(tls::RELOAD_POLL));
+    }
     start_admin(
         &control_rt,
         &args,
@@ -299,7 +318,7 @@ fn main() -> anyhow::Result<()> {
     tracing::info!(node_id = %node_id, listen = %args.listen, admin = %args.admin_listen, sandbox = ?args.sandbox_listen, tls = ?args.tls_listen, sandbox_tls = ?args.sandbox_tls_listen, "portico-gateway starting");
     // Keep the control runtime alive for the life of the process.
     let _control = control_rt;
-    serve_traffic(&args, live, sandbox, tls)
+    serve_traffic(&args, live, sandbox, tls.zip(resumption))
 }
 
 /// The gateway's own log, on stderr (`PORTICO_LOG`, docs/OPERATIONS.md).
@@ -415,6 +434,19 @@ fn tls_store(args: &Args, shared: &Shared) -> anyhow::Result<Option<Arc<CertStor
     let store =
         CertStore::open(files, &shared.metrics.registry).context("loading the TLS certificate")?;
     Ok(Some(store))
+}
+
+/// How returning merchants resume their TLS sessions: the fleet's ticket keys when given
+/// (a bad file stops the start with its reason), and the session-ID cache.
+fn tls_resumption(args: &Args, shared: &Shared) -> anyhow::Result<Arc<Resumption>> {
+    let settings = ResumptionSettings {
+        ticket_keys: args.tls_ticket_keys.clone(),
+        session_cache: args.tls_session_cache,
+    };
+    let resumption = Resumption::open(&settings, &shared.metrics.registry)
+        .map_err(anyhow::Error::msg)
+        .context("setting up TLS session resumption")?;
+    Ok(Arc::new(resumption))
 }
 
 /// Where each plane's configuration comes from.
@@ -640,7 +672,7 @@ fn serve_traffic(
     args: &Args,
     live: Arc<Plane>,
     sandbox: Option<Arc<Plane>>,
-    tls: Option<Arc<CertStore>>,
+    tls: Option<(Arc<CertStore>, Arc<Resumption>)>,
 ) -> anyhow::Result<()> {
     // Stop and upgrade (docs/OPERATIONS.md, "Restarts and upgrades"): on SIGTERM, or on
     // SIGQUIT once the sockets are handed over, Pingora stops accepting, lets requests in
@@ -675,11 +707,11 @@ fn serve_traffic(
         // connection handling (docs/OPERATIONS.md, "TLS"). It listens as plain TCP: the
         // service handshakes each connection itself, counted and within its deadline.
         let endpoint = match (tls_addr, &tls) {
-            (Some(tls_addr), Some(store)) => Some(listener::TlsEndpoint {
+            (Some(tls_addr), Some((store, resumption))) => Some(listener::TlsEndpoint {
                 addr: tls_addr
                     .parse()
                     .with_context(|| format!("TLS listener address {tls_addr}"))?,
-                acceptor: Arc::new(store.listener_settings()?.build()),
+                acceptor: Arc::new(store.acceptor(resumption)?),
             }),
             _ => None,
         };

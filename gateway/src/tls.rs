@@ -18,9 +18,11 @@
 //! TLS 1.2 and 1.3 only, with rustls' `ring` cipher suites (AEAD with ECDHE only: AES-GCM and
 //! ChaCha20-Poly1305); ALPN offers `h2` then `http/1.1`.
 
+pub mod resumption;
+
 use arc_swap::{ArcSwap, ArcSwapOption};
 use async_trait::async_trait;
-use pingora_core::listeners::tls::TlsSettings;
+use pingora_core::listeners::tls::{Acceptor, TlsSettings};
 use pingora_core::listeners::TlsAccept;
 use pingora_core::protocols::tls::TlsRef;
 use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
@@ -300,6 +302,21 @@ impl CertStore {
         settings.set_cert_resolver(self.resolver());
         settings.enable_h2();
         Ok(settings)
+    }
+
+    /// The acceptor of one traffic listener: Pingora's, built from
+    /// [`CertStore::listener_settings`], with session resumption added (tickets and a
+    /// session-ID cache, see [`resumption`]); everything else of its configuration is kept.
+    pub fn acceptor(
+        self: &Arc<Self>,
+        resumption: &resumption::Resumption,
+    ) -> Result<Acceptor, CertError> {
+        let mut acceptor = self.listener_settings()?.build();
+        let mut config = (**acceptor.acceptor.config()).clone();
+        config.ticketer = resumption.ticketer.clone();
+        config.session_storage = resumption.sessions.clone();
+        acceptor.acceptor = pingora_core::tls::TlsAcceptor::from(Arc::new(config));
+        Ok(acceptor)
     }
 
     /// Re-reads the files every `every`, forever, and applies or refuses what changed (see
