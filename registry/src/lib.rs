@@ -17,7 +17,7 @@
 //! | 3 | [`route`], [`audit`], [`gateway_status`], [`health`] | route descriptions; the audit log; the gateways' `/status`; per-API health from the gateways' metrics, and the recorder filling the history store |
 //! | 2 | [`state`] | config and shared state |
 //! | 1 | [`zk_store`], [`input`], [`console`], [`protos`] | ZooKeeper access with compare-and-set writes; checking what clients send; the built admin UI; proto compilation, descriptor analysis, reflection |
-//! | 0 | [`error`], [`history`], [`egress`], [`listener`], [`client`] | the one error type; the SQLite history store; outbound calls for authors; the accept loop; a small HTTP client of this API (used by the CLI) |
+//! | 0 | [`error`], [`history`], [`egress`], [`listener`], [`client`], [`cadence`] | the one error type; the SQLite history store; outbound calls for authors; the accept loop; a small HTTP client of this API (used by the CLI); how often the background evaluation runs |
 //!
 //! The background tasks ([`alerts`], [`autoscale`], [`reports`], [`health::recorder`],
 //! [`tree_watch`]) sit below [`api`], which shows what they found (docs/OPERATIONS.md,
@@ -29,6 +29,7 @@ pub mod alerts;
 pub mod api;
 pub mod audit;
 pub mod autoscale;
+pub mod cadence;
 pub mod client;
 pub mod console;
 pub mod egress;

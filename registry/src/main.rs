@@ -112,6 +112,12 @@ struct Args {
     /// CIDRs those calls may reach even inside a denied range (the most specific rule decides).
     #[arg(long, env = "PORTICO_EGRESS_ALLOW", default_value = "")]
     egress_allow: String,
+    /// How often, in ms, the gateways' metrics are scraped and alert and autoscale rules
+    /// evaluated; their windows are the same number of intervals (10 s at the default 2000).
+    /// For tests: production keeps the default (docs/OPERATIONS.md, "portico-registry").
+    #[arg(long, env = "PORTICO_EVALUATION_INTERVAL_MS", default_value_t = 2000,
+        value_parser = clap::value_parser!(u64).range(100..=2000))]
+    evaluation_interval_ms: u64,
 }
 
 /// The webhook secret: `--webhook-secret-file`, else `PORTICO_WEBHOOK_SECRET`, else none.
@@ -285,6 +291,12 @@ async fn run() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
+    let cadence = portico_registry::cadence::set_interval(std::time::Duration::from_millis(
+        args.evaluation_interval_ms,
+    ));
+    if cadence != portico_registry::cadence::DEFAULT {
+        tracing::warn!(interval = ?cadence, "--evaluation-interval-ms: scraping and evaluating off the production cadence (tests only)");
+    }
     let token = token(&args)?;
     let publish_token = publish_token(&args)?;
     if token.is_none() {

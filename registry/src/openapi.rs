@@ -388,6 +388,7 @@ fn cluster_ops_schemas() -> Value {
             "status": {"type": "object", "description": "the gateway's /status clusters.<name> as it is"},
             "note": {"type": "string"}, "error": {"type": "string"}}}},
         "rps": {"type": "number", "nullable": true, "description": "requests per second over the last 10 s, summed over the cluster's live APIs and every gateway (null: not evaluated)"},
+        "evaluated_at_ms": {"type": "integer", "nullable": true, "description": "when this registry last evaluated the clusters' autoscale and sleep rules (Unix ms at its start; its webhook and sleep_url calls were done by then; null: not yet)"},
         "events": {"type": "array", "items": event}}}
     })
 }

@@ -10,6 +10,10 @@
 //!   cooldown with the documented payload, even with two registries evaluating; a failed
 //!   webhook call is recorded; the events are listed;
 //! - sleep marking: an idle cluster with `sleep.sleep_url` gets it POSTed once per idle period.
+//!
+//! The registries run at a short cadence (`portico_registry::cadence`, `--evaluation-interval-ms`
+//! for a registry process): the test waits on their evaluations (the cluster overview's
+//! `evaluated_at_ms`), never on a long fixed sleep.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -326,21 +330,82 @@ fn calls(got: &Received, path: &str) -> Vec<(Instant, Value)> {
         .collect()
 }
 
+/// The registries' cadence in this file: scrapes and evaluations every 250 ms, windows of
+/// 1.25 s (the production 2 s and 10 s are the same five rounds).
+const INTERVAL: Duration = Duration::from_millis(250);
+
+/// One registry's last evaluation of `cluster`: (its rate, when it evaluated, Unix ms).
+async fn evaluation(reg: &Registry, cluster: &str) -> (Option<f64>, Option<u64>) {
+    let o = reg
+        .get(&format!("/clusters/{cluster}/overview"))
+        .await
+        .expect(200);
+    (o.body["rps"].as_f64(), o.body["evaluated_at_ms"].as_u64())
+}
+
+/// Waits until every registry has evaluated `cluster` in a round that started at `at_ms` or
+/// later (Unix ms; the calls that round decided on are made by then) and `rate` holds of its
+/// rate then: an event, not a span of wall time.
+async fn wait_evaluated(
+    regs: &[&Registry],
+    cluster: &str,
+    at_ms: u64,
+    rate: impl Fn(f64) -> bool,
+    what: &str,
+) -> Vec<f64> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    'wait: loop {
+        let mut rates = Vec::new();
+        for reg in regs {
+            match evaluation(reg, cluster).await {
+                (Some(rps), Some(at)) if at >= at_ms && rate(rps) => rates.push(rps),
+                last => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "{what}: a registry's last evaluation is {last:?}, wanted one from {at_ms}"
+                    );
+                    tokio::time::sleep(INTERVAL / 5).await;
+                    continue 'wait;
+                }
+            }
+        }
+        return rates;
+    }
+}
+
+fn now_ms() -> u64 {
+    portico_control::clock::now_ms()
+}
+
+/// The Unix ms of a payload's RFC 3339 `at`.
+fn at_ms(body: &Value) -> u64 {
+    let at = body["at"].as_str().unwrap();
+    let t = time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|e| panic!("{at}: {e}"));
+    u64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() {
-    const COOLDOWN_S: u64 = 6;
+    const COOLDOWN_S: u64 = 2;
+    const FOR_S: u64 = 1;
+    const THRESHOLD: f64 = 5.0;
+    const LOAD: Duration = Duration::from_secs(7);
+    // In-process registries: the cadence is this process's (the other test's registry too).
+    portico_registry::cadence::set_interval(INTERVAL);
     let work = tempfile::tempdir().unwrap();
     let zk = ZooKeeper::start_locked();
     // Two registries evaluate the same tree: the webhook must still fire once per cooldown.
     let reg = registry(&zk).await;
-    let _other = registry(&zk).await;
+    let other = registry(&zk).await;
+    let regs = [&reg, &other];
     let backend = BackendProcess::start_http().unwrap();
     let (hook, got) = receiver().await;
     let doc = json!({
         "protocol": "http",
         "endpoints": [{"addr": backend.http.to_string()}],
         "autoscale": {"webhook": format!("{hook}/scale"), "cooldown_s": COOLDOWN_S,
-                      "rules": [{"rps_above": 5.0, "for_s": 2, "action": "up"}]},
+                      "rules": [{"rps_above": THRESHOLD, "for_s": FOR_S, "action": "up"}]},
     });
     seed(&reg, "shop", &doc, "shop.ping").await;
     let GatewayProc {
@@ -353,16 +418,25 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
     assert!(synced, "the gateway did not come up:\n{}", gw.tail());
     wait_listening(&base).await;
 
-    // No load, no firing (a gateway idle for a while is below the rule).
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // No load, no firing: both registries evaluate an idle cluster for longer than `for_s`.
+    let idle_from = now_ms();
+    wait_evaluated(&regs, "shop", idle_from, |r| r == 0.0, "an idle rate").await;
+    wait_evaluated(
+        &regs,
+        "shop",
+        now_ms() + FOR_S * 1000 + 2 * INTERVAL.as_millis() as u64,
+        |r| r == 0.0,
+        "an idle cluster evaluated for longer than for_s",
+    )
+    .await;
     assert!(calls(&got, "/scale").is_empty());
 
-    // ~25 signed requests per second for 20 s.
+    // ~25 signed requests per second.
     let http = reqwest::Client::new();
     let load_start = Instant::now();
     let mut failed = 0;
     let mut sent = 0;
-    while load_start.elapsed() < Duration::from_secs(20) {
+    while load_start.elapsed() < LOAD {
         let tick = Instant::now();
         if signed_get(&http, &base, "/v1/shop.ping", (APP, SECRET)).await != 200 {
             failed += 1;
@@ -374,35 +448,67 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
     assert_eq!(failed, 0, "{failed} of {sent} requests failed");
     let rps = sent as f64 / load_end.duration_since(load_start).as_secs_f64();
     println!("load: {sent} signed requests, {rps:.1}/s");
-    // The rate decays over the 10 s window; then nothing fires any more.
-    tokio::time::sleep(Duration::from_secs(14)).await;
+    // What the test offered must be well above the rule, or the firings prove nothing.
+    assert!(
+        rps > THRESHOLD * 2.0,
+        "this machine offered {rps:.1}/s, not enough above the rule's {THRESHOLD}/s"
+    );
+    // The rate decays over the window; once both registries read it below the rule, nothing
+    // fires any more (a registry reads its next rate only after its last round's calls).
+    wait_evaluated(
+        &regs,
+        "shop",
+        now_ms(),
+        |r| r <= THRESHOLD,
+        "the rate below the rule after the load",
+    )
+    .await;
     let quiet_from = Instant::now();
-    tokio::time::sleep(Duration::from_secs(COOLDOWN_S + 3)).await;
-
     let fired = calls(&got, "/scale");
     println!(
-        "webhook calls at {:?}",
+        "webhook calls at {:?}, decayed {:?} after the load",
         fired
             .iter()
             .map(|(t, _)| t.duration_since(load_start))
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>(),
+        quiet_from.duration_since(load_end)
     );
+    // Past the cooldown of the last firing, both registries evaluate again: still nothing.
+    let last_fired = fired.iter().map(|(_, b)| at_ms(b)).max().unwrap_or(0);
+    wait_evaluated(
+        &regs,
+        "shop",
+        (last_fired + COOLDOWN_S * 1000).max(now_ms()) + 2 * INTERVAL.as_millis() as u64,
+        |r| r <= THRESHOLD,
+        "rounds past the cooldown without load",
+    )
+    .await;
+    assert_eq!(
+        calls(&got, "/scale").len(),
+        fired.len(),
+        "the webhook fired after the load had gone: {:#?}",
+        calls(&got, "/scale")
+    );
+    // The load held the rule for all but its first `for_s` and the window's ramp: at least
+    // two cooldowns' worth.
     assert!(
         fired.len() >= 2,
-        "20 s above the rule with a {COOLDOWN_S} s cooldown fires at least twice: {fired:#?}"
+        "{LOAD:?} above the rule with a {COOLDOWN_S} s cooldown fires at least twice: {fired:#?}"
     );
-    assert!(fired.len() <= 20 / COOLDOWN_S as usize + 3, "{fired:#?}");
-    for pair in fired.windows(2) {
-        let gap = pair[1].0.duration_since(pair[0].0);
+    assert!(
+        fired.len() as u64 <= LOAD.as_secs() / COOLDOWN_S + 2,
+        "{fired:#?}"
+    );
+    // The cooldown, on the registries' own clock: the firings' `at` (taken when a registry
+    // claims the firing) are at least `cooldown_s` apart, whichever registry fired.
+    let ats: Vec<u64> = fired.iter().map(|(_, b)| at_ms(b)).collect();
+    for pair in ats.windows(2) {
         assert!(
-            gap >= Duration::from_millis(COOLDOWN_S * 1000 - 300),
-            "two firings {gap:?} apart, inside the {COOLDOWN_S} s cooldown: {fired:#?}"
+            pair[1] >= pair[0] + COOLDOWN_S * 1000,
+            "two firings {} ms apart, inside the {COOLDOWN_S} s cooldown: {fired:#?}",
+            pair[1].saturating_sub(pair[0])
         );
     }
-    assert!(
-        fired.iter().all(|(t, _)| *t < quiet_from),
-        "the webhook fired after the load had gone: {fired:#?}"
-    );
     assert!(fired[0].0 > load_start);
     for (_, body) in &fired {
         let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
@@ -410,7 +516,7 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
         assert_eq!(body["cluster"], "shop");
         assert_eq!(body["action"], "up");
         assert_eq!(body["rule"], 0);
-        assert!(body["rps"].as_f64().unwrap() > 5.0, "{body}");
+        assert!(body["rps"].as_f64().unwrap() > THRESHOLD, "{body}");
         assert!(body["rps"].as_f64().unwrap() < rps * 1.5, "{body}");
         assert!(body["at"].as_str().unwrap().ends_with('Z'), "{body}");
     }
@@ -441,10 +547,11 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
     assert_eq!(o.body["events"].as_array().unwrap().len(), fired.len());
     assert!(o.body["rps"].as_f64().is_some(), "{:#}", o.body);
 
-    // Sleep marking: with sleep_url and idle_s 3, the idle cluster is put to sleep once.
+    // Sleep marking: with sleep_url and idle_s 1, the idle cluster is put to sleep once.
+    const IDLE_S: u64 = 1;
     let mut with_sleep = reg.get("/clusters/shop").await.expect(200).body;
     with_sleep["sleep"] = json!({"wake_url": format!("{hook}/wake"),
-                                 "sleep_url": format!("{hook}/sleep"), "idle_s": 3});
+                                 "sleep_url": format!("{hook}/sleep"), "idle_s": IDLE_S});
     // `sleep` needs active health checks (they tell the gateway when the backend is awake).
     with_sleep["health_check"] = json!({"path": "/healthz", "interval_ms": 500});
     let put_at = Instant::now();
@@ -454,10 +561,18 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
         "sleep_url was not called"
     );
     let slept = calls(&got, "/sleep");
-    assert!(slept[0].0.duration_since(put_at) >= Duration::from_secs(3));
+    assert!(slept[0].0.duration_since(put_at) >= Duration::from_secs(IDLE_S));
     assert_eq!(slept[0].1["cluster"], "shop");
-    assert_eq!(slept[0].1["idle_s"], 3);
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(slept[0].1["idle_s"], IDLE_S);
+    // Still idle for two more idle periods, both registries evaluating: not called again.
+    wait_evaluated(
+        &regs,
+        "shop",
+        now_ms() + 2 * IDLE_S * 1000,
+        |r| r == 0.0,
+        "rounds two idle periods after the sleep call",
+    )
+    .await;
     assert_eq!(
         calls(&got, "/sleep").len(),
         1,

@@ -4,13 +4,15 @@
 //! once it has been false for `for_s` (docs/OPERATIONS.md, "Alerts").
 
 use super::rules::{Condition, Rule};
+use crate::cadence;
 use crate::health::quantiles::{between, Figures};
-use crate::health::scraper::{Inner, INTERVAL};
+use crate::health::scraper::Inner;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The span the per-API figures cover.
+/// The span the per-API figures cover at the production cadence (at another,
+/// [`cadence::scaled`]: the same number of scrapes).
 pub const WINDOW: Duration = Duration::from_secs(10);
 /// A gateway gone from ZooKeeper counts as missing for this long after it was last read.
 pub const NODE_MEMORY: Duration = Duration::from_secs(600);
@@ -39,13 +41,19 @@ pub struct Observation {
 }
 
 impl Observation {
-    /// The observation of the monitor's samples; `None` before two samples (no window yet).
+    /// The observation of the monitor's samples over [`WINDOW`] at the cadence in force; `None`
+    /// before two samples (no window yet).
     pub fn of(inner: &Inner) -> Option<Observation> {
+        Observation::over(inner, cadence::scaled(WINDOW), cadence::interval())
+    }
+
+    /// The observation of the monitor's samples over `window`, scraped every `interval`.
+    pub fn over(inner: &Inner, window: Duration, interval: Duration) -> Option<Observation> {
         let latest = inner.samples.back()?;
         let start = inner
             .samples
             .iter()
-            .find(|s| latest.at.duration_since(s.at) <= WINDOW + INTERVAL / 2)
+            .find(|s| latest.at.duration_since(s.at) <= window + interval / 2)
             .filter(|s| !std::ptr::eq(*s, latest))
             .or_else(|| inner.samples.iter().rev().nth(1))?;
         let secs = latest.at.duration_since(start.at).as_secs_f64().max(0.001);

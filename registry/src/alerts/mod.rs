@@ -1,6 +1,7 @@
 //! Real-time alerts (docs/OPERATIONS.md, "Alerts"): one background task per registry evaluates
-//! every `alerts/<name>` rule of the live tree every [`TICK`] over the last
-//! [`evaluate::WINDOW`] of the metrics the health monitor scrapes from every gateway (it keeps
+//! every `alerts/<name>` rule of the live tree every [`crate::cadence::interval`] (2 s) over
+//! the last [`evaluate::WINDOW`] (10 s at that cadence, the same number of rounds at a shorter
+//! one) of the metrics the health monitor scrapes from every gateway (it keeps
 //! the monitor running while rules exist, whether or not anyone has the console open). An alert
 //! fires once its condition has held for `for_s` and resolves once it has been false for
 //! `for_s`; each transition is recorded in the history store (the console's Alerts page) and,
@@ -28,10 +29,6 @@ use leader::Leadership;
 use notify::{Payload, Sender};
 use rules::Condition;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
-
-/// How often the rules are evaluated.
-pub const TICK: Duration = Duration::from_secs(2);
 
 /// How a registry sends notifications.
 pub struct Settings {
@@ -93,11 +90,11 @@ pub fn is_leader(state: &Shared) -> bool {
         .is_some_and(|(_, e)| e.leadership.is_leader())
 }
 
-/// The task: a round every [`TICK`] until the registry is gone.
+/// The task: a round every [`crate::cadence::interval`] until the registry is gone.
 async fn run(engine: Arc<Engine>, key: usize) {
     let mut tracker = Tracker::default();
     let mut gateways = Gateways::default();
-    let mut ticker = tokio::time::interval(TICK);
+    let mut ticker = tokio::time::interval(crate::cadence::interval());
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;

@@ -203,7 +203,8 @@ async fn failover(
 
 /// `GET /clusters/{name}/overview`: the document, its sets, each live gateway's view (from its
 /// `/status` `clusters.<name>`; `unknown` when the gateway does not report clusters, an older
-/// gateway, or cannot be read), the cluster's request rate and its recent events.
+/// gateway, or cannot be read), the cluster's request rate (and when this registry last
+/// evaluated it) and its recent events.
 async fn overview(State(state): State<Shared>, Path(name): Path<String>) -> ApiResult<Response> {
     check_name("cluster", &name)?;
     let doc = state
@@ -239,6 +240,7 @@ async fn overview(State(state): State<Shared>, Path(name): Path<String>) -> ApiR
         },
         "gateways": gateways,
         "rps": rate,
+        "evaluated_at_ms": autoscale::evaluated_at_ms(&state),
         "events": events,
     });
     Ok(super::reply::json_response(

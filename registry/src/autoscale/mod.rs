@@ -1,6 +1,7 @@
 //! Autoscale and sleep marking (docs/OPERATIONS.md, "Autoscale" and "Sleep marking"): one
-//! background task per registry evaluates, every [`TICK`] whether or not anyone watches, each
-//! live cluster's `autoscale` rules on its request rate over the last [`WINDOW`] ([`rate`]),
+//! background task per registry evaluates, every [`crate::cadence::interval`] (2 s) whether or
+//! not anyone watches, each live cluster's `autoscale` rules on its request rate over the last
+//! [`WINDOW`] (10 s at that cadence, as many scrapes at a shorter one) ([`rate`]),
 //! and POSTs `{"cluster","action","rps","rule","at"}` to the cluster's `webhook` when a rule
 //! has held for its `for_s`, at most once per `cooldown_s`; a cluster with `sleep.sleep_url`
 //! and `sleep.idle_s` gets `sleep_url` POSTed once it has had no request on any gateway for
@@ -27,10 +28,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-/// How often the rules are evaluated.
-pub const TICK: Duration = Duration::from_secs(2);
-/// The rate a rule is evaluated on is measured over this window.
+/// The rate a rule is evaluated on is measured over this window at the production cadence (at
+/// another, [`crate::cadence::scaled`]).
 pub const WINDOW: Duration = Duration::from_secs(10);
+/// Samples older than this many intervals mean the monitor is behind: no evaluation.
+const STALE_AFTER_INTERVALS: u32 = 3;
 /// Deadline of a webhook or `sleep_url` call.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Events kept on a cluster's state node.
@@ -48,6 +50,11 @@ struct Known {
     /// When each cluster last had a request (or when the task first saw it), in Unix ms, and
     /// whether that was real traffic.
     active: HashMap<String, (u64, bool)>,
+    /// The newest sample the last evaluation read (sleep marking counts traffic from it).
+    last_read: Option<Instant>,
+    /// When the last evaluation that had data started, in Unix ms; set once its webhook and
+    /// `sleep_url` calls are done.
+    evaluated_at_ms: Option<u64>,
 }
 
 /// The autoscaler of one registry.
@@ -89,6 +96,17 @@ pub fn current_rate(state: &Shared, cluster: &str) -> Option<f64> {
     known.rates.get(cluster).copied()
 }
 
+/// When this registry last evaluated the clusters on data (Unix ms at the start of that
+/// evaluation, published once its calls were done): a firing or sleep call it decided on has
+/// been made by then. `None` before the first such evaluation.
+pub fn evaluated_at_ms(state: &Shared) -> Option<u64> {
+    let key = Arc::as_ptr(state) as usize;
+    let all = lock(&RUNNING);
+    let (_, a) = all.iter().find(|(k, _)| *k == key)?;
+    let known = lock(&a.known);
+    known.evaluated_at_ms
+}
+
 /// A cluster's recent events, newest first.
 pub async fn events(state: &Shared, cluster: &str) -> ApiResult<Vec<Value>> {
     Ok(read_state(state, cluster)
@@ -111,7 +129,7 @@ async fn run(a: Arc<Autoscaler>, key: usize) {
             return;
         }
     };
-    let mut ticker = tokio::time::interval(TICK);
+    let mut ticker = tokio::time::interval(crate::cadence::interval());
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
@@ -172,12 +190,15 @@ async fn tick(a: &Autoscaler, state: &Shared, client: &reqwest::Client) -> ApiRe
     }
     // Asking the monitor keeps it scraping while clusters need it.
     let monitor = scraper::monitor(state);
-    let (rates, recent, all_read) = {
+    let last_read = lock(&a.known).last_read;
+    let (rates, recent, all_read, read) = {
         let inner = monitor.inner();
-        let Some((old, new)) = rate::window(&inner.samples, WINDOW) else {
+        let interval = crate::cadence::interval();
+        let window = crate::cadence::scaled(WINDOW);
+        let Some((old, new)) = rate::window(&inner.samples, window, interval) else {
             return Ok(());
         };
-        if new.at.elapsed() > TICK * 3 {
+        if new.at.elapsed() > interval * STALE_AFTER_INTERVALS {
             return Ok(()); // The monitor is behind (ZooKeeper unreachable, say): no data.
         }
         let mut rates = rate::cluster_rates(old, new, &config.api_cluster);
@@ -185,12 +206,12 @@ async fn tick(a: &Autoscaler, state: &Shared, client: &reqwest::Client) -> ApiRe
         for name in config.autoscale.keys().chain(config.sleep.keys()) {
             rates.entry(name.clone()).or_insert(0.0);
         }
-        // Traffic since the sample two rounds back: the ticks and the scrapes run apart, so
-        // a shorter span could miss a request between them.
-        let prev = inner.samples.iter().rev().nth(2).unwrap_or(old);
+        // Traffic since the previous evaluation's newest sample, and at least since the
+        // sample two rounds back: no request between two evaluations goes uncounted.
+        let prev = rate::recent_start(&inner.samples, last_read, 2).unwrap_or(old);
         let recent = rate::cluster_rates(prev, new, &config.api_cluster);
         let all_read = !new.nodes.is_empty() && inner.nodes.values().all(|n| n.ok);
-        (rates, recent, all_read)
+        (rates, recent, all_read, new.at)
     };
     let now = Instant::now();
     let now_ms = portico_control::clock::now_ms();
@@ -199,6 +220,7 @@ async fn tick(a: &Autoscaler, state: &Shared, client: &reqwest::Client) -> ApiRe
     {
         let mut known = lock(&a.known);
         known.rates = rates.clone();
+        known.last_read = Some(read);
         for (name, auto) in &config.autoscale {
             let rps = rates.get(name).copied().unwrap_or(0.0);
             let holding = known.holding.entry(name.clone()).or_default();
@@ -228,6 +250,7 @@ async fn tick(a: &Autoscaler, state: &Shared, client: &reqwest::Client) -> ApiRe
     for (name, mark, (last_active_ms, seen_traffic)) in sleepy {
         mark_asleep(state, client, &name, &mark, last_active_ms, seen_traffic).await;
     }
+    lock(&a.known).evaluated_at_ms = Some(now_ms);
     Ok(())
 }
 

@@ -5,23 +5,46 @@
 //! "Autoscale").
 
 use crate::health::quantiles::between;
-use crate::health::scraper::{Sample, INTERVAL};
+use crate::health::scraper::Sample;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The plane whose traffic counts (sandbox calls never scale or wake a cluster).
 pub const PLANE: &str = "live";
 
-/// The oldest sample within `window` of the newest (at least the one before the newest), and
-/// the newest; `None` with fewer than two samples.
-pub fn window(samples: &VecDeque<Sample>, window: Duration) -> Option<(&Sample, &Sample)> {
+/// The oldest sample within `window` of the newest (at least the one before the newest; samples
+/// are `interval` apart, so half of one is tolerated), and the newest; `None` with fewer than
+/// two samples.
+pub fn window(
+    samples: &VecDeque<Sample>,
+    window: Duration,
+    interval: Duration,
+) -> Option<(&Sample, &Sample)> {
     let latest = samples.back()?;
     let start = samples
         .iter()
-        .find(|s| latest.at.duration_since(s.at) <= window + INTERVAL / 2)
+        .find(|s| latest.at.duration_since(s.at) <= window + interval / 2)
         .filter(|s| !std::ptr::eq(*s, latest))
         .or_else(|| samples.iter().rev().nth(1))?;
     Some((start, latest))
+}
+
+/// Where to count a cluster's recent traffic from (for sleep marking): the older of the sample
+/// `back` scrapes before the newest and the newest sample the previous evaluation read
+/// (`last_read`; the oldest kept if the ring has dropped it). Evaluations and scrapes run apart,
+/// and an evaluation may run late: counting from what the previous one read leaves no scrape
+/// uncounted between two evaluations. `None` without samples.
+pub fn recent_start(
+    samples: &VecDeque<Sample>,
+    last_read: Option<Instant>,
+    back: usize,
+) -> Option<&Sample> {
+    let back = samples.iter().rev().nth(back).or_else(|| samples.front())?;
+    let read = last_read.and_then(|at| samples.iter().find(|s| s.at >= at));
+    Some(match read {
+        Some(r) if r.at < back.at => r,
+        _ => back,
+    })
 }
 
 /// Requests per second by cluster between two samples, over the live APIs of `api_cluster`
@@ -48,7 +71,7 @@ pub fn cluster_rates(
 mod tests {
     use super::*;
     use crate::health::prometheus::parse_metrics;
-    use std::time::Instant;
+    use crate::health::scraper::INTERVAL;
 
     fn sample(at: Instant, nodes: &[(&str, &str)]) -> Sample {
         Sample {
@@ -93,15 +116,49 @@ mod tests {
     }
 
     #[test]
+    fn recent_traffic_counts_from_what_the_previous_evaluation_read() {
+        let t0 = Instant::now();
+        let at = |i: u32| t0 + INTERVAL * i;
+        let mut ring: VecDeque<Sample> = VecDeque::new();
+        assert!(recent_start(&ring, None, 2).is_none());
+        ring.push_back(sample(at(0), &[]));
+        assert_eq!(
+            recent_start(&ring, None, 2).unwrap().at,
+            at(0),
+            "the oldest kept"
+        );
+        ring.extend((1..10).map(|i| sample(at(i), &[])));
+        // On time: two scrapes back covers what the previous evaluation read.
+        assert_eq!(recent_start(&ring, None, 2).unwrap().at, at(7));
+        assert_eq!(recent_start(&ring, Some(at(8)), 2).unwrap().at, at(7));
+        // Late: five scrapes since the previous evaluation read at(4).
+        assert_eq!(recent_start(&ring, Some(at(4)), 2).unwrap().at, at(4));
+        // What it read is gone from the ring: from the oldest kept.
+        ring.pop_front();
+        ring.pop_front();
+        assert_eq!(
+            recent_start(&ring, Some(at(1)), 2).unwrap().at,
+            at(2),
+            "the oldest kept"
+        );
+    }
+
+    #[test]
     fn the_window_starts_at_the_oldest_sample_within_it() {
         let t0 = Instant::now();
         let mut ring = VecDeque::new();
-        assert!(window(&ring, Duration::from_secs(10)).is_none());
+        assert!(window(&ring, Duration::from_secs(10), INTERVAL).is_none());
         for i in 0..10u32 {
             ring.push_back(sample(t0 + INTERVAL * i, &[]));
         }
-        let (start, end) = window(&ring, Duration::from_secs(10)).unwrap();
+        let (start, end) = window(&ring, Duration::from_secs(10), INTERVAL).unwrap();
         assert_eq!(end.at, t0 + INTERVAL * 9);
         assert_eq!(end.at.duration_since(start.at), Duration::from_secs(10));
+
+        // At a shorter cadence the window holds as many scrapes.
+        let short = Duration::from_millis(250);
+        let ring: VecDeque<Sample> = (0..10u32).map(|i| sample(t0 + short * i, &[])).collect();
+        let (start, end) = window(&ring, Duration::from_millis(1250), short).unwrap();
+        assert_eq!(end.at.duration_since(start.at), Duration::from_millis(1250));
     }
 }

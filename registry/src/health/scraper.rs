@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-/// How often the gateways are scraped.
+/// How often the gateways are scraped in production (the interval in force is
+/// [`crate::cadence::interval`], shorter in tests).
 pub const INTERVAL: Duration = Duration::from_secs(2);
 /// Samples kept (3 minutes at [`INTERVAL`]).
 pub const RING: usize = 90;
@@ -113,7 +114,9 @@ impl Monitor {
     /// A monitor just started: waits (at most one scrape's deadline) for its first round, so
     /// the first report has a sample rather than nothing.
     pub async fn first_round(&self) {
-        if self.rounds.load(Ordering::Relaxed) != 0 || self.started.elapsed() >= INTERVAL {
+        if self.rounds.load(Ordering::Relaxed) != 0
+            || self.started.elapsed() >= crate::cadence::interval()
+        {
             return;
         }
         let deadline = Instant::now() + SCRAPE_TIMEOUT + Duration::from_millis(500);
@@ -138,7 +141,7 @@ async fn run(m: Arc<Monitor>, key: usize) {
             return;
         }
     };
-    let mut ticker = tokio::time::interval(INTERVAL);
+    let mut ticker = tokio::time::interval(crate::cadence::interval());
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
