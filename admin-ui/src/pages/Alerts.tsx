@@ -3,7 +3,7 @@
 // sent (docs/OPERATIONS.md, "Alerts"). The banner at the top of every page is AlertBanner.
 import { useState } from "preact/hooks";
 import { AlertRule, Item, get, request } from "../api";
-import { useAction } from "../shared/hooks";
+import { useAction, useLoad } from "../shared/hooks";
 import { Badge, Button, ConfirmDialog, Empty, ErrorBanner, Link, ago, pretty, toast, usePoll } from "../ui";
 
 export type { AlertRule };
@@ -98,24 +98,18 @@ function RuleForm({ onSaved }: { onSaved: () => void }) {
 }
 
 export function AlertsPage() {
-  const [state, setState] = useState<Alerting | null>(null);
-  const [rules, setRules] = useState<Item<AlertRule>[]>([]);
-  const [error, setError] = useState<unknown>(null);
   const [n, setN] = useState(0);
-  usePoll(
+  const loaded = useLoad(
     async () => {
-      try {
-        const [s, r] = await Promise.all([get<Alerting>("/alerting", { query: { limit: "100" } }), get<{ items: Item<AlertRule>[] }>("/alerts")]);
-        setState(s.data);
-        setRules(r.data.items);
-        setError(null);
-      } catch (e) {
-        setError(e);
-      }
+      const [s, r] = await Promise.all([get<Alerting>("/alerting", { query: { limit: "100" } }), get<{ items: Item<AlertRule>[] }>("/alerts")]);
+      return { state: s.data, rules: r.data.items };
     },
-    2000,
     [n],
+    2000,
   );
+  const state = loaded.data?.state ?? null;
+  const rules = loaded.data?.rules ?? [];
+  const error = loaded.error;
   // Removing asks first, naming the rule (the dialog shows a refusal and stays open).
   const [removing, setRemoving] = useState<Item<AlertRule> | null>(null);
   const remove = async (id: string) => {

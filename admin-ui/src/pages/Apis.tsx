@@ -4,7 +4,7 @@
 // (docs/OPERATIONS.md, "Draft → sandbox → publish → rollback").
 import { useMemo, useState } from "preact/hooks";
 import { ApiDef, ApiError, Item, List, get, request } from "../api";
-import { useAction } from "../shared/hooks";
+import { useAction, useLoad } from "../shared/hooks";
 import { sameDoc } from "../diff";
 import { navigate } from "../router";
 import { Badge, Button, Empty, ErrorBanner, Field, Link, MethodBadge, Spinner, cx, toast, usePoll } from "../ui";
@@ -38,24 +38,21 @@ export function stateOf(row: { draft?: ServedItem; live?: ServedItem }): { label
 }
 
 export function ApisPage() {
-  const [drafts, setDrafts] = useState<ServedItem[] | null>(null);
-  const [live, setLive] = useState<ServedItem[] | null>(null);
   const [creating, setCreating] = useState(false);
-  const [error, setError] = useState<unknown>(null);
   const [filter, setFilter] = useState("");
   const [importing, setImporting] = useState(false);
 
-  const load = async () => {
-    try {
+  const loaded = useLoad(
+    async () => {
       const [d, l] = await Promise.all([get<{ items: ServedItem[] }>("/sandbox/apis"), get<{ items: ServedItem[] }>("/apis")]);
-      setDrafts(d.data.items);
-      setLive(l.data.items);
-      setError(null);
-    } catch (e) {
-      setError(e);
-    }
-  };
-  usePoll(load, 10000);
+      return { drafts: d.data.items, live: l.data.items };
+    },
+    [],
+    10000,
+  );
+  const drafts = loaded.data?.drafts ?? null;
+  const live = loaded.data?.live ?? null;
+  const { error, reload: load } = loaded;
 
   const rows = useMemo(() => {
     const map = new Map<string, Row>();

@@ -5,10 +5,10 @@
 // cluster's autoscale and sleep events (docs/OPERATIONS.md, "Failover runbook" and "Autoscale").
 import { useState } from "preact/hooks";
 import { Cluster, Item, Schemas, get, request } from "../api";
-import { useAction } from "../shared/hooks";
+import { useAction, useLoad } from "../shared/hooks";
 import { ConfirmDialog } from "../confirm";
 import { navigate } from "../router";
-import { Badge, Button, Empty, ErrorBanner, Field, Link, Modal, Spinner, ago, cx, fmtTime, toast, usePoll } from "../ui";
+import { Badge, Button, Empty, ErrorBanner, Field, Link, Modal, Spinner, ago, cx, fmtTime, toast } from "../ui";
 import { ClusterDoc, ClusterFormDialog } from "./ClusterForm";
 
 type Endpoint = Schemas["Endpoint"];
@@ -80,20 +80,11 @@ export function servedSide(reports: { active?: string | null; reason?: string | 
 /** `/clusters`: every cluster of the live tree or the sandbox, with the side it is served from. */
 export function ClustersPage() {
   const [env, setEnv] = useState<"live" | "sandbox">("live");
-  const [items, setItems] = useState<ClusterItem[] | null>(null);
-  const [error, setError] = useState<unknown>(null);
   const [editing, setEditing] = useState<ClusterItem | "new" | null>(null);
   const [deleting, setDeleting] = useState<ClusterItem | null>(null);
   const prefix = env === "sandbox" ? "/sandbox" : "";
-  const load = async () => {
-    try {
-      setItems((await get<{ items: ClusterItem[] }>(`${prefix}/clusters`)).data.items);
-      setError(null);
-    } catch (e) {
-      setError(e);
-    }
-  };
-  usePoll(load, 3000, [env]);
+  const list = useLoad(async () => (await get<{ items: ClusterItem[] }>(`${prefix}/clusters`)).data.items, [env], 3000);
+  const { data: items, error, reload: load } = list;
   return (
     <div class="page">
       <header class="page-head">
@@ -109,7 +100,7 @@ export function ClustersPage() {
       </header>
       <div class="tabs">
         {(["live", "sandbox"] as const).map((e) => (
-          <button key={e} class={cx("tab", env === e && "active")} onClick={() => { setItems(null); setEnv(e); }} data-testid={`clusters-${e}`}>
+          <button key={e} class={cx("tab", env === e && "active")} onClick={() => { list.set(null); setEnv(e); }} data-testid={`clusters-${e}`}>
             {e === "live" ? "Live" : "Sandbox (drafts)"}
           </button>
         ))}
@@ -223,19 +214,9 @@ function endpointState(e: GatewayEndpoint): { health: string; score: string } {
 
 /** `/clusters/<name>`: the sets, each gateway's view, failover, autoscale. */
 export function ClusterPage({ name }: { name: string }) {
-  const [o, setO] = useState<Overview | null>(null);
-  const [error, setError] = useState<unknown>(null);
   const [failover, setFailover] = useState<"primary" | "standby" | null>(null);
   const [dialog, setDialog] = useState<"edit" | "delete" | null>(null);
-  const load = async () => {
-    try {
-      setO((await get<Overview>(`/clusters/${encodeURIComponent(name)}/overview`)).data);
-      setError(null);
-    } catch (e) {
-      setError(e);
-    }
-  };
-  usePoll(load, 2000, [name]);
+  const { data: o, error, reload: load } = useLoad(async () => (await get<Overview>(`/clusters/${encodeURIComponent(name)}/overview`)).data, [name], 2000);
   if (!o) return <div class="page">{error ? <ErrorBanner error={error} title={`Could not load cluster ${name}`} /> : <Spinner />}</div>;
   // The operator moves the document's side; the page shows the side the gateways serve.
   const other = o.active === "primary" ? "standby" : "primary";

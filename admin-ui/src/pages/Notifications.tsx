@@ -6,41 +6,29 @@
 // registry's publisher token).
 import { useState } from "preact/hooks";
 import { ApiError, App, Item, List, Notifications, NotificationTestResult, Topic, get, request } from "../api";
-import { useAction } from "../shared/hooks";
-import { Badge, Button, Code, Empty, ErrorBanner, Field, Modal, Spinner, ago, cx, pretty, toast, usePoll } from "../ui";
+import { useAction, useLoad } from "../shared/hooks";
+import { Badge, Button, Code, Empty, ErrorBanner, Field, Modal, Spinner, ago, cx, pretty, toast } from "../ui";
 import { RefusedNote } from "../served";
 
 /** How often the live tables ask the registry. */
 const POLL_MS = 2000;
 
 export function NotificationsPage() {
-  const [topics, setTopics] = useState<Item<Topic>[] | null>(null);
-  const [apps, setApps] = useState<Item<App>[] | null>(null);
-  const [live, setLive] = useState<Notifications | null>(null);
-  const [error, setError] = useState<unknown>(null);
-  const [liveError, setLiveError] = useState<unknown>(null);
   const [editing, setEditing] = useState<{ item?: Item<Topic> } | null>(null);
   const [deleting, setDeleting] = useState<Item<Topic> | null>(null);
 
-  const loadTopics = async () => {
-    try {
+  const lists = useLoad(
+    async () => {
       const [t, a] = await Promise.all([get<List<Topic>>("/topics"), get<List<App>>("/apps")]);
-      setTopics(t.data.items);
-      setApps(a.data.items);
-      setError(null);
-    } catch (e) {
-      setError(e);
-    }
-  };
-  usePoll(loadTopics, 10_000);
-  usePoll(async () => {
-    try {
-      setLive((await get<Notifications>("/notifications")).data);
-      setLiveError(null);
-    } catch (e) {
-      setLiveError(e);
-    }
-  }, POLL_MS);
+      return { topics: t.data.items, apps: a.data.items };
+    },
+    [],
+    10_000,
+  );
+  const topics = lists.data?.topics ?? null;
+  const apps = lists.data?.apps ?? null;
+  const { error, reload: loadTopics } = lists;
+  const { data: live, error: liveError } = useLoad(async () => (await get<Notifications>("/notifications")).data, [], POLL_MS);
 
   const connections = live?.apps.reduce((n, a) => n + a.connections, 0) ?? 0;
   const down = live?.nodes.filter((n) => !n.ok) ?? [];

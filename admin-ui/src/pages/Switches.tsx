@@ -2,8 +2,8 @@
 // confirmation and a required reason; the audit trail beside it.
 import { useMemo, useState } from "preact/hooks";
 import { ApiDef, AuditEntry, Item, List, Switch, get, request } from "../api";
-import { useAction } from "../shared/hooks";
-import { Badge, Button, Empty, ErrorBanner, Field, Link, MethodBadge, Modal, Spinner, ago, cx, fmtTime, pretty, toast, usePoll } from "../ui";
+import { useAction, useLoad } from "../shared/hooks";
+import { Badge, Button, Empty, ErrorBanner, Field, Link, MethodBadge, Modal, Spinner, ago, cx, fmtTime, pretty, toast } from "../ui";
 import { RefusedNote, refusalsOf } from "../served";
 
 type Row = { id: string; api?: ApiDef; sw?: Item<Switch> };
@@ -20,25 +20,22 @@ function servedDegraded(r: Row): boolean {
 }
 
 export function SwitchesPage() {
-  const [apis, setApis] = useState<Item<ApiDef>[] | null>(null);
-  const [switches, setSwitches] = useState<Item<Switch>[] | null>(null);
-  const [error, setError] = useState<unknown>(null);
   const [filter, setFilter] = useState("");
   const [show, setShow] = useState<"all" | "degraded" | "normal">("all");
   const [acting, setActing] = useState<{ row: Row; degrade: boolean } | null>(null);
   const [auditTick, setAuditTick] = useState(0);
 
-  const load = async () => {
-    try {
+  const loaded = useLoad(
+    async () => {
       const [a, s] = await Promise.all([get<List<ApiDef>>("/apis"), get<List<Switch>>("/switches")]);
-      setApis(a.data.items);
-      setSwitches(s.data.items);
-      setError(null);
-    } catch (e) {
-      setError(e);
-    }
-  };
-  usePoll(load, 3000);
+      return { apis: a.data.items, switches: s.data.items };
+    },
+    [],
+    3000,
+  );
+  const apis = loaded.data?.apis ?? null;
+  const switches = loaded.data?.switches ?? null;
+  const { error, reload: load } = loaded;
 
   const rows = useMemo(() => {
     const map = new Map<string, Row>();
@@ -329,18 +326,8 @@ const ACTION_TONE: Record<string, string> = {
 };
 
 export function AuditTrail({ onlySwitches }: { onlySwitches?: boolean }) {
-  const [entries, setEntries] = useState<AuditEntry[] | null>(null);
-  const [error, setError] = useState<unknown>(null);
   const [all, setAll] = useState(!onlySwitches);
-  usePoll(async () => {
-    try {
-      const r = await get<{ entries: AuditEntry[] }>("/audit", { query: { limit: "200" } });
-      setEntries(r.data.entries);
-      setError(null);
-    } catch (e) {
-      setError(e);
-    }
-  }, 5000);
+  const { data: entries, error } = useLoad(async () => (await get<{ entries: AuditEntry[] }>("/audit", { query: { limit: "200" } })).data.entries, [], 5000);
   const shown = (entries ?? []).filter((e) => all || e.action.startsWith("switch.") || (e.action.startsWith("outside.") && /^(sandbox\/)?switches\//.test(e.target))).slice(0, 60);
   return (
     <div class="card audit" data-testid="audit">
