@@ -1,7 +1,7 @@
 // The busy/error bookkeeping every form, dialog and page of the console and the portal shares:
 // `useAction` runs an action (a click, a submit) with its busy flag and its error; `useLoad`
 // fetches what a page shows (once, or again every `ms` while the tab is visible) and keeps the
-// last answer, the error of the last attempt and whether an attempt is under way.
+// last answer and the error of the last attempt.
 import { useEffect, useRef, useState } from "preact/hooks";
 
 export type Action<A extends unknown[]> = {
@@ -45,7 +45,6 @@ export type Load<T> = {
   data: T | null;
   /** The error of the last attempt, `null` once one succeeds. */
   error: unknown;
-  loading: boolean;
   /** Fetches again now. */
   reload: () => Promise<void>;
   set: (data: T | null) => void;
@@ -58,18 +57,14 @@ export type Load<T> = {
 export function useLoad<T>(fetcher: () => Promise<T>, deps: unknown[] = [], ms?: number): Load<T> {
   const [data, setData] = useState<T | null>(null);
   const [error, setError] = useState<unknown>(null);
-  const [loading, setLoading] = useState(false);
   const saved = useRef(fetcher);
   saved.current = fetcher;
   const reload = async () => {
-    setLoading(true);
     try {
       setData(await saved.current());
       setError(null);
     } catch (e) {
       setError(e);
-    } finally {
-      setLoading(false);
     }
   };
   useEffect(() => {
@@ -80,5 +75,5 @@ export function useLoad<T>(fetcher: () => Promise<T>, deps: unknown[] = [], ms?:
     }, ms);
     return () => clearInterval(id);
   }, deps);
-  return { data, error, loading, reload, set: setData };
+  return { data, error, reload, set: setData };
 }
