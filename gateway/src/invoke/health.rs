@@ -5,15 +5,20 @@
 //!
 //! Probes: HTTP clusters `GET <path>` expecting a 2xx status (one short connection per
 //! probe, `Connection: close`); gRPC clusters `grpc.health.v1.Health/Check` of the
-//! configured service expecting `SERVING`. An endpoint counts as healthy until its first
+//! configured service expecting `SERVING`, on the invoke tier's own HTTP/2 client
+//! ([`GrpcChannel`], one kept connection per endpoint: the probe speaks to a backend exactly
+//! as a call does). An endpoint counts as healthy until its first
 //! failed probe; it is out after `unhealthy_after` consecutive failed probes and back after
 //! `healthy_after` consecutive good ones. Probes go through the egress policy
 //! (`portico_control::egress`): an endpoint on a refused address is never probed, so never
 //! healthy (logged once per prober, counted in `portico_egress_refused_total`); a redirect
 //! is not a 2xx, never followed.
 
-use bytes::{Buf, BufMut, Bytes};
+use super::grpc_client::{frame, ChannelSettings, GrpcChannel};
+use http::uri::PathAndQuery;
+use http::HeaderMap;
 use portico_control::v1;
+use prost::Message;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -291,7 +296,7 @@ impl Prober {
                 })
                 .collect();
             // gRPC probes connect to the checked address, not to the name again.
-            let channels: Vec<Option<tonic::transport::Channel>> = endpoints
+            let channels: Vec<Option<GrpcChannel>> = endpoints
                 .iter()
                 .map(|ep| match protocol {
                     v1::Protocol::Grpc => match ep.sock {
@@ -309,7 +314,7 @@ impl Prober {
                     async move {
                         let ok = match (ep.sock, ch) {
                             _ if *refused => false,
-                            (Some(_), Some(ch)) => probe_grpc(ch.clone(), hc).await,
+                            (Some(_), Some(ch)) => probe_grpc(ch, hc).await,
                             (Some(sock), None) => probe_http(sock, &ep.addr, hc).await,
                             (None, _) => false,
                         };
@@ -388,124 +393,66 @@ async fn probe_http(sock: SocketAddr, host: &str, hc: &v1::HealthCheck) -> bool 
     )
 }
 
-fn grpc_channel(addr: &str, hc: &v1::HealthCheck) -> Option<tonic::transport::Channel> {
-    let ep = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).ok()?;
-    Some(
-        ep.connect_timeout(Duration::from_millis(hc.timeout_ms))
-            .connect_lazy(),
-    )
+/// The probe's channel to one endpoint: dialled within the probe timeout, no keep-alive
+/// pings (a probe every `interval_ms` keeps it busy enough), nothing compressed.
+fn grpc_channel(addr: &str, hc: &v1::HealthCheck) -> Option<GrpcChannel> {
+    let settings = ChannelSettings {
+        connect_timeout: Duration::from_millis(hc.timeout_ms),
+        keepalive_interval: Duration::ZERO,
+        keepalive_timeout: Duration::from_millis(hc.timeout_ms),
+        compress_min_bytes: None,
+    };
+    GrpcChannel::new(addr, settings)
+        .map_err(|e| tracing::warn!(endpoint = %addr, error = %e, "gRPC health check: bad address"))
+        .ok()
 }
 
-/// One gRPC probe: `grpc.health.v1.Health/Check` of `hc.service`, healthy on `SERVING`.
-async fn probe_grpc(channel: tonic::transport::Channel, hc: &v1::HealthCheck) -> bool {
-    let mut grpc = tonic::client::Grpc::new(channel);
-    let probe = async {
-        grpc.ready().await.ok()?;
-        let service = hc.service.clone().unwrap_or_default();
-        let mut req = tonic::Request::new(service);
-        req.set_timeout(Duration::from_millis(hc.timeout_ms));
-        let path = http::uri::PathAndQuery::from_static("/grpc.health.v1.Health/Check");
-        let reply = grpc.unary(req, path, HealthCodec).await.ok()?;
-        Some(reply.into_inner() == SERVING)
-    };
-    matches!(
-        tokio::time::timeout(Duration::from_millis(hc.timeout_ms), probe).await,
-        Ok(Some(true))
-    )
+/// `grpc.health.v1.HealthCheckRequest`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct HealthCheckRequest {
+    #[prost(string, tag = "1")]
+    service: String,
+}
+
+/// `grpc.health.v1.HealthCheckResponse`: its `ServingStatus status = 1` (an enum is an
+/// int32 on the wire).
+#[derive(Clone, PartialEq, prost::Message)]
+struct HealthCheckResponse {
+    #[prost(int32, tag = "1")]
+    status: i32,
 }
 
 /// `HealthCheckResponse.ServingStatus.SERVING`.
-const SERVING: u64 = 1;
+const SERVING: i32 = 1;
+/// The largest health reply read (one enum field; anything bigger is not a health reply).
+const MAX_HEALTH_REPLY: usize = 4096;
 
-/// The two messages of `grpc.health.v1`, hand-encoded: the request's `string service = 1`,
-/// the response's `ServingStatus status = 1`.
-#[derive(Debug, Clone, Copy)]
-struct HealthCodec;
-
-impl tonic::codec::Codec for HealthCodec {
-    type Encode = String;
-    type Decode = u64;
-    type Encoder = HealthCodec;
-    type Decoder = HealthCodec;
-
-    fn encoder(&mut self) -> HealthCodec {
-        HealthCodec
-    }
-
-    fn decoder(&mut self) -> HealthCodec {
-        HealthCodec
-    }
-}
-
-impl tonic::codec::Encoder for HealthCodec {
-    type Item = String;
-    type Error = tonic::Status;
-
-    fn encode(
-        &mut self,
-        service: String,
-        dst: &mut tonic::codec::EncodeBuf<'_>,
-    ) -> Result<(), tonic::Status> {
-        if !service.is_empty() {
-            dst.put_u8(0x0a);
-            put_varint(dst, service.len() as u64);
-            dst.put_slice(service.as_bytes());
-        }
-        Ok(())
-    }
-}
-
-impl tonic::codec::Decoder for HealthCodec {
-    type Item = u64;
-    type Error = tonic::Status;
-
-    fn decode(
-        &mut self,
-        src: &mut tonic::codec::DecodeBuf<'_>,
-    ) -> Result<Option<u64>, tonic::Status> {
-        let bytes: Bytes = src.copy_to_bytes(src.remaining());
-        Ok(Some(decode_status(&bytes)))
-    }
-}
-
-fn put_varint(dst: &mut impl BufMut, mut v: u64) {
-    while v >= 0x80 {
-        dst.put_u8((v as u8 & 0x7f) | 0x80);
-        v >>= 7;
-    }
-    dst.put_u8(v as u8);
-}
-
-/// Field 1 (varint) of a `HealthCheckResponse`; 0 (`UNKNOWN`) when absent.
-fn decode_status(mut b: &[u8]) -> u64 {
-    let varint = |b: &mut &[u8]| -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let (&byte, rest) = b.split_first()?;
-            *b = rest;
-            v |= u64::from(byte & 0x7f) << shift;
-            if byte < 0x80 {
-                return Some(v);
-            }
-        }
-        None
+/// One gRPC probe: `grpc.health.v1.Health/Check` of `hc.service`, healthy on `SERVING`
+/// within `timeout_ms`.
+async fn probe_grpc(channel: &GrpcChannel, hc: &v1::HealthCheck) -> bool {
+    let timeout = Duration::from_millis(hc.timeout_ms);
+    let request = HealthCheckRequest {
+        service: hc.service.clone().unwrap_or_default(),
     };
-    let mut status = 0;
-    while let Some(tag) = varint(&mut b) {
-        match (tag >> 3, tag & 7) {
-            (1, 0) => status = varint(&mut b).unwrap_or(0),
-            (_, 0) => {
-                varint(&mut b);
-            }
-            (_, 2) => {
-                let Some(len) = varint(&mut b) else { break };
-                let len = usize::try_from(len).unwrap_or(usize::MAX).min(b.len());
-                b = &b[len..];
-            }
-            _ => break,
-        }
+    let path = PathAndQuery::from_static("/grpc.health.v1.Health/Check");
+    let call = channel.unary(
+        &path,
+        HeaderMap::new(),
+        frame(&request.encode_to_vec()),
+        timeout,
+        MAX_HEALTH_REPLY,
+    );
+    // Any failure is unhealthy: no connection, a non-OK status (e.g. `UNIMPLEMENTED` from a
+    // backend without the health service), a broken or oversized reply, or no answer in time.
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(reply)) => serving(&reply.message),
+        Ok(Err(_)) | Err(_) => false,
     }
-    status
+}
+
+/// Whether a `HealthCheckResponse` says `SERVING` (a reply that does not decode does not).
+fn serving(message: &[u8]) -> bool {
+    HealthCheckResponse::decode(message).is_ok_and(|r| r.status == SERVING)
 }
 
 #[cfg(test)]
@@ -567,9 +514,18 @@ mod tests {
 
     #[test]
     fn health_messages_encode_and_decode() {
-        assert_eq!(decode_status(&[0x08, 0x01]), 1);
-        assert_eq!(decode_status(&[0x08, 0x02]), 2);
-        assert_eq!(decode_status(&[]), 0);
-        assert_eq!(decode_status(&[0x12, 0x01, 0x00, 0x08, 0x01]), 1);
+        assert!(serving(&[0x08, 0x01]));
+        assert!(!serving(&[0x08, 0x02]), "NOT_SERVING");
+        assert!(!serving(&[]), "UNKNOWN (absent)");
+        // Unknown fields are skipped, as protobuf readers do.
+        assert!(serving(&[0x12, 0x01, 0x00, 0x08, 0x01]));
+        assert!(!serving(&[0x08]), "a cut varint does not decode");
+        assert_eq!(
+            HealthCheckRequest {
+                service: "orders".into()
+            }
+            .encode_to_vec(),
+            b"\x0a\x06orders"
+        );
     }
 }
