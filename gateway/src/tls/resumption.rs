@@ -400,8 +400,7 @@ impl Resumption {
                     "result",
                     ["applied", "refused"],
                 )?;
-                let file =
-                    FileTicketer::open(path, resumed, reloads).map_err(|e| e.to_string())?;
+                let file = FileTicketer::open(path, resumed, reloads).map_err(|e| e.to_string())?;
                 tracing::info!(path = %path.display(), keys = file.keys.load().len(), "TLS ticket keys loaded: tickets resume on every gateway sharing this file");
                 Resumption {
                     ticketer: file.clone(),
@@ -517,7 +516,11 @@ mod tests {
     #[test]
     fn the_key_file_names_line_numbers_and_skips_comments() {
         let path = Path::new("/keys");
-        let text = format!("# rotated 2026-12-02\n\n{}\n{}x\n", key_line(1), key_line(2));
+        let text = format!(
+            "# rotated 2026-12-02\n\n{}\n{}x\n",
+            key_line(1),
+            key_line(2)
+        );
         let e = parse_keys(path, &text).unwrap_err().to_string();
         assert!(e.contains("line 4"), "{e}");
         let ok = parse_keys(path, &format!("# c\n{}\n", key_line(7))).unwrap();
