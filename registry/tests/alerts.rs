@@ -6,6 +6,11 @@
 //! An alert on TP99 fires once while the backend is slow and resolves once after it recovers:
 //! exactly one signed webhook call each (HMAC-SHA256 over the body with the shared secret), no
 //! duplicates while it stays firing, and both registries list the firing and the resolution.
+//!
+//! The registries run at a short cadence (`--evaluation-interval-ms`): scrapes and rounds every
+//! 250 ms over windows of 1.25 s (the production 2 s and 10 s are the same five rounds). Where
+//! the test shows that something does not happen, it waits for both registries to have
+//! evaluated again (their `/alerting` `evaluated_at_ms`), never on a long fixed sleep.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -29,6 +34,11 @@ use std::time::{Duration, Instant};
 const APP: &str = "merchant-alerts";
 const SECRET: &str = "merchant-alerts-secret-0123456789";
 const HOOK_SECRET: &str = "webhook-shared-secret-for-tests";
+/// The registries' evaluation interval.
+const INTERVAL: Duration = Duration::from_millis(250);
+/// The rule's `for_s`: longer than the window, so one slow request on a loaded machine (it
+/// stays in the window for 1.25 s) cannot fire the alert while the backend is fast.
+const FOR_S: u64 = 2;
 
 /// What the webhook receiver got: (headers, body).
 type Calls = Arc<Mutex<Vec<(HeaderMap, Bytes)>>>;
@@ -67,7 +77,9 @@ fn registry_process(zk: &ZooKeeper, work: &Path, name: &'static str) -> (Proc, S
             .arg("--data-dir")
             .arg(work.join(name))
             .arg("--webhook-secret-file")
-            .arg(&secret),
+            .arg(&secret)
+            .arg("--evaluation-interval-ms")
+            .arg(INTERVAL.as_millis().to_string()),
         work,
     );
     (proc, format!("http://127.0.0.1:{port}/api/v1"))
@@ -82,6 +94,21 @@ where
     while !f().await {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until every registry has finished a round that ended `span` and three more rounds
+/// after `after_ms` (Unix ms): what they decided by then is recorded (the transitions in their
+/// history; a webhook is sent beside the rounds).
+async fn wait_evaluated_past(regs: &[&Registry], after_ms: u64, span: Duration, what: &str) {
+    let want = after_ms + span.as_millis() as u64 + 3 * INTERVAL.as_millis() as u64;
+    for r in regs {
+        wait_until(Duration::from_secs(60), what, || async {
+            r.get("/alerting").await.body["evaluated_at_ms"]
+                .as_u64()
+                .is_some_and(|at| at >= want)
+        })
+        .await;
     }
 }
 
@@ -108,8 +135,10 @@ fn states(calls: &Calls) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
+    let started = Instant::now();
     let work = tempfile::tempdir().unwrap();
     let zk = ZooKeeper::start_locked();
+    println!("ZooKeeper up after {:?}", started.elapsed());
     let setup = registry(&zk).await;
     let backend = BackendProcess::start_http().unwrap();
     let (hook, calls) = receiver().await;
@@ -176,7 +205,7 @@ async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
         bad.body
     );
     let rule = json!({"api": "ops.slow", "condition": "tp99_ms_above", "threshold": 200,
-        "for_s": 4, "severity": "page", "receivers": [{"webhook": hook}]});
+        "for_s": FOR_S, "severity": "page", "receivers": [{"webhook": hook}]});
     a.put("/alerts/order-slow", &rule).await.expect(201);
     assert_eq!(
         b.get("/alerts/order-slow").await.expect(200).body["threshold"],
@@ -198,6 +227,10 @@ async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
     )
     .await;
     let _ = admin;
+    println!(
+        "registries and the gateway up after {:?}",
+        started.elapsed()
+    );
 
     // Steady traffic until the end of the test.
     let stop = Arc::new(AtomicBool::new(false));
@@ -226,7 +259,14 @@ async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    let clear_from = portico_control::clock::now_ms();
+    wait_evaluated_past(
+        &[&a, &b],
+        clear_from,
+        Duration::from_secs(FOR_S),
+        "rounds on the fast backend for longer than for_s",
+    )
+    .await;
     assert!(
         calls.lock().unwrap().is_empty(),
         "no alert while the backend is fast"
@@ -264,11 +304,26 @@ async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
     assert!(p["resolved_at"].is_null());
     assert_eq!(h["x-portico-event"], "firing");
 
-    // Still slow: no duplicate while it stays firing.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Still slow: no duplicate while it stays firing, on either registry (each evaluates on
+    // its own scrapes: the other one may fire a round later).
+    for r in [&a, &b] {
+        wait_until(
+            Duration::from_secs(30),
+            "both registries firing",
+            || async {
+                r.get("/alerting?rule=order-slow").await.body["alerts"][0]["state"] == "firing"
+            },
+        )
+        .await;
+    }
+    let fired_seen = portico_control::clock::now_ms();
+    wait_evaluated_past(&[&a, &b], fired_seen, INTERVAL, "rounds while firing").await;
     assert_eq!(states(&calls), ["firing"], "one call while firing");
-    let board = a.get("/alerting").await.body;
-    assert_eq!(board["alerts"][0]["state"], "firing", "{board:#}");
+    for r in [&a, &b] {
+        let board = r.get("/alerting?rule=order-slow").await.body;
+        assert_eq!(board["alerts"][0]["state"], "firing", "{board:#}");
+        assert_eq!(board["events"].as_array().unwrap().len(), 1, "{board:#}");
+    }
 
     // Recovered: one resolved call, after the window and for_s.
     http.post(format!("{}/__admin/faults", backend.http_url()))
@@ -284,7 +339,14 @@ async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
         "resolved {:?} after the backend recovered",
         healed.elapsed()
     );
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    let resolved_seen = portico_control::clock::now_ms();
+    wait_evaluated_past(
+        &[&a, &b],
+        resolved_seen,
+        INTERVAL,
+        "rounds after the resolution",
+    )
+    .await;
     assert_eq!(
         states(&calls),
         ["firing", "resolved"],
@@ -299,6 +361,24 @@ async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
     );
 
     // Both registries recorded the firing and the resolution; the leader its notifications.
+    for r in [&a, &b] {
+        wait_until(
+            Duration::from_secs(30),
+            "both registries resolved",
+            || async {
+                let s = r.get("/alerting?rule=order-slow").await.body;
+                s["alerts"].as_array().is_some_and(Vec::is_empty)
+            },
+        )
+        .await;
+    }
+    let settled = portico_control::clock::now_ms();
+    wait_evaluated_past(&[&a, &b], settled, INTERVAL, "rounds after both resolved").await;
+    assert_eq!(
+        states(&calls),
+        ["firing", "resolved"],
+        "still one call each"
+    );
     for r in [&a, &b] {
         let s = r.get("/alerting?rule=order-slow").await.expect(200).body;
         let events: Vec<&str> = s["events"]

@@ -393,8 +393,10 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
     const LOAD: Duration = Duration::from_secs(7);
     // In-process registries: the cadence is this process's (the other test's registry too).
     portico_registry::cadence::set_interval(INTERVAL);
+    let started = Instant::now();
     let work = tempfile::tempdir().unwrap();
     let zk = ZooKeeper::start_locked();
+    println!("ZooKeeper up after {:?}", started.elapsed());
     // Two registries evaluate the same tree: the webhook must still fire once per cooldown.
     let reg = registry(&zk).await;
     let other = registry(&zk).await;
@@ -417,6 +419,10 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
     gw.assert_alive();
     assert!(synced, "the gateway did not come up:\n{}", gw.tail());
     wait_listening(&base).await;
+    println!(
+        "registries and the gateway up after {:?}",
+        started.elapsed()
+    );
 
     // No load, no firing: both registries evaluate an idle cluster for longer than `for_s`.
     let idle_from = now_ms();
