@@ -1467,6 +1467,8 @@ export interface components {
             active?: "primary" | "standby";
             cluster?: components["schemas"]["Cluster"];
             etag?: string;
+            /** @description when this registry last evaluated the clusters' autoscale and sleep rules (Unix ms at its start; its webhook and sleep_url calls were done by then; null: not yet) */
+            evaluated_at_ms?: number | null;
             events?: {
                 action?: string;
                 /** Format: date-time */

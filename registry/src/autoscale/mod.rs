@@ -22,7 +22,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::health::scraper;
 use crate::state::{AppState, Shared};
 use crate::zk_store::{Env, Precondition};
-use rules::{Autoscale, Holding, SleepMark};
+use rules::{Autoscale, Holding, Idle, SleepMark};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -47,9 +47,8 @@ struct Known {
     rates: BTreeMap<String, f64>,
     /// Since when each cluster's rules have held.
     holding: HashMap<String, Holding>,
-    /// When each cluster last had a request (or when the task first saw it), in Unix ms, and
-    /// whether that was real traffic.
-    active: HashMap<String, (u64, bool)>,
+    /// Since when each cluster has been idle.
+    active: HashMap<String, Idle>,
     /// The newest sample the last evaluation read (sleep marking counts traffic from it).
     last_read: Option<Instant>,
     /// When the last evaluation that had data started, in Unix ms; set once its webhook and
@@ -233,13 +232,12 @@ async fn tick(a: &Autoscaler, state: &Shared, client: &reqwest::Client) -> ApiRe
             .retain(|n, _| config.autoscale.contains_key(n));
         for (name, mark) in &config.sleep {
             let busy = recent.get(name).copied().unwrap_or(0.0) > 0.0;
-            let entry = known.active.entry(name.clone()).or_insert((now_ms, false));
-            // Traffic, or a gateway that could not be read: not idle.
-            if busy || !all_read {
-                *entry = (now_ms, busy || entry.1);
-            }
-            if now_ms.saturating_sub(entry.0) >= mark.idle_s.saturating_mul(1000) {
-                sleepy.push((name.clone(), mark.clone(), *entry));
+            let idle = known
+                .active
+                .entry(name.clone())
+                .or_insert_with(|| Idle::new(now_ms));
+            if idle.observe(busy, all_read, now_ms, mark.idle_s) {
+                sleepy.push((name.clone(), mark.clone(), *idle));
             }
         }
         known.active.retain(|n, _| config.sleep.contains_key(n));
@@ -247,8 +245,8 @@ async fn tick(a: &Autoscaler, state: &Shared, client: &reqwest::Client) -> ApiRe
     for (name, auto, rule, rps) in due {
         fire(state, client, &name, &auto, rule, rps).await;
     }
-    for (name, mark, (last_active_ms, seen_traffic)) in sleepy {
-        mark_asleep(state, client, &name, &mark, last_active_ms, seen_traffic).await;
+    for (name, mark, idle) in sleepy {
+        mark_asleep(state, client, &name, &mark, idle).await;
     }
     lock(&a.known).evaluated_at_ms = Some(now_ms);
     Ok(())
@@ -362,14 +360,13 @@ async fn fire(
     let at = portico_control::clock::now_rfc3339();
     let id = format!("as-{:016x}", fastrand::u64(..));
     let body = payload(cluster, r.action.as_str(), rps, rule, &at);
-    let cooldown_ms = auto.cooldown_s.saturating_mul(1000);
     let event = json!({
         "id": id, "kind": "autoscale", "at": at, "action": r.action.as_str(), "rps": body["rps"],
         "rule": rule, "webhook": auto.webhook, "outcome": "pending",
     });
     let claimed = update_state(state, cluster, |v| {
         let last = v["last_fired_ms"].as_u64().unwrap_or(0);
-        if last != 0 && now_ms.saturating_sub(last) < cooldown_ms {
+        if !rules::past_cooldown(last, now_ms, auto.cooldown_s) {
             return false;
         }
         v["last_fired_ms"] = json!(now_ms);
@@ -438,8 +435,7 @@ async fn mark_asleep(
     client: &reqwest::Client,
     cluster: &str,
     mark: &SleepMark,
-    last_active_ms: u64,
-    seen_traffic: bool,
+    idle: Idle,
 ) {
     let now_ms = portico_control::clock::now_ms();
     let at = portico_control::clock::now_rfc3339();
@@ -451,10 +447,7 @@ async fn mark_asleep(
     let claimed = update_state(state, cluster, |v| {
         // Already called since the cluster's last request (by this or another registry), or
         // called before this registry saw any request (it started later, or again).
-        if v["slept_at_ms"]
-            .as_u64()
-            .is_some_and(|s| s >= last_active_ms || !seen_traffic)
-        {
+        if !rules::may_sleep(v["slept_at_ms"].as_u64(), idle) {
             return false;
         }
         v["slept_at_ms"] = json!(now_ms);

@@ -5,7 +5,7 @@
 
 use super::prometheus::Key;
 use super::quantiles::{between, round3, Figures, Quantiles};
-use super::scraper::{Inner, NodeStatus, Sample, INTERVAL};
+use super::scraper::{Inner, NodeStatus, Sample};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -104,7 +104,7 @@ fn window_start(samples: &VecDeque<Sample>, window: Duration) -> Option<&Sample>
     let latest = samples.back()?;
     samples
         .iter()
-        .find(|s| latest.at.duration_since(s.at) <= window + INTERVAL / 2)
+        .find(|s| latest.at.duration_since(s.at) <= window + crate::cadence::interval() / 2)
         .filter(|s| !std::ptr::eq(*s, latest))
         .or_else(|| samples.iter().rev().nth(1))
 }
@@ -223,7 +223,7 @@ pub fn report(
     });
     let window_secs = window_figures.as_ref().map(|(_, s)| *s).unwrap_or(0.0);
     json!({
-        "interval_ms": INTERVAL.as_millis() as u64,
+        "interval_ms": crate::cadence::interval().as_millis() as u64,
         "window_s": round3(window_secs),
         "samples": samples.len(),
         "warming_up": window_figures.is_none(),
