@@ -34,10 +34,15 @@
 #                 each), memory per idle stream (1,000 and 5,000), events/s one
 #                 node sustains; with Redis and the memory store; raises its
 #                 open-file limit to 20,000 (prlimit, root)                     (~5 min)
-#   all           every suite in turn                                          (~80 min)
+#   tls           TLS 1.3 (one generated P-256 certificate) and HTTP/2: full and
+#                 resumed handshakes per core, requests per core on kept-alive
+#                 TLS (HTTP/1.1 signed; HTTP/2 with h2load), Portico vs nginx vs
+#                 nginx + Lua; fleet resumption over two gateways sharing ticket
+#                 keys (--tls-others N, 10000), Portico and nginx                (~7 min)
+#   all           every suite in turn                                          (~87 min)
 #
 # Installs what is missing (nginx-light, libnginx-mod-http-lua for the nginx + Lua peer,
-# valgrind, ZooKeeper for the switch suite), builds
+# valgrind, ZooKeeper for the switch suite, nghttp2-client's h2load for tls), builds
 # the release binaries, then runs target/release/portico-bench, which starts every process
 # on free 127.0.0.1 ports, runs interleaved rounds and rewrites its generated sections of
 # benches/RESULTS.md (the hand-written reading around them is kept) and its SVG plots in
@@ -45,7 +50,7 @@
 # --warmup S (1), --connections N (32), --nice N (e.g. -10 on a machine shared with other
 # work; needs root), --no-pin, --keep-tmp; callgrind: --calls N (4000), --cg-warmup N
 # (1000), --cg-connections N (8), --cg-reps N (2); --idle-connections N (10000);
-# --soak-secs S (600), --soak-rate R (10000).
+# --soak-secs S (600), --soak-rate R (10000); --tls-others N (10000).
 set -euo pipefail
 # shellcheck source=ops/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -60,7 +65,9 @@ case "$suite" in instructions | knobs | apis | cache | routing | all) pkgs+=(val
 # prlimit (idle and notify suites) and taskset come with util-linux.
 case "$suite" in idle | notify | all) pkgs+=(util-linux) ;; esac
 case "$suite" in fleet | notify | all) pkgs+=(redis-server redis-tools) ;; esac
-case "$suite" in edge | peer-check | all) pkgs+=(libnginx-mod-http-lua) ;; esac
+case "$suite" in edge | peer-check | tls | all) pkgs+=(libnginx-mod-http-lua) ;; esac
+# h2load for the tls suite's HTTP/2 load.
+case "$suite" in tls | all) pkgs+=(nghttp2-client) ;; esac
 ensure_packages "${pkgs[@]}"
 
 # check_nginx_lua: the nginx + Lua peer needs the Lua module built on LuaJIT with its FFI
@@ -99,7 +106,7 @@ EOF
     rm -rf "$dir"
     log "nginx + Lua: LuaJIT with FFI, libcrypto as $soname"
 }
-case "$suite" in edge | peer-check | all) check_nginx_lua ;; esac
+case "$suite" in edge | peer-check | tls | all) check_nginx_lua ;; esac
 
 crates=(-p portico-gateway -p portico-demo -p portico-benches)
 case "$suite" in peer-check) crates=(-p portico-demo -p portico-benches) ;; esac

@@ -34,6 +34,15 @@
 //!   exact signature (same nonce and timestamp): a replay the gateway must refuse; its
 //!   answers are counted apart (`replays`), not in the figures;
 //! - `--series`: per-second counts of 2xx, 429 and other answers (`series`).
+//!
+//! TLS: `--url https://IP:PORT/...` with `--tls-ca FILE` (the PEM authority to trust) and
+//! `--tls-name NAME` (the name to verify, sent as SNI) runs the same modes over TLS 1.3
+//! (rustls, ring; ALPN `http/1.1`). `--handshakes` sends no request: every unit of work is
+//! a new connection (TCP connect, the TLS handshake, `close_notify`, read until the server
+//! closes), counted as one 2xx "answer" when the handshake completes, its latency the
+//! handshake's; with `--tls-resume` each connection's client keeps the tickets servers give
+//! it and resumes with them (its first handshake is a full one), and `resumed` counts the
+//! handshakes that did.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -52,6 +61,8 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use tokio::net::TcpStream;
+
+mod tls_client;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -134,6 +145,18 @@ struct Args {
     /// Report per-second answer counts.
     #[arg(long)]
     series: bool,
+    /// The certificate authority to trust for an `https://` URL (PEM).
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+    /// The server name to verify for an `https://` URL (sent as SNI).
+    #[arg(long, default_value = "localhost")]
+    tls_name: String,
+    /// Handshake-only load: every unit is a new TLS connection and no request is sent.
+    #[arg(long, conflicts_with_all = ["sync", "idle", "replay_every"])]
+    handshakes: bool,
+    /// With `--handshakes`: clients resume their sessions (TLS 1.3 tickets).
+    #[arg(long, requires = "handshakes")]
+    tls_resume: bool,
 }
 
 /// What one run measured.
@@ -169,6 +192,8 @@ struct Report {
     series: Vec<[u64; 4]>,
     /// `--sync` / `--idle`: connections still open when released.
     held: Option<u64>,
+    /// `--handshakes`: handshakes in the window that resumed a session.
+    resumed: u64,
 }
 
 #[derive(Debug, Serialize, Default)]
@@ -193,6 +218,8 @@ struct Tally {
     replays: BTreeMap<u16, u64>,
     /// Per second of the measured window: [2xx, 429, other].
     series: Vec<[u64; 3]>,
+    /// `--handshakes`: resumed handshakes.
+    resumed: u64,
 }
 
 impl Tally {
@@ -216,6 +243,7 @@ impl Tally {
         self.timeouts += t.timeouts;
         self.connects += t.connects;
         self.late_sends += t.late_sends;
+        self.resumed += t.resumed;
     }
 
     fn record_series(&mut self, second: usize, status: u16) {
@@ -249,14 +277,60 @@ struct Plan {
     timeout: Duration,
     /// Unique per run, so nonces never repeat across runs against one gateway.
     run_id: u64,
+    /// An `https://` URL: how to handshake.
+    tls: Option<TlsPlan>,
+    /// `--handshakes`: new connections, no requests.
+    handshakes: bool,
+}
+
+/// The TLS side of a run.
+struct TlsPlan {
+    ca: rustls::pki_types::CertificateDer<'static>,
+    name: rustls::pki_types::ServerName<'static>,
+    /// The shared client (no resumption) of the keep-alive and handshake loads.
+    shared: Arc<rustls::ClientConfig>,
+    resume: bool,
+}
+
+impl TlsPlan {
+    /// The client of one connection's loop: its own session store when it resumes.
+    fn client(&self) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+        if self.resume {
+            tls_client::config(&self.ca, true, &[b"http/1.1"])
+        } else {
+            Ok(self.shared.clone())
+        }
+    }
 }
 
 impl Plan {
     fn from_args(args: &Args) -> anyhow::Result<Self> {
-        let rest = args
-            .url
-            .strip_prefix("http://")
-            .context("--url must start with http://")?;
+        let (rest, https) = match (
+            args.url.strip_prefix("http://"),
+            args.url.strip_prefix("https://"),
+        ) {
+            (Some(r), _) => (r, false),
+            (_, Some(r)) => (r, true),
+            _ => bail!("--url must start with http:// or https://"),
+        };
+        let tls = if https {
+            let ca = tls_client::read_ca(
+                args.tls_ca
+                    .as_deref()
+                    .context("an https:// URL needs --tls-ca")?,
+            )?;
+            Some(TlsPlan {
+                shared: tls_client::config(&ca, false, &[b"http/1.1"])?,
+                name: tls_client::server_name(&args.tls_name)?,
+                ca,
+                resume: args.tls_resume,
+            })
+        } else {
+            None
+        };
+        if args.handshakes && tls.is_none() {
+            bail!("--handshakes needs an https:// URL");
+        }
         let (authority, path_and_query) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
@@ -317,6 +391,8 @@ impl Plan {
             signers,
             timeout: Duration::from_millis(args.timeout_ms.max(1)),
             run_id: fastrand::u64(..),
+            tls,
+            handshakes: args.handshakes,
         })
     }
 
@@ -380,14 +456,43 @@ struct Clock {
     remaining: AtomicI64,
 }
 
-async fn connect(addr: SocketAddr) -> anyhow::Result<http1::SendRequest<Full<Bytes>>> {
-    let stream = TcpStream::connect(addr).await?;
+async fn connect(plan: &Plan) -> anyhow::Result<http1::SendRequest<Full<Bytes>>> {
+    if let Some(tls) = &plan.tls {
+        let stream = tls_client::connect(&tls.shared, &tls.name, plan.addr).await?;
+        let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        return Ok(sender);
+    }
+    let stream = TcpStream::connect(plan.addr).await?;
     stream.set_nodelay(true)?;
     let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
     Ok(sender)
+}
+
+/// `--handshakes`: one new TLS connection, no request (a completed handshake is a 200).
+async fn handshake_unit(
+    plan: &Plan,
+    client: &Arc<rustls::ClientConfig>,
+    connects: &mut u64,
+    resumed: &mut bool,
+) -> Outcome {
+    let Some(tls) = &plan.tls else {
+        return Outcome::Connect;
+    };
+    *connects += 1;
+    match tls_client::handshake_once(client, &tls.name, plan.addr, plan.timeout).await {
+        Ok(r) => {
+            *resumed = r;
+            Outcome::Status(200)
+        }
+        Err(e) if e.to_string().contains("timed out") => Outcome::Timeout,
+        Err(_) => Outcome::Transport,
+    }
 }
 
 type Sender = http1::SendRequest<Full<Bytes>>;
@@ -429,7 +534,7 @@ async fn exchange(
     req: Request<Full<Bytes>>,
 ) -> Outcome {
     if sender.as_ref().is_none_or(|s| s.is_closed()) {
-        match connect(plan.addr).await {
+        match connect(plan).await {
             Ok(s) => {
                 *connects += 1;
                 *sender = Some(s);
@@ -476,6 +581,16 @@ struct Mode {
 /// One connection's loop (closed, paced or open-loop).
 async fn worker(plan: Arc<Plan>, clock: Arc<Clock>, conn: usize, mode: Mode) -> Tally {
     let mut tally = Tally::default();
+    let handshake_client = match plan.tls.as_ref().filter(|_| plan.handshakes) {
+        Some(tls) => match tls.client() {
+            Ok(c) => Some(c),
+            Err(_) => {
+                tally.transport += 1;
+                return tally;
+            }
+        },
+        None => None,
+    };
     let mut sender: Option<Sender> = None;
     let mut seq: u64 = 0;
     let mut sent: u64 = 0;
@@ -514,18 +629,22 @@ async fn worker(plan: Arc<Plan>, clock: Arc<Clock>, conn: usize, mode: Mode) -> 
         if replay.is_none() && counted && clock.remaining.fetch_sub(1, Ordering::Relaxed) <= 0 {
             break;
         }
-        let req = match replay {
-            Some((s, ms)) => plan.request_at(conn, s, ms),
-            None => {
+        let req = match (replay, &handshake_client) {
+            (_, Some(_)) => None,
+            (Some((s, ms)), None) => Some(plan.request_at(conn, s, ms)),
+            (None, None) => {
                 seq += 1;
                 let ms = now_ms();
                 last_signed = Some((seq, ms));
-                plan.request_at(conn, seq, ms)
+                Some(plan.request_at(conn, seq, ms))
             }
         };
-        let Ok(req) = req else {
-            tally.transport += 1;
-            break;
+        let req = match req.transpose() {
+            Ok(r) => r,
+            Err(_) => {
+                tally.transport += 1;
+                break;
+            }
         };
         let start = match (mode.pace, scheduled) {
             (Pace::OpenLoop(_), Some(at)) => {
@@ -536,8 +655,18 @@ async fn worker(plan: Arc<Plan>, clock: Arc<Clock>, conn: usize, mode: Mode) -> 
             }
             _ => Instant::now(),
         };
-        let outcome = exchange(&plan, &mut sender, &mut tally.connects, req).await;
+        let mut resumed = false;
+        let outcome = match (req, &handshake_client) {
+            (Some(req), _) => exchange(&plan, &mut sender, &mut tally.connects, req).await,
+            (None, Some(client)) => {
+                handshake_unit(&plan, client, &mut tally.connects, &mut resumed).await
+            }
+            (None, None) => Outcome::Connect,
+        };
         let elapsed = start.elapsed();
+        if counted && resumed {
+            tally.resumed += 1;
+        }
         if !counted {
             if matches!(outcome, Outcome::Connect) {
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -606,7 +735,7 @@ async fn worker_sync(
     }
     // Open the connection now if the warm-up did not, so the measured part has none to open.
     if sender.is_none() {
-        if let Ok(s) = connect(plan.addr).await {
+        if let Ok(s) = connect(&plan).await {
             connects += 1;
             sender = Some(s);
         }
@@ -888,6 +1017,7 @@ fn report(
             .map(|(i, c)| [i as u64, c[0], c[1], c[2]])
             .collect(),
         held,
+        resumed: all.resumed,
     }
 }
 

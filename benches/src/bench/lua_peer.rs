@@ -419,6 +419,18 @@ pub fn start_nginx_lua(
     tree: &Path,
     opts: PeerOpts,
 ) -> anyhow::Result<Proxy> {
+    start_nginx_lua_with(ctx, name, tree, opts, "")
+}
+
+/// [`start_nginx_lua`] with `server_extra` (more directives of its `server` block: the TLS
+/// suite's `listen ... ssl` and certificate) after its plain listener.
+pub fn start_nginx_lua_with(
+    ctx: &Ctx,
+    name: &str,
+    tree: &Path,
+    opts: PeerOpts,
+    server_extra: &str,
+) -> anyhow::Result<Proxy> {
     if !available() {
         bail!(
             "the nginx Lua module is not installed ({MODULES_DIR}/ngx_http_lua_module.so): apt-get install libnginx-mod-http-lua (./ops/bench.sh does)"
@@ -437,7 +449,8 @@ pub fn start_nginx_lua(
         .replace("{{DIR}}", &dir.display().to_string())
         .replace("{{NONCES_SIZE}}", NONCES_SIZE)
         .replace("{{UPSTREAMS}}", &upstreams)
-        .replace("{{PORT}}", &port.to_string());
+        .replace("{{PORT}}", &port.to_string())
+        .replace("{{SERVER_EXTRA}}", server_extra);
     let conf_path = dir.join("nginx.conf");
     std::fs::write(&conf_path, conf)?;
     let nginx = ctx.nginx.clone();
@@ -824,7 +837,24 @@ pub fn start_checked(
     tree: &Path,
     cluster: &str,
 ) -> anyhow::Result<(Proxy, Vec<String>)> {
-    let peer = start_nginx_lua(ctx, "nginx-lua", tree, PeerOpts { window: true })?;
+    start_checked_with(ctx, tree, cluster, "")
+}
+
+/// [`start_checked`] with `server_extra` in the measured instance's `server` block (see
+/// [`start_nginx_lua_with`]); the check runs on its plain listener.
+pub fn start_checked_with(
+    ctx: &Ctx,
+    tree: &Path,
+    cluster: &str,
+    server_extra: &str,
+) -> anyhow::Result<(Proxy, Vec<String>)> {
+    let peer = start_nginx_lua_with(
+        ctx,
+        "nginx-lua",
+        tree,
+        PeerOpts { window: true },
+        server_extra,
+    )?;
     let check_tree = ctx.subdir("nginx-lua-check-tree")?;
     copy_tree(tree, &check_tree)?;
     write_vector_docs(&check_tree, cluster)?;

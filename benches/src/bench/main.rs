@@ -7,7 +7,7 @@
 //! time from `/proc/<pid>/stat`, and writes medians and ratios into benches/RESULTS.md.
 //!
 //! ```text
-//! portico-bench edge|grpc|isolation|switch|instructions|knobs|apis|idle|latency|replay|cache|routing|fleet|notify|peer-check|all
+//! portico-bench edge|grpc|isolation|switch|instructions|knobs|apis|idle|latency|replay|cache|routing|fleet|notify|tls|peer-check|all
 //!     [--rounds 5] [--duration 6] [--connections 32] [--nice -10] ...
 //! ```
 
@@ -31,6 +31,9 @@ mod scale;
 mod services;
 mod svg;
 mod switch;
+mod tls;
+#[path = "../tls_client.rs"]
+mod tls_client;
 mod trees;
 
 use std::path::{Path, PathBuf};
@@ -81,6 +84,10 @@ enum Suite {
     /// Notifications: publish → delivered latency at 1,000 events/s over 1,000
     /// merchants' signed streams, memory per idle stream, events/s one node sustains.
     Notify,
+    /// TLS 1.3 and HTTP/2: full and resumed handshakes per core, requests per core on
+    /// kept-alive TLS (HTTP/1.1 signed, HTTP/2 with h2load), Portico vs nginx vs nginx + Lua;
+    /// fleet resumption across two gateways.
+    Tls,
     /// The nginx + Lua peer of the edge suite alone: it accepts both signature vectors of
     /// docs/PROTOCOL.md and refuses a bad signature, a replay, a stale timestamp, an unknown
     /// app (the check the edge suite also runs before measuring).
@@ -144,6 +151,10 @@ struct Common {
     /// Signed requests per second of the one app (replay suite).
     #[arg(long, global = true, default_value_t = 10_000.0)]
     soak_rate: f64,
+    /// Other clients that handshake on gateway A between the returning clients' two visits
+    /// (tls suite, fleet resumption).
+    #[arg(long, global = true, default_value_t = 10_000)]
+    tls_others: usize,
 }
 
 /// What every suite needs.
@@ -345,6 +356,7 @@ fn main() -> anyhow::Result<()> {
             Suite::Routing,
             Suite::Fleet,
             Suite::Notify,
+            Suite::Tls,
         ],
         s => vec![s],
     };
@@ -365,6 +377,7 @@ fn main() -> anyhow::Result<()> {
             Suite::Routing => routing::run(&ctx, cg_plan),
             Suite::Fleet => fleet::run(&ctx),
             Suite::Notify => notify::run(&ctx),
+            Suite::Tls => tls::run(&ctx, c.tls_others),
             Suite::PeerCheck => lua_peer::run_check(&ctx),
             Suite::All => Ok(()),
         };

@@ -86,6 +86,9 @@ pub struct LoadOut {
     /// `[second, 2xx, 429, other]`
     #[serde(default)]
     pub series: Vec<[u64; 4]>,
+    /// `--handshakes`: the handshakes that resumed a session.
+    #[serde(default)]
+    pub resumed: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -97,6 +100,8 @@ pub struct Latency {
     pub p999: u64,
     #[serde(default)]
     pub max: u64,
+    #[serde(default)]
+    pub mean: f64,
 }
 
 /// A load run and the CPU time each watched process used during its window.

@@ -102,7 +102,11 @@ pub fn start_nginx_fixed(ctx: &Ctx, name: &str, answers: &[(&str, &str)]) -> any
     Ok(proxy)
 }
 
-fn run_nginx(
+/// One nginx process named `name` (its files in `<tmp>/<name>`): `upstream_block` in
+/// `http`, `locations` (and any other server directives: the TLS suite's `listen ... ssl`)
+/// in the one `server` listening on a free port, ready once `GET ready_path` on that port
+/// answers 200.
+pub fn run_nginx(
     ctx: &Ctx,
     name: &str,
     upstream_block: &str,
