@@ -357,7 +357,8 @@ async fn fire(
         return;
     };
     let now_ms = portico_control::clock::now_ms();
-    let at = portico_control::clock::now_rfc3339();
+    // `at` says the very time the claim records (a cooldown counts from it).
+    let at = portico_control::clock::rfc3339_ms(i64::try_from(now_ms).unwrap_or(i64::MAX));
     let id = format!("as-{:016x}", fastrand::u64(..));
     let body = payload(cluster, r.action.as_str(), rps, rule, &at);
     let event = json!({
@@ -438,7 +439,8 @@ async fn mark_asleep(
     idle: Idle,
 ) {
     let now_ms = portico_control::clock::now_ms();
-    let at = portico_control::clock::now_rfc3339();
+    // `at` says the very time the claim records (a cooldown counts from it).
+    let at = portico_control::clock::rfc3339_ms(i64::try_from(now_ms).unwrap_or(i64::MAX));
     let id = format!("sl-{:016x}", fastrand::u64(..));
     let event = json!({
         "id": id, "kind": "sleep", "at": at, "idle_s": mark.idle_s,
