@@ -24,7 +24,7 @@
 //! same key (a slot taken over by another key in between gets those bytes: one answer's worth
 //! of error in an estimate that is approximate anyway).
 
-use crate::edge::keys::KEY_SEPARATOR;
+use crate::edge::key_text::{display_key, KEY_SEPARATOR};
 use arc_swap::ArcSwap;
 use portico_control::HotKeysSpec;
 use std::collections::HashMap;
@@ -310,7 +310,7 @@ impl Detector {
             };
             let (key, switch_match) = match (&name, before) {
                 (Some(name), _) => (
-                    crate::edge::keys::display_key(name),
+                    display_key(name),
                     switch_match(&self.spec.key, name),
                 ),
                 // Named in an earlier window.

@@ -16,8 +16,7 @@ use portico_control::selector::Selector;
 use std::borrow::Cow;
 use std::hash::Hasher;
 
-/// The byte written between two selector values when a key is hashed (and joined).
-pub const KEY_SEPARATOR: u8 = 0x1f;
+pub use super::key_text::KEY_SEPARATOR;
 
 /// The value `sel` names in this request; `None` when the request has no such part (no such
 /// path variable, query parameter or header, an unsigned call for `app`).
@@ -152,11 +151,6 @@ pub fn hash_into(key: &[Selector], req: &EdgeRequest<'_>, ctx: &EdgeCtx, hasher:
             None => hasher.write(b""),
         }
     }
-}
-
-/// The key as shown to operators (`/status`, the registry): `\x1f` shown as `|`.
-pub fn display_key(key: &str) -> String {
-    key.replace('\x1f', "|")
 }
 
 #[cfg(test)]
