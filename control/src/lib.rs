@@ -11,6 +11,8 @@
 //! - [`store`]: the last-known-good snapshot on disk (`--snapshot-dir`).
 //! - [`egress`]: where outbound calls made for config authors may go (webhooks, callbacks,
 //!   health checks, `wake_url`, the reflection import).
+//! - [`status`]: a gateway's admin `/status` document, written by the gateway and read by the
+//!   registry and the CLI (its schema: `docs/schemas/gateway-status.schema.json`).
 //!
 //! Layers (docs/ARCHITECTURE.md, "Control layers"): a module imports only modules of a lower
 //! layer, never one beside it. `control/tests/layers.rs` reads this table and checks it, and
@@ -18,6 +20,7 @@
 //!
 //! | layer | modules |
 //! |---|---|
+//! | 4 | [`status`] |
 //! | 3 | [`validate`], [`store`], [`zk`] |
 //! | 2 | [`snapshot`] |
 //! | 1 | [`selector`], [`source`] |
@@ -31,6 +34,7 @@ pub mod selector;
 pub mod sign;
 pub mod snapshot;
 pub mod source;
+pub mod status;
 pub mod store;
 pub mod template;
 pub mod tree;

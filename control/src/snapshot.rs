@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Which configuration a snapshot is.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct ConfigVersion {
     /// Grows with every change the source reports (see [`crate::Tree::generation`]).
     pub generation: u64,

@@ -1,7 +1,9 @@
 //! The admin listener: `/metrics` (Prometheus text), `/healthz`, `/readyz` (200 once a
 //! snapshot is loaded), `/status` (JSON: node, config source and version, APIs, breakers,
-//! the reload loop's health, the TLS certificate in use). docs/OPERATIONS.md ("Admin
-//! endpoints") lists the fields.
+//! the reload loop's health, the TLS certificate in use). `/status` is a
+//! [`portico_control::status::GatewayStatus`], filled here from the parts each module reports
+//! (its schema: `docs/schemas/gateway-status.schema.json`; docs/OPERATIONS.md, "Admin
+//! endpoints").
 
 use crate::runtime::Plane;
 use crate::tls::CertStore;
@@ -10,6 +12,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use portico_control::status as st;
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -39,13 +43,13 @@ pub struct TlsStatus {
 }
 
 impl TlsStatus {
-    fn to_json(&self) -> serde_json::Value {
-        let mut v = self.certs.status();
-        if let Some(obj) = v.as_object_mut() {
-            obj.insert("listen".into(), self.listen.clone().into());
-            obj.insert("sandbox_listen".into(), self.sandbox_listen.clone().into());
+    /// `/status`'s `tls`: the certificate part with the listeners.
+    fn status(&self) -> st::TlsStatus {
+        st::TlsStatus {
+            listen: self.listen.clone(),
+            sandbox_listen: self.sandbox_listen.clone(),
+            ..self.certs.status()
         }
-        v
     }
 }
 
@@ -96,49 +100,55 @@ async fn readyz(State(s): State<AdminState>) -> Response {
     }
 }
 
-fn plane_status(plane: &Plane) -> serde_json::Value {
+/// One plane's part of `/status` (the live plane's is the top level, the sandbox's `sandbox`).
+fn plane_status(plane: &Plane) -> st::PlaneStatus {
     let rt = plane.current.load();
     let snap = &rt.snapshot;
     let applied_at = plane.applied_at_ms.load(Ordering::Relaxed);
     let now = portico_control::clock::now_ms();
-    let breakers: serde_json::Map<String, serde_json::Value> = rt
+    let invoke = rt
         .invoke
         .apis
         .iter()
         .map(|(id, a)| {
-            (
-                id.clone(),
-                serde_json::json!({
-                    "breaker": a.breaker.state().as_str(),
-                    "in_flight": a.bulkhead.in_flight(),
-                    "max_concurrent": a.bulkhead.capacity(),
-                }),
-            )
+            let api = st::InvokeStatus {
+                breaker: a.breaker.state().as_str().to_owned(),
+                in_flight: u64::from(a.bulkhead.in_flight()),
+                max_concurrent: u64::from(a.bulkhead.capacity()),
+            };
+            (id.clone(), api)
         })
         .collect();
-    serde_json::json!({
-        "ready": plane.ready.load(Ordering::Acquire),
-        "config_source": plane.source.load().as_str(),
-        "config_version": snap.version,
-        "applied_at_ms": applied_at,
-        "config_age_ms": if applied_at > 0 { now.saturating_sub(applied_at) } else { 0 },
-        "apis_loaded": snap.apis.len(),
-        "apis": snap.apis.keys().collect::<Vec<_>>(),
-        "apps_loaded": snap.apps.len(),
-        "switches_degraded": snap.switches.iter().filter(|(_, s)| s.degraded).map(|(k, _)| k).collect::<Vec<_>>(),
-        "rejected_documents": rejected_status(plane, snap),
-        "config_loop": reload_status(plane),
-        "invoke": breakers,
-        "hot_keys": hot_keys_status(&rt, now),
-        "clusters": clusters_status(&rt),
-    })
+    st::PlaneStatus {
+        ready: plane.ready.load(Ordering::Acquire),
+        config_source: plane.source.load().as_str().to_owned(),
+        config_version: snap.version.clone(),
+        applied_at_ms: applied_at,
+        config_age_ms: if applied_at > 0 {
+            now.saturating_sub(applied_at)
+        } else {
+            0
+        },
+        apis_loaded: snap.apis.len() as u64,
+        apis: snap.apis.keys().cloned().collect(),
+        apps_loaded: snap.apps.len() as u64,
+        switches_degraded: snap
+            .switches
+            .iter()
+            .filter(|(_, s)| s.degraded)
+            .map(|(k, _)| k.clone())
+            .collect(),
+        rejected_documents: rejected_status(plane, snap),
+        config_loop: reload_status(plane),
+        invoke,
+        hot_keys: hot_keys_status(&rt, now),
+        clusters: Some(clusters_status(&rt)),
+    }
 }
 
 /// `rejected_documents`: each refused document (`path`, `reason`, `kept_previous`) and, when
-/// the previous version is kept, `kept`: what of it is served (docs/OPERATIONS.md, "Admin
-/// endpoints": its `updated_by`, `updated_at`, `version`, `degraded`, `active` when the
-/// document has them, and `digest`, the SHA-256 of its bytes).
-fn rejected_status(plane: &Plane, snap: &portico_control::Snapshot) -> serde_json::Value {
+/// the previous version is kept, `kept`: what of it is served ([`kept_summary`]).
+fn rejected_status(plane: &Plane, snap: &portico_control::Snapshot) -> Vec<st::RejectedDocument> {
     plane
         .rejected_documents()
         .into_iter()
@@ -148,58 +158,64 @@ fn rejected_status(plane: &Plane, snap: &portico_control::Snapshot) -> serde_jso
                 .then(|| snap.accepted.get(&r.path))
                 .flatten()
                 .map(|bytes| kept_summary(bytes));
-            serde_json::json!({
-                "path": r.path,
-                "reason": r.reason,
-                "kept_previous": r.kept_previous,
-                "kept": kept,
-            })
+            st::RejectedDocument {
+                path: r.path,
+                reason: r.reason,
+                kept_previous: r.kept_previous,
+                kept,
+            }
         })
-        .collect::<Vec<_>>()
-        .into()
+        .collect()
 }
 
-/// The fields of a kept document that tell which version it is and what it does.
-fn kept_summary(bytes: &[u8]) -> serde_json::Value {
+/// The fields of a kept document that tell which version it is and what it does: its
+/// `updated_by`, `updated_at`, `version`, `degraded`, `active` when the document has them
+/// (with the type the document kind that defines them gives them), and `digest`, the SHA-256
+/// of its bytes.
+fn kept_summary(bytes: &[u8]) -> st::KeptDocument {
     use sha2::{Digest, Sha256};
     let digest = hex::encode(Sha256::digest(bytes));
-    let mut out = serde_json::Map::new();
-    if let Ok(serde_json::Value::Object(doc)) = serde_json::from_slice::<serde_json::Value>(bytes) {
-        for field in ["updated_by", "updated_at", "version", "degraded", "active"] {
-            if let Some(v) = doc.get(field) {
-                out.insert(field.to_owned(), v.clone());
-            }
-        }
+    let doc = match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(serde_json::Value::Object(doc)) => doc,
+        _ => serde_json::Map::new(),
+    };
+    let text = |field: &str| doc.get(field).and_then(|v| v.as_str()).map(str::to_owned);
+    st::KeptDocument {
+        updated_by: text("updated_by"),
+        updated_at: text("updated_at"),
+        version: doc.get("version").and_then(serde_json::Value::as_u64),
+        degraded: doc.get("degraded").and_then(serde_json::Value::as_bool),
+        active: text("active"),
+        digest,
     }
-    out.insert("digest".to_owned(), digest.into());
-    out.into()
 }
 
 // Hot APIs (docs/OPERATIONS.md, "Caching and hot keys").
 
 /// `hot_keys`: per API with a hot-key policy, its hot keys (key, rate, bytes/s, since, and the
 /// key-level switch `match` selecting exactly that key, or null).
-fn hot_keys_status(rt: &crate::runtime::Runtime, now_ms: u64) -> serde_json::Value {
-    let mut out = serde_json::Map::new();
+fn hot_keys_status(
+    rt: &crate::runtime::Runtime,
+    now_ms: u64,
+) -> BTreeMap<String, Vec<st::HotKeyStatus>> {
+    let mut out = BTreeMap::new();
     for api in rt.edge.cache.apis() {
         if let Some(d) = &api.detector {
-            let keys: Vec<serde_json::Value> = d
+            let keys = d
                 .hot_keys(now_ms)
                 .into_iter()
-                .map(|k| {
-                    serde_json::json!({
-                        "key": k.key,
-                        "rate": (k.rate * 10.0).round() / 10.0,
-                        "bytes_per_s": k.bytes_per_s.round(),
-                        "since_ms": k.since_ms,
-                        "match": k.switch_match,
-                    })
+                .map(|k| st::HotKeyStatus {
+                    key: k.key,
+                    rate: (k.rate * 10.0).round() / 10.0,
+                    bytes_per_s: k.bytes_per_s.round(),
+                    since_ms: k.since_ms,
+                    switch_match: k.switch_match,
                 })
                 .collect();
-            out.insert(api.id.clone(), keys.into());
+            out.insert(api.id.clone(), keys);
         }
     }
-    out.into()
+    out
 }
 
 /// The cache and hot-key series, in Prometheus text: `portico_hot_keys{api}`,
@@ -350,60 +366,56 @@ fn escape_label(v: &str) -> String {
 
 /// `clusters.<name>`: the set serving, why, and each endpoint's health and load score
 /// (docs/OPERATIONS.md, "Clusters: balancing, health, failover, sleep").
-fn clusters_status(rt: &crate::runtime::Runtime) -> serde_json::Value {
+fn clusters_status(rt: &crate::runtime::Runtime) -> BTreeMap<String, st::ClusterStatus> {
     rt.invoke
         .clusters
         .iter()
         .map(|(name, c)| (name.clone(), c.routing.status()))
-        .collect::<serde_json::Map<_, _>>()
-        .into()
+        .collect()
 }
 
 /// The reload loop's health: running or not, restarts, and the last restart's reason.
-fn reload_status(plane: &Plane) -> serde_json::Value {
+fn reload_status(plane: &Plane) -> st::ConfigLoopStatus {
     let r = &plane.reload;
-    let last = r
-        .last_restart
-        .load_full()
-        .map(|last| serde_json::json!({"at_ms": last.0, "reason": last.1}));
-    serde_json::json!({
-        "running": r.running.load(Ordering::Acquire),
-        "restarts": r.restarts.load(Ordering::Relaxed),
-        "last_restart": last,
-    })
+    st::ConfigLoopStatus {
+        running: r.running.load(Ordering::Acquire),
+        restarts: r.restarts.load(Ordering::Relaxed),
+        last_restart: r.last_restart.load_full().map(|last| st::LastRestart {
+            at_ms: last.0,
+            reason: last.1.clone(),
+        }),
+    }
 }
 
-async fn status(State(s): State<AdminState>) -> Json<serde_json::Value> {
-    let mut body = serde_json::json!({
-        "node_id": s.live.shared.node_id,
-        "listen": s.listen,
-        "started_at_ms": s.started_at_ms,
-        "version": env!("CARGO_PKG_VERSION"),
-    });
-    let live = plane_status(&s.live);
-    if let (Some(obj), Some(l)) = (body.as_object_mut(), live.as_object()) {
-        for (k, v) in l {
-            obj.insert(k.clone(), v.clone());
-        }
-        if let Some(sb) = &s.sandbox {
-            obj.insert("sandbox".into(), plane_status(sb));
-        }
-        if let Some(detail) = s.source.as_ref().and_then(|src| src.status().detail) {
-            obj.insert("zookeeper".into(), detail);
-        }
-        if let Some(tls) = &s.tls {
-            obj.insert("tls".into(), tls.to_json());
-        }
-        // The fleet (docs/OPERATIONS.md, "Running a cluster").
-        let fleet = &s.live.shared.fleet;
-        obj.insert("cluster_members".into(), fleet.members().into());
-        if let Some(redis) = fleet.redis_status() {
-            obj.insert("redis".into(), redis);
-        }
+/// The whole `/status` document.
+async fn gateway_status(s: &AdminState) -> st::GatewayStatus {
+    // The fleet (docs/OPERATIONS.md, "Running a cluster").
+    let fleet = &s.live.shared.fleet;
+    st::GatewayStatus {
+        node_id: s.live.shared.node_id.clone(),
+        listen: s.listen.clone(),
+        started_at_ms: s.started_at_ms,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        live: plane_status(&s.live),
+        sandbox: s.sandbox.as_deref().map(plane_status),
+        // ZooKeeper mode: the source's detail is its `ZkStatus`.
+        zookeeper: s
+            .source
+            .as_ref()
+            .and_then(|src| src.status().detail)
+            .and_then(|detail| serde_json::from_value(detail).ok()),
+        tls: s.tls.as_ref().map(TlsStatus::status),
+        cluster_members: fleet.members(),
+        redis: fleet.redis_status(),
         // Notifications (docs/OPERATIONS.md, "Notifications").
-        obj.insert("notify".into(), s.live.shared.notify.status().await);
+        notify: Some(s.live.shared.notify.status().await),
     }
-    Json(body)
+}
+
+/// `GET /status`: the document as a [`serde_json::Value`], so that every object's keys are in
+/// sorted order, as they always were.
+async fn status(State(s): State<AdminState>) -> Json<serde_json::Value> {
+    Json(gateway_status(&s).await.to_value())
 }
 
 #[cfg(test)]
@@ -415,12 +427,21 @@ mod tests {
     #[test]
     fn a_kept_document_is_described_by_its_version_fields_and_digest() {
         let kept = kept_summary(br#"{"degraded":true,"updated_by":"sre","reason":"x"}"#);
-        assert_eq!(kept["degraded"], true);
-        assert_eq!(kept["updated_by"], "sre");
-        assert!(kept.get("reason").is_none());
-        assert_eq!(kept["digest"].as_str().map(str::len), Some(64));
+        assert_eq!(kept.degraded, Some(true));
+        assert_eq!(kept.updated_by.as_deref(), Some("sre"));
+        assert_eq!(kept.digest.len(), 64);
+        let json = serde_json::to_value(&kept).unwrap();
+        assert!(json.get("reason").is_none() && json.get("version").is_none());
+        let kept = kept_summary(br#"{"version":3,"active":"standby"}"#);
         assert_eq!(
-            kept_summary(b"not json").as_object().map(|o| o.len()),
+            (kept.version, kept.active.as_deref()),
+            (Some(3), Some("standby"))
+        );
+        assert_eq!(
+            serde_json::to_value(kept_summary(b"not json"))
+                .unwrap()
+                .as_object()
+                .map(|o| o.len()),
             Some(1)
         );
     }
@@ -429,7 +450,7 @@ mod tests {
     #[test]
     fn status_reports_a_failed_build_and_the_reload_loop() {
         let plane = plane();
-        let status = plane_status(&plane);
+        let status = serde_json::to_value(plane_status(&plane)).unwrap();
         assert_eq!(status["ready"], false);
         assert_eq!(status["rejected_documents"], serde_json::json!([]));
         assert_eq!(
@@ -448,7 +469,7 @@ mod tests {
             .reload
             .last_restart
             .store(Some(Arc::new((42, "it panicked: x".to_owned()))));
-        let status = plane_status(&plane);
+        let status = serde_json::to_value(plane_status(&plane)).unwrap();
         assert_eq!(status["rejected_documents"][0]["path"], "*");
         assert_eq!(status["rejected_documents"][0]["kept_previous"], true);
         assert_eq!(

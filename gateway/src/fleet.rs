@@ -356,7 +356,7 @@ impl Fleet {
 
     /// `/status`'s `redis` block: `{"url", "state": "ok"|"down", "since", "last_error"}`, or
     /// `None` without Redis.
-    pub fn redis_status(&self) -> Option<serde_json::Value> {
+    pub fn redis_status(&self) -> Option<portico_control::status::RedisStatus> {
         let r = self.redis.as_ref()?;
         let since_ms = r.since_ms.load(Ordering::Relaxed);
         let since =
@@ -366,13 +366,18 @@ impl Fleet {
                     t.format(&time::format_description::well_known::Rfc3339)
                         .ok()
                 });
-        Some(serde_json::json!({
-            "url": redact(&r.url),
-            "state": if r.up.load(Ordering::Relaxed) { "ok" } else { "down" },
-            "since": since,
-            "since_unix_ms": since_ms,
-            "last_error": r.last_error.load_full().map(|e| (*e).clone()),
-        }))
+        Some(portico_control::status::RedisStatus {
+            url: redact(&r.url),
+            state: if r.up.load(Ordering::Relaxed) {
+                "ok"
+            } else {
+                "down"
+            }
+            .to_owned(),
+            since,
+            since_unix_ms: since_ms,
+            last_error: r.last_error.load_full().map(|e| (*e).clone()),
+        })
     }
 
     fn mark(&self, up: bool, error: Option<String>) {

@@ -100,28 +100,9 @@ pub struct CertFiles {
     pub key: PathBuf,
 }
 
-/// What `/status` shows of a certificate.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct CertInfo {
-    /// The server certificate's subject, e.g. `CN=api.example.com`.
-    pub subject: String,
-    pub issuer: String,
-    /// DNS names and IP addresses of the subject alternative name extension.
-    pub dns_names: Vec<String>,
-    pub ip_addresses: Vec<String>,
-    /// Validity, in Unix seconds and as RFC 3339.
-    pub not_before_unix: i64,
-    pub not_after_unix: i64,
-    pub not_before: String,
-    pub not_after: String,
-    /// SHA-256 of the server certificate's DER, as `openssl x509 -fingerprint -sha256` prints it.
-    pub sha256_fingerprint: String,
-    /// Certificates in the chain file (the server's and its intermediates).
-    pub chain_length: usize,
-    /// When this certificate was loaded (Unix milliseconds, RFC 3339).
-    pub loaded_at_ms: u64,
-    pub loaded_at: String,
-}
+/// What `/status` shows of a certificate (`tls.certificate`; defined with the rest of
+/// `/status` in `portico_control::status`).
+pub use portico_control::status::CertInfo;
 
 /// A checked certificate chain and key, as served.
 pub struct Loaded {
@@ -138,12 +119,8 @@ struct FileContents {
     digest: [u8; 32],
 }
 
-/// A refused version of the files.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Refusal {
-    pub at_ms: u64,
-    pub reason: String,
-}
+/// A refused version of the files (`/status`'s `tls.refused`).
+pub use portico_control::status::TlsRefusal as Refusal;
 
 /// The TLS metrics, registered in the gateway's registry.
 struct TlsMetrics {
@@ -399,16 +376,21 @@ impl CertStore {
         }
     }
 
-    /// The certificate part of `/status`.
-    pub fn status(&self) -> serde_json::Value {
+    /// The certificate part of `/status`'s `tls` (the listeners are the caller's to fill in).
+    pub fn status(&self) -> portico_control::status::TlsStatus {
         let reloads = |result: &str| self.metrics.reloads.with_label_values(&[result]).get();
-        serde_json::json!({
-            "cert_file": self.files.cert.display().to_string(),
-            "key_file": self.files.key.display().to_string(),
-            "certificate": self.current.load().info,
-            "reloads": { "applied": reloads("applied"), "refused": reloads("refused") },
-            "refused": self.refusal().as_deref(),
-        })
+        portico_control::status::TlsStatus {
+            listen: None,
+            sandbox_listen: None,
+            cert_file: self.files.cert.display().to_string(),
+            key_file: self.files.key.display().to_string(),
+            certificate: self.current.load().info.clone(),
+            reloads: portico_control::status::TlsReloads {
+                applied: reloads("applied"),
+                refused: reloads("refused"),
+            },
+            refused: self.refusal().as_deref().cloned(),
+        }
     }
 
     /// Sets the gauges of the certificate in use.
@@ -990,8 +972,8 @@ mod tests {
             "{}",
             refusal.reason
         );
-        assert_eq!(store.status()["refused"]["reason"], refusal.reason.as_str());
-        assert_eq!(store.status()["reloads"]["refused"], 1);
+        assert_eq!(store.status().refused.as_ref(), Some(&*refusal));
+        assert_eq!(store.status().reloads.refused, 1);
         assert_eq!(
             metric(&registry, "portico_tls_cert_reload_failing", None),
             1.0
@@ -999,7 +981,7 @@ mod tests {
         // Not tried again while the files stay the same.
         assert_eq!(store.poll(now), PollOutcome::Unchanged);
         assert_eq!(store.poll(now), PollOutcome::Unchanged);
-        assert_eq!(store.status()["reloads"]["refused"], 1);
+        assert_eq!(store.status().reloads.refused, 1);
 
         // Put back: the files hold the certificate in use again.
         f.put_leaf(&a, &ca);
@@ -1019,8 +1001,8 @@ mod tests {
         assert_eq!(store.poll(now), PollOutcome::Applied);
         assert!(store.refusal().is_none());
         assert_eq!(store.current().info.subject, "CN=b");
-        assert_eq!(store.status()["reloads"]["applied"], 1);
-        assert_eq!(store.status()["reloads"]["refused"], 2);
+        assert_eq!(store.status().reloads.applied, 1);
+        assert_eq!(store.status().reloads.refused, 2);
     }
 
     #[test]

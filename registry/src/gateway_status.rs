@@ -1,6 +1,8 @@
 //! Reading every live gateway's admin `/status` at once, for the views that merge what the
 //! gateways report (hot keys, notifications; docs/OPERATIONS.md, "Admin endpoints"). A
 //! gateway that cannot be read is reported with the error; it never fails the whole view.
+//! The document is read as a [`GatewayStatus`] (`portico_control::status`: what an older or
+//! newer gateway may leave out or add is said there).
 //!
 //! [`Served`] and [`refusals`] read what the gateways actually serve of each document (refused
 //! documents, switches served degraded, each cluster's active side) for the lists that show it
@@ -9,6 +11,7 @@
 use crate::error::{ApiError, ApiResult};
 use crate::state::Shared;
 use crate::zk_store::Env;
+use portico_control::status::{GatewayStatus, KeptDocument, PlaneStatus};
 use portico_control::zk::NodeInfo;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -36,28 +39,34 @@ pub fn client(timeout: Duration) -> ApiResult<reqwest::Client> {
         .map_err(|e| ApiError::unavailable(format!("no HTTP client: {e}")))
 }
 
+/// One gateway's `/status` at `admin_addr`, or why it could not be read (unreachable, not a
+/// 2xx, or not a gateway's status: the field that does not read is named).
+pub async fn read_one(client: &reqwest::Client, admin_addr: &str) -> Result<GatewayStatus, String> {
+    let url = format!("http://{admin_addr}/status");
+    let resp = client.get(&url).send().await.map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(format!("{url} answered {}", resp.status()));
+    }
+    let body = resp.bytes().await.map_err(|e| e.to_string())?;
+    GatewayStatus::from_slice(&body).map_err(|e| format!("{url}: {e}"))
+}
+
+/// What [`read_all`] answers: every live node with its `/status` or why it could not be read.
+pub type Reads = Vec<(NodeInfo, Result<GatewayStatus, String>)>;
+
 /// Every live gateway node with its `/status` (or why it could not be read), in node order.
-pub async fn read_all(state: &Shared) -> ApiResult<Vec<(NodeInfo, Result<Value, String>)>> {
+pub async fn read_all(state: &Shared) -> ApiResult<Reads> {
     let nodes = live_nodes(state).await?;
     let client = client(STATUS_TIMEOUT)?;
-    let reads = futures::future::join_all(nodes.iter().map(|info| {
-        let client = client.clone();
-        async move {
-            let url = format!("http://{}/status", info.admin_addr);
-            let resp = client.get(&url).send().await.map_err(|e| e.to_string())?;
-            if !resp.status().is_success() {
-                return Err(format!("{url} answered {}", resp.status()));
-            }
-            resp.json::<Value>().await.map_err(|e| e.to_string())
-        }
-    }))
-    .await;
+    let reads =
+        futures::future::join_all(nodes.iter().map(|info| read_one(&client, &info.admin_addr)))
+            .await;
     Ok(nodes.into_iter().zip(reads).collect())
 }
 
 /// Splits [`read_all`]'s answer into the `nodes` list of a view (`{node_id, ok, error?}`)
 /// and the statuses that could be read, as `(node id, status)`.
-pub fn split(reads: Vec<(NodeInfo, Result<Value, String>)>) -> (Vec<Value>, Vec<(String, Value)>) {
+pub fn split(reads: Reads) -> (Vec<Value>, Vec<(String, GatewayStatus)>) {
     let mut nodes = Vec::with_capacity(reads.len());
     let mut statuses = Vec::with_capacity(reads.len());
     for (info, read) in reads {
@@ -77,8 +86,8 @@ pub fn split(reads: Vec<(NodeInfo, Result<Value, String>)>) -> (Vec<Value>, Vec<
 
 /// One gateway's refusal of one document: it is not served; `kept_previous` says whether the
 /// gateway still serves the last version it accepted, described by `kept` (that version's
-/// `updated_by`, `updated_at`, `version`, `degraded`, `active` and `digest`, as the gateway
-/// reports them; older gateways report none).
+/// `updated_by`, `updated_at`, `version`, `degraded`, `active` and `digest`, the gateway's
+/// `/status` `rejected_documents[].kept`; older gateways report none).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Refusal {
     /// The gateway node.
@@ -89,7 +98,7 @@ pub struct Refusal {
     pub kept_previous: bool,
     /// The served previous version, when the gateway describes it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kept: Option<Value>,
+    pub kept: Option<KeptDocument>,
 }
 
 /// The refused documents of an env, by tree path relative to the env (`switches/x`,
@@ -104,7 +113,7 @@ pub struct Served {
     /// `{node_id, ok, error?}` per live gateway (as [`split`]).
     pub nodes: Vec<Value>,
     /// `(node id, plane status)` of the gateways read that serve the env.
-    pub planes: Vec<(String, Value)>,
+    pub planes: Vec<(String, PlaneStatus)>,
 }
 
 impl Served {
@@ -114,13 +123,13 @@ impl Served {
     }
 
     /// [`Served`] from [`read_all`]'s answer.
-    pub fn from_reads(env: Env, reads: Vec<(NodeInfo, Result<Value, String>)>) -> Served {
+    pub fn from_reads(env: Env, reads: Reads) -> Served {
         let (nodes, statuses) = split(reads);
         let planes = statuses
             .into_iter()
             .filter_map(|(node, status)| match env {
-                Env::Live => Some((node, status)),
-                Env::Sandbox => status.get("sandbox").cloned().map(|s| (node, s)),
+                Env::Live => Some((node, status.live)),
+                Env::Sandbox => status.sandbox.map(|s| (node, s)),
             })
             .collect();
         Served { nodes, planes }
@@ -130,16 +139,12 @@ impl Served {
     pub fn refusals(&self) -> Refusals {
         let mut out = Refusals::new();
         for (node, plane) in &self.planes {
-            let rejected = plane["rejected_documents"].as_array();
-            for r in rejected.into_iter().flatten() {
-                let Some(path) = r["path"].as_str() else {
-                    continue;
-                };
-                out.entry(path.to_owned()).or_default().push(Refusal {
+            for r in &plane.rejected_documents {
+                out.entry(r.path.clone()).or_default().push(Refusal {
                     node_id: node.clone(),
-                    reason: r["reason"].as_str().unwrap_or_default().to_owned(),
-                    kept_previous: r["kept_previous"].as_bool().unwrap_or(false),
-                    kept: r.get("kept").filter(|k| !k.is_null()).cloned(),
+                    reason: r.reason.clone(),
+                    kept_previous: r.kept_previous,
+                    kept: r.kept.clone(),
                 });
             }
         }
@@ -155,11 +160,7 @@ impl Served {
     pub fn degraded_on(&self, id: &str) -> Vec<String> {
         self.planes
             .iter()
-            .filter(|(_, p)| {
-                p["switches_degraded"]
-                    .as_array()
-                    .is_some_and(|s| s.iter().any(|v| v.as_str() == Some(id)))
-            })
+            .filter(|(_, p)| p.switches_degraded.iter().any(|s| s == id))
             .map(|(node, _)| node.clone())
             .collect()
     }
@@ -171,8 +172,8 @@ impl Served {
         self.planes
             .iter()
             .filter_map(|(node, p)| {
-                let c = p["clusters"].get(name)?;
-                Some(json!({"node_id": node, "active": c["active"], "reason": c["reason"]}))
+                let c = p.clusters.as_ref()?.get(name)?;
+                Some(json!({"node_id": node, "active": c.active, "reason": c.reason}))
             })
             .collect()
     }
@@ -232,11 +233,33 @@ mod tests {
         .unwrap()
     }
 
+    /// A gateway's `/status` with the plane fields given (the rest at their defaults).
+    fn status(planes: Value) -> GatewayStatus {
+        let mut doc = json!({"node_id": "n", "listen": "l", "started_at_ms": 0, "version": "v",
+            "ready": true, "config_source": "s", "config_version": {"generation": 1, "digest": ""},
+            "applied_at_ms": 0, "config_age_ms": 0, "apis_loaded": 0, "apis": [],
+            "apps_loaded": 0, "switches_degraded": [], "rejected_documents": [], "invoke": {}});
+        let plane = doc.clone();
+        for (k, v) in planes.as_object().unwrap() {
+            if k == "sandbox" {
+                let mut sandbox = plane.clone();
+                for (k, v) in v.as_object().unwrap() {
+                    sandbox[k] = v.clone();
+                }
+                doc[k] = sandbox;
+            } else {
+                doc[k] = v.clone();
+            }
+        }
+        GatewayStatus::from_slice(&serde_json::to_vec(&doc).unwrap()).unwrap()
+    }
+
     #[test]
     fn served_gathers_refusals_switches_and_sides_per_env() {
         let gw1 = json!({
             "rejected_documents": [{"path": "switches/x", "reason": "not JSON",
-                "kept_previous": true, "kept": {"degraded": true, "updated_by": "sre"}}],
+                "kept_previous": true, "kept": {"degraded": true, "updated_by": "sre",
+                "digest": "d"}}],
             "switches_degraded": ["x"],
             "clusters": {"c": {"active": "standby", "reason": "auto"}},
             "sandbox": {"rejected_documents": [{"path": "apis/d", "reason": "r",
@@ -245,8 +268,8 @@ mod tests {
         let gw2 = json!({"rejected_documents": [], "switches_degraded": [],
             "clusters": {"c": {"active": "standby", "reason": "manual"}}});
         let reads = vec![
-            (node("gw-1"), Ok(gw1)),
-            (node("gw-2"), Ok(gw2)),
+            (node("gw-1"), Ok(status(gw1))),
+            (node("gw-2"), Ok(status(gw2))),
             (node("gw-3"), Err("refused".to_owned())),
         ];
         let live = Served::from_reads(Env::Live, reads.clone());
@@ -258,8 +281,18 @@ mod tests {
                 node_id: "gw-1".into(),
                 reason: "not JSON".into(),
                 kept_previous: true,
-                kept: Some(json!({"degraded": true, "updated_by": "sre"})),
+                kept: Some(KeptDocument {
+                    degraded: Some(true),
+                    updated_by: Some("sre".into()),
+                    digest: "d".into(),
+                    ..KeptDocument::default()
+                }),
             }]
+        );
+        assert_eq!(
+            serde_json::to_value(&refusals["switches/x"][0]).unwrap()["kept"],
+            json!({"degraded": true, "updated_by": "sre", "digest": "d"}),
+            "passed on as the gateway wrote it"
         );
         let x = live.item(&refusals, "switches", "x");
         assert_eq!(x["degraded"], Value::Null, "the nodes disagree");

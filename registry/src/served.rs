@@ -77,26 +77,21 @@ pub async fn api_refusals(state: &Shared, env: Env) -> ApiResult<ApiRefusals> {
     let reads = read_all(state).await.unwrap_or_default();
     for (info, read) in reads {
         let Ok(status) = read else { continue };
-        let plane = match env {
-            Env::Live => &status,
-            Env::Sandbox => match status.get("sandbox") {
-                Some(p) => p,
-                None => continue,
-            },
+        let Some(plane) = status.plane(env == Env::Sandbox) else {
+            continue;
         };
         out.nodes += 1;
-        let rejected = plane["rejected_documents"].as_array();
-        for r in rejected.into_iter().flatten() {
-            let Some(path) = r["path"].as_str().filter(|p| p.starts_with("apis/")) else {
+        for r in &plane.rejected_documents {
+            if !r.path.starts_with("apis/") {
                 continue;
-            };
+            }
             out.by_path
-                .entry(path.to_owned())
+                .entry(r.path.clone())
                 .or_default()
                 .push(Refusal {
                     node_id: info.node_id.clone(),
-                    reason: r["reason"].as_str().unwrap_or_default().to_owned(),
-                    kept_previous: r["kept_previous"].as_bool().unwrap_or(false),
+                    reason: r.reason.clone(),
+                    kept_previous: r.kept_previous,
                 });
         }
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 /// Connection state of a [`ZkSource`](super::ZkSource).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ZkState {
     /// No session yet: the first connection is being attempted (or retried).
@@ -26,8 +26,9 @@ pub enum ZkState {
     Unauthorized,
 }
 
-/// A snapshot of a [`ZkSource`](super::ZkSource)'s connection, for `/status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A snapshot of a [`ZkSource`](super::ZkSource)'s connection, for `/status` (its `zookeeper`,
+/// [`crate::status::GatewayStatus::zookeeper`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ZkStatus {
     pub state: ZkState,
     /// When `state` was entered, in Unix epoch milliseconds.

@@ -395,34 +395,37 @@ impl Routing {
             .all(|e| !e.available(now_ms))
     }
 
-    /// The `/status` view: the serving set, why, and each endpoint's health and load score.
-    pub fn status(&self) -> serde_json::Value {
+    /// The `/status` view (`clusters.<name>`): the serving set, why, and each endpoint's
+    /// health and load score.
+    pub fn status(&self) -> portico_control::status::ClusterStatus {
+        use portico_control::status::EndpointStatus;
         let now = portico_control::clock::now_ms();
         let (active, reason) = self.serving(now);
-        let set_json = |set: &Set| -> serde_json::Value {
+        let set_status = |set: &Set| -> Vec<EndpointStatus> {
             set.endpoints
                 .iter()
                 .map(|e| {
-                    serde_json::json!({
-                        "addr": e.addr,
-                        "healthy": e.available(now),
-                        "probe_healthy": e.probe_healthy(),
-                        "ejected_until": e.ejected_until(now),
-                        "load": e.load_report(now).map(|(l, _)| l),
-                        "load_age_ms": e.load_report(now).map(|(_, a)| a),
-                        "latency_ewma_us": e.latency_cost().round(),
-                    })
+                    let load = e.load_report(now);
+                    EndpointStatus {
+                        addr: e.addr.clone(),
+                        healthy: e.available(now),
+                        probe_healthy: e.probe_healthy(),
+                        ejected_until: e.ejected_until(now),
+                        load: load.map(|(l, _)| l),
+                        load_age_ms: load.map(|(_, a)| a),
+                        latency_ewma_us: e.latency_cost().round(),
+                    }
                 })
                 .collect()
         };
-        serde_json::json!({
-            "active": active.as_str(),
-            "reason": reason.as_str(),
-            "balancing": self.cluster.balancing().as_str(),
-            "health_check": self.prober.is_some(),
-            "primary": set_json(&self.primary),
-            "standby": self.standby.as_ref().map(set_json),
-        })
+        portico_control::status::ClusterStatus {
+            active: active.as_str().to_owned(),
+            reason: reason.as_str().to_owned(),
+            balancing: self.cluster.balancing().as_str().to_owned(),
+            health_check: self.prober.is_some(),
+            primary: set_status(&self.primary),
+            standby: self.standby.as_ref().map(set_status),
+        }
     }
 }
 

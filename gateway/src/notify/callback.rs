@@ -22,16 +22,9 @@ pub const LOCK_TTL_MS: u64 = 10_000;
 /// How often the supervisor looks for apps with a callback URL.
 const SUPERVISE_EVERY: Duration = Duration::from_secs(1);
 
-/// A callback that never succeeded.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct DeadLetter {
-    pub app: String,
-    pub id: String,
-    pub topic: String,
-    pub attempts: u32,
-    pub last_error: String,
-    pub at_ms: u64,
-}
+/// A callback that never succeeded (kept for `/status`'s `notify.dead_letters`; defined with
+/// the rest of `/status` in `portico_control::status`).
+pub use portico_control::status::DeadLetter;
 
 fn lock_key(app: &str) -> String {
     format!("portico:notify:{{{app}}}:callback")

@@ -670,13 +670,16 @@ impl Notifier {
     }
 
     /// `/status`'s `notify`: the store, the streams on this node, the backlogs known.
-    pub async fn status(&self) -> serde_json::Value {
-        let held: Vec<serde_json::Value> = lock(&self.holders)
+    pub async fn status(&self) -> portico_control::status::NotifyStatus {
+        let streams = lock(&self.holders)
             .iter()
-            .map(|(app, h)| serde_json::json!({"app": app, "since_ms": h.since_ms}))
+            .map(|(app, h)| portico_control::status::NotifyStream {
+                app: app.clone(),
+                since_ms: h.since_ms,
+            })
             .collect();
         let snap = self.snapshot();
-        let mut backlog = serde_json::Map::new();
+        let mut backlog = std::collections::BTreeMap::new();
         for app in snap.apps.keys() {
             if granted_topics(&snap, app).is_empty() {
                 continue;
@@ -686,40 +689,49 @@ impl Notifier {
                     .backlog
                     .with_label_values(&[app.as_str()])
                     .set(i64::try_from(n).unwrap_or(i64::MAX));
-                backlog.insert(app.clone(), n.into());
+                backlog.insert(app.clone(), n);
             }
         }
-        let mut out = serde_json::json!({
-            "store": self.store.kind(),
-            "streams": held,
-            "backlog": backlog,
-            "topics": snap.topics.keys().collect::<Vec<_>>(),
-            "ack_timeout_ms": self.config.ack_timeout.as_millis() as u64,
-            "max_backlog": self.config.max_backlog,
-            "callbacks": snap.apps.iter().filter(|(_, a)| a.callback_url.is_some()).map(|(k, _)| k).collect::<Vec<_>>(),
-            "dead_letters": lock(&self.dead).iter().rev().take(100).collect::<Vec<_>>(),
-            "dead_letters_total": lock(&self.dead).len(),
-        });
-        if let (Store::Redis(_), Some(obj)) = (&self.store, out.as_object_mut()) {
-            obj.insert(
-                "wake_subscribed".into(),
-                self.wake_subscribed.load(Ordering::Relaxed).into(),
-            );
-            // Where the key of the entries' MACs comes from: `file` (--notify-key-file,
-            // shared by the fleet) or `ephemeral` (this process's own).
-            let key = if self.config.mac_key.is_some() {
-                "file"
-            } else {
-                "ephemeral"
-            };
-            obj.insert("notify_key".into(), key.into());
-        }
-        if let (Store::Memory(m), Some(obj)) = (&self.store, out.as_object_mut()) {
-            obj.insert("memory_max_events".into(), self.config.memory_events.into());
-            obj.insert(
-                "memory_dropped".into(),
-                m.dropped.load(Ordering::Relaxed).into(),
-            );
+        let (dead_letters, dead_letters_total) = {
+            let dead = lock(&self.dead);
+            (
+                dead.iter().rev().take(100).cloned().collect(),
+                dead.len() as u64,
+            )
+        };
+        let mut out = portico_control::status::NotifyStatus {
+            store: self.store.kind().to_owned(),
+            streams,
+            backlog,
+            topics: snap.topics.keys().cloned().collect(),
+            ack_timeout_ms: self.config.ack_timeout.as_millis() as u64,
+            max_backlog: self.config.max_backlog,
+            callbacks: snap
+                .apps
+                .iter()
+                .filter(|(_, a)| a.callback_url.is_some())
+                .map(|(k, _)| k.clone())
+                .collect(),
+            dead_letters,
+            dead_letters_total,
+            ..Default::default()
+        };
+        match &self.store {
+            Store::Redis(_) => {
+                out.wake_subscribed = Some(self.wake_subscribed.load(Ordering::Relaxed));
+                // Where the key of the entries' MACs comes from: `file` (--notify-key-file,
+                // shared by the fleet) or `ephemeral` (this process's own).
+                let key = if self.config.mac_key.is_some() {
+                    "file"
+                } else {
+                    "ephemeral"
+                };
+                out.notify_key = Some(key.to_owned());
+            }
+            Store::Memory(m) => {
+                out.memory_max_events = Some(self.config.memory_events as u64);
+                out.memory_dropped = Some(m.dropped.load(Ordering::Relaxed));
+            }
         }
         out
     }

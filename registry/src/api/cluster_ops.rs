@@ -254,15 +254,7 @@ async fn overview(State(state): State<Shared>, Path(name): Path<String>) -> ApiR
 /// endpoints: [{addr, set, healthy, load, ...}], status, note?, error?}`, `active: "unknown"`
 /// when its `/status` has no `clusters` block (an older gateway) or cannot be read.
 async fn gateway_view(client: &reqwest::Client, node: &NodeInfo, name: &str) -> Value {
-    let url = format!("http://{}/status", node.admin_addr);
-    let read = async {
-        let resp = client.get(&url).send().await.map_err(|e| e.to_string())?;
-        if !resp.status().is_success() {
-            return Err(format!("{url} answered {}", resp.status()));
-        }
-        resp.json::<Value>().await.map_err(|e| e.to_string())
-    }
-    .await;
+    let read = crate::gateway_status::read_one(client, &node.admin_addr).await;
     let mut view = json!({
         "node_id": node.node_id,
         "admin_addr": node.admin_addr,
@@ -271,13 +263,13 @@ async fn gateway_view(client: &reqwest::Client, node: &NodeInfo, name: &str) -> 
         "endpoints": [],
     });
     match read {
-        Ok(status) => match status.get("clusters") {
+        Ok(status) => match &status.live.clusters {
             Some(clusters) => match clusters.get(name) {
                 Some(c) => {
-                    view["active"] = c.get("active").cloned().unwrap_or(json!("unknown"));
-                    view["reason"] = c.get("reason").cloned().unwrap_or(Value::Null);
+                    view["active"] = json!(c.active);
+                    view["reason"] = json!(c.reason);
                     view["endpoints"] = Value::Array(endpoints_of(c));
-                    view["status"] = c.clone();
+                    view["status"] = serde_json::to_value(c).unwrap_or(Value::Null);
                 }
                 None => view["note"] = json!("the gateway does not serve this cluster"),
             },
@@ -290,22 +282,21 @@ async fn gateway_view(client: &reqwest::Client, node: &NodeInfo, name: &str) -> 
 
 /// The endpoints of a gateway's `/status` `clusters.<name>` (`primary` and `standby` lists),
 /// each with the `set` it belongs to.
-fn endpoints_of(cluster_status: &Value) -> Vec<Value> {
-    ["primary", "standby"]
+fn endpoints_of(cluster_status: &portico_control::status::ClusterStatus) -> Vec<Value> {
+    let primary = cluster_status.primary.iter().map(|e| ("primary", e));
+    let standby = cluster_status
+        .standby
         .iter()
-        .flat_map(|set| {
-            cluster_status
-                .get(*set)
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .map(move |e| {
-                    let mut e = e.clone();
-                    if let Some(obj) = e.as_object_mut() {
-                        obj.insert("set".to_owned(), json!(set));
-                    }
-                    e
-                })
+        .flatten()
+        .map(|e| ("standby", e));
+    primary
+        .chain(standby)
+        .map(|(set, e)| {
+            let mut e = serde_json::to_value(e).unwrap_or(Value::Null);
+            if let Some(obj) = e.as_object_mut() {
+                obj.insert("set".to_owned(), json!(set));
+            }
+            e
         })
         .collect()
 }
@@ -359,16 +350,19 @@ mod tests {
 
     #[test]
     fn gateway_endpoints_are_listed_with_their_set() {
-        let status = json!({"active": "primary",
+        let read = |v: Value| -> portico_control::status::ClusterStatus {
+            serde_json::from_value(v).unwrap()
+        };
+        let status = read(json!({"active": "primary",
             "primary": [{"addr": "a:1", "healthy": true, "load": 0.25}],
-            "standby": [{"addr": "b:1", "healthy": false, "load": null}]});
+            "standby": [{"addr": "b:1", "healthy": false, "load": null}]}));
         let e = endpoints_of(&status);
         assert_eq!(e.len(), 2);
         assert_eq!(e[0]["set"], "primary");
         assert_eq!(e[0]["load"], 0.25);
         assert_eq!(e[1]["set"], "standby");
         assert_eq!(e[1]["healthy"], false);
-        assert!(endpoints_of(&json!({"primary": [], "standby": null})).is_empty());
+        assert!(endpoints_of(&read(json!({"primary": [], "standby": null}))).is_empty());
     }
 
     #[test]

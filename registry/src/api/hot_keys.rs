@@ -14,6 +14,7 @@ use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
+use portico_control::status::GatewayStatus;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -39,28 +40,23 @@ struct Merged {
     since_ms: Option<u64>,
     gateways: Vec<String>,
     /// The key-level switch `match` selecting exactly this key, as the gateways computed it.
-    switch_match: Value,
+    switch_match: Option<BTreeMap<String, Vec<String>>>,
 }
 
 /// Merges the `hot_keys.<api>` lists of the nodes' statuses (node id, status).
-fn merge(api: &str, statuses: &[(String, Value)]) -> Vec<Value> {
+fn merge(api: &str, statuses: &[(String, GatewayStatus)]) -> Vec<Value> {
     let mut keys: BTreeMap<String, Merged> = BTreeMap::new();
     for (node, status) in statuses {
-        let Some(list) = status["hot_keys"][api].as_array() else {
+        let Some(list) = status.live.hot_keys.get(api) else {
             continue;
         };
         for k in list {
-            let Some(name) = k["key"].as_str() else {
-                continue;
-            };
-            let m = keys.entry(name.to_owned()).or_default();
-            m.rate += k["rate"].as_f64().unwrap_or(0.0);
-            m.bytes_per_s += k["bytes_per_s"].as_f64().unwrap_or(0.0);
-            if let Some(since) = k["since_ms"].as_u64() {
-                m.since_ms = Some(m.since_ms.map_or(since, |s| s.min(since)));
-            }
-            if m.switch_match.is_null() {
-                m.switch_match = k["match"].clone();
+            let m = keys.entry(k.key.clone()).or_default();
+            m.rate += k.rate;
+            m.bytes_per_s += k.bytes_per_s;
+            m.since_ms = Some(m.since_ms.map_or(k.since_ms, |s| s.min(k.since_ms)));
+            if m.switch_match.is_none() {
+                m.switch_match.clone_from(&k.switch_match);
             }
             m.gateways.push(node.clone());
         }
@@ -94,20 +90,27 @@ mod tests {
 
     #[test]
     fn keys_merge_across_gateways() {
-        let a = json!({"hot_keys": {"sku.get": [
+        let with_hot_keys = |hot_keys: Value| GatewayStatus {
+            live: portico_control::status::PlaneStatus {
+                hot_keys: serde_json::from_value(hot_keys).unwrap(),
+                ..Default::default()
+            },
+            ..GatewayStatus::default()
+        };
+        let a = with_hot_keys(json!({"sku.get": [
             {"key": "BK-1", "rate": 300.0, "bytes_per_s": 1000.0, "since_ms": 20,
              "match": {"path:sku": ["BK-1"]}},
             {"key": "BK-2", "rate": 150.0, "bytes_per_s": 10.0, "since_ms": 30}
-        ], "other": [{"key": "X", "rate": 1.0}]}});
-        let b = json!({"hot_keys": {"sku.get": [
+        ], "other": [{"key": "X", "rate": 1.0}]}));
+        let b = with_hot_keys(json!({"sku.get": [
             {"key": "BK-1", "rate": 250.0, "bytes_per_s": 500.0, "since_ms": 10}
-        ]}});
+        ]}));
         let merged = merge(
             "sku.get",
             &[
                 ("gw-a".into(), a),
                 ("gw-b".into(), b),
-                ("gw-c".into(), json!({})),
+                ("gw-c".into(), GatewayStatus::default()),
             ],
         );
         assert_eq!(merged.len(), 2);

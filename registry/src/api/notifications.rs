@@ -23,6 +23,7 @@ use axum::extract::State;
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
+use portico_control::status::GatewayStatus;
 use portico_control::zk::NodeInfo;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -80,31 +81,29 @@ struct AppView {
 
 /// Merges the `notify` blocks of `statuses` (node id, `/status`) into `{store, apps,
 /// dead_letters, dead_letters_total}`, and per node its own summary.
-fn merge(statuses: &[(String, Value)]) -> (Value, BTreeMap<String, Value>) {
+fn merge(statuses: &[(String, GatewayStatus)]) -> (Value, BTreeMap<String, Value>) {
     let mut stores: Vec<String> = Vec::new();
     let mut apps: BTreeMap<String, AppView> = BTreeMap::new();
-    let mut dead: Vec<Value> = Vec::new();
+    let mut dead: Vec<(u64, Value)> = Vec::new();
     let mut dead_total = 0u64;
     let mut per_node = BTreeMap::new();
     for (node, status) in statuses {
-        let n = &status["notify"];
-        if !n.is_object() {
+        let Some(n) = &status.notify else {
             per_node.insert(
                 node.clone(),
                 json!({"note": "the gateway reports no notifications (an older version)"}),
             );
             continue;
-        }
-        let store = n["store"].as_str().unwrap_or("unknown").to_owned();
+        };
+        let store = match n.store.as_str() {
+            "" => "unknown".to_owned(),
+            s => s.to_owned(),
+        };
         if !stores.contains(&store) {
             stores.push(store.clone());
         }
-        let streams = n["streams"].as_array().cloned().unwrap_or_default();
-        for s in &streams {
-            let Some(app) = s["app"].as_str() else {
-                continue;
-            };
-            let view = apps.entry(app.to_owned()).or_default();
+        for s in n.streams.iter().filter(|s| !s.app.is_empty()) {
+            let view = apps.entry(s.app.clone()).or_default();
             view.connections += 1;
             let entry = view.nodes.entry(node.clone()).or_default();
             let c = entry
@@ -112,48 +111,40 @@ fn merge(statuses: &[(String, Value)]) -> (Value, BTreeMap<String, Value>) {
                 .and_then(Value::as_u64)
                 .unwrap_or(0);
             entry.insert("connections".into(), (c + 1).into());
-            entry.insert("since_ms".into(), s["since_ms"].clone());
+            entry.insert("since_ms".into(), s.since_ms.into());
         }
-        if let Some(backlog) = n["backlog"].as_object() {
-            for (app, b) in backlog {
-                let Some(b) = b.as_u64() else {
-                    continue;
-                };
-                let view = apps.entry(app.clone()).or_default();
-                view.backlogs.push(b);
-                view.nodes
-                    .entry(node.clone())
-                    .or_default()
-                    .insert("backlog".into(), b.into());
-            }
+        for (app, &b) in &n.backlog {
+            let view = apps.entry(app.clone()).or_default();
+            view.backlogs.push(b);
+            view.nodes
+                .entry(node.clone())
+                .or_default()
+                .insert("backlog".into(), b.into());
         }
-        for app in n["callbacks"].as_array().into_iter().flatten() {
-            if let Some(app) = app.as_str() {
-                apps.entry(app.to_owned()).or_default().callback = true;
-            }
+        for app in &n.callbacks {
+            apps.entry(app.clone()).or_default().callback = true;
         }
-        for d in n["dead_letters"].as_array().into_iter().flatten() {
-            let mut d = d.clone();
-            if let Some(obj) = d.as_object_mut() {
+        for d in &n.dead_letters {
+            let mut v = serde_json::to_value(d).unwrap_or(Value::Null);
+            if let Some(obj) = v.as_object_mut() {
                 obj.insert("node_id".into(), node.clone().into());
             }
-            dead.push(d);
+            dead.push((d.at_ms, v));
         }
-        let node_dead = n["dead_letters_total"].as_u64().unwrap_or(0);
-        dead_total += node_dead;
+        dead_total += n.dead_letters_total;
         let mut summary = json!({
             "store": store,
-            "streams": streams.len(),
-            "dead_letters_total": node_dead,
+            "streams": n.streams.len(),
+            "dead_letters_total": n.dead_letters_total,
+            "max_backlog": n.max_backlog,
+            "ack_timeout_ms": n.ack_timeout_ms,
         });
-        for key in [
-            "memory_max_events",
-            "memory_dropped",
-            "max_backlog",
-            "ack_timeout_ms",
+        for (key, v) in [
+            ("memory_max_events", n.memory_max_events),
+            ("memory_dropped", n.memory_dropped),
         ] {
-            if let Some(v) = n.get(key) {
-                summary[key] = v.clone();
+            if let Some(v) = v {
+                summary[key] = v.into();
             }
         }
         per_node.insert(node.clone(), summary);
@@ -189,11 +180,10 @@ fn merge(statuses: &[(String, Value)]) -> (Value, BTreeMap<String, Value>) {
             })
         })
         .collect();
-    dead.sort_by(|a, b| {
-        let at = |d: &Value| d["at_ms"].as_u64().unwrap_or(0);
-        at(b).cmp(&at(a))
-    });
+    // Newest first (a stable sort: equal times keep the nodes' order).
+    dead.sort_by_key(|d| std::cmp::Reverse(d.0));
     dead.truncate(MAX_DEAD_LETTERS);
+    let dead: Vec<Value> = dead.into_iter().map(|(_, d)| d).collect();
     let store = match stores.as_slice() {
         [] => Value::Null,
         [one] => one.clone().into(),
@@ -408,27 +398,35 @@ async fn send_test(State(state): State<Shared>, ctx: Ctx, body: Bytes) -> ApiRes
 mod tests {
     use super::*;
 
+    /// A gateway's `/status` with the `notify` block `notify` (read as the registry reads it).
+    fn with_notify(notify: Value) -> GatewayStatus {
+        GatewayStatus {
+            notify: Some(serde_json::from_value(notify).unwrap()),
+            ..GatewayStatus::default()
+        }
+    }
+
     #[test]
     fn nodes_merge_per_app_with_dead_letters_newest_first() {
-        let a = json!({"notify": {
+        let a = with_notify(json!({
             "store": "redis",
             "streams": [{"app": "m1", "since_ms": 5}],
             "backlog": {"m1": 3, "m2": 7},
             "callbacks": ["m2"],
             "dead_letters": [{"app": "m2", "id": "1-0", "topic": "orders", "at_ms": 10}],
             "dead_letters_total": 1
-        }});
-        let b = json!({"notify": {
+        }));
+        let b = with_notify(json!({
             "store": "redis",
             "streams": [{"app": "m3", "since_ms": 9}],
             "backlog": {"m1": 3, "m2": 7},
             "dead_letters": [{"app": "m2", "id": "2-0", "topic": "orders", "at_ms": 20}],
             "dead_letters_total": 4
-        }});
+        }));
         let (merged, per_node) = merge(&[
             ("gw-a".into(), a),
             ("gw-b".into(), b),
-            ("gw-old".into(), json!({"node_id": "gw-old"})),
+            ("gw-old".into(), GatewayStatus::default()),
         ]);
         assert_eq!(merged["store"], "redis");
         assert_eq!(merged["dead_letters_total"], 5);
@@ -461,8 +459,10 @@ mod tests {
             .map(|i| json!({"app": "m", "id": format!("{i}"), "at_ms": i}))
             .collect();
         let node = |b: u64| {
-            json!({"notify": {"store": "memory", "streams": [], "backlog": {"m": b},
-                              "dead_letters": many.clone(), "dead_letters_total": 150}})
+            with_notify(
+                json!({"store": "memory", "streams": [], "backlog": {"m": b},
+                              "dead_letters": many.clone(), "dead_letters_total": 150}),
+            )
         };
         let (merged, _) = merge(&[("a".into(), node(2)), ("b".into(), node(5))]);
         assert_eq!(merged["apps"][0]["backlog"], 7);

@@ -144,8 +144,8 @@ async fn nodes(State(state): State<Shared>) -> ApiResult<Response> {
         };
         match reads.iter().find(|(info, _)| info.node_id == id) {
             Some((_, Ok(status))) => {
-                node["rejected_documents"] = rejected_of(status);
-                node["sandbox_rejected_documents"] = rejected_of(&status["sandbox"]);
+                node["rejected_documents"] = rejected_of(Some(&status.live));
+                node["sandbox_rejected_documents"] = rejected_of(status.sandbox.as_ref());
             }
             Some((_, Err(e))) => node["status_error"] = Value::String(e.clone()),
             None => {}
@@ -158,12 +158,12 @@ async fn nodes(State(state): State<Shared>) -> ApiResult<Response> {
     ))
 }
 
-/// A plane's `rejected_documents` (`[]` when it has none or reports none).
-fn rejected_of(plane: &Value) -> Value {
-    match &plane["rejected_documents"] {
-        Value::Array(a) => Value::Array(a.clone()),
-        _ => json!([]),
-    }
+/// A plane's `rejected_documents` as its `/status` has them (`[]` without the plane).
+fn rejected_of(plane: Option<&portico_control::status::PlaneStatus>) -> Value {
+    plane.map_or_else(
+        || json!([]),
+        |p| serde_json::to_value(&p.rejected_documents).unwrap_or_else(|_| json!([])),
+    )
 }
 
 /// One node's document, with `ephemeral`, `in_sync`, `lag_zxid` and `updated_ms_ago` added.

@@ -7,6 +7,7 @@ use crate::args::{
 };
 use crate::table::{Align, Table};
 use base64::Engine as _;
+use portico_control::status::RejectedDocument;
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::io::Write as _;
@@ -258,17 +259,19 @@ fn print_nodes(nodes: &[Value]) {
             ("rejected_documents", "live"),
             ("sandbox_rejected_documents", "sandbox"),
         ] {
-            for r in n[key].as_array().into_iter().flatten() {
+            // The gateway's `/status` `rejected_documents`, as the registry passes them on.
+            let rejected: Vec<RejectedDocument> =
+                serde_json::from_value(n[key].clone()).unwrap_or_default();
+            for r in rejected {
                 count += 1;
-                let kept = if r["kept_previous"] == true {
+                let kept = if r.kept_previous {
                     "serving the previous version"
                 } else {
                     "not served"
                 };
                 refused.push(format!(
                     "{node} refuses {} ({env}): {} ({kept})",
-                    r["path"].as_str().unwrap_or("?"),
-                    r["reason"].as_str().unwrap_or("")
+                    r.path, r.reason
                 ));
             }
         }
