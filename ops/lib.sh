@@ -412,7 +412,7 @@ ensure_openapi_validator() {
     echo "$py"
 }
 
-# grpcio and protobuf (PyPI), the real gRPC server (C-core) that gateway/tests/grpc_interop.rs
+# grpcio and protobuf (PyPI), the real gRPC server (C-core) that gateway/tests/it/grpc_interop.rs
 # puts behind generic invocation (gateway/tests/grpcio_server.py), pinned; installed into the
 # venv of ensure_schemathesis.
 GRPCIO_VERSION="1.85.1"
@@ -434,7 +434,7 @@ ensure_grpcio() {
 }
 
 # @grpc/grpc-js and @grpc/proto-loader (npm), the second real gRPC server of
-# gateway/tests/grpc_interop.rs (gateway/tests/grpcjs_server.js), pinned by
+# gateway/tests/it/grpc_interop.rs (gateway/tests/grpcjs_server.js), pinned by
 # gateway/tests/grpcjs/package.json and its package-lock.json.
 GRPCJS_DIR="$ROOT/gateway/tests/grpcjs"
 
@@ -456,7 +456,7 @@ ensure_grpcjs() {
     echo "$dir"
 }
 
-# ensure_grpcjava: the third real gRPC server of gateway/tests/grpc_interop.rs, grpc-java 1.41
+# ensure_grpcjava: the third real gRPC server of gateway/tests/it/grpc_interop.rs, grpc-java 1.41
 # on Netty (gateway/tests/grpcjava/InteropServer.java), from Debian's packages only
 # (default-jdk-headless, libgrpc-java, libprotobuf-java, libnetty-java and what they need;
 # installed when missing, as root or through sudo): gateway/tests/grpcjava/build.sh

@@ -15,7 +15,7 @@
 #   5. cargo test --workspace --no-fail-fast (the tests start their own ZooKeeper, demo
 #      backend and gateway processes on free 127.0.0.1 ports); beside it, in the background,
 #      the slow lane (step slow-lane, log .run/test/slow-lane.log): the #[ignore]d tests of
-#      gateway/tests/grpc_interop.rs (a 3-minute call, 6 minutes idle, a restart under load;
+#      gateway/tests/it/grpc_interop.rs (a 3-minute call, 6 minutes idle, a restart under load;
 #      minutes of waiting, little CPU), run when gateway/src/invoke differs from the tree it
 #      last passed on (ops/slow-lane.stamp; always outside a git checkout), always with
 #      --slow; a pass rewrites the stamp (commit it). Joined before the summary;
@@ -37,8 +37,9 @@
 # --quick is the loop to run while working (docs/OPERATIONS.md, "Test lanes"): step 1, then
 # cargo build --workspace --bins and the quick lane: every crate's unit tests (--lib --bins)
 # and the integration-test binaries of $quick_tests below, the ones that finish in a few
-# seconds each; no console build, doc checks, fmt, slow lane, quick start, fuzz or clippy.
-# Same summary.
+# seconds each, with the modules of $quick_gateway of the gateway's one integration-test
+# binary (gateway/tests/it/main.rs); no console build, doc checks, fmt, slow lane, quick
+# start, fuzz or clippy. Same summary.
 set -euo pipefail
 # shellcheck source=ops/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -66,12 +67,17 @@ quick_tests=(
     prop_sign prop_snapshot prop_template
     demo_backend example_config
     json_conformance
-    # gateway
-    layers grpc_invoke smuggling hardening edge connections publish slowloris invoke
+    # control and registry: their `layers` binaries
+    layers
     # registry
     prometheus_rules zk_lockdown input_limits publish_unchanged admin_auth registry_killed
     write_checks reports first_run
 )
+# The gateway's integration tests are one binary, `it` (gateway/tests/it/main.rs), one module
+# per area: the quick lane runs these modules of it (the same measure, per module: `cargo test
+# -p portico-gateway --test it -- NAME::` prints "finished in Ns"), and skips every other
+# module that gateway/tests/it/main.rs declares.
+quick_gateway=(layers grpc_invoke smuggling hardening edge connections publish slowloris invoke)
 
 logdir="$RUN/test"
 mkdir -p "$logdir"
@@ -101,13 +107,13 @@ step() {
 # --- 1. packages -------------------------------------------------------------------------
 # cmake: Pingora's zlib-ng; zookeeper: the real ZooKeeper the integration tests start.
 ensure_packages cmake zookeeper curl python3
-# redis-server: the shared counters and nonces of gateway/tests/cluster.rs (a fleet of
+# redis-server: the shared counters and nonces of gateway/tests/it/cluster.rs (a fleet of
 # gateways; portico_testkit::Redis starts it on a free port).
 ensure_packages redis-server
-# prometheus: promtool checks ops/prometheus/*.yml and gateway/tests/dashboards.rs runs every
+# prometheus: promtool checks ops/prometheus/*.yml and gateway/tests/it/dashboards.rs runs every
 # panel query of ops/grafana/portico-fleet.json on a real Prometheus scraping a gateway.
 ensure_packages prometheus
-# iproute2: `ip netns` for gateway/tests/netns.rs (ZooKeeper servers and gateways on
+# iproute2: `ip netns` for gateway/tests/it/netns.rs (ZooKeeper servers and gateways on
 # namespaced hosts joined by veth pairs; the test needs root).
 ensure_packages iproute2
 # --- browser tests (console e2e): Debian's Chromium, and the console's npm toolchain ------
@@ -133,12 +139,12 @@ else
     warn "openapi-spec-validator could not be installed: registry/tests/portal.rs will fail"
 fi
 # --- real gRPC servers behind generic invocation: grpcio + protobuf (PyPI, pinned) --------
-# gateway/tests/grpc_interop.rs starts gateway/tests/grpcio_server.py with this interpreter
+# gateway/tests/it/grpc_interop.rs starts gateway/tests/grpcio_server.py with this interpreter
 # and fails, saying how to install them, when they are missing.
 if py="$(ensure_grpcio)"; then
     export PORTICO_GRPCIO_PYTHON="$py"
 else
-    warn "grpcio could not be installed: gateway/tests/grpc_interop.rs will fail"
+    warn "grpcio could not be installed: gateway/tests/it/grpc_interop.rs will fail"
 fi
 # ... and a Node @grpc/grpc-js server (npm, pinned by gateway/tests/grpcjs/package-lock.json):
 # grpc_interop.rs runs gateway/tests/grpcjs_server.js with node and fails, saying how to
@@ -146,7 +152,7 @@ fi
 if dir="$(ensure_grpcjs)"; then
     export PORTICO_GRPCJS_DIR="$dir"
 else
-    warn "@grpc/grpc-js could not be installed: gateway/tests/grpc_interop.rs will fail"
+    warn "@grpc/grpc-js could not be installed: gateway/tests/it/grpc_interop.rs will fail"
 fi
 # ... and a grpc-java server (Debian's OpenJDK, libgrpc-java, Netty: ensure_grpcjava compiles
 # gateway/tests/grpcjava/InteropServer.java when it changed): grpc_interop.rs runs the
@@ -154,20 +160,20 @@ fi
 if run="$(ensure_grpcjava)"; then
     export PORTICO_GRPCJAVA_RUN="$run"
 else
-    warn "the grpc-java interop server could not be built: gateway/tests/grpc_interop.rs will fail"
+    warn "the grpc-java interop server could not be built: gateway/tests/it/grpc_interop.rs will fail"
 fi
 # ------------------------------------------------------------------------------------------
 export PORTICO_ZK_BIN="$ZK_BIN"
 
 # --- the slow lane ---------------------------------------------------------------------------
-# The tests of gateway/tests/grpc_interop.rs marked #[ignore = "slow lane: ..."] mostly wait
+# The tests of gateway/tests/it/grpc_interop.rs marked #[ignore = "slow lane: ..."] mostly wait
 # (a 3-minute call, 6 minutes idle, a backend restarted under load), so they run in the
 # background beside the main cargo test. They guard the gRPC client, so they run at least
 # once per change to gateway/src/invoke: ops/slow-lane.stamp holds the git tree id of
 # gateway/src/invoke they last passed on, and a run whose tree differs (or outside a git
 # checkout) runs them; --slow always does. A pass writes the stamp; commit it with the change.
 slow_stamp="$ROOT/ops/slow-lane.stamp"
-slow_cmd=(cargo test -p portico-gateway --test grpc_interop --no-fail-fast -- --ignored --test-threads 8)
+slow_cmd=(cargo test -p portico-gateway --test it --no-fail-fast -- grpc_interop:: --ignored --test-threads 8)
 
 # invoke_tree: the tree id gateway/src/invoke would have if committed as it is now
 # (uncommitted edits included), from a throw-away index: the real index is not touched.
@@ -244,11 +250,30 @@ slow_lane_join() {
 }
 
 # --- the quick lane (--quick) ----------------------------------------------------------------
+# quick_cargo_tests ARGS...: the quick lane's two cargo test runs (the workspace's unit tests
+# and $quick_tests with ARGS; the gateway's `it` with $gateway_args); fails if either fails.
+quick_cargo_tests() {
+    local rc=0
+    cargo test --no-fail-fast "${quick_args[@]}" "$@" || rc=$?
+    cargo test --no-fail-fast "${gateway_args[@]}" || rc=$?
+    return "$rc"
+}
+
 if [ "$quick" = 1 ]; then
     if step build cargo build --workspace --bins; then
         quick_args=(--workspace --lib --bins)
         for t in "${quick_tests[@]}"; do quick_args+=(--test "$t"); done
-        step test cargo test --no-fail-fast "${quick_args[@]}" "$@" || true
+        # The gateway's `it`: every module but those of $quick_gateway skipped (libtest's
+        # --skip, so that a test-name filter given narrows it as it narrows the rest).
+        gateway_args=(-p portico-gateway --test it "$@")
+        case " $* " in *" -- "*) ;; *) gateway_args+=(--) ;; esac
+        for m in $(sed -n 's/^mod \([a-z0-9_]*\);$/\1/p' gateway/tests/it/main.rs); do
+            case " ${quick_gateway[*]} support " in
+            *" $m "*) ;;
+            *) gateway_args+=(--skip "$m::") ;;
+            esac
+        done
+        step test quick_cargo_tests "$@" || true
     else
         warn "build failed: tests not run"
     fi

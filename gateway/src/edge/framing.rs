@@ -1,6 +1,6 @@
 //! Request framing: what Portico refuses on top of Pingora's HTTP/1 parser, so that a request
 //! whose body boundaries could be read two ways never reaches `route`, `auth` or a backend
-//! (docs/SECURITY.md, "Request framing"; the corpus is `gateway/tests/smuggling.rs`).
+//! (docs/SECURITY.md, "Request framing"; the corpus is `gateway/tests/it/smuggling.rs`).
 //!
 //! Pingora 0.9 (with httparse) already refuses, with its own bare `400`: invalid or
 //! conflicting `Content-Length`, a final transfer coding other than `chunked`, HTTP/1.0 with

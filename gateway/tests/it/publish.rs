@@ -5,14 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::*;
 use portico_testkit::ZooKeeper;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::*;
 
 const TOKEN: &str = REGISTRY_TOKEN;
 

@@ -2,9 +2,9 @@
 //! settings"), each on a free loopback port behind a real gateway process, called over HTTP/1.1 as
 //! a merchant would:
 //!
-//! - Python grpcio (gRPC C-core), `grpcio_server.py` beside this file;
-//! - Node @grpc/grpc-js (pure JavaScript on Node's http2), `grpcjs_server.js` beside it;
-//! - grpc-java 1.41 on Netty (a JVM, Debian's packages), `grpcjava/InteropServer.java`.
+//! - Python grpcio (gRPC C-core), gateway/tests/grpcio_server.py;
+//! - Node @grpc/grpc-js (pure JavaScript on Node's http2), gateway/tests/grpcjs_server.js;
+//! - grpc-java 1.41 on Netty (a JVM, Debian's packages), gateway/tests/grpcjava/InteropServer.java.
 //!
 //! All three publish one interop.v1.Interop service (Call, and Echo of a message with every
 //! field kind): grpcio_server.py defines it and writes its FileDescriptorSet, which the
@@ -20,7 +20,7 @@
 //! runtime, held to protobuf's reference JSON mapping (`every_field_kind_...`).
 //!
 //! The slow lane (`#[ignore = "slow lane: ./ops/test.sh --slow"]`: minutes of waiting each)
-//! runs with `cargo test -p portico-gateway --test grpc_interop -- --ignored
+//! runs with `cargo test -p portico-gateway --test it -- grpc_interop:: --ignored
 //! --test-threads 8`; ./ops/test.sh runs it in the background beside the main tests when
 //! gateway/src/invoke changed since it last passed (ops/slow-lane.stamp), and always with
 //! `--slow` (docs/OPERATIONS.md, "Test lanes").
@@ -37,8 +37,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::*;
 use serde_json::{json, Value};
 use sha2::Digest;
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,8 +47,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-use support::*;
 
+/// gateway/tests, where the interop servers live (the test modules are in its `it/`).
 fn tests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests")
 }

@@ -5,15 +5,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::*;
 use portico_testkit::Redis;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use support::*;
 
 const TOKEN: &str = "publisher-token-0123456789";
 const PASSWORD: &str = "redis-pass-0123456789abcdef";

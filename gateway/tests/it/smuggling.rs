@@ -20,15 +20,13 @@
 //! (`gateway/src/edge/framing.rs`); docs/SECURITY.md ("Request framing") lists the refusals.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::*;
 use portico_control::sign;
 use serde_json::{json, Value};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::*;
 
 // ---------------------------------------------------------------------------------------
 // The recording backend
@@ -656,7 +654,7 @@ fn run_case(e: &Env, c: &Case) -> Result<(), String> {
         }
         PingoraRefusesOrResets => {
             if let Some(r) = conn.final_response() {
-                // 431: Portico's own head limit (gateway/src/listener.rs, MAX_HEAD_BYTES).
+                // 431: Portico's own head limit (gateway/src/listener/head_stream.rs, MAX_HEAD_BYTES).
                 if r.status != 400 && r.status != 431 {
                     return Err(format!("expected 400 or 431, got {}", r.head));
                 }

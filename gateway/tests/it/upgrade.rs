@@ -3,22 +3,20 @@
 //! SIGQUIT and drains; under steady load no connection is refused and no request fails.
 //! The same is done by `./ops/restart-gateway.sh`. A draining process answers the next
 //! request of an idle keep-alive connection with `Connection: close` instead of closing the
-//! connection under the client (`listener.rs`, `CappedApp::cleanup`): keep-alive clients that
+//! connection under the client (`listener/accept.rs`, `CappedApp::cleanup`): keep-alive clients that
 //! never retry see no reset. The load clients of the other tests still retry a GET once on
 //! such a reset, as HTTP clients do for idempotent requests, and report how many they met
 //! (docs/OPERATIONS.md, "Restarts and upgrades").
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::*;
 use portico_testkit::procs::{start_gateway, Proc};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::*;
 
 /// The gateway on `listen` and `admin` with the upgrade socket `sock` (`--upgrade`: taking
 /// the listeners over from the one there), started by the shared test kit as `name`, its log

@@ -4,15 +4,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::routing::*;
+use crate::support::*;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::routing::*;
-use support::*;
 
 fn eps(list: &[&Demo]) -> Value {
     list.iter()

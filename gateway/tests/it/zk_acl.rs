@@ -11,15 +11,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::*;
 use portico_control::zk::auth::{create_acl, read_policy, ZkAuth};
 use portico_testkit::{zkcli, zkcli_as, ZooKeeper};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
-use support::*;
 use zookeeper_client as zk;
 
 const ROOT: &str = "/portico";

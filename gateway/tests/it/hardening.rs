@@ -6,15 +6,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::*;
 use serde_json::{json, Value};
 use sha2::Digest;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use support::*;
 
 struct Env {
     _tree: ConfigTree,

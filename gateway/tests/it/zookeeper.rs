@@ -7,15 +7,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::*;
 use portico_control::zk::auth::{create_acl, read_policy, ZkAuth};
 use portico_testkit::{zkcli_as, ZooKeeper};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use support::*;
 use zookeeper_client as zk;
 
 const ROOT: &str = "/portico";

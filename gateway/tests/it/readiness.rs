@@ -6,13 +6,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::*;
 use portico_testkit::procs::{start_gateway, GatewayProc};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
-use support::*;
 
 /// The gateway with `args` (its listeners among them), started by the shared test kit as
 /// `name`, its log in `logs`.

@@ -6,8 +6,7 @@
 //! request head deadline over TLS.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::*;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedKey as Issued, DnType, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::json;
@@ -18,7 +17,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::*;
 
 // ---- certificates ----------------------------------------------------------------------------
 

@@ -9,14 +9,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
+use crate::support::*;
 use portico_testkit::{Redis, ZooKeeper};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::*;
 
 const ROOT: &str = "/portico";
 /// The cluster-scope app limit under test, per second.

@@ -5,12 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::*;
 use portico_testkit::ZooKeeper;
 use serde_json::{json, Value};
 use std::time::Duration;
-use support::*;
 use zookeeper_client as zk;
 
 const ROOT: &str = "/portico";

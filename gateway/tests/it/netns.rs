@@ -11,8 +11,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
+use crate::support::*;
 use portico_testkit::netns::{self, NetLab};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
@@ -20,7 +21,6 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use support::*;
 
 const ROOT: &str = "/portico";
 /// Inside the lab's namespaces every port is free: the well-known ones are used.

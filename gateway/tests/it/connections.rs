@@ -9,8 +9,7 @@
 //! (127.0.0.2, 127.0.0.3: Linux routes all of 127.0.0.0/8 to lo).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::*;
 use bytes::Bytes;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedKey as Issued, DnType, IsCa, KeyPair};
 use rustls::pki_types::ServerName;
@@ -23,7 +22,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
-use support::*;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 // ---- the gateway -------------------------------------------------------------------------------

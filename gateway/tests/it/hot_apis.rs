@@ -5,14 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::*;
 use portico_testkit::ZooKeeper;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::*;
 
 /// Requests the backend saw for `path`.
 fn backend_hits(backend: &BackendProcess, path: &str) -> u64 {

@@ -6,7 +6,7 @@
 //! The route stage is emulated here by matching the APIs' own path templates, so these
 //! tests exercise exactly what the pipeline hands to `GrpcInvoker::call`.
 //!
-//! `PORTICO_UPDATE_EXAMPLES=1 cargo test -p portico-gateway --test grpc_invoke example_tree` rewrites
+//! `PORTICO_UPDATE_EXAMPLES=1 cargo test -p portico-gateway --test it grpc_invoke::example_tree` rewrites
 //! `ops/examples/standalone/descriptors/<sha256>.pb` and the `descriptor` of the example's
 //! gRPC APIs after the demo protos change.
 
@@ -70,7 +70,7 @@ fn example_tree_has_the_current_descriptor_set() {
             std::fs::write(&path, text).unwrap();
         }
     }
-    let hint = "run PORTICO_UPDATE_EXAMPLES=1 cargo test -p portico-gateway --test grpc_invoke example_tree";
+    let hint = "run PORTICO_UPDATE_EXAMPLES=1 cargo test -p portico-gateway --test it grpc_invoke::example_tree";
     let on_disk =
         std::fs::read(&file).unwrap_or_else(|_| panic!("{} is missing: {hint}", file.display()));
     assert_eq!(on_disk, demo::descriptor_set_bytes(), "{hint}");

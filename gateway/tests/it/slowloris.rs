@@ -3,13 +3,11 @@
 //! connections, and leaves idle keepalive connections to the keepalive rules.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::*;
 use serde_json::json;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use support::*;
 
 const HEAD_TIMEOUT_MS: &str = "500";
 

@@ -3,11 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::*;
 use serde_json::{json, Value};
 use std::time::Duration;
-use support::*;
 
 /// A tree with the demo backend behind a few APIs, three apps, a switch and an IP ACL.
 fn standard_tree(backend: &BackendProcess) -> ConfigTree {

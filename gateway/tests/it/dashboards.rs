@@ -7,15 +7,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
+use crate::support::*;
 use portico_testkit::{Redis, ZooKeeper};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use support::*;
 
 const ROOT: &str = "/portico";
 
