@@ -185,13 +185,31 @@ pub fn zk_server_command(cmd: &mut Command, dir: &Path, heap_mib: u32) {
 }
 
 /// A ZooKeeper server process owned by a test. Killed (and its data directory removed) on drop.
+///
+/// Or a test's own tree on the process's shared server ([`ZooKeeper::on_shared`]): the same
+/// interface, under a root of its own ([`ZooKeeper::root`]); dropping it leaves the server
+/// running, and stopping, pausing or killing it panics.
 pub struct ZooKeeper {
     dir: tempfile::TempDir,
     port: u16,
     child: Option<Child>,
     paused: bool,
     credentials: Option<ZkCredentials>,
+    /// The tree's root: `/portico` on a server of the test's own, `/t-<n>-<random>/portico`
+    /// on the shared one.
+    root: String,
+    /// A handle on the shared server (which it does not own).
+    shared: bool,
+    /// Whether the server dies with the thread that spawned it (the shared server's).
+    dies_with_parent: bool,
 }
+
+/// The process's shared server ([`ZooKeeper::on_shared`]).
+static SHARED: std::sync::OnceLock<ZooKeeper> = std::sync::OnceLock::new();
+
+/// The prefix of the shared servers' directories in the temporary directory
+/// (`<prefix><pid>-<random>`), so that the next process can remove those of dead ones.
+const SHARED_DIR_PREFIX: &str = "portico-zk-shared-";
 
 /// The `digest` ACL id of `user:password`: `user:base64(sha1("user:password"))`.
 pub fn digest_id(user_password: &str) -> String {
@@ -325,6 +343,9 @@ impl ZooKeeper {
                 child: None,
                 paused: false,
                 credentials: None,
+                root: "/portico".to_owned(),
+                shared: false,
+                dies_with_parent: false,
             };
             match zk.write_config().and_then(|()| zk.spawn()) {
                 Ok(()) => return Ok(zk),
@@ -346,20 +367,140 @@ impl ZooKeeper {
         zk
     }
 
-    /// Creates the locked skeleton of the tree at `root` (which must not exist yet).
+    /// A tree of the test's own on the process's shared server, started by the first call (a
+    /// ZooKeeper per test process rather than per test): the root is `/t-<n>-<random>/portico`
+    /// ([`ZooKeeper::root`]), missing until a registry or a gateway creates it, as on a fresh
+    /// server. For tests that need only a plain, open server: one that stops, pauses, kills,
+    /// locks down or counts the sessions of its ZooKeeper starts its own
+    /// ([`ZooKeeper::start`]). The server dies with the test process, even a killed one (it
+    /// gets SIGKILL when the thread that started it, which never ends, dies); the next
+    /// process removes the directories of dead ones.
+    pub fn on_shared() -> ZooKeeper {
+        let server = Self::shared_server();
+        static TREES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = TREES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let random = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u64(n);
+            h.finish() & 0xffff_ffff
+        };
+        ZooKeeper {
+            dir: tempfile::Builder::new()
+                .prefix("portico-zk-tree-")
+                .tempdir()
+                .expect("a temporary directory"),
+            port: server.port,
+            child: None,
+            paused: false,
+            credentials: None,
+            root: format!("/t-{n}-{random:08x}/portico"),
+            shared: true,
+            dies_with_parent: false,
+        }
+    }
+
+    /// [`ZooKeeper::on_shared`] with the tree locked down with fresh credentials, as
+    /// [`ZooKeeper::start_locked`] does with `/portico` (the parent of the root stays open).
+    pub fn on_shared_locked() -> ZooKeeper {
+        let mut zk = ZooKeeper::on_shared();
+        let creds = ZkCredentials::generate();
+        zk.lock_tree(&zk.root.clone(), &creds);
+        zk.credentials = Some(creds);
+        zk
+    }
+
+    /// The shared server, started on the first call.
+    fn shared_server() -> &'static ZooKeeper {
+        SHARED.get_or_init(|| {
+            remove_dead_shared_dirs();
+            // PR_SET_PDEATHSIG fires when the *thread* that spawned the child ends: the
+            // server is spawned from a thread that never ends, so it dies with the process.
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::Builder::new()
+                .name("shared-zookeeper".to_owned())
+                .spawn(move || {
+                    let _ = tx.send(ZooKeeper::try_start_shared());
+                    loop {
+                        std::thread::park();
+                    }
+                })
+                .expect("a thread for the shared ZooKeeper");
+            rx.recv()
+                .expect("the shared ZooKeeper's thread answers")
+                .unwrap_or_else(|e| panic!("cannot start the shared ZooKeeper: {e}"))
+        })
+    }
+
+    /// Starts the shared server: as [`ZooKeeper::try_start`], in a directory named for this
+    /// process, under `setpriv --pdeathsig KILL`.
+    fn try_start_shared() -> Result<ZooKeeper, String> {
+        let mut last_error = String::new();
+        for _ in 0..3 {
+            let mut zk = ZooKeeper {
+                dir: tempfile::Builder::new()
+                    .prefix(&format!("{SHARED_DIR_PREFIX}{}-", std::process::id()))
+                    .tempdir()
+                    .map_err(|e| format!("cannot create a temporary directory: {e}"))?,
+                port: free_port(),
+                child: None,
+                paused: false,
+                credentials: None,
+                root: "/portico".to_owned(),
+                shared: false,
+                dies_with_parent: true,
+            };
+            match zk.write_config().and_then(|()| zk.spawn()) {
+                Ok(()) => return Ok(zk),
+                Err(e) => last_error = e,
+            }
+        }
+        Err(last_error)
+    }
+
+    /// The root of the test's tree: `/portico`, or `/t-<n>-<random>/portico` on the shared
+    /// server. Registries and gateways take it as `--zk-root`.
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
+    /// Whether this is a tree on the shared server ([`ZooKeeper::on_shared`]).
+    pub fn is_shared(&self) -> bool {
+        self.shared
+    }
+
+    #[track_caller]
+    fn assert_own(&self, what: &str) {
+        assert!(
+            !self.shared,
+            "cannot {what} the shared ZooKeeper: a test that does starts its own (ZooKeeper::start)"
+        );
+    }
+
+    /// Creates the locked skeleton of the tree at `root` (which must not exist yet; its
+    /// missing ancestors are created open).
     pub fn lock_tree(&self, root: &str, creds: &ZkCredentials) {
         let root_acl = creds.root_acl();
         let nodes_acl = creds.nodes_acl();
-        let commands = [
+        let mut commands = Vec::new();
+        let mut ancestor = String::new();
+        let segments: Vec<&str> = root.split('/').filter(|s| !s.is_empty()).collect();
+        for segment in segments.iter().take(segments.len().saturating_sub(1)) {
+            ancestor.push('/');
+            ancestor.push_str(segment);
+            commands.push(format!("create {ancestor} ''"));
+        }
+        let ancestors = commands.len();
+        commands.extend([
             format!("create {root} '' {root_acl}"),
             format!("create {root}/nodes '' {nodes_acl}"),
             format!("create {root}/sandbox '' {root_acl}"),
             format!("create {root}/sandbox/nodes '' {nodes_acl}"),
-        ];
+        ]);
         let refs: Vec<&str> = commands.iter().map(String::as_str).collect();
         let out = zkcli_session(&self.connect_string(), Some(&creds.registry), &refs);
         assert!(
-            out.stdout.matches("Created ").count() == 4,
+            out.stdout.matches("Created ").count() == 4 + ancestors,
             "cannot lock {root}: {out:?}"
         );
     }
@@ -400,6 +541,7 @@ impl ZooKeeper {
     /// Stops the server gracefully (SIGTERM, then SIGKILL after 10 s) and waits for it to exit.
     /// The data directory is kept for [`ZooKeeper::restart`].
     pub fn stop(&mut self) {
+        self.assert_own("stop");
         self.resume_if_paused();
         if let Some(mut child) = self.child.take() {
             signal(child.id(), "TERM");
@@ -417,6 +559,7 @@ impl ZooKeeper {
 
     /// Kills the server at once (SIGKILL), as a crash would. The data directory is kept.
     pub fn kill(&mut self) {
+        self.assert_own("kill");
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -427,6 +570,7 @@ impl ZooKeeper {
     /// Freezes the server (SIGSTOP): connections stay open but nothing is answered, so client
     /// sessions time out. Use to force a session expiry: pause longer than the session timeout.
     pub fn pause(&mut self) {
+        self.assert_own("pause");
         if let Some(pid) = self.pid() {
             signal(pid, "STOP");
             self.paused = true;
@@ -435,6 +579,7 @@ impl ZooKeeper {
 
     /// Unfreezes a paused server (SIGCONT).
     pub fn resume(&mut self) {
+        self.assert_own("resume");
         if let Some(pid) = self.pid() {
             signal(pid, "CONT");
         }
@@ -444,6 +589,7 @@ impl ZooKeeper {
     /// Starts the server again on the same port and data directory (stopping it first if it
     /// runs), and returns once it accepts sessions. Sessions and data survive.
     pub fn restart(&mut self) {
+        self.assert_own("restart");
         self.stop();
         self.spawn()
             .unwrap_or_else(|e| panic!("cannot restart ZooKeeper: {e}"));
@@ -451,6 +597,7 @@ impl ZooKeeper {
 
     /// Starts a stopped or killed server again (same port and data); no-op if it runs.
     pub fn start_again(&mut self) {
+        self.assert_own("start again");
         if self.is_running() {
             return;
         }
@@ -466,6 +613,9 @@ impl ZooKeeper {
 
     /// The server's console output so far (for failure messages).
     pub fn output(&self) -> String {
+        if self.shared {
+            return SHARED.get().map(ZooKeeper::output).unwrap_or_default();
+        }
         std::fs::read_to_string(self.dir.path().join("zookeeper.out")).unwrap_or_default()
     }
 
@@ -508,7 +658,14 @@ impl ZooKeeper {
         let err = out
             .try_clone()
             .map_err(|e| format!("clone zookeeper.out: {e}"))?;
-        let mut cmd = Command::new(zk_home().join("bin/zkServer.sh"));
+        let mut cmd = if self.dies_with_parent {
+            let mut c = Command::new("setpriv");
+            c.args(["--pdeathsig", "KILL", "--"])
+                .arg(zk_home().join("bin/zkServer.sh"));
+            c
+        } else {
+            Command::new(zk_home().join("bin/zkServer.sh"))
+        };
         zk_server_command(&mut cmd, &dir, 256);
         let child = cmd
             .stdin(Stdio::null())
@@ -548,7 +705,29 @@ impl ZooKeeper {
 
 impl Drop for ZooKeeper {
     fn drop(&mut self) {
-        self.kill();
+        if !self.shared {
+            self.kill();
+        }
+    }
+}
+
+/// Removes the directories of shared servers whose process is gone.
+fn remove_dead_shared_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(SHARED_DIR_PREFIX)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 

@@ -128,12 +128,12 @@ fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-/// The `portico-registry` binary's command on `zk` (root `/portico`, with the registry's
+/// The `portico-registry` binary's command on `zk` (root [`ZooKeeper::root`], with the registry's
 /// credentials when `zk` is locked) listening on 127.0.0.1:`port`; the caller adds the admin
 /// token and the rest. The binary is [`sibling_bin`]'s (`PORTICO_REGISTRY_BIN` names another).
 pub fn registry_command(zk: &ZooKeeper, port: u16) -> Command {
     let mut cmd = Command::new(sibling_bin("portico-registry"));
-    cmd.args(["--zk", &zk.connect_string(), "--zk-root", "/portico"])
+    cmd.args(["--zk", &zk.connect_string(), "--zk-root", zk.root()])
         .args(["--listen", &format!("127.0.0.1:{port}")]);
     if let Some(c) = zk.credentials() {
         cmd.arg("--zk-auth-file").arg(c.registry_file());
@@ -228,7 +228,7 @@ pub fn start_gateway(
     }
 }
 
-/// [`start_gateway`] in ZooKeeper mode: node `node_id` on `zk` (root `/portico`, with the
+/// [`start_gateway`] in ZooKeeper mode: node `node_id` on `zk` (root [`ZooKeeper::root`], with the
 /// gateways' credentials when `zk` is locked), its snapshot in `work/snapshot-<node_id>` and
 /// its log in `work/gateway.log`; `configure` adds its own flags. Does not wait for it.
 pub fn spawn_gateway(
@@ -238,7 +238,7 @@ pub fn spawn_gateway(
     configure: impl FnOnce(&mut Command),
 ) -> GatewayProc {
     start_gateway("gateway", work, |cmd| {
-        cmd.args(["--zk", &zk.connect_string(), "--zk-root", "/portico"]);
+        cmd.args(["--zk", &zk.connect_string(), "--zk-root", zk.root()]);
         if let Some(c) = zk.credentials() {
             cmd.arg("--zk-auth-file").arg(c.gateway_file());
         }
