@@ -278,7 +278,8 @@ fn negotiated(rt: &tokio::runtime::Runtime, addr: SocketAddr, ca: &Path) -> anyh
 /// What one `h2load` run reported (the parts the suite uses).
 #[derive(Debug, Clone, PartialEq)]
 pub struct H2Out {
-    /// The measured window ("finished in"), in seconds.
+    /// The measured window, in seconds: `done` over the reported rate, which h2load takes
+    /// over the main duration (its "finished in" counts the warm-up too).
     pub duration_s: f64,
     pub done: u64,
     pub errored: u64,
@@ -327,15 +328,29 @@ pub fn parse_h2load(text: &str) -> anyhow::Result<H2Out> {
             .with_context(|| format!("no `{prefix}` line in h2load's output:\n{text}"))
     };
     let finished = line("finished in")?;
-    let duration_s = finished
+    let mut parts = finished
         .strip_prefix("finished in")
-        .and_then(|r| r.split(',').next())
+        .unwrap_or_default()
+        .split(',');
+    let elapsed_s = parts
+        .next()
         .and_then(h2_duration_us)
         .with_context(|| format!("duration in {finished:?}"))?
         / 1e6;
+    let rate = parts
+        .next()
+        .and_then(|r| r.trim().strip_suffix("req/s"))
+        .and_then(|r| r.trim().parse::<f64>().ok())
+        .with_context(|| format!("req/s in {finished:?}"))?;
     let requests = line("requests:")?;
     let req = |label: &str| {
         count_before(requests, label).with_context(|| format!("`{label}` in {requests:?}"))
+    };
+    let done = req("done")?;
+    let duration_s = if rate > 0.0 && done > 0 {
+        done as f64 / rate
+    } else {
+        elapsed_s
     };
     let codes = line("status codes:")?;
     let class =
@@ -348,7 +363,7 @@ pub fn parse_h2load(text: &str) -> anyhow::Result<H2Out> {
         .and_then(h2_duration_us);
     Ok(H2Out {
         duration_s,
-        done: req("done")?,
+        done,
         errored: req("errored")?,
         timeout: req("timeout")?,
         classes: [class("2xx")?, class("3xx")?, class("4xx")?, class("5xx")?],
@@ -1090,12 +1105,7 @@ mod tests {
     use super::*;
 
     const SAMPLE: &str = "starting benchmark...
-spawning thread #0: 32 total client(s). Timing-based test with 1s of warm-up time and 6s of main duration for measurements.
-Warm-up started for thread #0.
 progress: 10% of clients started
-Warm-up phase is over for thread #0.
-Main benchmark duration is started for thread #0.
-Main benchmark duration is over for thread #0. Stopping all clients.
 
 finished in 6.00s, 20514.17 req/s, 3.58MB/s
 requests: 123085 total, 123405 started, 123085 done, 123080 succeeded, 5 failed, 2 errored, 1 timeout
@@ -1115,15 +1125,25 @@ req/s           :     600.12      700.45      641.07       25.30    68.75%
         assert_eq!(out.errored, 2);
         assert_eq!(out.timeout, 1);
         assert_eq!(out.classes, [123_080, 0, 3, 0]);
-        assert!((out.duration_s - 6.0).abs() < 1e-9);
+        // 123,085 done at 20,514.17 req/s: the 6 s main duration.
+        assert!((out.duration_s - 6.0).abs() < 1e-4, "{}", out.duration_s);
         assert!((out.mean_us.unwrap() - 15_550.0).abs() < 1e-6);
         let load = out.into_load();
         assert_eq!(load.ok, 123_080);
-        assert!((load.ok_rps - 123_080.0 / 6.0).abs() < 1e-6);
+        assert!((load.ok_rps - 123_080.0 / 6.0).abs() < 0.01, "{}", load.ok_rps);
         assert_eq!(load.errors.get("4xx"), Some(&3));
         assert_eq!(load.errors.get("transport"), Some(&2));
         assert_eq!(load.errors.get("timeout"), Some(&1));
         assert!(!load.errors.contains_key("3xx"));
+    }
+
+    #[test]
+    fn the_window_excludes_h2loads_warm_up() {
+        // `--warm-up-time=500ms -D 1000ms`: "finished in" counts both, req/s the main part.
+        let text = "finished in 1.54s, 627.00 req/s, 73.34KB/s\nrequests: 627 total, 627 started, 627 done, 627 succeeded, 0 failed, 0 errored, 0 timeout\nstatus codes: 627 2xx, 0 3xx, 0 4xx, 0 5xx\n";
+        let out = parse_h2load(text).unwrap();
+        assert!((out.duration_s - 1.0).abs() < 1e-9, "{}", out.duration_s);
+        assert!((out.into_load().ok_rps - 627.0).abs() < 1e-6);
     }
 
     #[test]
