@@ -362,7 +362,7 @@ ensure_local_tls() {
 }
 
 # Schemathesis (PyPI), the property-based fuzzer of the registry's admin API
-# (registry/tests/schemathesis.rs, docs/SECURITY.md "Admin API (registry)"), pinned.
+# (registry/tests/it/schemathesis.rs, docs/SECURITY.md "Admin API (registry)"), pinned.
 SCHEMATHESIS_VERSION="4.32.5"
 SCHEMATHESIS_VENV="$RUN/venv"
 
@@ -394,7 +394,7 @@ ensure_schemathesis() {
 }
 
 # openapi-spec-validator (PyPI), which checks the developer portal's generated OpenAPI 3.1
-# documents in registry/tests/portal.rs, pinned; installed into the same venv.
+# documents in registry/tests/it/portal.rs, pinned; installed into the same venv.
 OPENAPI_VALIDATOR_VERSION="0.9.0"
 
 # ensure_openapi_validator: openapi-spec-validator $OPENAPI_VALIDATOR_VERSION in the venv of

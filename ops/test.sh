@@ -38,8 +38,9 @@
 # cargo build --workspace --bins and the quick lane: every crate's unit tests (--lib --bins)
 # and the integration-test binaries of $quick_tests below, the ones that finish in a few
 # seconds each, with the modules of $quick_gateway of the gateway's one integration-test
-# binary (gateway/tests/it/main.rs); no console build, doc checks, fmt, slow lane, quick
-# start, fuzz or clippy. Same summary.
+# binary (gateway/tests/it/main.rs) and those of $quick_registry of the registry's
+# (registry/tests/it/main.rs); no console build, doc checks, fmt, slow lane, quick start,
+# fuzz or clippy. Same summary.
 set -euo pipefail
 # shellcheck source=ops/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -67,17 +68,17 @@ quick_tests=(
     prop_sign prop_snapshot prop_template
     demo_backend example_config
     json_conformance
-    # control and registry: their `layers` binaries
+    # control: its `layers` binary
     layers
-    # registry
-    prometheus_rules zk_lockdown input_limits publish_unchanged admin_auth registry_killed
-    write_checks reports first_run
 )
 # The gateway's integration tests are one binary, `it` (gateway/tests/it/main.rs), one module
 # per area: the quick lane runs these modules of it (the same measure, per module: `cargo test
 # -p portico-gateway --test it -- NAME::` prints "finished in Ns"), and skips every other
 # module that gateway/tests/it/main.rs declares.
 quick_gateway=(layers grpc_invoke smuggling hardening edge connections publish slowloris invoke)
+# The registry's likewise (registry/tests/it/main.rs): these modules of it, the rest skipped.
+quick_registry=(layers prometheus_rules zk_lockdown input_limits publish_unchanged admin_auth
+    registry_killed write_checks reports first_run)
 
 logdir="$RUN/test"
 mkdir -p "$logdir"
@@ -117,26 +118,26 @@ ensure_packages prometheus
 # namespaced hosts joined by veth pairs; the test needs root).
 ensure_packages iproute2
 # --- browser tests (console e2e): Debian's Chromium, and the console's npm toolchain ------
-# registry/tests/console_e2e.rs drives /usr/bin/chromium with playwright-core (no browser
+# registry/tests/it/console_e2e.rs drives /usr/bin/chromium with playwright-core (no browser
 # download) and fails, saying why, when Chromium or admin-ui/node_modules is missing.
 ensure_packages chromium chromium-driver fonts-liberation
 command -v npm >/dev/null 2>&1 || ensure_packages nodejs npm
 # --- admin API fuzzing: schemathesis (PyPI, pinned in ops/lib.sh) in .run/venv --------------
-# registry/tests/schemathesis.rs runs it against the registry's OpenAPI document and fails,
+# registry/tests/it/schemathesis.rs runs it against the registry's OpenAPI document and fails,
 # saying how to install it, when it is missing.
 if st="$(ensure_schemathesis)"; then
     export PORTICO_SCHEMATHESIS="$st"
 else
-    warn "schemathesis could not be installed: registry/tests/schemathesis.rs will fail"
+    warn "schemathesis could not be installed: registry/tests/it/schemathesis.rs will fail"
 fi
 # --- the developer portal's OpenAPI documents: openapi-spec-validator (PyPI, pinned) ------
-# registry/tests/portal.rs validates them with it and fails, saying how to install it; its
+# registry/tests/it/portal.rs validates them with it and fails, saying how to install it; its
 # curl snippet signs with openssl.
 ensure_packages openssl
 if py="$(ensure_openapi_validator)"; then
     export PORTICO_OPENAPI_PYTHON="$py"
 else
-    warn "openapi-spec-validator could not be installed: registry/tests/portal.rs will fail"
+    warn "openapi-spec-validator could not be installed: registry/tests/it/portal.rs will fail"
 fi
 # --- real gRPC servers behind generic invocation: grpcio + protobuf (PyPI, pinned) --------
 # gateway/tests/it/grpc_interop.rs starts gateway/tests/grpcio_server.py with this interpreter
@@ -250,13 +251,31 @@ slow_lane_join() {
 }
 
 # --- the quick lane (--quick) ----------------------------------------------------------------
-# quick_cargo_tests ARGS...: the quick lane's two cargo test runs (the workspace's unit tests
-# and $quick_tests with ARGS; the gateway's `it` with $gateway_args); fails if either fails.
+# quick_cargo_tests ARGS...: the quick lane's cargo test runs (the workspace's unit tests and
+# $quick_tests with ARGS; the gateway's `it` with $gateway_args; the registry's `it`, with
+# quick_it); fails if any fails.
 quick_cargo_tests() {
     local rc=0
     cargo test --no-fail-fast "${quick_args[@]}" "$@" || rc=$?
     cargo test --no-fail-fast "${gateway_args[@]}" || rc=$?
+    quick_it portico-registry registry/tests/it "${quick_registry[@]}" || rc=$?
     return "$rc"
+}
+
+# quick_it CRATE DIR MODULE...: cargo test of CRATE's integration-test binary `it`
+# (DIR/main.rs) with the quick lane's extra arguments ($quick_extra), every test module that
+# DIR/main.rs declares skipped (libtest's --skip) but MODULE... (a helper module, a directory
+# with its mod.rs, holds no tests).
+quick_it() {
+    local crate="$1" dir="$2" m
+    shift 2
+    local args=(-p "$crate" --test it "${quick_extra[@]}")
+    case " ${quick_extra[*]} " in *" -- "*) ;; *) args+=(--) ;; esac
+    for m in $(sed -n 's/^mod \([a-z0-9_]*\);$/\1/p' "$dir/main.rs"); do
+        [ -d "$dir/$m" ] && continue
+        case " $* " in *" $m "*) ;; *) args+=(--skip "$m::") ;; esac
+    done
+    cargo test --no-fail-fast "${args[@]}"
 }
 
 if [ "$quick" = 1 ]; then
@@ -273,6 +292,7 @@ if [ "$quick" = 1 ]; then
             *) gateway_args+=(--skip "$m::") ;;
             esac
         done
+        quick_extra=("$@")
         step test quick_cargo_tests "$@" || true
     else
         warn "build failed: tests not run"

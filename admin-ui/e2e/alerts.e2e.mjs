@@ -1,5 +1,5 @@
 // End-to-end test of the console's Alerts and Reports pages in a real headless Chromium
-// (Debian's `chromium`, driven by playwright-core). Run by registry/tests/alerts_console_e2e.rs,
+// (Debian's `chromium`, driven by playwright-core). Run by registry/tests/it/alerts_console_e2e.rs,
 // which starts ZooKeeper and the registry on a history store holding a synthetic day, publishes
 // an API with no traffic and a `qps_below` rule on it (so an alert fires), and passes in:
 //

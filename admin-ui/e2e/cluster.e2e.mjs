@@ -1,5 +1,5 @@
 // End-to-end test of the console's cluster view in a real headless Chromium (Debian's
-// `chromium`, driven by playwright-core). Run by registry/tests/cluster_console_e2e.rs, which
+// `chromium`, driven by playwright-core). Run by registry/tests/it/cluster_console_e2e.rs, which
 // starts ZooKeeper, two demo backends, a gateway and the registry, seeds a cluster with a
 // standby set and autoscale rules, and passes in the environment:
 //

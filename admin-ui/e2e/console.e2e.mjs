@@ -1,5 +1,5 @@
 // End-to-end test of the console in a real headless Chromium (Debian's `chromium`, driven by
-// playwright-core; no browser download). Run by registry/tests/console_e2e.rs, which starts
+// playwright-core; no browser download). Run by registry/tests/it/console_e2e.rs, which starts
 // ZooKeeper, the demo backend, a gateway (live + sandbox listeners) and the registry, seeds
 // the clusters and apps, and passes their addresses in the environment:
 //

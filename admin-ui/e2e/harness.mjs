@@ -1,7 +1,7 @@
 // What the console's browser tests share: the environment they are given, a headless
 // Chromium (Debian's `chromium`, driven by playwright-core) with its own profile, signing in,
 // numbered screenshots, and the exit code (0 when every step passed, 1 after a FAILED-*.png
-// screenshot). Each `*.e2e.mjs` is run by a Rust test in registry/tests/ that starts the real
+// screenshot). Each `*.e2e.mjs` is run by a Rust test in registry/tests/it/ that starts the real
 // processes and passes their addresses in the environment.
 
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";

@@ -1,5 +1,5 @@
 // End-to-end test of the console's hot-key view in a real headless Chromium. Run by
-// registry/tests/hot_keys_console_e2e.rs, which starts ZooKeeper, the demo backend, a gateway
+// registry/tests/it/hot_keys_console_e2e.rs, which starts ZooKeeper, the demo backend, a gateway
 // and the registry, publishes an API with a hot-key policy, keeps one key busy and passes in
 // the environment:
 //

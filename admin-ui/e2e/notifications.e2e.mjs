@@ -1,5 +1,5 @@
 // End-to-end test of the console's Notifications page in a real headless Chromium. Run by
-// registry/tests/notifications_console_e2e.rs, which starts ZooKeeper, a gateway with an
+// registry/tests/it/notifications_console_e2e.rs, which starts ZooKeeper, a gateway with an
 // internal listener and the registry with the gateways' publisher token, creates two apps
 // (one with a callback URL nobody answers), opens a signed SSE stream for the other once the
 // topic exists, and passes in the environment:

@@ -1,5 +1,5 @@
 // The merchants' developer portal in a real headless Chromium (Debian's `chromium`, driven by
-// playwright-core; no browser download). Run by registry/tests/portal_e2e.rs, which starts
+// playwright-core; no browser download). Run by registry/tests/it/portal_e2e.rs, which starts
 // ZooKeeper, the demo backend, a gateway (live + sandbox listeners) and the registry serving
 // a fresh build of admin-ui/ (the portal included), imports the example tree into the live and
 // sandbox trees, and passes in the environment:

@@ -1,6 +1,6 @@
 // A zkCli typo shown as what the gateways do, in a real headless Chromium (docs/OPERATIONS.md,
 // "What the gateways serve", "Changes outside the registry"). Run by
-// registry/tests/hot_keys_console_e2e.rs, which degrades API through the registry, then
+// registry/tests/it/hot_keys_console_e2e.rs, which degrades API through the registry, then
 // writes `{"degraded":fals` into ZooKeeper with zkCli as the operator would; the gateway
 // refuses it and keeps serving the degraded version. It passes in the environment:
 //

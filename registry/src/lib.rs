@@ -4,7 +4,7 @@
 //! the client side used by the `portico` CLI.
 //!
 //! Layers (docs/ARCHITECTURE.md, "Registry layers"): a module imports only modules of a lower
-//! layer, never one beside it; nothing imports [`server`]. `registry/tests/layers.rs` reads
+//! layer, never one beside it; nothing imports [`server`]. `registry/tests/it/layers.rs` reads
 //! this table and checks it, and that no files import each other, on every test run.
 //!
 //! | layer | modules | what |

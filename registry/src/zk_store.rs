@@ -23,7 +23,7 @@ pub const JUTE_MAXBUFFER: usize = 0xfffff;
 
 /// The largest document the registry writes: [`JUTE_MAXBUFFER`] less 1 KiB for the request's
 /// path and framing (1,047,551 bytes). Measured against a real server in
-/// `registry/tests/write_checks.rs`.
+/// `registry/tests/it/write_checks.rs`.
 pub const MAX_DOCUMENT_BYTES: usize = JUTE_MAXBUFFER - 1024;
 
 /// "N bytes: more than ZooKeeper holds in one node (...)".

@@ -13,7 +13,7 @@
 //!
 //! Merchant words only: the document names no repository file (merchants have the portal's
 //! Signing, Errors and Notifications pages instead), no gRPC service or method, and no
-//! operator's reason; `registry/tests/portal.rs` checks it.
+//! operator's reason; `registry/tests/it/portal.rs` checks it.
 //!
 //! | file | what |
 //! |---|---|

@@ -1,9 +1,7 @@
 //! The registry's admin API against a real ZooKeeper.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::{registry, ORDER_PROTO, TOKEN};
+use crate::common::{registry, ORDER_PROTO, TOKEN};
 use portico_testkit::ZooKeeper;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -14,7 +12,7 @@ fn grpc_cluster() -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_envelope_and_every_documented_route_exists() {
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let reg = registry(&zk).await;
     let anon = reqwest::Client::new();
 
@@ -134,7 +132,7 @@ async fn auth_envelope_and_every_documented_route_exists() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crud_apps_switches_ipacl_and_audit() {
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let reg = registry(&zk).await;
 
     // Clusters: create, read with ETag, CAS update, conflict, create-existing conflict.
@@ -177,7 +175,7 @@ async fn crud_apps_switches_ipacl_and_audit() {
     assert_eq!(list.body["items"][0]["etag"], "1");
 
     // The APIs the apps and switches below name (the registry refuses grants and switches
-    // naming no API: tests/write_checks.rs).
+    // naming no API: tests/it/write_checks.rs).
     reg.put(
         "/clusters/refs",
         &json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:1"}]}),
@@ -385,7 +383,7 @@ async fn crud_apps_switches_ipacl_and_audit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_flow_with_the_demo_proto() {
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let reg = registry(&zk).await;
     reg.put("/clusters/order-svc", &grpc_cluster())
         .await
@@ -577,7 +575,7 @@ async fn publish_flow_with_the_demo_proto() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn descriptor_upload_multipart_and_reflection_import() {
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let reg = registry(&zk).await;
     let set = portico_demo::grpc::descriptor_set_bytes().to_vec();
 
@@ -741,7 +739,7 @@ async fn descriptor_upload_multipart_and_reflection_import() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_registries_writing_the_same_api_one_wins() {
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let a = registry(&zk).await;
     let b = registry(&zk).await;
     let http_cluster = json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:8081"}]});
@@ -803,7 +801,7 @@ async fn two_registries_writing_the_same_api_one_wins() {
 
     // Both publish a changed draft over the same live version: one wins, one 409; the
     // history has no gap. (The draft changes first: an unchanged draft publishes nothing,
-    // tests/publish_unchanged.rs.)
+    // tests/it/publish_unchanged.rs.)
     a.put("/sandbox/apis/web.x", &api(500)).await.expect(200);
     let live = a.get("/apis/web.x").await.expect(200);
     let etag = live.version();
@@ -858,7 +856,7 @@ async fn two_registries_writing_the_same_api_one_wins() {
 async fn nodes_lag_and_export() {
     use portico_control::zk::{NodeInfo, ZkSource};
     use portico_control::ConfigSource;
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let reg = registry(&zk).await;
     reg.put(
         "/clusters/web",
@@ -872,7 +870,7 @@ async fn nodes_lag_and_export() {
 
     // A gateway node registers and applies the tree it receives.
     let source =
-        ZkSource::new(&zk.connect_string(), "/portico").with_auth(common::gateway_auth(&zk));
+        ZkSource::new(&zk.connect_string(), zk.root()).with_auth(crate::common::gateway_auth(&zk));
     source.register_node(NodeInfo::new("gw-1", "127.0.0.1:8080", "127.0.0.1:9180"));
     let (tx, mut rx) = tokio::sync::mpsc::channel(4);
     let s = source.clone();
@@ -910,7 +908,7 @@ async fn nodes_lag_and_export() {
 
     // A change the node has not applied shows as lag.
     let frozen =
-        ZkSource::new(&zk.connect_string(), "/portico").with_auth(common::gateway_auth(&zk));
+        ZkSource::new(&zk.connect_string(), zk.root()).with_auth(crate::common::gateway_auth(&zk));
     frozen.register_node(NodeInfo::new("gw-2", "127.0.0.1:8082", "127.0.0.1:9182"));
     let (tx2, _rx2) = tokio::sync::mpsc::channel(1);
     let f = frozen.clone();
@@ -991,9 +989,9 @@ async fn zookeeper_down_is_503_and_the_registry_recovers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notification_topics_and_the_app_fields() {
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let reg = registry(&zk).await;
-    // A topic is granted to an existing app (tests/write_checks.rs).
+    // A topic is granted to an existing app (tests/it/write_checks.rs).
     reg.post("/apps", &json!({"app_key": "merchant-1"}))
         .await
         .expect(201);
@@ -1062,7 +1060,7 @@ async fn notification_topics_and_the_app_fields() {
 /// HTTP draft with several numbers out of range is refused naming each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conflicting_import_is_previewed_refused_and_not_tried() {
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let reg = registry(&zk).await;
     let web = json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:18081"}]});
     for env in ["", "/sandbox"] {

@@ -6,10 +6,8 @@
 //! owner its report through SMTP (a tiny SMTP sink in this test).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::procs::registry_command;
-use common::{registry, seed_history, Proc, Registry, TOKEN};
+use crate::common::procs::registry_command;
+use crate::common::{registry, seed_history, Proc, Registry, TOKEN};
 use portico_testkit::{free_port, write_private, ZooKeeper};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -160,7 +158,7 @@ async fn a_synthetic_day_gives_exact_figures_and_the_owner_gets_the_report_by_ma
     let work = tempfile::tempdir().unwrap();
     let db = work.path().join("history.sqlite");
     seed_history(&db);
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let setup = registry(&zk).await;
     let cluster = json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:9"}]});
     setup.put("/clusters/pay", &cluster).await.expect(201);

@@ -13,14 +13,12 @@
 //! evaluated again (their `/alerting` `evaluated_at_ms`), never on a long fixed sleep.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
+use crate::common::procs::{registry_command, spawn_gateway, GatewayProc};
+use crate::common::{registry, signed_get, Proc, Registry, TOKEN};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
-use common::procs::{registry_command, spawn_gateway, GatewayProc};
-use common::{registry, signed_get, Proc, Registry, TOKEN};
 use hmac::{Hmac, Mac};
 use portico_testkit::procs::BackendProcess;
 use portico_testkit::{free_port, write_private, ZooKeeper};
@@ -137,7 +135,7 @@ fn states(calls: &Calls) -> Vec<String> {
 async fn a_slow_backend_fires_one_signed_webhook_and_recovery_resolves_it() {
     let started = Instant::now();
     let work = tempfile::tempdir().unwrap();
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     println!("ZooKeeper up after {:?}", started.elapsed());
     let setup = registry(&zk).await;
     let backend = BackendProcess::start_http().unwrap();

@@ -16,10 +16,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::procs::{http, spawn_gateway, spawn_registry, wait_registered, RegistryProc};
-use common::TOKEN;
+use crate::common::procs::{http, spawn_gateway, spawn_registry, wait_registered, RegistryProc};
+use crate::common::TOKEN;
 use portico_testkit::{free_port, wait_for, ZooKeeper};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
@@ -119,7 +117,7 @@ fn registry(
 
 #[test]
 fn slow_connections_from_one_host_leave_the_console_usable() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::on_shared();
     let (work, logs) = work();
     let reg = registry(&zk, &work, &logs, &[]);
     let to = addr_of(&reg.base);
@@ -214,7 +212,7 @@ fn slow_connections_from_one_host_leave_the_console_usable() {
 
 #[test]
 fn a_slow_head_is_closed_by_the_header_read_timeout() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::on_shared();
     let (work, logs) = work();
     let reg = registry(
         &zk,
@@ -272,7 +270,7 @@ fn a_slow_head_is_closed_by_the_header_read_timeout() {
 
 #[test]
 fn the_per_address_cap_refuses_one_too_many_while_another_address_is_served() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::on_shared();
     let (work, logs) = work();
     let reg = registry(&zk, &work, &logs, &["--max-connections-per-address", "20"]);
     let to = addr_of(&reg.base);
@@ -412,7 +410,7 @@ fn try_it(from: Ipv4Addr, base: &str, path: &str) -> (u16, Option<String>, Value
 
 #[test]
 fn try_it_is_limited_capped_and_passes_the_merchants_address() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::on_shared();
     let (work, logs) = work();
     let reg = registry(
         &zk,
@@ -606,7 +604,7 @@ fn the_app_document_checks_the_signature_before_reading_zookeeper() {
 
 #[test]
 fn outbound_calls_to_metadata_addresses_are_refused_and_redirects_not_followed() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::on_shared();
     let (work, logs) = work();
     let reg = registry(&zk, &work, &logs, &[]);
     let put = |path: &str, doc: Value| -> (u16, Value) {

@@ -15,11 +15,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod portal_world;
-
-use common::browser::{build_console, run_script_output, workspace};
-use portal_world::{assert_merchant_words, World, M1, M1_SANDBOX, M2};
+use crate::common::browser::{build_console, run_script_output, workspace};
+use crate::portal_world::{assert_merchant_words, World, M1, M1_SANDBOX, M2};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;

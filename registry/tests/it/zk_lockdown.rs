@@ -4,9 +4,7 @@
 //! their credentials, and an anonymous client that can read nothing. Also the export audit.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::registry_as;
+use crate::common::registry_as;
 use portico_control::zk::{ZkAuth, ZkSource};
 use portico_control::ConfigSource;
 use portico_testkit::{ZkCredentials, ZooKeeper};
@@ -68,7 +66,7 @@ async fn an_open_tree_is_locked_and_everything_still_works() {
     open.post("/sandbox/apps", &json!({"app_key": "sb-1"}))
         .await
         .expect(201);
-    // A switch names an existing API (tests/write_checks.rs).
+    // A switch names an existing API (tests/it/write_checks.rs).
     let web_x = json!({"id": "web.x", "http": {"method": "GET", "path": "/x"},
         "backend": {"cluster": "web", "http": {}}});
     let files =

@@ -19,13 +19,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::browser::{build_console, run_script, screenshot_dir, workspace};
-use common::procs::{
+use crate::common::browser::{build_console, run_script, screenshot_dir, workspace};
+use crate::common::procs::{
     admin_call, http, spawn_gateway, spawn_registry, wait_registered, GatewayProc, RegistryProc,
 };
-use common::{tail_of, TOKEN};
+use crate::common::{tail_of, TOKEN};
 use portico_testkit::procs::BackendProcess;
 use portico_testkit::{free_port, ZooKeeper};
 use serde_json::{json, Value};
@@ -113,7 +111,7 @@ fn console_end_to_end_in_chromium() {
     assert!(console_dir.join("index.html").is_file());
 
     // ZooKeeper, the demo backend, the registry.
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let backend = BackendProcess::start_http_grpc().unwrap();
     let grpc = backend.grpc.expect("the demo backend's gRPC address");
     let RegistryProc {
@@ -283,9 +281,9 @@ fn console_end_to_end_in_chromium() {
 /// `/health/apis` answer when something is missing, and that the console needs no token.
 #[test]
 fn console_routes_explain_what_is_missing() {
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let api = rt.block_on(common::registry(&zk)).base;
+    let api = rt.block_on(crate::common::registry(&zk)).base;
     let reg = Registry {
         base: api.trim_end_matches("/api/v1").to_owned(),
     };

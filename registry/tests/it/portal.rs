@@ -12,11 +12,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod portal_world;
-
-use common::browser::workspace;
-use portal_world::{assert_merchant_words, call, http, World, INTERNAL_REASON, M1, M1_SANDBOX, M2};
+use crate::common::browser::workspace;
+use crate::portal_world::{
+    assert_merchant_words, call, http, World, INTERNAL_REASON, M1, M1_SANDBOX, M2,
+};
 use portico_registry::portal::snippets::{self, Snippet};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -447,7 +446,7 @@ fn portal_documents_match_what_the_gateway_accepts_and_answers() {
             "{}/api/v1/apps/merchant-1/disable",
             world.registry_url
         ))
-        .bearer_auth(portal_world::TOKEN)
+        .bearer_auth(crate::portal_world::TOKEN)
         .header("X-Portico-Operator", "portal-test")
         .send()
         .unwrap();
@@ -544,7 +543,7 @@ fn merchant_words(world: &World, doc: &Value, m2_doc: &Value) {
     let set = |degraded: bool| {
         let resp = http
             .put(format!("{}/api/v1/switches/order.get", world.registry_url))
-            .bearer_auth(portal_world::TOKEN)
+            .bearer_auth(crate::portal_world::TOKEN)
             .header("X-Portico-Operator", "sre-portal-test")
             .json(&json!({"degraded": degraded, "reason": INTERNAL_REASON}))
             .send()

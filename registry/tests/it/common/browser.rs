@@ -48,15 +48,50 @@ pub fn build_console(out: &Path) -> PathBuf {
         Path::new(&chromium).is_file(),
         "{chromium} is missing (apt-get install chromium), or set PORTICO_CHROMIUM"
     );
-    let status = Command::new("npm")
-        .args(["run", "build", "--", "--outDir"])
-        .arg(out)
-        .arg("--emptyOutDir")
-        .current_dir(&ui)
-        .status()
-        .expect("running npm");
-    assert!(status.success(), "`npm run build` of admin-ui failed");
+    copy_tree(built_console(&ui), out);
     PathBuf::from(chromium)
+}
+
+/// The console, built once per test process (the browser tests of all areas run in this one
+/// process, several at a time: one `npm run build` rather than one each, racing on the two
+/// cores) into `target/console-e2e/<pid>`; the directories of dead processes are removed.
+fn built_console(ui: &Path) -> &'static Path {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let parent = workspace().join("target/console-e2e");
+        if let Ok(entries) = std::fs::read_dir(&parent) {
+            for entry in entries.flatten() {
+                let pid = entry.file_name().to_string_lossy().into_owned();
+                if !Path::new("/proc").join(&pid).exists() {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+        let out = parent.join(std::process::id().to_string());
+        let status = Command::new("npm")
+            .args(["run", "build", "--", "--outDir"])
+            .arg(&out)
+            .arg("--emptyOutDir")
+            .current_dir(ui)
+            .status()
+            .expect("running npm");
+        assert!(status.success(), "`npm run build` of admin-ui failed");
+        out
+    })
+}
+
+/// Copies the directory tree `from` into `to` (created if missing).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("creating the console directory");
+    for entry in std::fs::read_dir(from).expect("reading the built console") {
+        let entry = entry.expect("a directory entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("a file type").is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copying the built console");
+        }
+    }
 }
 
 /// Runs `admin-ui/e2e/<script>` with `env` (plus `SCREENSHOT_DIR` and `CHROMIUM`, unless

@@ -16,11 +16,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::browser::{build_console, run_script, screenshot_dir};
-use common::procs::{admin_call as call, http, spawn_gateway, spawn_registry, RegistryProc};
-use common::TOKEN;
+use crate::common::browser::{build_console, run_script, screenshot_dir};
+use crate::common::procs::{admin_call as call, http, spawn_gateway, spawn_registry, RegistryProc};
+use crate::common::TOKEN;
 use portico_testkit::{free_port, wait_for, ZooKeeper};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -105,7 +103,7 @@ fn console_notifications_page_sends_a_test_event_to_a_connected_app_in_chromium(
     let token_file = work.path().join("publish.token");
     std::fs::write(&token_file, format!("{PUBLISH_TOKEN}\n")).unwrap();
 
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let RegistryProc {
         proc: mut registry,
         base,

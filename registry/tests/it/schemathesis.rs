@@ -26,11 +26,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::browser::workspace;
-use common::procs::{http_with_timeout, registry_command};
-use common::{example_tree, tail_of, Proc};
+use crate::common::browser::workspace;
+use crate::common::procs::{http_with_timeout, registry_command};
+use crate::common::{example_tree, tail_of, Proc};
 use portico_testkit::{free_port, wait_for, ZooKeeper};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -100,7 +98,7 @@ fn schemathesis_finds_no_server_error_and_no_route_open_without_the_token() {
         .prefix("portico-schemathesis-")
         .tempdir()
         .unwrap();
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::on_shared();
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let mut registry = Proc::spawn(

@@ -22,14 +22,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::browser::{build_console, run_script, screenshot_dir};
-use common::procs::{
+use crate::common::browser::{build_console, run_script, screenshot_dir};
+use crate::common::procs::{
     admin_call as call, http, in_sync, spawn_gateway, spawn_registry, wait_registered, GatewayProc,
     RegistryProc,
 };
-use common::TOKEN;
+use crate::common::TOKEN;
 use portico_testkit::procs::BackendProcess;
 use portico_testkit::{free_port, ZooKeeper};
 use serde_json::{json, Value};
@@ -54,7 +52,7 @@ fn console_cluster_view_fails_over_in_chromium() {
     let console_dir = work.path().join("console");
     let chromium = build_console(&console_dir);
 
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let primary = BackendProcess::start_http().unwrap();
     let standby = BackendProcess::start_http().unwrap();
     let RegistryProc {
@@ -127,7 +125,7 @@ fn console_cluster_view_fails_over_in_chromium() {
         ("GRPC_CLUSTER", GRPC_CLUSTER.to_owned()),
         (
             "PROTO",
-            common::browser::workspace()
+            crate::common::browser::workspace()
                 .join("protos/demo/order.proto")
                 .display()
                 .to_string(),

@@ -62,7 +62,7 @@ impl World {
             .unwrap();
         let logs = work.path().join("logs");
         std::fs::create_dir_all(&logs).unwrap();
-        let zk = ZooKeeper::start();
+        let zk = ZooKeeper::on_shared();
         let backend = BackendProcess::start_http_grpc().unwrap();
         let grpc = backend.grpc.expect("the demo backend's gRPC address");
 

@@ -4,9 +4,7 @@
 //! keeps serving. Against a real ZooKeeper.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::{registry, Reply, TOKEN};
+use crate::common::{registry, Reply, TOKEN};
 use portico_registry::MAX_BODY_BYTES;
 use portico_testkit::ZooKeeper;
 use reqwest::header::HeaderValue;
@@ -71,7 +69,7 @@ async fn chunked_put(base: &str, path: &str, len: usize) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_nested_huge_and_non_utf8_input_is_a_4xx_envelope() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::on_shared();
     let reg = registry(&zk).await;
     let cluster = json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:9", "weight": 1}]});
     reg.put("/clusters/c1", &cluster).await.expect(201);

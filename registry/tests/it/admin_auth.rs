@@ -7,9 +7,7 @@
 //! the documents the paths name, so a route that skipped the check would answer 200.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::{registry, TOKEN};
+use crate::common::{registry, TOKEN};
 use portico_testkit::ZooKeeper;
 use reqwest::header::{HeaderValue, AUTHORIZATION};
 use reqwest::{Method, StatusCode};
@@ -92,7 +90,7 @@ async fn assert_unauthenticated(resp: reqwest::Response, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_route_answers_without_the_token() {
-    let zk = ZooKeeper::start();
+    let zk = ZooKeeper::on_shared();
     let reg = registry(&zk).await;
     let anon = reqwest::Client::new();
     let origin = reg.base.trim_end_matches("/api/v1").to_owned();

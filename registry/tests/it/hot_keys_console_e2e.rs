@@ -13,13 +13,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::browser::{build_console, run_script, screenshot_dir};
-use common::procs::{
+use crate::common::browser::{build_console, run_script, screenshot_dir};
+use crate::common::procs::{
     admin_call as call, http, spawn_gateway, spawn_registry, GatewayProc, RegistryProc,
 };
-use common::TOKEN;
+use crate::common::TOKEN;
 use portico_testkit::procs::BackendProcess;
 use portico_testkit::{wait_for, ZooKeeper};
 use serde_json::{json, Value};
@@ -74,7 +72,7 @@ fn console_hot_keys_view_blocks_a_key_in_chromium() {
     let console_dir = work.path().join("console");
     let chromium = build_console(&console_dir);
 
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let backend = BackendProcess::start_http().unwrap();
     let RegistryProc {
         proc: mut registry,
@@ -217,7 +215,7 @@ fn a_zkcli_typo_is_shown_refused_in_chromium() {
     let console_dir = work.path().join("console");
     let chromium = build_console(&console_dir);
 
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let RegistryProc {
         proc: mut registry,
         base,
@@ -291,7 +289,7 @@ fn a_zkcli_typo_is_shown_refused_in_chromium() {
         &creds.operator,
         &[
             "set",
-            &format!("/portico/switches/{API}"),
+            &format!("{}/switches/{API}", zk.root()),
             r#"{"degraded":fals"#,
         ],
     );

@@ -5,12 +5,10 @@
 //! with the CLI reaches the gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::procs::{
+use crate::common::procs::{
     admin_call as call, http_with_timeout, spawn_gateway, spawn_registry, GatewayProc, RegistryProc,
 };
-use common::{cli_outcome, portico_cli};
+use crate::common::{cli_outcome, portico_cli};
 use portico_testkit::{free_port, wait_for, ZooKeeper};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -30,7 +28,7 @@ fn portico(base: &str, args: &[&str]) -> (bool, String, String) {
 #[test]
 fn a_registry_killed_leaves_the_other_serving_the_console_and_the_cli() {
     let logs = tempfile::tempdir().unwrap();
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let RegistryProc {
         proc: mut first,
         base: base1,

@@ -11,22 +11,22 @@
 //!   webhook call is recorded; the events are listed;
 //! - sleep marking: an idle cluster with `sleep.sleep_url` gets it POSTed once per idle period.
 //!
-//! The registries run at a short cadence (`portico_registry::cadence`, `--evaluation-interval-ms`
-//! for a registry process): the test waits on their evaluations (the cluster overview's
-//! `evaluated_at_ms`), never on a long fixed sleep.
+//! The autoscale test's registries are `portico-registry` processes at a short cadence
+//! (`--evaluation-interval-ms`; the cadence is process-wide, and this test process runs other
+//! areas' in-process registries at the default one): the test waits on their evaluations (the
+//! cluster overview's `evaluated_at_ms`), never on a long fixed sleep.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
+use crate::common::procs::{spawn_gateway, spawn_registry, GatewayProc, RegistryProc};
+use crate::common::{cli_outcome, registry, signed_get, Registry};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Json;
-use common::procs::{spawn_gateway, GatewayProc};
-use common::{cli_outcome, registry, signed_get, Registry};
 use portico_testkit::procs::BackendProcess;
 use portico_testkit::ZooKeeper;
 use serde_json::{json, Value};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -94,7 +94,7 @@ async fn wait_listening(base: &str) {
 
 /// The `portico` CLI against `reg`, as operator `sre-cli`: (success, stdout, stderr).
 async fn portico(reg: &Registry, args: &[&str]) -> (bool, String, String) {
-    let cmd = common::portico_cli(&reg.base, "sre-cli", args);
+    let cmd = crate::common::portico_cli(&reg.base, "sre-cli", args);
     cli_outcome(tokio::process::Command::from(cmd).output().await.unwrap())
 }
 
@@ -131,7 +131,7 @@ async fn assert_reaches_gateway(admin: &str, cluster: &str, set: &str, since: In
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failover_through_the_api_and_the_cli() {
     let work = tempfile::tempdir().unwrap();
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let reg = registry(&zk).await;
     let primary = BackendProcess::start_http().unwrap();
     let standby = BackendProcess::start_http().unwrap();
@@ -334,6 +334,24 @@ fn calls(got: &Received, path: &str) -> Vec<(Instant, Value)> {
 /// 1.25 s (the production 2 s and 10 s are the same five rounds).
 const INTERVAL: Duration = Duration::from_millis(250);
 
+/// A `portico-registry` process at [`INTERVAL`] (its data in `work/<name>`): the process,
+/// kept running while held, and its API.
+fn registry_process(zk: &ZooKeeper, name: &'static str, work: &Path) -> (RegistryProc, Registry) {
+    let proc = tokio::task::block_in_place(|| {
+        spawn_registry(zk, name, work, |cmd| {
+            cmd.arg("--data-dir")
+                .arg(work.join(name))
+                .arg("--evaluation-interval-ms")
+                .arg(INTERVAL.as_millis().to_string());
+        })
+    });
+    let api = Registry {
+        base: format!("{}/api/v1", proc.base),
+        http: reqwest::Client::new(),
+    };
+    (proc, api)
+}
+
 /// One registry's last evaluation of `cluster`: (its rate, when it evaluated, Unix ms).
 async fn evaluation(reg: &Registry, cluster: &str) -> (Option<f64>, Option<u64>) {
     let o = reg
@@ -391,15 +409,15 @@ async fn autoscale_fires_once_per_cooldown_and_idle_clusters_are_put_to_sleep() 
     const FOR_S: u64 = 1;
     const THRESHOLD: f64 = 5.0;
     const LOAD: Duration = Duration::from_secs(7);
-    // In-process registries: the cadence is this process's (the other test's registry too).
-    portico_registry::cadence::set_interval(INTERVAL);
     let started = Instant::now();
     let work = tempfile::tempdir().unwrap();
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     println!("ZooKeeper up after {:?}", started.elapsed());
     // Two registries evaluate the same tree: the webhook must still fire once per cooldown.
-    let reg = registry(&zk).await;
-    let other = registry(&zk).await;
+    // Registry processes: the cadence is process-wide, and this test process runs the other
+    // areas' in-process registries at the default one.
+    let (_reg_proc, reg) = registry_process(&zk, "registry-a", work.path());
+    let (_other_proc, other) = registry_process(&zk, "registry-b", work.path());
     let regs = [&reg, &other];
     let backend = BackendProcess::start_http().unwrap();
     let (hook, got) = receiver().await;

@@ -5,9 +5,7 @@
 //! and refuses a document write that is not JSON. Against a real ZooKeeper.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::{browser::workspace, cli_outcome, portico_cli, registry, TOKEN};
+use crate::common::{browser::workspace, cli_outcome, portico_cli, registry, TOKEN};
 use portico_testkit::ZooKeeper;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -29,7 +27,7 @@ fn copy_dir(from: &Path, to: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn import_tree_loads_every_kind_with_the_token_file_env_names() {
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let reg = registry(&zk).await;
     let work = tempfile::tempdir().unwrap();
     let tree = work.path().join("config");

@@ -11,11 +11,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::browser::{build_console, run_script, screenshot_dir};
-use common::procs::{admin_call as call, spawn_registry, RegistryProc};
-use common::{seed_history, TOKEN};
+use crate::common::browser::{build_console, run_script, screenshot_dir};
+use crate::common::procs::{admin_call as call, spawn_registry, RegistryProc};
+use crate::common::{seed_history, TOKEN};
 use portico_testkit::{wait_for, ZooKeeper};
 use serde_json::json;
 use std::time::Duration;
@@ -43,7 +41,7 @@ fn console_alerts_and_reports_in_chromium() {
         let store = HistoryStore::open(&db, Limits::default()).unwrap();
         let now_min = (portico_control::clock::now_ms() / 60_000) as i64;
         store
-            .add(&[common::rollup(
+            .add(&[crate::common::rollup(
                 API,
                 now_min - 30,
                 &[(503, "API_DEGRADED", 5000)],
@@ -52,7 +50,7 @@ fn console_alerts_and_reports_in_chromium() {
             .unwrap();
     }
 
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let RegistryProc {
         proc: mut registry,
         base,

@@ -7,9 +7,7 @@
 //! real one. Against a real ZooKeeper.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::{cli_outcome, portico_cli, registry, Reply};
+use crate::common::{cli_outcome, portico_cli, registry, Reply};
 use portico_registry::api::checks::{JUTE_MAXBUFFER, MAX_DOCUMENT_BYTES};
 use portico_testkit::ZooKeeper;
 use serde_json::{json, Value};
@@ -46,7 +44,7 @@ fn api(id: &str, path: &str, cluster: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_naming_unknown_references_are_refused_with_every_problem() {
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let reg = registry(&zk).await;
     let cluster: Value = serde_json::from_str(CLUSTER).unwrap();
     reg.put("/clusters/c", &cluster).await.expect(201);
@@ -187,7 +185,7 @@ async fn writes_naming_unknown_references_are_refused_with_every_problem() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_document_over_zookeepers_limit_is_413_and_the_limit_is_real() {
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let reg = registry(&zk).await;
     let cluster: Value = serde_json::from_str(CLUSTER).unwrap();
     reg.put("/clusters/c", &cluster).await.expect(201);
@@ -214,8 +212,8 @@ async fn a_document_over_zookeepers_limit_is_413_and_the_limit_is_real() {
 
     // The limit is ZooKeeper's: a document of exactly MAX_DOCUMENT_BYTES is stored by the
     // store; JUTE_MAXBUFFER bytes of data make the server drop the session.
-    let auth = common::registry_auth(&zk);
-    let store = portico_registry::zk_store::Store::new(&zk.connect_string(), "/portico")
+    let auth = crate::common::registry_auth(&zk);
+    let store = portico_registry::zk_store::Store::new(&zk.connect_string(), zk.root())
         .with_auth(auth.clone());
     let deep = format!("sandbox/descriptors/{}", "d".repeat(64));
     let fits = vec![b'x'; MAX_DOCUMENT_BYTES];
@@ -238,7 +236,7 @@ async fn a_document_over_zookeepers_limit_is_413_and_the_limit_is_real() {
     let huge = vec![b'x'; JUTE_MAXBUFFER];
     let raw = tokio::time::timeout(
         std::time::Duration::from_secs(20),
-        client.set_data(&format!("/portico/{deep}"), &huge, None),
+        client.set_data(&format!("{}/{deep}", zk.root()), &huge, None),
     )
     .await;
     assert!(

@@ -27,8 +27,8 @@ pub fn gateway_auth(zk: &ZooKeeper) -> Option<ZkAuth> {
     zk.credentials().map(|c| ZkAuth::parse(&c.gateway).unwrap())
 }
 
-/// A registry on a free port, talking to `zk` (with the registry's credentials if `zk` is
-/// locked: every registry test runs against `ZooKeeper::start_locked`).
+/// A registry on a free port, talking to `zk` under its root (with the registry's credentials
+/// if `zk` is locked: most registry tests run against `ZooKeeper::on_shared_locked`).
 pub async fn registry(zk: &ZooKeeper) -> Registry {
     registry_as(zk, registry_auth(zk)).await
 }
@@ -37,7 +37,7 @@ pub async fn registry(zk: &ZooKeeper) -> Registry {
 pub async fn registry_as(zk: &ZooKeeper, zk_auth: Option<ZkAuth>) -> Registry {
     let config = Config {
         zk_hosts: zk.connect_string(),
-        zk_root: "/portico".to_owned(),
+        zk_root: zk.root().to_owned(),
         token: Some(TOKEN.to_owned()),
         zk_auth,
     };
@@ -241,7 +241,7 @@ pub fn example_tree(rewrite: impl Fn(String) -> String) -> Value {
 }
 
 /// The demo order service's .proto source (from the demo crate).
-pub const ORDER_PROTO: &str = include_str!("../../../protos/demo/order.proto");
+pub const ORDER_PROTO: &str = include_str!("../../../../protos/demo/order.proto");
 
 /// Child processes with their logs kept, and `target/<profile>/` binaries, from the shared
 /// test kit.

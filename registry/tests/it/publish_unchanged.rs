@@ -3,15 +3,13 @@
 //! no audit entry; a changed draft still publishes a new version. Against a real ZooKeeper.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::{cli_outcome, portico_cli, registry};
+use crate::common::{cli_outcome, portico_cli, registry};
 use portico_testkit::ZooKeeper;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishing_an_unchanged_draft_publishes_nothing() {
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let reg = registry(&zk).await;
     let cluster = json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:1"}]});
     reg.put("/clusters/web", &cluster).await.expect(201);

@@ -1,9 +1,7 @@
 //! The `portico` CLI against a real registry and ZooKeeper.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::{cli_outcome, portico_cli, registry};
+use crate::common::{cli_outcome, portico_cli, registry};
 use portico_testkit::ZooKeeper;
 use serde_json::json;
 use std::path::Path;
@@ -174,7 +172,7 @@ async fn call_sends_a_signed_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn import_publish_switch_status_history_export() {
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let reg = registry(&zk).await;
     let cluster = json!({"protocol": "grpc", "endpoints": [{"addr": "127.0.0.1:50051"}]});
     reg.put("/clusters/order-svc", &cluster).await.expect(201);
@@ -212,7 +210,7 @@ async fn import_publish_switch_status_history_export() {
     .await;
     assert!(run.ok, "{}", run.stderr);
     assert_eq!(run.stdout.trim(), "published order.get version 1");
-    // The draft again, unchanged: nothing published, said so (tests/publish_unchanged.rs).
+    // The draft again, unchanged: nothing published, said so (tests/it/publish_unchanged.rs).
     let run = portico(&base, &["publish", "order.get"]).await;
     assert!(
         run.ok && run.stdout.contains("order.get unchanged"),
@@ -279,8 +277,8 @@ async fn import_publish_switch_status_history_export() {
         "{}",
         run.stdout
     );
-    let source = portico_control::zk::ZkSource::new(&zk.connect_string(), "/portico")
-        .with_auth(common::gateway_auth(&zk));
+    let source = portico_control::zk::ZkSource::new(&zk.connect_string(), zk.root())
+        .with_auth(crate::common::gateway_auth(&zk));
     source.register_node(portico_control::zk::NodeInfo::new(
         "gw-cli",
         "127.0.0.1:8080",
@@ -363,7 +361,7 @@ async fn registry_binary_needs_a_token_and_serves() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no admin token"));
 
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, "file-token\n").unwrap();
@@ -372,6 +370,8 @@ async fn registry_binary_needs_a_token_and_serves() {
         .args([
             "--zk",
             &zk.connect_string(),
+            "--zk-root",
+            zk.root(),
             "--listen",
             &format!("127.0.0.1:{port}"),
         ])
@@ -432,8 +432,8 @@ fn cell_starts(line: &str) -> Vec<usize> {
 /// `history` and `status` tables are aligned (docs/OPERATIONS.md, "Waiting for the gateways").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switch_and_publish_wait_for_every_live_gateway() {
-    use common::procs::{in_sync, spawn_gateway, wait_registered};
-    let zk = ZooKeeper::start_locked();
+    use crate::common::procs::{in_sync, spawn_gateway, wait_registered};
+    let zk = ZooKeeper::on_shared_locked();
     let reg = registry(&zk).await;
     let base = reg.base.clone();
     let cluster = json!({"protocol": "http", "endpoints": [{"addr": "127.0.0.1:1"}]});
@@ -564,7 +564,7 @@ async fn switch_and_publish_wait_for_every_live_gateway() {
 /// publish → rollback").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn import_previews_and_overwrites_a_draft_only_when_asked() {
-    let zk = ZooKeeper::start_locked();
+    let zk = ZooKeeper::on_shared_locked();
     let reg = registry(&zk).await;
     let cluster = json!({"protocol": "grpc", "endpoints": [{"addr": "127.0.0.1:50051"}]});
     reg.put("/clusters/order-svc", &cluster).await.expect(201);
