@@ -38,9 +38,9 @@
 # cargo build --workspace --bins and the quick lane: every crate's unit tests (--lib --bins)
 # and the integration-test binaries of $quick_tests below, the ones that finish in a few
 # seconds each, with the modules of $quick_gateway of the gateway's one integration-test
-# binary (gateway/tests/it/main.rs) and those of $quick_registry of the registry's
-# (registry/tests/it/main.rs); no console build, doc checks, fmt, slow lane, quick start,
-# fuzz or clippy. Same summary.
+# binary (gateway/tests/it/main.rs) and those of $quick_registry, $quick_control and
+# $quick_demo of the registry's, control's and demo's (<crate>/tests/it/main.rs); no console
+# build, doc checks, fmt, slow lane, quick start, fuzz or clippy. Same summary.
 set -euo pipefail
 # shellcheck source=ops/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -64,21 +64,20 @@ set -- "${args[@]+"${args[@]}"}"
 # take about 75 s on an idle 2-core machine. Anything slower (ZooKeeper sessions expiring,
 # browsers, timer windows) stays in the full run.
 quick_tests=(
-    # control, demo, grpc-dynamic
-    prop_sign prop_snapshot prop_template
-    demo_backend example_config
+    # grpc-dynamic
     json_conformance
-    # control: its `layers` binary
-    layers
 )
 # The gateway's integration tests are one binary, `it` (gateway/tests/it/main.rs), one module
 # per area: the quick lane runs these modules of it (the same measure, per module: `cargo test
 # -p portico-gateway --test it -- NAME::` prints "finished in Ns"), and skips every other
 # module that gateway/tests/it/main.rs declares.
 quick_gateway=(layers grpc_invoke smuggling hardening edge connections publish slowloris invoke)
-# The registry's likewise (registry/tests/it/main.rs): these modules of it, the rest skipped.
+# The registry's, the control crate's and the demo backend's likewise (registry/tests/it,
+# control/tests/it, demo/tests/it): these modules of each, the rest skipped.
 quick_registry=(layers prometheus_rules zk_lockdown input_limits publish_unchanged admin_auth
     registry_killed write_checks reports first_run)
+quick_control=(layers prop_sign prop_snapshot prop_template)
+quick_demo=(demo_backend example_config)
 
 logdir="$RUN/test"
 mkdir -p "$logdir"
@@ -252,13 +251,15 @@ slow_lane_join() {
 
 # --- the quick lane (--quick) ----------------------------------------------------------------
 # quick_cargo_tests ARGS...: the quick lane's cargo test runs (the workspace's unit tests and
-# $quick_tests with ARGS; the gateway's `it` with $gateway_args; the registry's `it`, with
-# quick_it); fails if any fails.
+# $quick_tests with ARGS; the gateway's `it` with $gateway_args; the registry's, control's and
+# demo's `it`, with quick_it); fails if any fails.
 quick_cargo_tests() {
     local rc=0
     cargo test --no-fail-fast "${quick_args[@]}" "$@" || rc=$?
     cargo test --no-fail-fast "${gateway_args[@]}" || rc=$?
     quick_it portico-registry registry/tests/it "${quick_registry[@]}" || rc=$?
+    quick_it portico-control control/tests/it "${quick_control[@]}" || rc=$?
+    quick_it portico-demo demo/tests/it "${quick_demo[@]}" || rc=$?
     return "$rc"
 }
 

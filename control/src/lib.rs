@@ -15,7 +15,7 @@
 //!   registry and the CLI (its schema: `docs/schemas/gateway-status.schema.json`).
 //!
 //! Layers (docs/ARCHITECTURE.md, "Control layers"): a module imports only modules of a lower
-//! layer, never one beside it. `control/tests/layers.rs` reads this table and checks it, and
+//! layer, never one beside it. `control/tests/it/layers.rs` reads this table and checks it, and
 //! that no files import each other, on every test run.
 //!
 //! | layer | modules |

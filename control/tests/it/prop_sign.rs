@@ -8,7 +8,7 @@
 use portico_control::sign::{canonical_query, sign, string_to_sign, verify};
 use proptest::prelude::*;
 
-const PROTOCOL: &str = include_str!("../../docs/PROTOCOL.md");
+const PROTOCOL: &str = include_str!("../../../docs/PROTOCOL.md");
 
 /// One worked example of docs/PROTOCOL.md.
 #[derive(Debug)]
