@@ -973,7 +973,7 @@ impl<'ast> Visit<'ast> for CodeReader<'_, '_> {
 }
 
 /// The layering checks of a crate whose `src/lib.rs` doc comment holds its layer table (the
-/// registry's and control's `tests/layers.rs`): `crate_dir` is its `CARGO_MANIFEST_DIR`,
+/// registry's and control's `tests/it/layers.rs`): `crate_dir` is its `CARGO_MANIFEST_DIR`,
 /// `name` how messages call it, and the graph must read at least `min_files` files and the
 /// table name at least `min_layers` modules (so an empty read cannot pass).
 pub struct DocumentedLayers {
