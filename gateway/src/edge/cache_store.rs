@@ -29,18 +29,18 @@ pub(super) struct Entry {
 }
 
 #[derive(Debug, Default)]
-struct Shard {
-    map: HashMap<String, Arc<Entry>>,
+pub(super) struct Shard {
+    pub(super) map: HashMap<String, Arc<Entry>>,
     /// Keys in insertion order with their entry's `seq`, for oldest-first eviction.
-    order: VecDeque<(String, u64)>,
-    seq: u64,
+    pub(super) order: VecDeque<(String, u64)>,
+    pub(super) seq: u64,
 }
 
 /// One API's cache: bounded, sharded.
 #[derive(Debug)]
 pub struct ApiCache {
-    shards: Vec<Mutex<Shard>>,
-    per_shard: usize,
+    pub(super) shards: Vec<Mutex<Shard>>,
+    pub(super) per_shard: usize,
 }
 
 impl ApiCache {

@@ -157,6 +157,7 @@ pub fn hash_into(key: &[Selector], req: &EdgeRequest<'_>, ctx: &EdgeCtx, hasher:
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::edge::key_text::display_key;
     use crate::testing::{api, get, routed};
     use http::HeaderMap;
     use portico_control::v1::AuthMode;

@@ -339,6 +339,8 @@ impl RateLimitStage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::Fleet;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use crate::testing::{api, app, get, routed, NOW_MS};
     use http::HeaderMap;
     use std::net::IpAddr;

@@ -47,7 +47,8 @@ struct TicketKey {
 }
 
 impl TicketKey {
-    fn new(secret: &[u8; KEY_LEN]) -> TicketKey {
+    /// `None` only if ring refuses a 32-byte AES-256-GCM key (it does not).
+    fn new(secret: &[u8; KEY_LEN]) -> Option<TicketKey> {
         let id_digest = Sha256::new()
             .chain_update(b"portico tls ticket key id\0")
             .chain_update(secret)
@@ -59,10 +60,8 @@ impl TicketKey {
             .chain_update(b"portico tls ticket aead key\0")
             .chain_update(secret)
             .finalize();
-        let aead = LessSafeKey::new(
-            UnboundKey::new(&AES_256_GCM, &aead_key).expect("a 32-byte AES-256-GCM key"),
-        );
-        TicketKey { id, aead }
+        let aead = LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &aead_key).ok()?);
+        Some(TicketKey { id, aead })
     }
 }
 
@@ -84,6 +83,8 @@ pub enum KeyFileError {
     Empty { path: PathBuf },
     #[error("TLS ticket key file {path} holds more than {MAX_KEYS} keys: rotation keeps two")]
     TooMany { path: PathBuf },
+    #[error("TLS ticket key file {path}: the crypto library refused a ticket key")]
+    Crypto { path: PathBuf },
 }
 
 /// Parses a key file: one key per line as 64 hex digits, the first one sealing; blank lines
@@ -132,6 +133,17 @@ pub fn parse_keys(path: &Path, text: &str) -> Result<Vec<[u8; KEY_LEN]>, KeyFile
     Ok(keys)
 }
 
+/// The sealing keys of a parsed file, in its order.
+fn ticket_keys(path: &Path, keys: &[[u8; KEY_LEN]]) -> Result<Vec<TicketKey>, KeyFileError> {
+    keys.iter()
+        .map(|k| {
+            TicketKey::new(k).ok_or_else(|| KeyFileError::Crypto {
+                path: path.to_owned(),
+            })
+        })
+        .collect()
+}
+
 /// The fleet's ticket keys, read from a file shared by every gateway.
 pub struct FileTicketer {
     path: PathBuf,
@@ -172,7 +184,7 @@ impl FileTicketer {
         let keys = parse_keys(path, &text)?;
         Ok(Arc::new(FileTicketer {
             path: path.to_owned(),
-            keys: arc_swap::ArcSwap::from_pointee(keys.iter().map(TicketKey::new).collect()),
+            keys: arc_swap::ArcSwap::from_pointee(ticket_keys(path, &keys)?),
             last_text: Mutex::new(text),
             rng: SystemRandom::new(),
             resumed,
@@ -190,8 +202,7 @@ impl FileTicketer {
         }
         let keys = parse_keys(&self.path, &text)?;
         let n = keys.len();
-        self.keys
-            .store(Arc::new(keys.iter().map(TicketKey::new).collect()));
+        self.keys.store(Arc::new(ticket_keys(&self.path, &keys)?));
         *last = text;
         Ok(KeyReload::Applied { keys: n })
     }
@@ -480,7 +491,7 @@ mod tests {
         assert_eq!(t.reload().unwrap(), KeyReload::Unchanged);
         let new = t.encrypt(b"day 2").unwrap();
         assert_eq!(t.decrypt(&old).unwrap(), b"day 1");
-        assert_eq!(&new[..ID_LEN], &TicketKey::new(&[2; KEY_LEN]).id);
+        assert_eq!(&new[..ID_LEN], &TicketKey::new(&[2; KEY_LEN]).unwrap().id);
         // Rotate again: key 1 is gone, its tickets are refused.
         std::fs::write(&path, format!("{}\n{}\n", key_line(3), key_line(2))).unwrap();
         t.reload().unwrap();
