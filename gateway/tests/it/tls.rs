@@ -3,7 +3,7 @@
 //! certificates made here by a test CA. HTTP/2 by ALPN and HTTP/1.1 on the same listener, the
 //! same pipeline as the plain listener, TLS 1.2 and 1.3 only, modern cipher suites only, the
 //! certificate replaced under load without a failed request, broken replacements refused, the
-//! request head deadline over TLS.
+//! request head deadline over TLS, sessions resumed on any gateway sharing the ticket keys.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support::*;
@@ -848,4 +848,181 @@ fn a_bad_certificate_stops_the_start_with_its_reason() {
     // A TLS listener without a certificate is a usage error.
     let err = run(&["--tls-listen", &tls]);
     assert!(err.contains("--tls-cert"), "{err}");
+}
+
+// ---- session resumption ------------------------------------------------------------------------
+
+/// A ticket key file in the format of `ops/tls-ticket-keys.sh`.
+fn ticket_keys(dir: &std::path::Path, name: &str, keys: &[u8]) -> PathBuf {
+    let path = dir.join(name);
+    let text: String = keys
+        .iter()
+        .map(|k| format!("{}\n", format!("{k:02x}").repeat(32)))
+        .collect();
+    std::fs::write(&path, format!("# test keys\n{text}")).unwrap();
+    path
+}
+
+/// A second gateway beside `e`'s, on the same tree and certificate: one more node of the fleet.
+fn another_gateway(e: &Env, extra: &[&str]) -> (GatewayProcess, SocketAddr) {
+    let tls: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let mut args = vec![
+        "--tls-listen".to_owned(),
+        tls.to_string(),
+        "--tls-cert".to_owned(),
+        e.certs.cert.display().to_string(),
+        "--tls-key".to_owned(),
+        e.certs.key.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    (GatewayProcess::start(e._tree.path(), &args), tls)
+}
+
+/// A client keeping its own TLS sessions (rustls' in-memory store), as a merchant's does.
+fn resuming_config(
+    pki: &Pki,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Arc<rustls::ClientConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(pki.roots())
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+/// One call on a new connection; whether its handshake was resumed. The call also reads the
+/// tickets a TLS 1.3 server sends after the handshake.
+fn call_resumed(addr: SocketAddr, config: &Arc<rustls::ClientConfig>) -> bool {
+    let mut tls = tls_connect(addr, config).unwrap();
+    let resumed = tls.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+    assert_eq!(get_health(&mut tls).unwrap(), 200);
+    resumed
+}
+
+fn resumptions(metrics: &str, via: &str) -> f64 {
+    metric_value(metrics, &format!("portico_tls_resumptions_total{{via=\"{via}\"}}")).unwrap_or(0.0)
+}
+
+/// Returning merchants resume on any gateway of a fleet sharing `--tls-ticket-keys`: after
+/// 300 other clients (more than rustls' default 256-entry session cache held), 50 returning
+/// clients resume 50 of 50 on the other gateway, with TLS 1.3 and TLS 1.2 tickets; a gateway
+/// with other keys makes full handshakes; the previous key of a rotation still opens the
+/// tickets it sealed.
+#[test]
+fn returning_clients_resume_on_any_gateway_sharing_the_ticket_keys() {
+    let keys_dir = tempfile::tempdir().unwrap();
+    let shared = ticket_keys(keys_dir.path(), "fleet", &[1]);
+    let shared_arg = shared.display().to_string();
+    let e = env(&["--tls-ticket-keys", &shared_arg]);
+    let (b, b_tls) = another_gateway(&e, &["--tls-ticket-keys", &shared_arg]);
+
+    for versions in [&[&rustls::version::TLS13][..], &[&rustls::version::TLS12][..]] {
+        let returning: Vec<_> = (0..50).map(|_| resuming_config(&e.pki, versions)).collect();
+        for c in &returning {
+            assert!(!call_resumed(e.tls, c), "a first visit is a full handshake");
+        }
+        for _ in 0..300 {
+            let other = resuming_config(&e.pki, versions);
+            call_resumed(e.tls, &other);
+        }
+        let resumed = returning.iter().filter(|c| call_resumed(b_tls, c)).count();
+        assert_eq!(resumed, 50, "{versions:?}: resumed on the other gateway");
+    }
+    assert!(resumptions(&b.metrics(), "ticket") >= 100.0, "{}", b.metrics());
+
+    // OpenSSL's client, sessions kept in a file: resumed on the other gateway too.
+    let sess = keys_dir.path().join("openssl.session");
+    let ca = keys_dir.path().join("ca.pem");
+    std::fs::write(&ca, e.pki.ca_pem()).unwrap();
+    let s_client = |addr: SocketAddr, sess_flag: &str| {
+        let mut child = std::process::Command::new("openssl")
+            .args(["s_client", "-connect", &addr.to_string(), "-CAfile"])
+            .arg(&ca)
+            .arg(sess_flag)
+            .arg(&sess)
+            .args(["-ign_eof", "-alpn", "http/1.1"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("openssl (Debian's openssl package)");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"GET /v1/health HTTP/1.1\r\nHost: portico\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let first = s_client(e.tls, "-sess_out");
+    assert!(first.contains("New, TLSv1.3"), "{first}");
+    let again = s_client(b_tls, "-sess_in");
+    assert!(again.contains("Reused, TLSv1.3"), "{again}");
+    assert!(again.contains("HTTP/1.1 200"), "{again}");
+
+    // A gateway with other keys cannot open the fleet's tickets: a full handshake, served.
+    let foreign = ticket_keys(keys_dir.path(), "foreign", &[9]);
+    let (_c, c_tls) = another_gateway(&e, &["--tls-ticket-keys", &foreign.display().to_string()]);
+    let client = resuming_config(&e.pki, &[&rustls::version::TLS13]);
+    call_resumed(e.tls, &client);
+    assert!(!call_resumed(c_tls, &client));
+
+    // Rotation: a fresh key seals, the previous one still opens what it sealed; the key
+    // before that is erased, and its tickets make full handshakes.
+    let (before, kept_aside) = (
+        resuming_config(&e.pki, &[&rustls::version::TLS13]),
+        resuming_config(&e.pki, &[&rustls::version::TLS13]),
+    );
+    call_resumed(e.tls, &before);
+    call_resumed(e.tls, &kept_aside);
+    let applied = |n: f64| {
+        let gateways = [&e.gw, &b];
+        wait_until(Duration::from_secs(20), || {
+            gateways.iter().all(|g| {
+                metric_value(&g.metrics(), "portico_tls_ticket_key_reloads_total{result=\"applied\"}")
+                    == Some(n)
+            })
+        })
+    };
+    ticket_keys(keys_dir.path(), "fleet", &[2, 1]);
+    assert!(applied(1.0), "the rotated key file was not applied");
+    assert!(call_resumed(b_tls, &before), "a ticket of the previous key");
+    let after = resuming_config(&e.pki, &[&rustls::version::TLS13]);
+    call_resumed(b_tls, &after);
+    ticket_keys(keys_dir.path(), "fleet", &[3, 2]);
+    assert!(applied(2.0), "the second rotation was not applied");
+    assert!(!call_resumed(e.tls, &kept_aside), "a ticket of an erased key");
+    assert!(call_resumed(e.tls, &after), "a ticket of the previous key");
+}
+
+/// Without a key file each gateway seals with its own key: a client resumes on the gateway
+/// that served it (tickets and, for TLS 1.2 clients without tickets, session IDs), not on
+/// another one.
+#[test]
+fn without_a_key_file_sessions_resume_on_the_same_gateway_only() {
+    let e = env(&[]);
+    let (_b, b_tls) = another_gateway(&e, &[]);
+    let client = resuming_config(&e.pki, &[&rustls::version::TLS13]);
+    assert!(!call_resumed(e.tls, &client));
+    assert!(call_resumed(e.tls, &client));
+    assert!(!call_resumed(b_tls, &client));
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut ids_only = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS12])
+        .unwrap()
+        .with_root_certificates(e.pki.roots())
+        .with_no_client_auth();
+    ids_only.alpn_protocols = vec![b"http/1.1".to_vec()];
+    ids_only.resumption = rustls::client::Resumption::in_memory_sessions(8)
+        .tls12_resumption(rustls::client::Tls12Resumption::SessionIdOnly);
+    let ids_only = Arc::new(ids_only);
+    assert!(!call_resumed(e.tls, &ids_only));
+    assert!(call_resumed(e.tls, &ids_only));
+    assert!(resumptions(&e.gw.metrics(), "session_id") >= 1.0, "{}", e.gw.metrics());
 }
