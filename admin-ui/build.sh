@@ -25,7 +25,7 @@ else
     echo "==> admin-ui: node_modules up to date with package-lock.json" >&2
 fi
 
-# The console's document types are generated (docs/OPERATIONS.md, "The admin API's schemas"):
+# The console's document types are generated (docs/operations/registry.md, "The admin API's schemas"):
 # src/generated/api.d.ts must be what openapi-typescript makes of src/generated/openapi.json
 # (the registry's OpenAPI document, itself checked by the registry's
 # `the_consoles_copy_of_the_document_is_current` test). A drift fails the build.

@@ -159,7 +159,7 @@ sys.exit(0 if b"Mode:" in data else 1)
 EOF
 }
 
-# zk_credentials DIR: the three ZooKeeper identities (docs/OPERATIONS.md, "ZooKeeper
+# zk_credentials DIR: the three ZooKeeper identities (docs/operations/zookeeper.md, "ZooKeeper
 # credentials and ACLs") as DIR/registry, DIR/gateway, DIR/operator, each `user:password`
 # with a random password, mode 0600. Made once: existing files are kept (and their modes fixed).
 zk_credentials() {
@@ -210,7 +210,7 @@ EOF
     die "ZooKeeper did not start on 127.0.0.1:$port (log: $dir/logs/stdout.log)"
 }
 
-# --- a cluster on this machine (./ops/up.sh --cluster; docs/OPERATIONS.md, "Running a
+# --- a cluster on this machine (./ops/up.sh --cluster; docs/operations/cluster.md, "Running a
 # cluster") ----------------------------------------------------------------------------
 # start_zk_ensemble DIR PORT1 PORT2 PORT3: a three-server ZooKeeper ensemble (Debian's
 # package) on 127.0.0.1, server N's config, data and logs in DIR/N, client port PORTn, pid
@@ -286,7 +286,7 @@ EOF
 
 # start_redis PORT CREDENTIALS_DIR: Debian's redis-server on 127.0.0.1:PORT without
 # persistence (the fleet's counters and nonces are short-lived), pid in $RUN/pids/redis.pid.
-# Authenticated (docs/OPERATIONS.md, "Redis credentials and TLS"): the `default` user is off
+# Authenticated (docs/operations/cluster.md, "Redis credentials and TLS"): the `default` user is off
 # and the one user, `portico`, is limited to the `portico:*` keys and channels, without the
 # dangerous commands (FLUSHALL, CONFIG, ACL, ...); the ACL file holds the SHA-256 of its
 # password, never the password, and the server's command line names only its config file

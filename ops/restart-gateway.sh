@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Restarts a gateway started by ./ops/up.sh without refusing a connection or failing a
-# request (docs/OPERATIONS.md, "Restarts and upgrades"): starts the binary now at the same
+# request (docs/operations/upgrades.md, "Restarts and upgrades"): starts the binary now at the same
 # path with the same arguments plus --upgrade, waits until it listens on the upgrade socket,
 # sends the running process SIGQUIT (it hands its listening sockets over, keeps serving a
 # few seconds, stops accepting and drains its requests for --drain-seconds), waits for it to

@@ -34,7 +34,7 @@
 # With cargo test args (a partial run) the slow lane runs only when --slow is given.
 # PORTICO_SKIP_LINT=1 skips steps 3 and 7. Logs: .run/test/.
 #
-# --quick is the loop to run while working (docs/OPERATIONS.md, "Test lanes"): step 1, then
+# --quick is the loop to run while working (docs/operations/ops-scripts.md, "Test lanes"): step 1, then
 # cargo build --workspace --bins and the quick lane: every crate's unit tests (--lib --bins)
 # and the integration-test binaries of $quick_tests below, the ones that finish in a few
 # seconds each, with the modules of $quick_gateway of the gateway's one integration-test

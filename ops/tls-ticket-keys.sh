@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fleet's TLS session ticket keys (docs/OPERATIONS.md, "TLS"): the file every
+# The fleet's TLS session ticket keys (docs/operations/gateway.md, "TLS"): the file every
 # gateway of a fleet reads with --tls-ticket-keys, so a merchant resumes its TLS session on
 # whichever gateway it reaches. One key per line (64 hex digits); the first seals new
 # tickets, every key opens them. Gateways re-read the file within a few seconds of a change.

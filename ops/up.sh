@@ -6,7 +6,7 @@
 # certificate, generated once into .run/tls/) and a disk snapshot. ZooKeeper is locked down:
 # the registry, gateway and operator credentials are made once in .run/zk/ (0600), `portico
 # zk lockdown` creates the tree with their ACLs, and the registry and the gateway get their
-# credentials files (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs"). State, logs and
+# credentials files (docs/operations/zookeeper.md, "ZooKeeper credentials and ACLs"). State, logs and
 # pids go to .run/; ./ops/down.sh stops everything.
 #
 #   ./ops/up.sh [--debug] [--no-build] [--standalone | --cluster] [--no-tls]
@@ -17,7 +17,7 @@
 #   --standalone the gateway serves .run/config (a directory) instead of ZooKeeper, and the
 #                registry is not started
 #   --no-tls     no TLS listener (plain HTTP only)
-#   --cluster    a fleet on this machine (docs/OPERATIONS.md, "Running a cluster"): a
+#   --cluster    a fleet on this machine (docs/operations/cluster.md, "Running a cluster"): a
 #                three-server ZooKeeper ensemble, Redis, two registries on the same tree and
 #                three gateways (gateway-1 with the sandbox and TLS listeners), each with
 #                its own ports; .run/env names them (PORTICO_GATEWAY_1..3, PORTICO_ADMIN_1..3,
@@ -96,7 +96,7 @@ rm -rf "$RUN/zookeeper"
 redis_url=""
 redis_auth="$RUN/redis"
 # How each gateway reaches Redis: the ACL user, the password and the notification key from
-# 0600 files, never on a command line (docs/OPERATIONS.md, "Redis credentials and TLS").
+# 0600 files, never on a command line (docs/operations/cluster.md, "Redis credentials and TLS").
 redis_args=()
 if [ "$cluster" = 1 ]; then
     zk_ports=("$(pick_port 2181)" "$(pick_port 2182)" "$(pick_port 2183)")
@@ -147,7 +147,7 @@ if [ "$mode" = zk ]; then
         die "locking the ZooKeeper tree failed (log: $RUN/logs/lockdown.log)"
 fi
 
-# The notification publisher token (docs/OPERATIONS.md, "Notifications"), made once: the
+# The notification publisher token (docs/operations/notifications.md, "Notifications"), made once: the
 # gateways take publishes with it, and the registries send the console's test events with it.
 publish_token_file="$RUN/publish-token"
 [ -s "$publish_token_file" ] || (umask 077 && python3 -c 'import secrets; print(secrets.token_hex(16))' >"$publish_token_file")
@@ -161,7 +161,7 @@ if [ "$mode" = zk ]; then
     # The admin token (console sign-in, CLI), kept across runs.
     token_file="$RUN/admin-token"
     [ -s "$token_file" ] || (umask 077 && python3 -c 'import secrets; print(secrets.token_hex(16))' >"$token_file")
-    # Its history store and reports live under .run/ (docs/OPERATIONS.md, "The history store").
+    # Its history store and reports live under .run/ (docs/operations/history-and-reports.md, "The history store").
     start_bg registry "$RUN/logs/registry.log" \
         "$bindir/portico-registry" --zk "$zk_hosts" --listen "127.0.0.1:$reg_port" \
         --admin-token-file "$token_file" --zk-auth-file "$zk_auth/registry" \
@@ -231,7 +231,7 @@ if [ "$mode" = zk ]; then
 else
     gw_args+=(--config-dir "$RUN/config")
 fi
-# TLS for merchant traffic (docs/OPERATIONS.md, "TLS"): a local certificate, made once.
+# TLS for merchant traffic (docs/operations/gateway.md, "TLS"): a local certificate, made once.
 tls_url=""
 if [ "$tls" = 1 ]; then
     ensure_local_tls "$RUN/tls"
@@ -327,7 +327,7 @@ fi
 sed -i 's/^\([A-Z][A-Z0-9_]*=\)/export \1/' "$RUN/env"
 
 # Prometheus: ops/prometheus/prometheus.yml with this run's admin addresses (every gateway)
-# and the alerting rules next to it (docs/OPERATIONS.md, "Dashboards and scrape configuration").
+# and the alerting rules next to it (docs/operations/monitoring.md, "Dashboards and scrape configuration").
 prom_targets=""
 for a in "${cluster_admins[@]}"; do prom_targets+="          - ${a#http://}"$'\n'; done
 awk -v targets="$prom_targets" -v rules="$ROOT/ops/prometheus/" '

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# zkCli as the SREs' operator identity (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs"):
+# zkCli as the SREs' operator identity (docs/operations/zookeeper.md, "ZooKeeper credentials and ACLs"):
 # runs ZooKeeper's zkCli.sh with `addauth digest <operator credentials>` first. The password is
 # fed on zkCli's stdin, never on a command line.
 #

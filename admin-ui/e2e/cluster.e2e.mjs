@@ -20,7 +20,7 @@
 // on the gateway → fail back to primary. The Rust test then checks ZooKeeper, the gateway and
 // the audit log independently. Any failure exits 1 after a FAILED-*.png screenshot.
 //
-// Then the operator workflow (docs/OPERATIONS.md, "Draft → sandbox → publish → rollback"):
+// Then the operator workflow (docs/operations/registry.md, "Draft → sandbox → publish → rollback"):
 // the automatic failover of AUTO_CLUSTER shown as standby with its reason (not the document's
 // primary); an HTTP-backed API created and its mapping edited in the console (a deadline out
 // of range is refused by the form first); the demo proto imported with a preview naming the

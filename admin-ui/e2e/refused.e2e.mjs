@@ -1,4 +1,4 @@
-// A zkCli typo shown as what the gateways do, in a real headless Chromium (docs/OPERATIONS.md,
+// A zkCli typo shown as what the gateways do, in a real headless Chromium (docs/operations/registry.md,
 // "What the gateways serve", "Changes outside the registry"). Run by
 // registry/tests/it/hot_keys_console_e2e.rs, which degrades API through the registry, then
 // writes `{"degraded":fals` into ZooKeeper with zkCli as the operator would; the gateway

@@ -1,4 +1,4 @@
-// The merchants' developer portal (docs/OPERATIONS.md, "The merchants' portal"), served by
+// The merchants' developer portal (docs/operations/portal.md, "The merchants' portal"), served by
 // the registry at /portal/ without the admin token. Everything it shows comes from the
 // registry's generated OpenAPI documents: /portal/openapi.json (every public API) or, after a
 // merchant signs in with an app key and secret, /portal/apps/<key>/openapi.json (signed in

@@ -50,10 +50,10 @@ export async function request<T = any>(method: string, path: string, opts: Optio
 
 export const get = <T = any>(path: string, opts?: Options) => request<T>("GET", path, opts);
 
-// ---- document shapes (docs/OPERATIONS.md "The configuration tree") ----
+// ---- document shapes (docs/operations/config-tree.md "The configuration tree") ----
 // Generated: src/generated/api.d.ts is made by `npm run gen:api` from the registry's OpenAPI
 // document (src/generated/openapi.json), whose document schemas are generated from the Rust
-// types the gateways parse (docs/OPERATIONS.md, "The admin API's schemas"). Never edit them here.
+// types the gateways parse (docs/operations/registry.md, "The admin API's schemas"). Never edit them here.
 
 /** The schemas of the registry's OpenAPI document, by name. */
 export type Schemas = components["schemas"];
@@ -65,7 +65,7 @@ export type ApiDef = Schemas["ApiDefinition"] & { [k: string]: unknown };
 /** `clusters/<name>`. */
 export type Cluster = Schemas["Cluster"];
 export type AlertRule = Schemas["AlertRule"];
-/** A gateway's refusal of a document (docs/OPERATIONS.md, "What the gateways serve"). */
+/** A gateway's refusal of a document (docs/operations/registry.md, "What the gateways serve"). */
 export type Refusal = {
   node_id: string;
   reason: string;
@@ -157,7 +157,7 @@ export type TryResult = {
 export type HotKey = { key: string; rate: number; bytes_per_s: number; since_ms: number | null; gateways: string[]; match: Record<string, string[]> | null };
 export type HotKeys = { api_id: string; keys: HotKey[]; nodes: { node_id: string; ok: boolean; error?: string }[] };
 
-/** `topics/<name>`: a notification topic (docs/OPERATIONS.md, "Notifications"). */
+/** `topics/<name>`: a notification topic (docs/operations/notifications.md, "Notifications"). */
 export type Topic = Schemas["Topic"];
 /** `GET /notifications`: what the live gateways report of notifications, merged. */
 export type Notifications = {

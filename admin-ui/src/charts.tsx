@@ -5,7 +5,7 @@
 // date when the span crosses days). The y-scale is robust to outliers: when the largest value
 // is far above the 95th percentile of the plotted values, the scale is clipped just above that
 // percentile and each clipped point is drawn as a red marker at the top, with a note saying
-// how many points were clipped and the largest value (docs/OPERATIONS.md, "Reading the
+// how many points were clipped and the largest value (docs/operations/history-and-reports.md, "Reading the
 // console's figures").
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 

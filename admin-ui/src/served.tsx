@@ -1,4 +1,4 @@
-// What the gateways serve of a document, next to what the tree says (docs/OPERATIONS.md,
+// What the gateways serve of a document, next to what the tree says (docs/operations/registry.md,
 // "What the gateways serve"): a document refused by any gateway is shown as refused, with the
 // reason, the version still served and who wrote it; never as if it were served.
 import { Item, Refusal } from "./api";

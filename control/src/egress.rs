@@ -1,5 +1,5 @@
 //! The egress policy: where outbound requests made for configuration authors may go
-//! (docs/SECURITY.md, "Outbound requests"; docs/OPERATIONS.md, "Egress policy").
+//! (docs/SECURITY.md, "Outbound requests"; docs/operations/egress.md, "Egress policy").
 //!
 //! Config authors name URLs the gateway and the registry then call on their own: alert and
 //! report webhooks, autoscale webhooks and `sleep_url`s, `wake_url`s, health checks,

@@ -1,6 +1,6 @@
 //! Portico's control-plane model, shared by the gateway and the registry.
 //!
-//! - [`v1`]: the external documents of the configuration tree (docs/OPERATIONS.md, "The configuration tree").
+//! - [`v1`]: the external documents of the configuration tree (docs/operations/config-tree.md, "The configuration tree").
 //! - [`tree`]: a raw tree of documents as read from a source (paths → bytes).
 //! - [`template`]: `google.api.http` path templates (parse, match).
 //! - [`selector`]: key selectors (`path:sku`, `header:X-Region`, ...) of caches, hot keys and

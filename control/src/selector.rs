@@ -1,4 +1,4 @@
-//! Key selectors (docs/OPERATIONS.md, "Key selectors"): each names one part of a request,
+//! Key selectors (docs/operations/degrading.md, "Key selectors"): each names one part of a request,
 //! and a key is a list of them. The same grammar serves the response cache
 //! (`policy.cache.key`), the hot-key detector (`policy.hot_keys.key`) and key-level switches
 //! (`switches/<api_id>@<label>`, `match`):

@@ -104,7 +104,7 @@ pub struct Snapshot {
     pub accepted: BTreeMap<String, Arc<Vec<u8>>>,
     /// Documents refused in this build.
     pub rejected: Vec<Rejection>,
-    // Hot APIs (docs/OPERATIONS.md, "Caching and hot keys", "Key-level switches").
+    // Hot APIs (docs/operations/caching.md, "Caching and hot keys", "Key-level switches").
     /// API id → its key-level switches (`switches/<api_id>@<label>`), by label; also listed
     /// in `switches` under their full name.
     pub key_switches: BTreeMap<String, Vec<Arc<KeySwitch>>>,
@@ -114,7 +114,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Whether `app_key` (whose document is `app`) is granted `topic`: the topic's `apps`
-    /// lists it or `"*"` (docs/OPERATIONS.md, "Notifications").
+    /// lists it or `"*"` (docs/operations/notifications.md, "Notifications").
     pub fn topic_granted(&self, app_key: &str, topic: &str) -> bool {
         self.topics
             .get(topic)

@@ -34,7 +34,7 @@ pub trait ConfigSource: Send + Sync + 'static {
     /// Control phase (`/readyz`): why the source refuses this process access to the
     /// configuration (ZooKeeper: credentials missing or not those the tree's ACLs name), or
     /// `None` when it does not. A refused source keeps the node out of rotation while it
-    /// serves what it has (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
+    /// serves what it has (docs/operations/zookeeper.md, "ZooKeeper credentials and ACLs").
     fn refused(&self) -> Option<String> {
         None
     }

@@ -2,7 +2,7 @@
 //! (`gateway/src/admin.rs` fills a [`GatewayStatus`]) and read through the same types by the
 //! registry (`registry/src/gateway_status.rs` and the views built on it) and the `portico`
 //! CLI. Its JSON Schema, generated from these types by [`json_schema`], is checked in at
-//! `docs/schemas/gateway-status.schema.json` (docs/OPERATIONS.md, "Admin endpoints").
+//! `docs/schemas/gateway-status.schema.json` (docs/operations/gateway.md, "Admin endpoints").
 //!
 //! **Writing.** The gateway serves the document as [`serde_json::Value`] text: object keys in
 //! sorted order at every level, as `/status` always had them. Optional values the gateway
@@ -83,7 +83,7 @@ pub struct GatewayStatus {
         deserialize_with = "lenient"
     )]
     pub redis: Option<RedisStatus>,
-    /// Notifications (docs/OPERATIONS.md, "Notifications"); every gateway of this version
+    /// Notifications (docs/operations/notifications.md, "Notifications"); every gateway of this version
     /// writes it, `None` when an older gateway does not.
     #[serde(
         default,
@@ -115,18 +115,18 @@ pub struct PlaneStatus {
     pub apps_loaded: u64,
     /// The switches that degrade their API (or key) now.
     pub switches_degraded: Vec<String>,
-    /// The documents the plane refuses (docs/OPERATIONS.md, "What the gateways serve").
+    /// The documents the plane refuses (docs/operations/registry.md, "What the gateways serve").
     pub rejected_documents: Vec<RejectedDocument>,
     /// The reload loop's health.
     #[serde(default, deserialize_with = "lenient")]
     pub config_loop: ConfigLoopStatus,
     /// Per API id: its breaker and bulkhead.
     pub invoke: BTreeMap<String, InvokeStatus>,
-    /// Per API with a `policy.hot_keys`: its hot keys now (docs/OPERATIONS.md, "Caching and hot
+    /// Per API with a `policy.hot_keys`: its hot keys now (docs/operations/caching.md, "Caching and hot
     /// keys").
     #[serde(default, deserialize_with = "lenient")]
     pub hot_keys: BTreeMap<String, Vec<HotKeyStatus>>,
-    /// Per cluster: the set serving, why, and its endpoints (docs/OPERATIONS.md, "Clusters:
+    /// Per cluster: the set serving, why, and its endpoints (docs/operations/clusters.md, "Clusters:
     /// balancing, health, failover, sleep"). Every gateway of this version writes it (`{}`
     /// without clusters); `None` when an older gateway does not.
     #[serde(
@@ -226,7 +226,7 @@ pub struct HotKeyStatus {
     /// When the key became hot, Unix milliseconds.
     pub since_ms: u64,
     /// The key-level switch `match` selecting exactly this key, `null` when no switch can
-    /// (docs/OPERATIONS.md, "Caching and hot keys").
+    /// (docs/operations/caching.md, "Caching and hot keys").
     #[serde(rename = "match", deserialize_with = "lenient")]
     pub switch_match: Option<BTreeMap<String, Vec<String>>>,
 }
@@ -337,7 +337,7 @@ pub struct TlsRefusal {
     pub reason: String,
 }
 
-/// The fleet's Redis (docs/OPERATIONS.md, "Running a cluster").
+/// The fleet's Redis (docs/operations/cluster.md, "Running a cluster").
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct RedisStatus {
@@ -353,7 +353,7 @@ pub struct RedisStatus {
     pub last_error: Option<String>,
 }
 
-/// Notifications on this node (docs/OPERATIONS.md, "Notifications").
+/// Notifications on this node (docs/operations/notifications.md, "Notifications").
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct NotifyStatus {
@@ -773,7 +773,7 @@ mod tests {
             checked_in == generated,
             "{SCHEMA_PATH} is not the schema of portico_control::status::GatewayStatus; \
              regenerate it with `PORTICO_WRITE_SCHEMA=1 cargo test -p portico-control --lib \
-             status` and commit it (with docs/OPERATIONS.md, \"Admin endpoints\", if the fields \
+             status` and commit it (with docs/operations/gateway.md, \"Admin endpoints\", if the fields \
              changed)"
         );
     }

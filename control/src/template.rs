@@ -23,7 +23,7 @@
 //! off the last segment (see [`PathTemplate::match_path`] for the one-template version).
 //!
 //! Templates and rewrite paths come from configuration documents anyone with write access to
-//! the tree can edit (docs/OPERATIONS.md, "The configuration tree"), so everything here works on
+//! the tree can edit (docs/operations/config-tree.md, "The configuration tree"), so everything here works on
 //! bytes, never slices a `str` inside a character, and returns an error for any input; their
 //! size is bounded ([`MAX_TEMPLATE_BYTES`], [`MAX_TEMPLATE_SEGMENTS`], [`MAX_REWRITE_BYTES`]) so
 //! that a document cannot make validation or routing slow.

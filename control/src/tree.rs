@@ -1,6 +1,6 @@
 //! A raw configuration tree: document paths relative to the root (`apis/order.get`,
 //! `ipacl`, `descriptors/<sha256>`) mapped to their bytes, as ZooKeeper or a directory hold
-//! them (docs/OPERATIONS.md, "The configuration tree"). Only the kinds of a served tree are
+//! them (docs/operations/config-tree.md, "The configuration tree"). Only the kinds of a served tree are
 //! kept (`alerts/` too: gateways validate the rules and ignore them, the registry evaluates
 //! them); `sandbox/`, `nodes/`, `history/` and anything unknown are not part of a tree.
 //!
@@ -71,7 +71,7 @@ impl DocKind {
         }
     }
 
-    /// The file extension of this kind on disk (docs/OPERATIONS.md, "The configuration
+    /// The file extension of this kind on disk (docs/operations/config-tree.md, "The configuration
     /// tree"): `.pb` for descriptors, `.json` for the rest.
     pub fn file_ext(self) -> &'static str {
         match self {

@@ -1,4 +1,4 @@
-//! The v1 documents of the configuration tree (docs/OPERATIONS.md, "The configuration tree"),
+//! The v1 documents of the configuration tree (docs/operations/config-tree.md, "The configuration tree"),
 //! as serde DTOs.
 //!
 //! These types are the external contract: fields may be added (always optional), never
@@ -24,11 +24,11 @@ pub struct ApiDefinition {
     /// What merchants read about the API: the developer portal's summary of it (and the
     /// first paragraph of its description). Merchant words: never a gRPC service or method
     /// name, an internal host or a ticket (an import defaults it from the RPC's leading
-    /// comment; docs/OPERATIONS.md, "The merchants' portal").
+    /// comment; docs/operations/portal.md, "The merchants' portal").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// For an HTTP-backed API: a JSON Schema (2020-12) of the request body, shown to
-    /// merchants by the registry's portal (docs/OPERATIONS.md, "The merchants' portal"). The
+    /// merchants by the registry's portal (docs/operations/portal.md, "The merchants' portal"). The
     /// gateway does not enforce it. Only local `$ref`s (`#/$defs/...`); no `$id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_schema: Option<serde_json::Value>,
@@ -37,7 +37,7 @@ pub struct ApiDefinition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_schema: Option<serde_json::Value>,
     /// Who owns the API: an email address, sent the API's daily and weekly reports
-    /// (docs/OPERATIONS.md, "Reports"). Gateways ignore it.
+    /// (docs/operations/history-and-reports.md, "Reports"). Gateways ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
 }
@@ -123,7 +123,7 @@ pub struct Policy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_body_bytes: Option<u64>,
-    // Hot APIs (docs/OPERATIONS.md, "Caching and hot keys"): all optional.
+    // Hot APIs (docs/operations/caching.md, "Caching and hot keys"): all optional.
     /// The response cache of GET (and read-only router-style) answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<CachePolicy>,
@@ -239,7 +239,7 @@ pub struct RateLimitRule {
     #[schemars(range(min = 1))]
     pub burst: Option<u32>,
     /// Where the limit is counted: `node` (default, per gateway) or `cluster` (shared by the
-    /// fleet; docs/OPERATIONS.md, "Running a cluster").
+    /// fleet; docs/operations/cluster.md, "Running a cluster").
     #[serde(default, skip_serializing_if = "Scope::is_node")]
     pub scope: Scope,
 }
@@ -292,7 +292,7 @@ pub enum Per {
 }
 
 /// `clusters/<name>`: a set of backend endpoints, and how calls are spread over them
-/// (docs/OPERATIONS.md, "Clusters: balancing, health, failover, sleep").
+/// (docs/operations/clusters.md, "Clusters: balancing, health, failover, sleep").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Cluster {
     pub protocol: Protocol,
@@ -339,7 +339,7 @@ pub struct Cluster {
 }
 
 /// `clusters/<name>.grpc`: the gateway's gRPC client settings for one cluster
-/// (docs/OPERATIONS.md, "gRPC client settings"). Absent fields take the defaults there:
+/// (docs/operations/clusters.md, "gRPC client settings"). Absent fields take the defaults there:
 /// no keep-alive PINGs, uncompressed requests, 2 s to dial.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -629,7 +629,7 @@ pub struct App {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Notification topics the app subscribes to itself (granted only if the topic's own
-    /// `apps` also grants it; docs/OPERATIONS.md, "Notifications").
+    /// `apps` also grants it; docs/operations/notifications.md, "Notifications").
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub topics: Vec<String>,
     /// Where the gateway POSTs the app's notifications, signed with its secret, when the
@@ -638,7 +638,7 @@ pub struct App {
     pub callback_url: Option<String>,
 }
 
-/// `topics/<name>`: a notification topic backends publish to (docs/OPERATIONS.md,
+/// `topics/<name>`: a notification topic backends publish to (docs/operations/notifications.md,
 /// "Notifications").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Topic {
@@ -741,7 +741,7 @@ pub struct IpAcl {
 }
 
 /// `alerts/<name>`: an alerting rule, evaluated by the registry over the metrics it aggregates
-/// from every gateway (docs/OPERATIONS.md, "Alerts"). Gateways validate it and ignore it.
+/// from every gateway (docs/operations/alerts.md, "Alerts"). Gateways validate it and ignore it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AlertRule {
     /// An API id, or `*`: every API, each on its own. Ignored by `node_missing` and
@@ -801,7 +801,7 @@ pub struct AlertReceiver {
 
 /// The JSON Schemas of the v1 documents and of every type they use, keyed by type name, in
 /// the OpenAPI 3.0 dialect (`$ref`s to `#/components/schemas/<name>`, `nullable`): what the
-/// registry serves in its OpenAPI document (docs/OPERATIONS.md, "The admin API's schemas").
+/// registry serves in its OpenAPI document (docs/operations/registry.md, "The admin API's schemas").
 /// Generated from these types, so they describe what the gateway's parser accepts; the range
 /// checks of `crate::validate` are carried as `minimum`/`maximum`, the reference checks not.
 pub fn openapi_schemas() -> serde_json::Map<String, serde_json::Value> {

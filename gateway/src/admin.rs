@@ -2,7 +2,7 @@
 //! snapshot is loaded), `/status` (JSON: node, config source and version, APIs, breakers,
 //! the reload loop's health, the TLS certificate in use). `/status` is a
 //! [`portico_control::status::GatewayStatus`], filled here from the parts each module reports
-//! (its schema: `docs/schemas/gateway-status.schema.json`; docs/OPERATIONS.md, "Admin
+//! (its schema: `docs/schemas/gateway-status.schema.json`; docs/operations/gateway.md, "Admin
 //! endpoints").
 
 use crate::runtime::Plane;
@@ -83,7 +83,7 @@ async fn readyz(State(s): State<AdminState>) -> Response {
             .into_response()
     } else if let Some(why) = s.source.as_ref().and_then(|src| src.refused()) {
         // Serving the configuration it has, but cut off from changes: out of rotation
-        // (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
+        // (docs/operations/zookeeper.md, "ZooKeeper credentials and ACLs").
         (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("configuration source refused access: {why}\n"),
@@ -190,7 +190,7 @@ fn kept_summary(bytes: &[u8]) -> st::KeptDocument {
     }
 }
 
-// Hot APIs (docs/OPERATIONS.md, "Caching and hot keys").
+// Hot APIs (docs/operations/caching.md, "Caching and hot keys").
 
 /// `hot_keys`: per API with a hot-key policy, its hot keys (key, rate, bytes/s, since, and the
 /// key-level switch `match` selecting exactly that key, or null).
@@ -300,7 +300,7 @@ fn hot_metrics(plane: &Plane) -> String {
     t
 }
 
-// The fleet's dashboard series (docs/OPERATIONS.md, "Dashboards and scrape configuration").
+// The fleet's dashboard series (docs/operations/monitoring.md, "Dashboards and scrape configuration").
 
 /// The ZooKeeper session states `/status` reports (`zookeeper.state`).
 const ZK_STATES: [&str; 5] = [
@@ -365,7 +365,7 @@ fn escape_label(v: &str) -> String {
 }
 
 /// `clusters.<name>`: the set serving, why, and each endpoint's health and load score
-/// (docs/OPERATIONS.md, "Clusters: balancing, health, failover, sleep").
+/// (docs/operations/clusters.md, "Clusters: balancing, health, failover, sleep").
 fn clusters_status(rt: &crate::runtime::Runtime) -> BTreeMap<String, st::ClusterStatus> {
     rt.invoke
         .clusters
@@ -389,7 +389,7 @@ fn reload_status(plane: &Plane) -> st::ConfigLoopStatus {
 
 /// The whole `/status` document.
 async fn gateway_status(s: &AdminState) -> st::GatewayStatus {
-    // The fleet (docs/OPERATIONS.md, "Running a cluster").
+    // The fleet (docs/operations/cluster.md, "Running a cluster").
     let fleet = &s.live.shared.fleet;
     st::GatewayStatus {
         node_id: s.live.shared.node_id.clone(),
@@ -407,7 +407,7 @@ async fn gateway_status(s: &AdminState) -> st::GatewayStatus {
         tls: s.tls.as_ref().map(TlsStatus::status),
         cluster_members: fleet.members(),
         redis: fleet.redis_status(),
-        // Notifications (docs/OPERATIONS.md, "Notifications").
+        // Notifications (docs/operations/notifications.md, "Notifications").
         notify: Some(s.live.shared.notify.status().await),
     }
 }

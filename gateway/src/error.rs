@@ -61,7 +61,7 @@ pub enum Code {
     UpstreamError,
     UpstreamTimeout,
     Internal,
-    /// The internal publishing API (docs/OPERATIONS.md, "Notifications"): a missing or wrong
+    /// The internal publishing API (docs/operations/notifications.md, "Notifications"): a missing or wrong
     /// publisher token.
     Unauthorized,
     /// A notification names a topic the configuration does not have.

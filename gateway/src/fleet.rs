@@ -1,4 +1,4 @@
-//! The fleet: what one gateway knows of the others (docs/OPERATIONS.md, "Running a cluster").
+//! The fleet: what one gateway knows of the others (docs/operations/cluster.md, "Running a cluster").
 //!
 //! - **Membership.** How many gateways are registered in ZooKeeper's `nodes/` (followed with a
 //!   child watch by `portico_control::zk`), at least 1. Cluster-scope rate limits are split by
@@ -198,7 +198,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// How to reach Redis: the URL (`redis://host:port[/db]`, or `rediss://` for TLS) and the
-/// credentials, which never come from the command line (docs/OPERATIONS.md, "Redis
+/// credentials, which never come from the command line (docs/operations/cluster.md, "Redis
 /// credentials and TLS"): the ACL user (`--redis-user`, default `default`) and the password
 /// from a file of mode 0600 (`--redis-password-file`) or `PORTICO_REDIS_PASSWORD`.
 #[derive(Clone, Default)]

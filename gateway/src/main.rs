@@ -40,7 +40,7 @@ struct Args {
     zk_root: String,
     /// File holding the ZooKeeper `digest` credentials `portico-gateway:PASSWORD` (mode 0600;
     /// else the PORTICO_ZK_AUTH environment variable). Credentials are never given on the
-    /// command line itself (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
+    /// command line itself (docs/operations/zookeeper.md, "ZooKeeper credentials and ACLs").
     #[arg(long, requires = "zk")]
     zk_auth_file: Option<PathBuf>,
     /// ZooKeeper session timeout asked for, in milliseconds.
@@ -101,7 +101,7 @@ struct Args {
     /// seals new tickets, every one opens them; re-read when the file changes. Every gateway
     /// given the same file resumes the others' sessions. Without it each process seals with
     /// its own random key, so a merchant resumes only on the gateway that served it
-    /// (docs/OPERATIONS.md, "TLS"). Rotate with `ops/tls-ticket-keys.sh rotate FILE`.
+    /// (docs/operations/gateway.md, "TLS"). Rotate with `ops/tls-ticket-keys.sh rotate FILE`.
     #[arg(long, requires = "tls_cert")]
     tls_ticket_keys: Option<PathBuf>,
     /// Entries of the TLS session-ID cache, for TLS 1.2 clients that do not take tickets
@@ -146,7 +146,7 @@ struct Args {
     read_buffer_bytes: usize,
     /// Redis for the fleet (`redis://host:port[/db]`, or `rediss://` for TLS): shared
     /// counters of cluster-scope rate limits, the cluster-wide nonce record and the
-    /// notification streams (docs/OPERATIONS.md, "Running a cluster"). Without it,
+    /// notification streams (docs/operations/cluster.md, "Running a cluster"). Without it,
     /// cluster-scope limits are split by the gateways in ZooKeeper's `nodes/`. Put no
     /// password in it: see --redis-password-file.
     #[arg(long, env = "PORTICO_REDIS")]
@@ -157,7 +157,7 @@ struct Args {
     redis_user: Option<String>,
     /// File holding the Redis password (one line, mode 0600); else the PORTICO_REDIS_PASSWORD
     /// environment variable. The password is never given on the command line itself
-    /// (docs/OPERATIONS.md, "Redis credentials and TLS").
+    /// (docs/operations/cluster.md, "Redis credentials and TLS").
     #[arg(long, env = "PORTICO_REDIS_PASSWORD_FILE")]
     redis_password_file: Option<PathBuf>,
     /// CA certificates (PEM) a `rediss://` server is verified against (default: the
@@ -173,7 +173,7 @@ struct Args {
     notify_key_file: Option<PathBuf>,
     /// Zero-downtime restart: take the listening sockets over from the gateway running with
     /// the same --upgrade-sock (Pingora's graceful upgrade), which is then sent SIGQUIT and
-    /// drains (docs/OPERATIONS.md, "Restarts and upgrades"; ./ops/restart-gateway.sh).
+    /// drains (docs/operations/upgrades.md, "Restarts and upgrades"; ./ops/restart-gateway.sh).
     #[arg(long)]
     upgrade: bool,
     /// The Unix socket the listening sockets are handed over on during an upgrade (default:
@@ -184,7 +184,7 @@ struct Args {
     /// once the gateway stops accepting connections, in seconds; the process exits after it.
     #[arg(long, default_value_t = 5)]
     drain_seconds: u64,
-    /// Internal listener for backends: `POST /internal/v1/notifications` (docs/OPERATIONS.md,
+    /// Internal listener for backends: `POST /internal/v1/notifications` (docs/operations/notifications.md,
     /// "Notifications"); `off` disables it. Never expose it to merchants.
     #[arg(long, default_value = "127.0.0.1:9181")]
     internal_listen: String,
@@ -230,7 +230,7 @@ struct Args {
     #[arg(long, default_value = "/etc/ssl/certs/ca-certificates.crt")]
     notify_callback_ca_file: PathBuf,
     /// CIDRs that `wake_url`s, health checks and callbacks may not reach, besides the defaults
-    /// (link-local, the metadata addresses); comma-separated (docs/OPERATIONS.md, "Egress
+    /// (link-local, the metadata addresses); comma-separated (docs/operations/egress.md, "Egress
     /// policy").
     #[arg(long, env = "PORTICO_EGRESS_DENY", default_value = "")]
     egress_deny: String,
@@ -419,7 +419,7 @@ fn shared_services(args: &Args, node_id: &str) -> anyhow::Result<Arc<Shared>> {
 }
 
 /// The TLS listeners' certificate, when one is configured: loaded and checked now, so a bad
-/// file stops the start with its reason (docs/OPERATIONS.md, "TLS").
+/// file stops the start with its reason (docs/operations/gateway.md, "TLS").
 fn tls_store(args: &Args, shared: &Shared) -> anyhow::Result<Option<Arc<CertStore>>> {
     let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
         return Ok(None);
@@ -674,7 +674,7 @@ fn serve_traffic(
     sandbox: Option<Arc<Plane>>,
     tls: Option<(Arc<CertStore>, Arc<Resumption>)>,
 ) -> anyhow::Result<()> {
-    // Stop and upgrade (docs/OPERATIONS.md, "Restarts and upgrades"): on SIGTERM, or on
+    // Stop and upgrade (docs/operations/upgrades.md, "Restarts and upgrades"): on SIGTERM, or on
     // SIGQUIT once the sockets are handed over, Pingora stops accepting, lets requests in
     // flight run for the grace period (--drain-seconds), then ends the runtimes (1 s).
     let conf = ServerConf {
@@ -704,7 +704,7 @@ fn serve_traffic(
     for (plane, addr, tls_addr, name) in planes {
         let gateway = Gateway { plane };
         // The TLS endpoint is one more listener of the same service: same pipeline, same
-        // connection handling (docs/OPERATIONS.md, "TLS"). It listens as plain TCP: the
+        // connection handling (docs/operations/gateway.md, "TLS"). It listens as plain TCP: the
         // service handshakes each connection itself, counted and within its deadline.
         let endpoint = match (tls_addr, &tls) {
             (Some(tls_addr), Some((store, resumption))) => Some(listener::TlsEndpoint {
@@ -781,7 +781,7 @@ fn upgrade_sock(args: &Args) -> PathBuf {
 
 /// The notification tasks every node runs (the cross-node wake-ups, callback delivery) and the
 /// internal listener for backends (`--internal-listen`, `off`: none), where notifications are
-/// published (docs/OPERATIONS.md, "Notifications").
+/// published (docs/operations/notifications.md, "Notifications").
 fn start_internal(
     control_rt: &tokio::runtime::Runtime,
     args: &Args,
@@ -843,7 +843,7 @@ fn callback_client(ca_file: &Path) -> anyhow::Result<reqwest::Client> {
 /// `--upgrade` can bind it while the one it replaces still serves it (both answer until the old one
 /// exits). Any other start first makes sure no process listens there: with SO_REUSEPORT alone a
 /// second gateway on the same address would share it silently, and publishes and admin calls would
-/// reach either at random (docs/OPERATIONS.md, "Restarts and upgrades").
+/// reach either at random (docs/operations/upgrades.md, "Restarts and upgrades").
 async fn bind_admin(addr: &str, upgrading: bool) -> std::io::Result<tokio::net::TcpListener> {
     let addr: std::net::SocketAddr = tokio::net::lookup_host(addr)
         .await?

@@ -35,7 +35,7 @@ pub const DEFAULT_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from
 pub const CLIENT_CLOSED: &str = "CLIENT_CLOSED";
 
 /// The code of a switch's fallback answer in `portico_requests_total` and the access log: a
-/// deliberate degradation, never a failure (docs/OPERATIONS.md, "Availability and degraded
+/// deliberate degradation, never a failure (docs/operations/history-and-reports.md, "Availability and degraded
 /// answers").
 pub const DEGRADED_FALLBACK: &str = "DEGRADED_FALLBACK";
 
@@ -136,7 +136,7 @@ impl ProxyHttp for Gateway {
             session.set_keepalive(None);
             if stream_reset(session) {
                 // Whatever the pipeline came to, nobody was left to answer: not a failure of
-                // the gateway's (docs/OPERATIONS.md, "Admin endpoints", the metrics).
+                // the gateway's (docs/operations/gateway.md, "Admin endpoints", the metrics).
                 ctx.status = 499;
                 ctx.code = CLIENT_CLOSED;
             }
@@ -192,7 +192,7 @@ impl ProxyHttp for Gateway {
             ctx.status
         };
         // A switch's fallback answer is a deliberate degradation, counted apart from the
-        // answers of the backend (docs/OPERATIONS.md, "Availability and degraded answers").
+        // answers of the backend (docs/operations/history-and-reports.md, "Availability and degraded answers").
         if ctx.edge.degraded && ctx.code == "OK" {
             ctx.code = DEGRADED_FALLBACK;
         }

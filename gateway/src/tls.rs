@@ -1,4 +1,4 @@
-//! TLS for merchant traffic (docs/OPERATIONS.md, "TLS"): the certificate in use, the
+//! TLS for merchant traffic (docs/operations/gateway.md, "TLS"): the certificate in use, the
 //! resolver Pingora's rustls acceptor asks on every handshake, and the watcher that reloads
 //! the certificate when its files change, without a restart and without touching open
 //! connections.

@@ -14,7 +14,7 @@ pub const AUDIT_KEEP: usize = 10_000;
 const AUDIT_TRIM_EVERY: u64 = 500;
 
 /// The actor of the entries for changes made to the tree by something other than a registry
-/// (zkCli; docs/OPERATIONS.md, "Changes outside the registry").
+/// (zkCli; docs/operations/registry.md, "Changes outside the registry").
 pub const OUTSIDE_ACTOR: &str = "outside the registry";
 
 /// Appends an entry to the audit log for the request (or task) `request_id`. A failure is

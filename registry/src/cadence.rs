@@ -1,6 +1,6 @@
 //! The cadence of the registry's background evaluation: how often the health monitor scrapes the
 //! gateways' `/metrics` and how often alerts and autoscale evaluate their rules, and the windows
-//! they measure over, which are a fixed number of those intervals (docs/OPERATIONS.md,
+//! they measure over, which are a fixed number of those intervals (docs/operations/registry.md,
 //! "portico-registry", `--evaluation-interval-ms`).
 //!
 //! Production runs at [`DEFAULT`] (every 2 s, windows of 10 s). Tests shorten the interval so

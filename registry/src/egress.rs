@@ -1,6 +1,6 @@
 //! The registry's outbound calls made for config authors — alert webhooks, autoscale webhooks
 //! and `sleep_url`s, the reflection import — go through the one egress policy
-//! (`portico_control::egress`; docs/OPERATIONS.md, "Egress policy"):
+//! (`portico_control::egress`; docs/operations/egress.md, "Egress policy"):
 //!
 //! - at write time, a document naming a refused target is refused with 400 and the reason
 //!   ([`check_document`], from `api::validation`);

@@ -128,7 +128,7 @@ impl ApiError {
             )),
             zk::Error::NotEmpty => ApiError::conflict(format!("{what} has children")),
             // The registry's credentials are missing or not those the tree's ACLs name
-            // (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
+            // (docs/operations/zookeeper.md, "ZooKeeper credentials and ACLs").
             zk::Error::NoAuth | zk::Error::AuthFailed => ApiError::unavailable(format!(
                 "ZooKeeper refused the registry access to {what} ({err}): check its credentials \
                  (--zk-auth-file or PORTICO_ZK_AUTH, user portico-registry)"

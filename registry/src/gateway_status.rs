@@ -1,12 +1,12 @@
 //! Reading every live gateway's admin `/status` at once, for the views that merge what the
-//! gateways report (hot keys, notifications; docs/OPERATIONS.md, "Admin endpoints"). A
+//! gateways report (hot keys, notifications; docs/operations/gateway.md, "Admin endpoints"). A
 //! gateway that cannot be read is reported with the error; it never fails the whole view.
 //! The document is read as a [`GatewayStatus`] (`portico_control::status`: what an older or
 //! newer gateway may leave out or add is said there).
 //!
 //! [`Served`] and [`refusals`] read what the gateways actually serve of each document (refused
 //! documents, switches served degraded, each cluster's active side) for the lists that show it
-//! next to the tree (docs/OPERATIONS.md, "What the gateways serve").
+//! next to the tree (docs/operations/registry.md, "What the gateways serve").
 
 use crate::error::{ApiError, ApiResult};
 use crate::state::Shared;
@@ -81,7 +81,7 @@ pub fn split(reads: Reads) -> (Vec<Value>, Vec<(String, GatewayStatus)>) {
     (nodes, statuses)
 }
 
-// What the gateways serve, next to what the tree says (docs/OPERATIONS.md, "What the gateways
+// What the gateways serve, next to what the tree says (docs/operations/registry.md, "What the gateways
 // serve").
 
 /// One gateway's refusal of one document: it is not served; `kept_previous` says whether the

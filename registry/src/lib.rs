@@ -20,7 +20,7 @@
 //! | 0 | [`error`], [`history`], [`egress`], [`listener`], [`client`], [`cadence`] | the one error type; the SQLite history store; outbound calls for authors; the accept loop; a small HTTP client of this API (used by the CLI); how often the background evaluation runs |
 //!
 //! The background tasks ([`alerts`], [`autoscale`], [`reports`], [`health::recorder`],
-//! [`tree_watch`]) sit below [`api`], which shows what they found (docs/OPERATIONS.md,
+//! [`tree_watch`]) sit below [`api`], which shows what they found (docs/operations/alerts.md,
 //! "Alerts", "The history store", "Reports"); they write the audit log through [`audit`].
 
 #![recursion_limit = "1024"]

@@ -1,5 +1,5 @@
 //! The registry's listener: how connections are accepted and how long they may be held
-//! (docs/OPERATIONS.md, "The registry's listener"; docs/SECURITY.md, "The registry and the
+//! (docs/operations/registry.md, "The registry's listener"; docs/SECURITY.md, "The registry and the
 //! internet").
 //!
 //! The console, the admin API and the merchants' portal share one listener, so one host must

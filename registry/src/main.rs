@@ -44,11 +44,11 @@ struct Args {
     /// reports), unless --history-db / --reports-dir say otherwise. No default: without it
     /// (or --history-db) the registry keeps no history store, so it records no history,
     /// evaluates no alerts and sends no reports — two registries never share a store by
-    /// accident (docs/OPERATIONS.md, "The history store").
+    /// accident (docs/operations/history-and-reports.md, "The history store").
     #[arg(long, env = "PORTICO_REGISTRY_DATA")]
     data_dir: Option<PathBuf>,
     /// The history store (SQLite; default DATA_DIR/history.sqlite): per-API per-minute
-    /// rollups and alert events (docs/OPERATIONS.md, "The history store"); without
+    /// rollups and alert events (docs/operations/history-and-reports.md, "The history store"); without
     /// --data-dir, its directory is the data directory.
     #[arg(long)]
     history_db: Option<PathBuf>,
@@ -85,7 +85,7 @@ struct Args {
     #[arg(long)]
     public_url: Option<String>,
     /// Seconds a request head may take to arrive in full (and a connection may wait for its
-    /// first request) before the connection is closed (docs/OPERATIONS.md, "The registry's
+    /// first request) before the connection is closed (docs/operations/registry.md, "The registry's
     /// listener").
     #[arg(long, default_value_t = portico_registry::listener::DEFAULT_HEADER_READ_TIMEOUT_S,
         value_parser = clap::value_parser!(u64).range(1..=10))]
@@ -106,7 +106,7 @@ struct Args {
     portal_try_per_minute: u32,
     /// CIDRs outbound calls made for config authors (webhooks, reflection import) may not
     /// reach, besides the defaults (link-local, metadata addresses); comma-separated
-    /// (docs/OPERATIONS.md, "Egress policy").
+    /// (docs/operations/egress.md, "Egress policy").
     #[arg(long, env = "PORTICO_EGRESS_DENY", default_value = "")]
     egress_deny: String,
     /// CIDRs those calls may reach even inside a denied range (the most specific rule decides).
@@ -114,7 +114,7 @@ struct Args {
     egress_allow: String,
     /// How often, in ms, the gateways' metrics are scraped and alert and autoscale rules
     /// evaluated; their windows are the same number of intervals (10 s at the default 2000).
-    /// For tests: production keeps the default (docs/OPERATIONS.md, "portico-registry").
+    /// For tests: production keeps the default (docs/operations/registry.md, "portico-registry").
     #[arg(long, env = "PORTICO_EVALUATION_INTERVAL_MS", default_value_t = 2000,
         value_parser = clap::value_parser!(u64).range(100..=2000))]
     evaluation_interval_ms: u64,
@@ -156,7 +156,7 @@ fn data_paths(data_dir: Option<&Path>, history_db: Option<&Path>) -> Option<(Pat
 }
 
 /// Opens the history store and starts what observes the gateways: the recorder, the alert
-/// evaluation and the report scheduler (docs/OPERATIONS.md, "Alerts", "Reports").
+/// evaluation and the report scheduler (docs/operations/alerts.md, "Alerts", "Reports").
 fn start_observing(
     args: &Args,
     state: &portico_registry::state::Shared,
@@ -361,7 +361,7 @@ async fn run() -> anyhow::Result<()> {
         ),
     }
     start_observing(&args, &state, addr)?;
-    // Changes outside the registry go to the audit log (docs/OPERATIONS.md, "Changes outside
+    // Changes outside the registry go to the audit log (docs/operations/registry.md, "Changes outside
     // the registry").
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "registry".to_owned());
     portico_registry::tree_watch::start(&state, &format!("{host}:{} {addr}", std::process::id()));

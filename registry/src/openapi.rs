@@ -292,7 +292,7 @@ fn merged<const N: usize>(parts: [Value; N]) -> Value {
 }
 
 /// Notifications across the gateways and the console's test send
-/// ([`crate::api::notifications`]; docs/OPERATIONS.md, "Notifications").
+/// ([`crate::api::notifications`]; docs/operations/notifications.md, "Notifications").
 fn notify_schemas() -> Value {
     json!({
     "Notifications": {"type": "object", "required": ["store", "apps", "dead_letters", "nodes", "test_send"], "properties": {
@@ -326,7 +326,7 @@ fn notify_schemas() -> Value {
 }
 
 /// Alert rules, the alerting state and reports ([`crate::api::alerts`], [`crate::api::reports`];
-/// docs/OPERATIONS.md, "Alerts" and "Reports").
+/// docs/operations/alerts.md, "Alerts" and "Reports").
 fn observe_schemas() -> Value {
     let num = json!({"type": ["number", "null"]});
     let figures = json!({"type": "object", "properties": {
@@ -361,7 +361,7 @@ fn observe_schemas() -> Value {
 }
 
 /// Failover, the cluster overview and autoscale events ([`crate::api::cluster_ops`];
-/// docs/OPERATIONS.md, "Failover runbook" and "Autoscale").
+/// docs/operations/clusters.md, "Failover runbook" and "Autoscale").
 fn cluster_ops_schemas() -> Value {
     let event = json!({"type": "object", "properties": {
         "id": {"type": "string"}, "kind": {"type": "string", "enum": ["autoscale", "sleep"]},
@@ -393,7 +393,7 @@ fn cluster_ops_schemas() -> Value {
     })
 }
 
-/// The v1 documents of the tree (docs/OPERATIONS.md, "The configuration tree"), and every type
+/// The v1 documents of the tree (docs/operations/config-tree.md, "The configuration tree"), and every type
 /// they use: generated from the `portico_control::v1` types the gateways parse
 /// ([`portico_control::v1::openapi_schemas`]), never written here. `NamedCluster` is the body of
 /// `POST /clusters`: a cluster with its name.
@@ -423,7 +423,7 @@ fn message_schemas() -> Value {
             "description": "switches, apps, topics, clusters: what the live gateways serve of the document; null when they could not be listed"}}}},
         "nodes": {"type": "array", "description": "switches, apps, topics, clusters: the live gateways read for `served`", "items": {"type": "object", "properties": {
             "node_id": {"type": "string"}, "ok": {"type": "boolean"}, "error": {"type": "string"}}}}}},
-    "Served": {"type": "object", "description": "what the live gateways serve of one document (docs/OPERATIONS.md, \"What the gateways serve\")", "properties": {
+    "Served": {"type": "object", "description": "what the live gateways serve of one document (docs/operations/registry.md, \"What the gateways serve\")", "properties": {
         "nodes": {"type": "integer", "description": "gateways that answered for this env (the sandbox: those with a sandbox listener)"},
         "refused": {"type": "array", "description": "the gateways refusing the document: they do not serve it", "items": {"$ref": "#/components/schemas/Refusal"}},
         "degraded": {"type": ["boolean", "null"], "description": "switches: whether the gateways serve it degraded; null when they differ or none answered"},
@@ -862,7 +862,7 @@ mod tests {
 
     /// The served document as checked in for the console's generated types
     /// (`admin-ui/src/generated/openapi.json`, read by `admin-ui/build.sh`): this test fails
-    /// when it is stale, and `PORTICO_WRITE_OPENAPI=1` rewrites it (docs/OPERATIONS.md, "The
+    /// when it is stale, and `PORTICO_WRITE_OPENAPI=1` rewrites it (docs/operations/registry.md, "The
     /// admin API's schemas").
     #[test]
     fn the_consoles_copy_of_the_document_is_current() {

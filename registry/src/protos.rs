@@ -307,7 +307,7 @@ fn leading_comment(method: &MethodDescriptor) -> Option<String> {
     (!text.is_empty()).then_some(text)
 }
 
-/// What merchants read about an imported API (docs/OPERATIONS.md, "The merchants' portal"):
+/// What merchants read about an imported API (docs/operations/portal.md, "The merchants' portal"):
 /// the RPC's leading comment, else a neutral sentence made from the API id. Never the gRPC
 /// service or method name, which are the backend team's internal names.
 pub fn merchant_description(id: &str, rule: &MethodRule) -> String {
@@ -518,7 +518,7 @@ pub async fn fetch_by_reflection(addr: &str, services: Option<&[String]>) -> Api
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(15));
     // The address is the author's: through the egress policy, connecting to the checked
-    // addresses only (docs/OPERATIONS.md, "Egress policy").
+    // addresses only (docs/operations/egress.md, "Egress policy").
     let parsed: http::Uri = uri
         .parse()
         .map_err(|e| ApiError::bad_request(format!("addr {addr:?}: {e}")))?;
@@ -802,7 +802,7 @@ message Cart { string cart_id = 1; repeated string skus = 2; }
     }
 
     /// Merchants read the RPC's leading comment, or a sentence made from the API id: never
-    /// the gRPC service or method name (docs/OPERATIONS.md, "The merchants' portal").
+    /// the gRPC service or method name (docs/operations/portal.md, "The merchants' portal").
     #[test]
     fn drafts_describe_themselves_in_merchant_words() {
         let files = BTreeMap::from([("shop/cart.proto".to_owned(), DEMO.to_owned())]);

@@ -1,4 +1,4 @@
-//! Whether the gateways serve an API as the tree holds it (docs/OPERATIONS.md, "Draft →
+//! Whether the gateways serve an API as the tree holds it (docs/operations/registry.md, "Draft →
 //! sandbox → publish → rollback"): a document a gateway refuses (on a route another API
 //! owns, on no cluster, ...) is not served, and the console must not show it as if it were.
 //!

@@ -3,7 +3,7 @@
 //!
 //! The registry keeps no other configuration state (docs/ARCHITECTURE.md, the control plane):
 //! any number can run side by side against one ZooKeeper. What a registry observed of the
-//! gateways (the history store, docs/OPERATIONS.md "The history store") is its own.
+//! gateways (the history store, docs/operations/history-and-reports.md "The history store") is its own.
 
 use crate::history::HistoryStore;
 use crate::zk_store::Store;
@@ -23,7 +23,7 @@ pub struct Config {
     /// The admin bearer token; `None` only with `--insecure-no-auth`.
     pub token: Option<String>,
     /// ZooKeeper `digest` credentials (`--zk-auth-file`, `PORTICO_ZK_AUTH`); `None`: an open
-    /// tree (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
+    /// tree (docs/operations/zookeeper.md, "ZooKeeper credentials and ACLs").
     pub zk_auth: Option<ZkAuth>,
 }
 
@@ -37,7 +37,7 @@ pub struct AppState {
     /// `portico-registry`; absent in a registry embedded without it).
     pub history: OnceLock<Arc<HistoryStore>>,
     /// The gateways' publisher token (`--publish-token-file`, `PORTICO_PUBLISH_TOKEN`), for
-    /// the console's "send test event" (docs/OPERATIONS.md, "Notifications"); set once at
+    /// the console's "send test event" (docs/operations/notifications.md, "Notifications"); set once at
     /// start-up, absent without one.
     pub publish_token: OnceLock<String>,
 }

@@ -1,5 +1,5 @@
 //! Changes made to the served trees outside the registry (zkCli, a script with ZooKeeper
-//! credentials) recorded in the audit log (docs/OPERATIONS.md, "Changes outside the
+//! credentials) recorded in the audit log (docs/operations/registry.md, "Changes outside the
 //! registry").
 //!
 //! Every registry watches its root with a persistent recursive ZooKeeper watch; the one that

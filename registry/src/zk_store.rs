@@ -4,7 +4,7 @@
 //!
 //! Every session authenticates with the registry's `digest` credentials, if it has some
 //! (`--zk-auth-file`, `PORTICO_ZK_AUTH`), and every node the registry creates gets the ACL the
-//! root's ACL calls for (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
+//! root's ACL calls for (docs/operations/zookeeper.md, "ZooKeeper credentials and ACLs").
 
 use crate::error::{ApiError, ApiResult};
 use portico_control::zk::auth::{create_acl, read_policy};
@@ -168,7 +168,7 @@ impl Store {
 
     /// Whether this process wrote the document at `rel` as its znode's `mzxid` says (`None`:
     /// a delete, made by this process within the last 30 s). The tree watcher tells the
-    /// registry's own writes from others' with it (docs/OPERATIONS.md, "Changes outside the
+    /// registry's own writes from others' with it (docs/operations/registry.md, "Changes outside the
     /// registry").
     pub fn wrote(&self, rel: &str, mzxid: Option<i64>) -> bool {
         let writes = self.own_writes.lock().unwrap_or_else(|e| e.into_inner());
@@ -218,7 +218,7 @@ impl Store {
             if !exists {
                 return Err(ApiError::unavailable(format!(
                     "the tree {} does not exist in ZooKeeper: create it locked with `portico zk lockdown` \
-                     (docs/OPERATIONS.md, \"ZooKeeper credentials and ACLs\")",
+                     (docs/operations/zookeeper.md, \"ZooKeeper credentials and ACLs\")",
                     self.root
                 )));
             }

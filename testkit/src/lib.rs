@@ -9,7 +9,7 @@
 //! ```
 //!
 //! [`ZooKeeper::start_locked`] starts one whose `/portico` tree is locked down the way
-//! `./ops/up.sh` and `portico zk lockdown` leave it (docs/OPERATIONS.md, "ZooKeeper
+//! `./ops/up.sh` and `portico zk lockdown` leave it (docs/operations/zookeeper.md, "ZooKeeper
 //! credentials and ACLs"): the three roles' credentials are in [`ZooKeeper::credentials`], and
 //! [`zkcli_as`] runs zkCli after `addauth digest`.
 //!

@@ -1,4 +1,4 @@
-//! Hosts on a private network for tests that cut links (docs/OPERATIONS.md, "Running a cluster",
+//! Hosts on a private network for tests that cut links (docs/operations/cluster.md, "Running a cluster",
 //! its "Losing a ZooKeeper server"): each "host" is a network namespace with one veth interface,
 //! its peer plugged into a bridge that lives in a namespace of its own, so nothing of the lab
 //! touches the machine's own network. Processes run on a host with `ip netns exec`; the test's own

@@ -260,7 +260,7 @@ pub struct Ready {
 }
 
 /// Parses the line `portico-demo-backend` prints on stdout once every listener is bound
-/// (docs/OPERATIONS.md, "The demo backend"), e.g. `portico-demo-backend
+/// (docs/operations/ops-scripts.md, "The demo backend"), e.g. `portico-demo-backend
 /// http=127.0.0.1:41234 grpc=127.0.0.1:41235`; `None` for any other line.
 pub fn parse_ready_line(line: &str) -> Option<Ready> {
     let mut words = line.split_whitespace();

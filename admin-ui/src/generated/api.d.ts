@@ -1107,7 +1107,7 @@ export interface components {
         };
         /**
          * @description `alerts/<name>`: an alerting rule, evaluated by the registry over the metrics it aggregates
-         *     from every gateway (docs/OPERATIONS.md, "Alerts"). Gateways validate it and ignore it.
+         *     from every gateway (docs/operations/alerts.md, "Alerts"). Gateways validate it and ignore it.
          */
         AlertRule: {
             /**
@@ -1185,21 +1185,21 @@ export interface components {
              * @description What merchants read about the API: the developer portal's summary of it (and the
              *     first paragraph of its description). Merchant words: never a gRPC service or method
              *     name, an internal host or a ticket (an import defaults it from the RPC's leading
-             *     comment; docs/OPERATIONS.md, "The merchants' portal").
+             *     comment; docs/operations/portal.md, "The merchants' portal").
              */
             description?: string | null;
             http: components["schemas"]["HttpRule"];
             id: string;
             /**
              * @description Who owns the API: an email address, sent the API's daily and weekly reports
-             *     (docs/OPERATIONS.md, "Reports"). Gateways ignore it.
+             *     (docs/operations/history-and-reports.md, "Reports"). Gateways ignore it.
              */
             owner?: string | null;
             /** @default {} */
             policy?: components["schemas"]["Policy"];
             /**
              * @description For an HTTP-backed API: a JSON Schema (2020-12) of the request body, shown to
-             *     merchants by the registry's portal (docs/OPERATIONS.md, "The merchants' portal"). The
+             *     merchants by the registry's portal (docs/operations/portal.md, "The merchants' portal"). The
              *     gateway does not enforce it. Only local `$ref`s (`#/$defs/...`); no `$id`.
              */
             request_schema?: unknown;
@@ -1233,7 +1233,7 @@ export interface components {
             status?: components["schemas"]["AppStatus"];
             /**
              * @description Notification topics the app subscribes to itself (granted only if the topic's own
-             *     `apps` also grants it; docs/OPERATIONS.md, "Notifications").
+             *     `apps` also grants it; docs/operations/notifications.md, "Notifications").
              */
             topics?: string[];
         };
@@ -1399,7 +1399,7 @@ export interface components {
         };
         /**
          * @description `clusters/<name>`: a set of backend endpoints, and how calls are spread over them
-         *     (docs/OPERATIONS.md, "Clusters: balancing, health, failover, sleep").
+         *     (docs/operations/clusters.md, "Clusters: balancing, health, failover, sleep").
          */
         Cluster: {
             /**
@@ -1590,7 +1590,7 @@ export interface components {
         };
         /**
          * @description `clusters/<name>.grpc`: the gateway's gRPC client settings for one cluster
-         *     (docs/OPERATIONS.md, "gRPC client settings"). Absent fields take the defaults there:
+         *     (docs/operations/clusters.md, "gRPC client settings"). Absent fields take the defaults there:
          *     no keep-alive PINGs, uncompressed requests, 2 s to dial.
          */
         GrpcClient: {
@@ -1963,7 +1963,7 @@ export interface components {
             per: components["schemas"]["Per"];
             /**
              * @description Where the limit is counted: `node` (default, per gateway) or `cluster` (shared by the
-             *     fleet; docs/OPERATIONS.md, "Running a cluster").
+             *     fleet; docs/operations/cluster.md, "Running a cluster").
              */
             scope?: components["schemas"]["Scope"];
         };
@@ -2194,7 +2194,7 @@ export interface components {
             updated_by?: string | null;
         };
         /**
-         * @description `topics/<name>`: a notification topic backends publish to (docs/OPERATIONS.md,
+         * @description `topics/<name>`: a notification topic backends publish to (docs/operations/notifications.md,
          *     "Notifications").
          */
         Topic: {

@@ -1,6 +1,6 @@
 // Alerts: the rules of the live tree (alerts/<name>), the alerts pending or firing now as the
 // registry evaluates them every 2 s, and the history of firings and resolutions with what was
-// sent (docs/OPERATIONS.md, "Alerts"). The banner at the top of every page is AlertBanner.
+// sent (docs/operations/alerts.md, "Alerts"). The banner at the top of every page is AlertBanner.
 import { useState } from "preact/hooks";
 import { AlertRule, Item, get, request } from "../api";
 import { useAction, useLoad } from "../shared/hooks";

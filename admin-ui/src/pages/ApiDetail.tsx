@@ -319,7 +319,7 @@ function PublishDialog(props: { id: string; draft: ApiDef; live: ApiDef | null; 
   );
 }
 
-// ---- who the response cache answers (docs/OPERATIONS.md, "Caching and hot keys") ----
+// ---- who the response cache answers (docs/operations/caching.md, "Caching and hot keys") ----
 
 /** One line saying whether the API's answers are cached, for how long and for whom. */
 export function cacheSummary(doc: ApiDef): string {

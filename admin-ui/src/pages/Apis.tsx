@@ -1,7 +1,7 @@
 // Services & APIs: import protos (files, descriptor set, reflection) with a preview first, or
 // create an HTTP-backed API directly; the drafts and the published APIs side by side, each
 // shown refused when a gateway (or the registry's own check) refuses it
-// (docs/OPERATIONS.md, "Draft → sandbox → publish → rollback").
+// (docs/operations/registry.md, "Draft → sandbox → publish → rollback").
 import { useMemo, useState } from "preact/hooks";
 import { ApiDef, ApiError, Item, List, get, request } from "../api";
 import { useAction, useLoad } from "../shared/hooks";

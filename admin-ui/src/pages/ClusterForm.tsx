@@ -1,6 +1,6 @@
 // Create or edit a cluster (`clusters/<name>`, live or sandbox): protocol, balancing, the
 // primary and standby endpoints, when to fail over, and the active health check
-// (docs/OPERATIONS.md, "Clusters: balancing, health, failover, sleep"). Fields the form does
+// (docs/operations/clusters.md, "Clusters: balancing, health, failover, sleep"). Fields the form does
 // not show (autoscale, sleep, sticky, gRPC settings, ...) are kept as they are. The ranges are
 // the gateways' (control/src/validate/cluster.rs); the registry checks them again and its 422 details
 // are shown here.

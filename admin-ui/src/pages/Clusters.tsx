@@ -2,7 +2,7 @@
 // every gateway says of each endpoint (health, load score) and which set it serves — the
 // active side as the gateways serve it (manual or automatic failover, with the reason), not
 // only the document's `active` — the failover button (a reason is required), and the
-// cluster's autoscale and sleep events (docs/OPERATIONS.md, "Failover runbook" and "Autoscale").
+// cluster's autoscale and sleep events (docs/operations/clusters.md, "Failover runbook" and "Autoscale").
 import { useState } from "preact/hooks";
 import { Cluster, Item, Schemas, get, request } from "../api";
 import { useAction, useLoad } from "../shared/hooks";

@@ -52,7 +52,7 @@ export function HealthPage() {
   const sel = selected ? health?.apis.find((a) => a.api === selected) : undefined;
   const openBreakers = (health?.apis ?? []).filter((a) => a.breaker === "open" || a.breaker === "half_open").length;
   const liveNodes = nodes?.nodes.length ?? 0;
-  // A node refusing documents does not serve the tree as it is: not "in sync" (docs/OPERATIONS.md, "What the gateways serve").
+  // A node refusing documents does not serve the tree as it is: not "in sync" (docs/operations/registry.md, "What the gateways serve").
   const refusing = (n: NodeView) => (n.rejected_documents?.length ?? 0) + (n.sandbox_rejected_documents?.length ?? 0);
   const inSync = nodes?.nodes.filter((n) => n.in_sync && !refusing(n)).length ?? 0;
 

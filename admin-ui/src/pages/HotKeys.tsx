@@ -1,7 +1,7 @@
 // One API's hot keys, live: what every gateway's detector finds hot now (merged by the
 // registry, GET /apis/{id}/hot-keys, refreshed every 2 s), and "Block this key…", which writes
 // the key-level switch switches/<api>@hot-<value> selecting exactly that key
-// (docs/OPERATIONS.md, "Caching and hot keys").
+// (docs/operations/caching.md, "Caching and hot keys").
 import { useState } from "preact/hooks";
 import { ApiDef, ApiError, HotKey, HotKeys, Switch, get, request } from "../api";
 import { useAction } from "../shared/hooks";

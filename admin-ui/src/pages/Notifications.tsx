@@ -1,4 +1,4 @@
-// Notifications (docs/OPERATIONS.md, "Notifications"): the topics of the live tree
+// Notifications (docs/operations/notifications.md, "Notifications"): the topics of the live tree
 // (topics/<name>, edited through /topics), what every live gateway reports of its
 // notifications (GET /notifications, merged by the registry, refreshed every 2 s: the apps
 // connected per node, their backlog, the callbacks' dead letters) and "Send test event"

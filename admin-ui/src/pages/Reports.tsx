@@ -1,8 +1,8 @@
 // Reports: the daily or weekly report per API and for the platform, from the registry's history
-// store (docs/OPERATIONS.md, "Reports"): calls, availability, TP50/90/99/999, top error codes,
+// store (docs/operations/history-and-reports.md, "Reports"): calls, availability, TP50/90/99/999, top error codes,
 // slowest APIs, breaker openings, switch flips and the change vs the previous period.
 // Degraded answers (a switch that is on) are their own figure and never lower availability
-// (docs/OPERATIONS.md, "Availability and degraded answers").
+// (docs/operations/history-and-reports.md, "Availability and degraded answers").
 import { useEffect, useState } from "preact/hooks";
 import { ApiError, get, request, session } from "../api";
 import { useAction } from "../shared/hooks";

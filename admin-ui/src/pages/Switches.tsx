@@ -310,7 +310,7 @@ function SwitchDialog({ row, degrade, onClose, onDone }: { row: Row; degrade: bo
   );
 }
 
-/** The actor of audit entries for changes made outside the registry (docs/OPERATIONS.md, "Changes outside the registry"). */
+/** The actor of audit entries for changes made outside the registry (docs/operations/registry.md, "Changes outside the registry"). */
 const OUTSIDE_ACTOR = "outside the registry";
 
 const ACTION_TONE: Record<string, string> = {

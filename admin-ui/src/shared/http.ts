@@ -1,6 +1,6 @@
 // The one HTTP client of the console and the portal: builds the request, sends it, and decodes
 // the registry's answer — a JSON document, or the error envelope {code, message, request_id,
-// details} (docs/PROTOCOL.md, "The error envelope"; docs/OPERATIONS.md, "What the registry
+// details} (docs/PROTOCOL.md, "The error envelope"; docs/operations/registry.md, "What the registry
 // refuses before writing") into an ApiError. Who the caller is stays with each
 // entry: the console adds its admin token and operator name (src/api.ts), the portal its
 // in-browser signature headers or none (portal/api.ts).

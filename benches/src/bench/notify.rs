@@ -1,5 +1,5 @@
 //! The notifications benchmark (benches/RESULTS.md, "Notifications"): notifications end to end
-//! (docs/PROTOCOL.md "Notifications", docs/OPERATIONS.md "Notifications").
+//! (docs/PROTOCOL.md "Notifications", docs/operations/notifications.md "Notifications").
 //!
 //! One release gateway (`--threads 1`, pinned like every proxy under test) with `--redis` (a
 //! local `redis-server`), and again with the in-memory store; a tree of [`APPS`] apps, each

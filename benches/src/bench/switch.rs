@@ -436,7 +436,7 @@ fn registry_call(
     Ok(())
 }
 
-/// Creates the directory tree `dir` (docs/OPERATIONS.md, "The configuration tree") under `root`
+/// Creates the directory tree `dir` (docs/operations/config-tree.md, "The configuration tree") under `root`
 /// in ZooKeeper.
 async fn upload_tree(client: &zk::Client, root: &str, dir: &Path) -> anyhow::Result<()> {
     let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());

@@ -1,4 +1,4 @@
-//! Portico configuration trees (docs/OPERATIONS.md "The configuration tree", directory form) for the benchmarks.
+//! Portico configuration trees (docs/operations/config-tree.md "The configuration tree", directory form) for the benchmarks.
 
 use std::net::SocketAddr;
 use std::path::Path;

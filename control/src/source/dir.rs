@@ -69,7 +69,7 @@ const SETTLE: Duration = Duration::from_millis(10);
 /// Files modified this recently are re-read on every poll (mtime granularity guard).
 const RECENT: Duration = Duration::from_secs(2);
 
-/// Reads a directory tree (`--config-dir`; docs/OPERATIONS.md, "The configuration tree") and
+/// Reads a directory tree (`--config-dir`; docs/operations/config-tree.md, "The configuration tree") and
 /// watches it by polling.
 #[derive(Debug, Clone)]
 pub struct DirSource {

@@ -1,4 +1,4 @@
-//! `alerts/<name>`: an alert rule (docs/OPERATIONS.md, "Alerts", "Receivers and the webhook
+//! `alerts/<name>`: an alert rule (docs/operations/alerts.md, "Alerts", "Receivers and the webhook
 //! signature"), checked on its own: the condition is known, the threshold fits it, the
 //! receivers are usable. Gateways only validate it; the registry evaluates it.
 
@@ -8,7 +8,7 @@ use crate::v1;
 /// The longest alert `for_s`: a day.
 pub const MAX_ALERT_FOR_S: u64 = 86_400;
 
-/// Checks an alert rule (`alerts/<name>`, docs/OPERATIONS.md "Alerts") on its own: the
+/// Checks an alert rule (`alerts/<name>`, docs/operations/alerts.md "Alerts") on its own: the
 /// condition is known, the threshold fits it, the receivers are usable.
 pub fn check_alert(name: &str, raw: &[u8]) -> Result<v1::AlertRule, String> {
     check_name(name).map_err(|e| format!("name: {e}"))?;

@@ -1,4 +1,4 @@
-//! `apis/<api_id>`: an API definition (docs/OPERATIONS.md, "The configuration tree": "An
+//! `apis/<api_id>`: an API definition (docs/operations/config-tree.md, "The configuration tree": "An
 //! API document"): its id, its HTTP bindings (`google.api.http` templates, none bound twice
 //! across the tree), its backend (a cluster of the same protocol; the gRPC method through
 //! its descriptor, or the HTTP rewrite), its policy ([`super::policy`]), its optional JSON

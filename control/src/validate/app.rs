@@ -1,5 +1,5 @@
-//! `apps/<app_key>`: an app (docs/OPERATIONS.md, "The configuration tree"): its secret, the
-//! APIs and topics it names, its rate limits, and its `callback_url` (docs/OPERATIONS.md,
+//! `apps/<app_key>`: an app (docs/operations/config-tree.md, "The configuration tree"): its secret, the
+//! APIs and topics it names, its rate limits, and its `callback_url` (docs/operations/notifications.md,
 //! "Notifications").
 
 use super::fields::{check_name, parse_json};

@@ -1,7 +1,7 @@
 //! The snapshot builder: a raw [`Tree`] into one immutable [`Snapshot`], each document
 //! checked on its own by the check of its kind (the sibling modules), in dependency order,
 //! a refused document replaced by its last good version when that still fits
-//! (docs/OPERATIONS.md, "The configuration tree", "Validation").
+//! (docs/operations/config-tree.md, "The configuration tree", "Validation").
 
 use super::api::{route_key, Accepted, RouteKey};
 use super::policy::hot_policy;

@@ -1,4 +1,4 @@
-//! `clusters/<name>`: a backend cluster (docs/OPERATIONS.md, "Clusters: balancing, health,
+//! `clusters/<name>`: a backend cluster (docs/operations/clusters.md, "Clusters: balancing, health,
 //! failover, sleep", "gRPC client settings", "Cluster document"): its endpoints and standby
 //! set (addresses, weights, none twice), `host`, balancing and hash key, sticky cookie,
 //! health check, outlier ejection, sleep and autoscale hooks, gRPC client settings.
@@ -31,7 +31,7 @@ pub(super) fn check_cluster(name: &str, raw: &[u8]) -> Result<v1::Cluster, Strin
     Ok(c)
 }
 
-/// A cluster's gRPC client settings (docs/OPERATIONS.md, "gRPC client settings").
+/// A cluster's gRPC client settings (docs/operations/clusters.md, "gRPC client settings").
 fn check_grpc_client(g: &v1::GrpcClient) -> Result<(), String> {
     // grpc-core's default server policy answers a PING more often than every 5 minutes
     // with GOAWAY too_many_pings once a few arrived; grpc-go and grpc-java clients refuse
@@ -110,7 +110,7 @@ fn check_endpoints<'c>(
 /// Upper bound of the routing durations (intervals, holds, ejections): one day.
 const MAX_ROUTING_MS: u64 = 86_400_000;
 
-/// The routing parts of a cluster (docs/OPERATIONS.md, "Clusters: balancing, health,
+/// The routing parts of a cluster (docs/operations/clusters.md, "Clusters: balancing, health,
 /// failover, sleep").
 fn check_routing<'c>(
     c: &'c v1::Cluster,
@@ -354,7 +354,7 @@ mod tests {
         assert_eq!(s.rejected.len(), 7);
     }
 
-    /// A cluster document with every routing field (docs/OPERATIONS.md, "Clusters: balancing,
+    /// A cluster document with every routing field (docs/operations/clusters.md, "Clusters: balancing,
     /// health, failover, sleep").
     fn full_cluster() -> serde_json::Value {
         json!({

@@ -1,5 +1,5 @@
 //! `descriptors/<sha256>`: a binary FileDescriptorSet named by the SHA-256 of its bytes
-//! (docs/OPERATIONS.md, "The configuration tree"); gRPC-backed APIs name it.
+//! (docs/operations/config-tree.md, "The configuration tree"); gRPC-backed APIs name it.
 
 use prost_reflect::DescriptorPool;
 use sha2::{Digest, Sha256};

@@ -1,6 +1,6 @@
 //! Checks and limits shared by several document kinds: document names, JSON parsing that
 //! names the field at fault, header names, email addresses, the quoting of values in
-//! rejection reasons, and the longest deadline (docs/OPERATIONS.md, "The configuration
+//! rejection reasons, and the longest deadline (docs/operations/config-tree.md, "The configuration
 //! tree", "Validation").
 
 /// The largest backend deadline, in milliseconds.

@@ -1,4 +1,4 @@
-//! `ipacl`: the IP access list (docs/OPERATIONS.md, "The configuration tree"): `deny`,
+//! `ipacl`: the IP access list (docs/operations/config-tree.md, "The configuration tree"): `deny`,
 //! `allow` and `trusted_proxies`, each a list of CIDRs or bare addresses.
 
 use super::fields::{excerpt, parse_json};

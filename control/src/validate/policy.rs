@@ -1,6 +1,6 @@
-//! The `policy` of an API document (docs/OPERATIONS.md, "The configuration tree"): bulkhead,
+//! The `policy` of an API document (docs/operations/config-tree.md, "The configuration tree"): bulkhead,
 //! breaker, rate limits and body limit, and the hot-API parts `cache`, `hot_keys` and
-//! `read_only` parsed into a [`HotPolicy`] (docs/OPERATIONS.md, "Caching and hot keys").
+//! `read_only` parsed into a [`HotPolicy`] (docs/operations/caching.md, "Caching and hot keys").
 
 use super::fields::{excerpt, is_header_name, MAX_TIMEOUT_MS};
 use crate::selector::Selector;
@@ -99,7 +99,7 @@ fn check_rate_key(k: &v1::RateKey) -> Result<(), String> {
     Ok(())
 }
 
-// Hot APIs: `policy.cache`, `policy.hot_keys` (docs/OPERATIONS.md, "Caching and hot keys").
+// Hot APIs: `policy.cache`, `policy.hot_keys` (docs/operations/caching.md, "Caching and hot keys").
 
 /// Default and bounds of `policy.cache.max_entries`.
 pub const DEFAULT_CACHE_ENTRIES: u64 = 10_000;
@@ -201,7 +201,7 @@ pub fn hot_policy(p: &v1::Policy) -> Result<Option<HotPolicy>, String> {
             if h.link_bytes_per_s == Some(0) {
                 return Err("policy.hot_keys.link_bytes_per_s: must be at least 1".to_owned());
             }
-            // Automatic caching is opt-in (docs/OPERATIONS.md, "Caching and hot keys"): an
+            // Automatic caching is opt-in (docs/operations/caching.md, "Caching and hot keys"): an
             // API that may be cached by itself says so twice, `read_only` and the ttl.
             let auto_cache_ms = match h.auto_cache_ms {
                 Some(ms) if p.read_only => ms,
@@ -279,7 +279,7 @@ mod tests {
         assert_eq!(cache.key.len(), 2);
         let hk = hot.hot_keys.as_ref().unwrap();
         assert_eq!((hk.rate_above, hk.bandwidth_share_above), (50.0, 0.7));
-        // Hot keys cache themselves only on an API that opts in twice (docs/OPERATIONS.md,
+        // Hot keys cache themselves only on an API that opts in twice (docs/operations/caching.md,
         // "Caching and hot keys").
         assert_eq!((hk.auto_cache_ms, hk.top), (0, 20));
         assert!(!s.hot.contains_key("plain.get"));

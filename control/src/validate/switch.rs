@@ -1,5 +1,5 @@
 //! `switches/<api_id>` and `switches/<api_id>@<label>`: an API-wide or key-level switch
-//! (docs/OPERATIONS.md, "Degrading an API", "Key-level switches"): its name, its `match`
+//! (docs/operations/degrading.md, "Degrading an API", "Key-level switches"): its name, its `match`
 //! (key-level only), the message shown to merchants and the fallback answer.
 
 use super::fields::{check_name, excerpt, is_header_name, parse_json};

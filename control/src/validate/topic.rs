@@ -1,4 +1,4 @@
-//! `topics/<name>`: a notification topic (docs/OPERATIONS.md, "Notifications"): its name,
+//! `topics/<name>`: a notification topic (docs/operations/notifications.md, "Notifications"): its name,
 //! the apps it grants and its retention. Its tests are with the apps' notification fields
 //! ([`super::app`]).
 
@@ -8,7 +8,7 @@ use crate::v1;
 /// The longest topic retention: 30 days.
 pub const MAX_RETENTION_S: u64 = 30 * 86_400;
 
-/// `topics/<name>`: a notification topic (docs/OPERATIONS.md, "Notifications").
+/// `topics/<name>`: a notification topic (docs/operations/notifications.md, "Notifications").
 pub(super) fn check_topic(name: &str, raw: &[u8]) -> Result<v1::Topic, String> {
     check_name(name).map_err(|e| format!("name: {e}"))?;
     let topic: v1::Topic = parse_json(raw)?;

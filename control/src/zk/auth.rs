@@ -1,4 +1,4 @@
-//! ZooKeeper credentials and ACLs (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs";
+//! ZooKeeper credentials and ACLs (docs/operations/zookeeper.md, "ZooKeeper credentials and ACLs";
 //! docs/SECURITY.md, "Control plane (ZooKeeper)").
 //!
 //! Every Portico process authenticates with the `digest` scheme as one of three roles, told

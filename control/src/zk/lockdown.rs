@@ -1,6 +1,6 @@
 //! Locking a tree down: creating the locked root (and the folders gateways cannot create) and
 //! setting the ACL of every existing node to what [`AclPolicy::acl_for`] says. Used by
-//! `portico zk lockdown` (docs/OPERATIONS.md, "Migrating an open tree") and `./ops/up.sh`.
+//! `portico zk lockdown` (docs/operations/zookeeper.md, "Migrating an open tree") and `./ops/up.sh`.
 //! Idempotent: a node whose ACL is already right is not touched.
 
 use super::auth::{AclPolicy, ZkAuth};

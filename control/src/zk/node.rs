@@ -92,7 +92,7 @@ pub(super) async fn registration_loop(
 
 /// Follows the children of `<root>/nodes` on the current session (a child watch, set again
 /// after every change) and publishes how many gateways are registered: the fleet size that
-/// cluster-scope rate limits are split by without Redis (docs/OPERATIONS.md, "Running a
+/// cluster-scope rate limits are split by without Redis (docs/operations/cluster.md, "Running a
 /// cluster"). `None` while there is no session or `nodes/` cannot be read. A change is seen
 /// within one ZooKeeper round trip of the join or leave (a leave: when the session of the
 /// gateway that left ends, at once for a clean stop, after its session timeout for a crash).
@@ -229,7 +229,7 @@ async fn write_node(
                 }
             }
             None => {
-                // The ACL follows the policy (docs/OPERATIONS.md, "ZooKeeper credentials and
+                // The ACL follows the policy (docs/operations/zookeeper.md, "ZooKeeper credentials and
                 // ACLs"), read from `nodes/` where a gateway may see the digest ids (module docs
                 // of `auth`); this gateway's identities get cdrwa on their own node.
                 let policy = match read_policy(client, &join_path(root, "nodes")).await? {

@@ -325,7 +325,7 @@ async fn check_access(source: &Shared, client: &zk::Client, root: &str) -> Resul
             Err(SessionEnd::Unauthorized(format!(
                 "ZooKeeper refused to let this gateway read {root} {who} (NoAuth): give the \
                  gateway credentials with --zk-auth-file or PORTICO_ZK_AUTH \
-                 (docs/OPERATIONS.md, \"ZooKeeper credentials and ACLs\")"
+                 (docs/operations/zookeeper.md, \"ZooKeeper credentials and ACLs\")"
             )))
         }
         Err(zk::Error::AuthFailed) => Err(SessionEnd::Unauthorized(

@@ -21,7 +21,7 @@ pub enum ZkState {
     /// The session expired; a new one is being established.
     Expired,
     /// ZooKeeper refused this gateway's credentials (none given, or not those the tree's ACLs
-    /// name): the gateway keeps serving what it has and retries (docs/OPERATIONS.md,
+    /// name): the gateway keeps serving what it has and retries (docs/operations/zookeeper.md,
     /// "ZooKeeper credentials and ACLs").
     Unauthorized,
 }

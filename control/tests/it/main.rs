@@ -3,7 +3,7 @@
 //! --test it -- zk_source::`.
 //!
 //! All areas run in this one process, in parallel, so a test changes no process-wide state
-//! (docs/OPERATIONS.md, "Test lanes"): no environment variable, current directory, signal
+//! (docs/operations/ops-scripts.md, "Test lanes"): no environment variable, current directory, signal
 //! handler or process-wide rustls provider. The ZooKeeper tests (`zk_source`) each start
 //! their own server: they stop, restart, pause and kill it, and write the fixed `/portico`.
 

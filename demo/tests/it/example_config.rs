@@ -11,7 +11,7 @@ fn example_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/examples/standalone")
 }
 
-/// Reads a configuration directory (docs/OPERATIONS.md, "The configuration tree"):
+/// Reads a configuration directory (docs/operations/config-tree.md, "The configuration tree"):
 /// `<dir>/<name>.json` → `<dir>/<name>`, `ipacl.json` → `ipacl`.
 fn read_tree(root: &Path) -> Tree {
     let mut tree = Tree::default();

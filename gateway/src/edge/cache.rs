@@ -1,5 +1,5 @@
 //! `cache`: the response cache and hot-key counting, the edge stage after `degrade`
-//! (docs/ARCHITECTURE.md, "The response cache"; docs/OPERATIONS.md, "Caching and hot keys").
+//! (docs/ARCHITECTURE.md, "The response cache"; docs/operations/caching.md, "Caching and hot keys").
 //!
 //! It runs only for APIs with `policy.cache` or `policy.hot_keys`. Because it comes after
 //! `auth`, `permit`, `rate_limit` and `degrade`, a cached answer is still signed for,
@@ -358,7 +358,7 @@ fn client(req: &EdgeRequest<'_>, ctx: &EdgeCtx) -> Option<IpAddr> {
 }
 
 /// The cache key of a cacheable request (see the module docs for its parts and
-/// docs/OPERATIONS.md, "Caching and hot keys"), encoded by [`KeyWriter`].
+/// docs/operations/caching.md, "Caching and hot keys"), encoded by [`KeyWriter`].
 pub fn cache_key(policy: &HotPolicy, req: &EdgeRequest<'_>, ctx: &EdgeCtx) -> String {
     let mut k = KeyWriter::new();
     let Some(route) = ctx.route.as_ref() else {

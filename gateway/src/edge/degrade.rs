@@ -8,7 +8,7 @@
 //! unavailable"); its `reason` is for operators and goes to the access log only. Replies are prepared when the
 //! stage is built, so a degraded API costs one map lookup and a cheap clone per request.
 //!
-//! Key-level switches (`switches/<api_id>@<label>`, docs/OPERATIONS.md, "Key-level
+//! Key-level switches (`switches/<api_id>@<label>`, docs/operations/degrading.md, "Key-level
 //! switches") degrade only the requests their `match` selects: every selector's value must
 //! be one of its list. The API-wide switch wins; among labelled switches the first by label
 //! that matches answers, with its own fallback or 503 `API_DEGRADED`. Matchers are built with

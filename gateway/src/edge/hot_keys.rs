@@ -1,4 +1,4 @@
-//! The hot-key detector of one API (docs/OPERATIONS.md, "Caching and hot keys"): a Space-Saving
+//! The hot-key detector of one API (docs/operations/caching.md, "Caching and hot keys"): a Space-Saving
 //! heavy-hitter count over requests and response bytes per key, in fixed memory whatever the
 //! key cardinality. Not a stage: the `cache` stage feeds it and asks it.
 //!
@@ -53,7 +53,7 @@ pub struct HotKey {
     /// Unix ms when the key became hot.
     pub since_ms: u64,
     /// The key-level switch `match` that selects exactly this key (each selector of the policy's
-    /// key with its one value), for "block this key" (docs/OPERATIONS.md, "Caching and hot keys").
+    /// key with its one value), for "block this key" (docs/operations/caching.md, "Caching and hot keys").
     /// `None` when no switch can: the key was counted by a digest, or a part of it is missing from
     /// the requests (a switch matches present values only).
     pub switch_match: Option<std::collections::BTreeMap<String, Vec<String>>>,

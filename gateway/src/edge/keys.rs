@@ -1,4 +1,4 @@
-//! The request parts key selectors name (docs/OPERATIONS.md, "Key selectors"), read for
+//! The request parts key selectors name (docs/operations/degrading.md, "Key selectors"), read for
 //! key-level switches (`degrade`), the response cache and the hot-key detector (`cache`).
 //! Not a stage: a helper the stages share. Selectors were parsed when the snapshot was
 //! validated; reading one borrows from the request except for a percent-decoded query

@@ -40,7 +40,7 @@
 //! IPv4-mapped IPv6 address) by its address.
 //!
 //! **Scope.** A rule with `"scope": "cluster"` is one budget for the whole fleet (module
-//! docs of `fleet`, docs/OPERATIONS.md "Running a cluster"): with Redis up, calls are taken
+//! docs of `fleet`, docs/operations/cluster.md "Running a cluster"): with Redis up, calls are taken
 //! from a lease on the shared bucket ([`Lease`]); without Redis, while it is down, and for a
 //! key's first calls before its first lease, the local bucket runs at `limit / members`
 //! (burst split likewise, at least 1), `members` being the gateways registered in

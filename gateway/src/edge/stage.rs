@@ -75,7 +75,7 @@ pub struct EdgeCtx {
     pub router_body: std::sync::OnceLock<Option<serde_json::Value>>,
     /// Set by `degrade` when a switch that is on answered (its fallback or 503
     /// `API_DEGRADED`): the metrics and the access log count a fallback answer under the code
-    /// `DEGRADED_FALLBACK`, apart from failures (docs/OPERATIONS.md, "Availability and
+    /// `DEGRADED_FALLBACK`, apart from failures (docs/operations/history-and-reports.md, "Availability and
     /// degraded answers").
     pub degraded: bool,
 }

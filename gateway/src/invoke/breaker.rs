@@ -387,7 +387,7 @@ impl CallTicket {
     /// restarts). While Closed this counts neither for nor against the backend: failing
     /// such calls is already immediate and loads nothing, and counting them kept the
     /// breaker open for `open_ms` after a restarted backend was answering again
-    /// (docs/OPERATIONS.md, "gRPC client settings": the breaker after a restart).
+    /// (docs/operations/clusters.md, "gRPC client settings": the breaker after a restart).
     /// A probe refused so re-opens the breaker, as any probe that did not succeed.
     pub fn not_reached(mut self) {
         self.recorded = true;

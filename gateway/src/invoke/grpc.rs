@@ -237,7 +237,7 @@ pub struct GrpcConfig {
     /// grpc-core servers by default allow one ping per 5 minutes at most and none without
     /// data, and answer more with GOAWAY `ENHANCE_YOUR_CALM` ("too_many_pings"), which kills
     /// every call on the connection; a dead peer is noticed by the call's own deadline
-    /// instead. Set by `PORTICO_GRPC_KEEPALIVE_MS` at start-up (docs/OPERATIONS.md, "gRPC client
+    /// instead. Set by `PORTICO_GRPC_KEEPALIVE_MS` at start-up (docs/operations/clusters.md, "gRPC client
     /// settings").
     pub keepalive_interval: Duration,
     /// How long such a PING may go unanswered before the connection is dropped.
@@ -300,7 +300,7 @@ impl GrpcInvoker {
     }
 
     /// The client settings of a cluster: its `grpc` settings, the gateway's defaults
-    /// ([`GrpcConfig`]) where it says nothing (docs/OPERATIONS.md, "gRPC client settings").
+    /// ([`GrpcConfig`]) where it says nothing (docs/operations/clusters.md, "gRPC client settings").
     pub fn settings(&self, cluster: Option<&v1::GrpcClient>) -> ChannelSettings {
         // Read in place, per call: no copy of the cluster's settings.
         let ms = |field: fn(&v1::GrpcClient) -> Option<u64>, default: Duration| {

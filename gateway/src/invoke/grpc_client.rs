@@ -89,7 +89,7 @@ pub struct Reply {
 }
 
 /// Settings of a channel's connection (a cluster's `grpc` settings with the gateway's
-/// defaults filled in; docs/OPERATIONS.md, "gRPC client settings"). Channels are pooled per
+/// defaults filled in; docs/operations/clusters.md, "gRPC client settings"). Channels are pooled per
 /// endpoint *and* settings, so two clusters naming one address with different settings
 /// each get their own connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,7 +1,7 @@
 //! Endpoint health: what the gateway knows of one endpoint (active probe verdict, passive
 //! ejection, reported load, latency EWMA, calls in flight), all in atomics so the request
 //! path reads it without a lock; and the active prober, one task per cluster with a
-//! `health_check` (docs/OPERATIONS.md, "Clusters: balancing, health, failover, sleep").
+//! `health_check` (docs/operations/clusters.md, "Clusters: balancing, health, failover, sleep").
 //!
 //! Probes: HTTP clusters `GET <path>` expecting a 2xx status (one short connection per
 //! probe, `Connection: close`); gRPC clusters `grpc.health.v1.Health/Check` of the

@@ -607,7 +607,7 @@ mod tests {
         let policy = json!({"breaker": {"consecutive_failures": 2, "open_ms": 60000}});
         let (plane, rt) = serving(&[closed_addr()], policy.clone());
         // Nothing listens: every call fails at once, and the breaker stays closed, so the
-        // first call after the backend is back is served (docs/OPERATIONS.md, "gRPC client
+        // first call after the backend is back is served (docs/operations/clusters.md, "gRPC client
         // settings": the breaker after a restart).
         for _ in 0..5 {
             let (result, _) = get(&plane, &rt).await;

@@ -1,4 +1,4 @@
-//! Smart routing of one cluster (docs/OPERATIONS.md, "Clusters: balancing, health,
+//! Smart routing of one cluster (docs/operations/clusters.md, "Clusters: balancing, health,
 //! failover, sleep"): which set serves (primary or standby, by the operator's `active` or
 //! by automatic failover), which endpoints of it are available (active probes, passive
 //! ejection), and which one a call goes to (`round_robin`, `least_load`, `peak_ewma`,

@@ -1,4 +1,4 @@
-//! Auto-load (docs/OPERATIONS.md, "Clusters: balancing, health, failover, sleep"): a
+//! Auto-load (docs/operations/clusters.md, "Clusters: balancing, health, failover, sleep"): a
 //! cluster with `sleep` whose endpoints are all down is asleep. The first request POSTs
 //! `wake_url` (once per cluster per gateway while a wake-up is in progress, whatever the
 //! number of concurrent requests), the prober then probes every 100 ms, and requests are
@@ -105,7 +105,7 @@ async fn post(url: &str) -> Result<(), String> {
     };
     let call = async {
         // The URL is the config author's: through the egress policy, connecting only to the
-        // addresses it checked (docs/OPERATIONS.md, "Egress policy").
+        // addresses it checked (docs/operations/egress.md, "Egress policy").
         let mut s = portico_control::egress::global()
             .connect(host, port, WAKE_TIMEOUT)
             .await

@@ -11,7 +11,7 @@
 //! (`Acceptor::tls_handshake`, the same rustls configuration and callbacks) within
 //! `--tls-handshake-timeout-ms`.
 //!
-//! Draining (docs/OPERATIONS.md, "Restarts and upgrades"): when Pingora stops accepting (a
+//! Draining (docs/operations/upgrades.md, "Restarts and upgrades"): when Pingora stops accepting (a
 //! SIGTERM, or the end of an upgrade's hand-over) it calls the app's `cleanup`, and
 //! `HttpProxy::http_cleanup` closes every idle keepalive connection at once; a client whose
 //! next request crosses that close sees a reset with no answer. [`CappedApp::cleanup`] holds
@@ -54,7 +54,7 @@ pub type TrafficApp = HeadDeadlineApp<HttpProxy<Gateway>>;
 /// the connection's accept.
 pub const DEFAULT_TLS_HANDSHAKE: Duration = Duration::from_secs(10);
 
-/// The connection limits and deadlines of a plane's traffic listeners (docs/OPERATIONS.md,
+/// The connection limits and deadlines of a plane's traffic listeners (docs/operations/gateway.md,
 /// "Connection limits").
 #[derive(Debug, Clone)]
 pub struct ConnectionSettings {
@@ -198,7 +198,7 @@ enum Refusal {
     Address,
 }
 
-/// The `ServerApp` of a plane's traffic listeners (docs/OPERATIONS.md, "Connection
+/// The `ServerApp` of a plane's traffic listeners (docs/operations/gateway.md, "Connection
 /// limits"), for every connection from its accept:
 ///
 /// 1. counted against its listener's cap (`--max-connections`, one counter per listener:

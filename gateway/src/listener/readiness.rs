@@ -3,7 +3,7 @@
 
 /// Whether this process holds a listening TCP socket for `addr` (an unspecified address,
 /// on either side, matches any): Pingora has bound it, or received it from the process it replaces
-/// (`--upgrade`). `/readyz` waits for it (docs/OPERATIONS.md, "Admin endpoints"); unlike a
+/// (`--upgrade`). `/readyz` waits for it (docs/operations/gateway.md, "Admin endpoints"); unlike a
 /// test connection, it is not fooled by another process serving the same address, such as
 /// the gateway being replaced during an upgrade. Reads `/proc/net/tcp{,6}` and
 /// `/proc/self/fd` (Linux); `false` when they cannot be read.

@@ -237,7 +237,7 @@ pub fn sign_callback(
     }
 }
 
-/// Where a callback goes, through the egress policy (docs/OPERATIONS.md, "Egress policy"):
+/// Where a callback goes, through the egress policy (docs/operations/egress.md, "Egress policy"):
 /// the URL's host is resolved and every address checked (a refusal is logged, counted in
 /// `portico_egress_refused_total`, and the try's error). An `http://` URL naming a host is
 /// sent to the checked address itself (with the `Host` it names), so a name that resolves

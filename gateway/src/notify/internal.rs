@@ -1,5 +1,5 @@
 //! The internal listener (`--internal-listen`, default 127.0.0.1:9181; never the merchant
-//! listener): `POST /internal/v1/notifications` for backends (docs/OPERATIONS.md,
+//! listener): `POST /internal/v1/notifications` for backends (docs/operations/notifications.md,
 //! "Notifications") and, over HTTP/2 on the same port, the gRPC
 //! `portico.notify.v1.Notify/Publish` (`grpc.rs`).
 //!

@@ -1,5 +1,5 @@
 //! Notifications: a downlink from backends to merchants (docs/PROTOCOL.md, "Notifications";
-//! docs/OPERATIONS.md, "Notifications").
+//! docs/operations/notifications.md, "Notifications").
 //!
 //! - Backends publish on the internal listener (`internal.rs`, `POST
 //!   /internal/v1/notifications`, a bearer token), for one app or every app granted a topic.
@@ -48,7 +48,7 @@ pub const MAX_ACK_IDS: usize = 10_000;
 /// The longest publisher id (`id` in the publish body).
 pub const MAX_KEY_CHARS: usize = 128;
 
-/// The notifier's settings (command-line flags, docs/OPERATIONS.md "Notifications").
+/// The notifier's settings (command-line flags, docs/operations/notifications.md "Notifications").
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Unacknowledged events are sent again after this (`--notify-ack-timeout-ms`).
@@ -282,7 +282,7 @@ struct AckRequest {
 }
 
 /// Whether `app_key` (document `app`) may receive `topic`: the topic lists it or `"*"`, or
-/// the app lists the topic in its own `topics` (docs/OPERATIONS.md, "Notifications").
+/// the app lists the topic in its own `topics` (docs/operations/notifications.md, "Notifications").
 pub fn granted(snapshot: &Snapshot, app_key: &str, app: &v1::App, topic: &str) -> bool {
     snapshot.topics.contains_key(topic)
         && (snapshot.topic_granted(app_key, topic) || app.topics.iter().any(|t| t == topic))
@@ -510,7 +510,7 @@ impl Notifier {
         Ok(out)
     }
 
-    /// The per-app publish rate (docs/OPERATIONS.md, "Notifications"): each app of the
+    /// The per-app publish rate (docs/operations/notifications.md, "Notifications"): each app of the
     /// publish takes one token; if any has none left, 429 `RATE_LIMITED` with the wait
     /// before that app may publish again (at least 1 s) and nothing is stored.
     fn check_publish_rate(&self, apps: &[String]) -> Result<(), GatewayError> {

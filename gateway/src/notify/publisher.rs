@@ -1,4 +1,4 @@
-//! What both publishing entries of the internal listener share (docs/OPERATIONS.md,
+//! What both publishing entries of the internal listener share (docs/operations/notifications.md,
 //! "Notifications"): its state and the publisher token check, used by the JSON route
 //! (`internal.rs`) and the gRPC `Publish` (`grpc.rs`).
 

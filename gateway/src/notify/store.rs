@@ -1,4 +1,4 @@
-//! Where notifications wait for their merchant (docs/OPERATIONS.md, "Notifications"):
+//! Where notifications wait for their merchant (docs/operations/notifications.md, "Notifications"):
 //! Redis Streams when the gateway has `--redis` (any node serves any app), else a bounded
 //! queue per app in this node's memory.
 //!
@@ -566,7 +566,7 @@ impl Raw {
 
 /// The Pub/Sub channel every gateway with Redis subscribes to: a message is the key of an
 /// app whose stream grew, so that a stream held on another node is woken at once instead
-/// of at its next poll (docs/OPERATIONS.md, "Notifications").
+/// of at its next poll (docs/operations/notifications.md, "Notifications").
 pub const WAKE_CHANNEL: &str = "portico:notify:wake";
 
 /// The longest a notifications command may take (the request path's Redis commands have

@@ -68,7 +68,7 @@ pub struct Metrics {
     /// HTTP/2 connections the gateway closed with a GOAWAY, by listener and reason (`idle`,
     /// `reset_budget`, `malformed`).
     pub h2_goaways: IntCounterVec,
-    /// Smart routing (docs/OPERATIONS.md, "Clusters: balancing, health, failover, sleep").
+    /// Smart routing (docs/operations/clusters.md, "Clusters: balancing, health, failover, sleep").
     pub routing: RoutingMetrics,
 }
 

@@ -1,4 +1,4 @@
-//! TLS session resumption for returning merchants (docs/OPERATIONS.md, "TLS"):
+//! TLS session resumption for returning merchants (docs/operations/gateway.md, "TLS"):
 //! stateless session tickets and a session-ID cache, both added to the acceptor Pingora
 //! builds.
 //!

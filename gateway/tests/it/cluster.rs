@@ -1,4 +1,4 @@
-//! A fleet of real gateways on one ZooKeeper, with Redis (docs/OPERATIONS.md, "Running a
+//! A fleet of real gateways on one ZooKeeper, with Redis (docs/operations/cluster.md, "Running a
 //! cluster"): a cluster-scope app limit of 300/s admits 300/s in total whether the load is
 //! spread over three nodes or sent to one, with Redis and (Redis killed) on the membership
 //! split; the same signed call sent to two nodes is refused by the second; Redis killed,

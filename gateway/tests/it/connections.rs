@@ -1,4 +1,4 @@
-//! Connections over real processes (docs/SECURITY.md, "Connections"; docs/OPERATIONS.md,
+//! Connections over real processes (docs/SECURITY.md, "Connections"; docs/operations/gateway.md,
 //! "Connection limits"): nobody holds what others need. HTTP/2 idle timeout, the
 //! per-address cap, the TLS handshake deadline counted from accept, caps per listener, the
 //! HTTP/2 reset budget, stream slots that bound backend calls per connection, and resets

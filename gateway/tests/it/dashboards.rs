@@ -1,4 +1,4 @@
-//! The fleet's dashboard and scrape configuration (docs/OPERATIONS.md, "Dashboards and scrape
+//! The fleet's dashboard and scrape configuration (docs/operations/monitoring.md, "Dashboards and scrape
 //! configuration"): every metric (and label) a panel of `ops/grafana/portico-fleet.json`
 //! queries exists in a real gateway's `/metrics` after some traffic; with Prometheus
 //! installed, a real Prometheus scrapes the gateway through `ops/prometheus/prometheus.yml`
@@ -312,7 +312,7 @@ fn the_dashboard_is_importable_and_covers_the_fleet() {
         .flat_map(|(_, e)| uses(e).metrics.into_keys())
         .collect();
     // Per-API rate and errors, TP50/99, breakers, switches, config generation per node, the
-    // ZooKeeper session, Redis fallback, cluster members (docs/OPERATIONS.md, "Dashboards and
+    // ZooKeeper session, Redis fallback, cluster members (docs/operations/monitoring.md, "Dashboards and
     // scrape configuration").
     for needed in [
         "portico_requests_total",

@@ -587,7 +587,7 @@ fn degraded_apis_answer_their_fallback_without_the_backend() {
     assert!(!v.to_string().contains("inventory maintenance"), "{v}");
     assert_eq!(backend_requests(&e.backend), before);
     // Both are counted as deliberate degradations, the fallback under its own code
-    // (docs/OPERATIONS.md, "Availability and degraded answers"), and neither as a rejection.
+    // (docs/operations/history-and-reports.md, "Availability and degraded answers"), and neither as a rejection.
     let metrics = e.gw.metrics();
     let line = |needle: &str| {
         metrics

@@ -1,4 +1,4 @@
-//! Gateways on a three-server ZooKeeper ensemble (docs/OPERATIONS.md, "Running a cluster",
+//! Gateways on a three-server ZooKeeper ensemble (docs/operations/cluster.md, "Running a cluster",
 //! "Losing a ZooKeeper server"): the leader killed under load costs no request, and a switch
 //! flipped right after still reaches every gateway within a second.
 

@@ -1,4 +1,4 @@
-//! Generic invocation against gRPC stacks Portico did not write (docs/OPERATIONS.md, "gRPC client
+//! Generic invocation against gRPC stacks Portico did not write (docs/operations/clusters.md, "gRPC client
 //! settings"), each on a free loopback port behind a real gateway process, called over HTTP/1.1 as
 //! a merchant would:
 //!
@@ -23,7 +23,7 @@
 //! runs with `cargo test -p portico-gateway --test it -- grpc_interop:: --ignored
 //! --test-threads 8`; ./ops/test.sh runs it in the background beside the main tests when
 //! gateway/src/invoke changed since it last passed (ops/slow-lane.stamp), and always with
-//! `--slow` (docs/OPERATIONS.md, "Test lanes").
+//! `--slow` (docs/operations/ops-scripts.md, "Test lanes").
 //!
 //! grpcio's interpreter is `PORTICO_GRPCIO_PYTHON` (ops/test.sh exports it after installing the
 //! pinned grpcio and protobuf into .run/venv), else `.run/venv/bin/python`; grpc-js is
@@ -984,7 +984,7 @@ each_stack! {
 
 each_stack! {
     /// A backend killed (SIGKILL) under ~20 calls/s and started again on the same port 1 s later.
-    /// The goal (docs/OPERATIONS.md, "gRPC client settings", the breaker after a restart): only the
+    /// The goal (docs/operations/clusters.md, "gRPC client settings", the breaker after a restart): only the
     /// calls in flight at the kill, and those made while nothing listened, fail; nothing before,
     /// and NOTHING once the server answers again. Every API has a default circuit breaker (5
     /// failures, 5 s open): if it is still open after the restart, the calls after it answer `503

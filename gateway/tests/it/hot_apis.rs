@@ -1,4 +1,4 @@
-//! Hot APIs over real processes (docs/OPERATIONS.md, "Caching and hot keys", "Key-level
+//! Hot APIs over real processes (docs/operations/caching.md, "Caching and hot keys", "Key-level
 //! switches"): a real gateway, the real demo backend (its `/__stats` request counter tells
 //! whether the backend was called), free loopback ports; ZooKeeper and the registry for the
 //! switch flipped through the registry.

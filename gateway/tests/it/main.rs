@@ -4,7 +4,7 @@
 //! `support/`. One area: `cargo test -p portico-gateway --test it -- smuggling::`.
 //!
 //! All areas run in this one process, in parallel (cargo's default: one test thread per core,
-//! as each former binary had), so a test changes no process-wide state (docs/OPERATIONS.md,
+//! as each former binary had), so a test changes no process-wide state (docs/operations/ops-scripts.md,
 //! "Test lanes"): it sets no environment variable (a child process gets its own with
 //! `Command::env`), changes no current directory, installs no signal handler and no
 //! process-wide rustls provider (a TLS client builds its own with `builder_with_provider`),

@@ -1,4 +1,4 @@
-//! Across real network boundaries (docs/OPERATIONS.md, "Running a cluster", "Losing a
+//! Across real network boundaries (docs/operations/cluster.md, "Running a cluster", "Losing a
 //! ZooKeeper server"): a three-server ZooKeeper ensemble and two gateways, each on its own
 //! namespaced host of a private network (`10.213.0.0/24`, a bridge in a namespace of its own;
 //! `portico_testkit::netns`). The link of the ZooKeeper server the first gateway's session is

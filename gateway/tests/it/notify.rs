@@ -1,4 +1,4 @@
-//! Notifications end to end (docs/PROTOCOL.md, "Notifications"; docs/OPERATIONS.md,
+//! Notifications end to end (docs/PROTOCOL.md, "Notifications"; docs/operations/notifications.md,
 //! "Notifications"): real gateways on one configuration directory, real Redis, backends
 //! publishing on the internal listener, merchants holding signed SSE streams and acking.
 

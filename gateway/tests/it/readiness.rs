@@ -1,4 +1,4 @@
-//! `/readyz` (docs/OPERATIONS.md, "Admin endpoints"): `503` until the first configuration is
+//! `/readyz` (docs/operations/gateway.md, "Admin endpoints"): `503` until the first configuration is
 //! applied and this process holds its traffic listeners (live and sandbox). A gateway started
 //! with `--upgrade` is not ready while it waits for the listening sockets of the gateway it
 //! replaces, although that one answers on the same address; it is ready once they are

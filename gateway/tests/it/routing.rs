@@ -1,4 +1,4 @@
-//! Smart routing over real processes (docs/OPERATIONS.md, "Clusters: balancing,
+//! Smart routing over real processes (docs/operations/clusters.md, "Clusters: balancing,
 //! health, failover, sleep"): several demo backends on free ports behind one gateway, for
 //! HTTP and gRPC clusters.
 

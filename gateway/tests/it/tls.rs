@@ -1,4 +1,4 @@
-//! TLS for merchant traffic over real processes (docs/OPERATIONS.md, "TLS"; docs/SECURITY.md,
+//! TLS for merchant traffic over real processes (docs/operations/gateway.md, "TLS"; docs/SECURITY.md,
 //! "TLS"): a gateway started with `--tls-listen`, `--tls-cert` and `--tls-key` on
 //! certificates made here by a test CA. HTTP/2 by ALPN and HTTP/1.1 on the same listener, the
 //! same pipeline as the plain listener, TLS 1.2 and 1.3 only, modern cipher suites only, the

@@ -1,4 +1,4 @@
-//! Zero-downtime restart (docs/OPERATIONS.md, "Restarts and upgrades"): a gateway started
+//! Zero-downtime restart (docs/operations/upgrades.md, "Restarts and upgrades"): a gateway started
 //! with `--upgrade` takes the listening sockets over from the running one, which is sent
 //! SIGQUIT and drains; under steady load no connection is refused and no request fails.
 //! The same is done by `./ops/restart-gateway.sh`. A draining process answers the next
@@ -6,7 +6,7 @@
 //! connection under the client (`listener/accept.rs`, `CappedApp::cleanup`): keep-alive clients that
 //! never retry see no reset. The load clients of the other tests still retry a GET once on
 //! such a reset, as HTTP clients do for idempotent requests, and report how many they met
-//! (docs/OPERATIONS.md, "Restarts and upgrades").
+//! (docs/operations/upgrades.md, "Restarts and upgrades").
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -215,7 +215,7 @@ struct KeepAliveTally {
 
 /// Keep-alive clients that never retry, sending back to back through an upgrade: the
 /// draining process answers each one's next request with `Connection: close` instead of
-/// closing its idle connection under it, so none sees a reset (docs/OPERATIONS.md,
+/// closing its idle connection under it, so none sees a reset (docs/operations/upgrades.md,
 /// "Restarts and upgrades").
 #[test]
 fn keep_alive_clients_are_asked_to_move_not_reset_during_a_drain() {
@@ -418,7 +418,7 @@ fn a_rolling_restart_by_the_script_fails_nothing() {
     }
 }
 
-/// One listener, one owner (docs/OPERATIONS.md, "Restarts and upgrades"): a second gateway started
+/// One listener, one owner (docs/operations/upgrades.md, "Restarts and upgrades"): a second gateway started
 /// on the admin or internal address another one holds refuses to start and names the address (with
 /// SO_REUSEPORT alone both would share it, and publishes would reach either at random); only
 /// `--upgrade` shares.

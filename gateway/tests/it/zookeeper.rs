@@ -3,7 +3,7 @@
 //! gateway keeps serving when ZooKeeper dies, boots from its disk snapshot when ZooKeeper is
 //! down, and recovers from an expired session. Every ZooKeeper here is locked down
 //! (`ZooKeeper::start_locked`): the seeding client is the registry's identity, the gateway the
-//! gateway's, zkCli the operator's (docs/OPERATIONS.md, "ZooKeeper credentials and ACLs").
+//! gateway's, zkCli the operator's (docs/operations/zookeeper.md, "ZooKeeper credentials and ACLs").
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,7 +1,7 @@
 //! Evaluating the rules: what the gateways show over the last [`WINDOW`] ([`Observation`],
 //! from the health monitor's samples), each rule's value per API, and each alert's state over
 //! time ([`Tracker`]): an alert fires once its condition has held for `for_s`, and resolves
-//! once it has been false for `for_s` (docs/OPERATIONS.md, "Alerts").
+//! once it has been false for `for_s` (docs/operations/alerts.md, "Alerts").
 
 use super::rules::{Condition, Rule};
 use crate::cadence;

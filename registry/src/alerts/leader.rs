@@ -1,5 +1,5 @@
 //! Which registry sends: leader election by an ephemeral sequential znode under
-//! `<root>/leader/alerts` (docs/OPERATIONS.md, "Alerts"). Every registry evaluates the rules
+//! `<root>/leader/alerts` (docs/operations/alerts.md, "Alerts"). Every registry evaluates the rules
 //! (so any console shows the same alerts), but only the one holding the lowest node sends
 //! notifications and scheduled reports.
 //!

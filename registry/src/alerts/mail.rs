@@ -3,7 +3,7 @@
 //!
 //! Plain SMTP only (no TLS, no authentication): point it at a relay on the registry's host or
 //! network (a local Postfix, the platform's mail gateway) that forwards to the world
-//! (docs/OPERATIONS.md, "Reports").
+//! (docs/operations/history-and-reports.md, "Reports").
 
 use lettre::message::header::ContentType;
 use lettre::message::{Mailbox, MultiPart, SinglePart};

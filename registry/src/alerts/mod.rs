@@ -1,4 +1,4 @@
-//! Real-time alerts (docs/OPERATIONS.md, "Alerts"): one background task per registry evaluates
+//! Real-time alerts (docs/operations/alerts.md, "Alerts"): one background task per registry evaluates
 //! every `alerts/<name>` rule of the live tree every [`crate::cadence::interval`] (2 s) over
 //! the last [`evaluate::WINDOW`] (10 s at that cadence, the same number of rounds at a shorter
 //! one) of the metrics the health monitor scrapes from every gateway (it keeps

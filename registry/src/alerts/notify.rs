@@ -1,5 +1,5 @@
 //! Notifications: the JSON payload of a firing or resolved alert, its signature, and its
-//! delivery to the rule's receivers (docs/OPERATIONS.md, "Receivers and the webhook
+//! delivery to the rule's receivers (docs/operations/alerts.md, "Receivers and the webhook
 //! signature").
 //!
 //! A webhook gets `POST` with the payload as its body and these headers:

@@ -1,5 +1,5 @@
 //! Alert rules (`alerts/<name>`, live tree only) and what the registry evaluates of them
-//! (docs/OPERATIONS.md, "Alerts"): the rules are documents like the others (compare-and-set,
+//! (docs/operations/alerts.md, "Alerts"): the rules are documents like the others (compare-and-set,
 //! validated, audited); `GET /alerting` answers the alerts pending or firing now and the
 //! history of firings and resolutions ([`crate::alerts`]).
 

@@ -1,4 +1,4 @@
-//! Operating a live cluster (docs/OPERATIONS.md, "Failover runbook"): manual failover between its
+//! Operating a live cluster (docs/operations/clusters.md, "Failover runbook"): manual failover between its
 //! primary and standby sets, its overview for the console (each gateway's view of its sets,
 //! from the gateways' `/status`) and its autoscale and sleep events ([`crate::autoscale`]).
 //!

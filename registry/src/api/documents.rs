@@ -34,7 +34,7 @@ pub async fn list_json(state: &Shared, env: Env, dir: &str) -> ApiResult<Respons
     Ok(json_response(StatusCode::OK, &body, None))
 }
 
-/// The folders whose list items say what the gateways serve (docs/OPERATIONS.md, "What the
+/// The folders whose list items say what the gateways serve (docs/operations/registry.md, "What the
 /// gateways serve").
 pub const SERVED_DIRS: [&str; 4] = ["switches", "apps", "topics", "clusters"];
 

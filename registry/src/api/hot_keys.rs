@@ -1,5 +1,5 @@
 //! `GET /apis/{id}/hot-keys`: an API's hot keys aggregated across the live gateways
-//! (docs/OPERATIONS.md, "Caching and hot keys"). Each registered gateway's `/status` is read at
+//! (docs/operations/caching.md, "Caching and hot keys"). Each registered gateway's `/status` is read at
 //! once (`hot_keys.<id>`); keys are merged by name: rates and bytes per second add up, `since_ms`
 //! is the earliest, `gateways` lists where the key is hot. A gateway that cannot be read is listed
 //! in `nodes` with the error, and the answer is still 200.

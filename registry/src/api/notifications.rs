@@ -1,4 +1,4 @@
-//! Notifications as the console sees them (docs/OPERATIONS.md, "Notifications"):
+//! Notifications as the console sees them (docs/operations/notifications.md, "Notifications"):
 //!
 //! - `GET /notifications`: every live gateway's `/status` `notify` block merged into the
 //!   store in use, per node (streams, dead letters), per app (connections per node, backlog)

@@ -133,7 +133,7 @@ async fn nodes(State(state): State<Shared>) -> ApiResult<Response> {
         .iter()
         .map(|(name, doc)| node_view(name, doc, generation, now))
         .collect();
-    // What each node refuses (docs/OPERATIONS.md, "What the gateways serve"): a node on the
+    // What each node refuses (docs/operations/registry.md, "What the gateways serve"): a node on the
     // current generation that refuses documents is not "in sync" with the tree.
     let reads = crate::gateway_status::read_all(&state)
         .await

@@ -1,4 +1,4 @@
-//! Daily and weekly reports (docs/OPERATIONS.md, "Reports"): `GET /reports` builds one from
+//! Daily and weekly reports (docs/operations/history-and-reports.md, "Reports"): `GET /reports` builds one from
 //! this registry's history store ([`crate::reports`]), as JSON or HTML; `POST /reports/send`
 //! writes the platform's and every owner's report to `--reports-dir` and mails the owners now.
 
@@ -41,7 +41,7 @@ fn period_of(q: &HashMap<String, String>) -> ApiResult<Period> {
 }
 
 /// 503 `NO_HISTORY_STORE`: this registry was started without `--data-dir` / `--history-db`
-/// (docs/OPERATIONS.md, "The history store"); not ZooKeeper's fault, so not its code.
+/// (docs/operations/history-and-reports.md, "The history store"); not ZooKeeper's fault, so not its code.
 fn no_history() -> ApiError {
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,

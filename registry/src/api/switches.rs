@@ -1,6 +1,6 @@
 //! Degradation switches (`switches/<api_id>`, and key-level `switches/<api_id>@<label>` with a
 //! `match`), in the live tree and in the sandbox: who turned one on or off, and when, is
-//! recorded on the switch (docs/OPERATIONS.md, "Degrading an API", "Key-level switches").
+//! recorded on the switch (docs/operations/degrading.md, "Degrading an API", "Key-level switches").
 
 use super::context::Ctx;
 use super::documents::{delete_doc, get_json, list_json, write_json, Write};

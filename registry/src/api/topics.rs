@@ -1,6 +1,6 @@
 //! Notification topics (`topics/<name>`), in the live tree and in the sandbox: who owns a
 //! topic, which apps it is granted to (`["*"]`: every app) and how long its events are kept
-//! (docs/OPERATIONS.md, "Notifications").
+//! (docs/operations/notifications.md, "Notifications").
 
 use super::context::Ctx;
 use super::documents::{delete_doc, get_json, list_json, write_json, Write};

@@ -1,5 +1,5 @@
 //! Every write is validated the way a gateway will validate the tree (the same
-//! `build_snapshot`; docs/OPERATIONS.md, "The configuration tree"), and refused with 422
+//! `build_snapshot`; docs/operations/config-tree.md, "The configuration tree"), and refused with 422
 //! `VALIDATION_FAILED`, naming document and field, if a changed document would be rejected or
 //! would make another document be rejected.
 
@@ -38,7 +38,7 @@ pub fn check_change(tree: Tree, env: Env, changes: &[Change]) -> ApiResult<()> {
         };
         crate::egress::check_document(rel, &doc).map_err(|why| {
             ApiError::bad_request(format!(
-                "{}: refused by the egress policy (docs/OPERATIONS.md, \"Egress policy\"): {why}",
+                "{}: refused by the egress policy (docs/operations/egress.md, \"Egress policy\"): {why}",
                 env.path(rel)
             ))
         })?;

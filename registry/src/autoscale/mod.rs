@@ -1,4 +1,4 @@
-//! Autoscale and sleep marking (docs/OPERATIONS.md, "Autoscale" and "Sleep marking"): one
+//! Autoscale and sleep marking (docs/operations/clusters.md, "Autoscale" and "Sleep marking"): one
 //! background task per registry evaluates, every [`crate::cadence::interval`] (2 s) whether or
 //! not anyone watches, each live cluster's `autoscale` rules on its request rate over the last
 //! [`WINDOW`] (10 s at that cadence, as many scrapes at a shorter one) ([`rate`]),
@@ -331,7 +331,7 @@ async fn call(client: &reqwest::Client, url: &str, body: &Value) -> Result<u16, 
     }
 }
 
-/// The webhook payload of a firing (docs/OPERATIONS.md, "Autoscale"): `rule` is the index of the
+/// The webhook payload of a firing (docs/operations/clusters.md, "Autoscale"): `rule` is the index of the
 /// rule in `autoscale.rules`, from 0.
 pub fn payload(cluster: &str, action: &str, rps: f64, rule: usize, at: &str) -> Value {
     json!({

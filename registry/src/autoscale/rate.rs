@@ -1,7 +1,7 @@
 //! A cluster's request rate, from the gateways' metrics the health monitor scrapes
 //! ([`crate::health::scraper`]): the sum, over the live APIs whose backend is the cluster and
 //! over every gateway, of the `portico_requests_total` increase between the oldest sample within
-//! the window and the newest, divided by the seconds between them (docs/OPERATIONS.md,
+//! the window and the newest, divided by the seconds between them (docs/operations/clusters.md,
 //! "Autoscale").
 
 use crate::health::quantiles::between;

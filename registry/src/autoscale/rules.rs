@@ -1,5 +1,5 @@
 //! What the registry reads of a cluster document for autoscale and sleep marking (the
-//! `autoscale` and `sleep` blocks of `clusters/<name>`, docs/OPERATIONS.md, "Autoscale"), and
+//! `autoscale` and `sleep` blocks of `clusters/<name>`, docs/operations/clusters.md, "Autoscale"), and
 //! the timing of both: when a rule holds long enough to fire, the cooldown between firings, and
 //! when a cluster has been idle long enough to be put to sleep, and again.
 

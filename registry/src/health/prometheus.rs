@@ -1,6 +1,6 @@
 //! Reading a gateway's `/metrics` (the Prometheus text exposition format) into what the
 //! health report needs of it ([`NodeMetrics`]); the metric names are the gateway's
-//! (docs/OPERATIONS.md, "Admin endpoints").
+//! (docs/operations/gateway.md, "Admin endpoints").
 
 use std::collections::HashMap;
 
@@ -12,7 +12,7 @@ pub type Key = (String, String);
 pub struct NodeMetrics {
     /// Requests by key: (all, 5xx failures, degraded answers). A degraded answer (503
     /// `API_DEGRADED`, or a switch's fallback, code `DEGRADED_FALLBACK`) is a deliberate
-    /// degradation, never a failure (docs/OPERATIONS.md, "Availability and degraded answers").
+    /// degradation, never a failure (docs/operations/history-and-reports.md, "Availability and degraded answers").
     pub requests: HashMap<Key, (f64, f64, f64)>,
     /// Requests by key, then by answer: (HTTP status, envelope code), for the history's
     /// per-minute rollups.
@@ -131,7 +131,7 @@ fn parse_labels(after: &str) -> Option<(Vec<(String, String)>, &str)> {
 
 /// Whether an answer's envelope code says it was a deliberate degradation (a switch that is
 /// on): 503 `API_DEGRADED`, or the switch's fallback answer (`DEGRADED_FALLBACK`). Such
-/// answers are counted apart, never as failures (docs/OPERATIONS.md, "Availability and
+/// answers are counted apart, never as failures (docs/operations/history-and-reports.md, "Availability and
 /// degraded answers").
 pub fn is_degraded_code(code: &str) -> bool {
     code == "API_DEGRADED" || code == "DEGRADED_FALLBACK"

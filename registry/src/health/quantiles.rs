@@ -116,7 +116,7 @@ impl Figures {
     }
 
     /// The share of answers that are not 5xx failures, over the answers that were not
-    /// deliberately degraded; `None` without such answers (docs/OPERATIONS.md, "Availability
+    /// deliberately degraded; `None` without such answers (docs/operations/history-and-reports.md, "Availability
     /// and degraded answers").
     pub fn availability(&self) -> Option<f64> {
         let served = self.requests - self.degraded;

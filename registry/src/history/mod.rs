@@ -1,4 +1,4 @@
-//! What the registry remembers of the gateways' traffic (docs/OPERATIONS.md, "The history
+//! What the registry remembers of the gateways' traffic (docs/operations/history-and-reports.md, "The history
 //! store"): per-API per-minute rollups (calls by status and code, a latency histogram with the
 //! gateways' buckets, breaker openings, switch flips) and the alerts it evaluated, for 35 days
 //! in a bounded SQLite file (`--history-db`).

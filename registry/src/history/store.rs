@@ -1,5 +1,5 @@
 //! The history store: one SQLite file (`--history-db`) holding what this registry observed of
-//! the gateways, per API and per minute, and the alerts it evaluated (docs/OPERATIONS.md, "The
+//! the gateways, per API and per minute, and the alerts it evaluated (docs/operations/history-and-reports.md, "The
 //! history store").
 //!
 //! Tables:

@@ -2,7 +2,7 @@
 //! a document a gateway would refuse is not shown either), which of its APIs anyone may
 //! call, which one app may call, and where merchants send calls.
 //!
-//! "Public" (docs/OPERATIONS.md, "The merchants' portal"): an API with `auth: none`, or one
+//! "Public" (docs/operations/portal.md, "The merchants' portal"): an API with `auth: none`, or one
 //! granted (by id or by `*`) to at least one active app. An API nobody is granted is not
 //! callable by any merchant, so it is not shown; nothing says which app holds a grant.
 
@@ -101,7 +101,7 @@ pub fn require_public_urls(urls: &PublicUrls, listen: std::net::SocketAddr) -> R
         Err(format!(
             "{} required: the registry listens on {listen}, not a loopback address, so the \
              developer portal must name the gateways' public URLs, never the nodes' own \
-             addresses (docs/OPERATIONS.md, \"The merchants' portal\")",
+             addresses (docs/operations/portal.md, \"The merchants' portal\")",
             missing.join(" and ")
         ))
     }

@@ -1,4 +1,4 @@
-//! The merchants' developer portal (docs/OPERATIONS.md, "The merchants' portal";
+//! The merchants' developer portal (docs/operations/portal.md, "The merchants' portal";
 //! docs/PROTOCOL.md points merchants here): public routes under `/portal`, outside `/api/v1`
 //! and without the admin token.
 //!

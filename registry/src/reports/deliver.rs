@@ -1,4 +1,4 @@
-//! The owners' reports (docs/OPERATIONS.md, "Reports"): the platform's report and each owner's
+//! The owners' reports (docs/operations/history-and-reports.md, "Reports"): the platform's report and each owner's
 //! (the APIs whose document names them in `owner`) are written to `--reports-dir` as HTML and
 //! JSON, and each owner's is mailed to them when an SMTP server is configured (`--smtp`).
 //!

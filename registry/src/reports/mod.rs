@@ -1,4 +1,4 @@
-//! Daily and weekly per-API reports (docs/OPERATIONS.md, "Reports"), built from the history
+//! Daily and weekly per-API reports (docs/operations/history-and-reports.md, "Reports"), built from the history
 //! store's per-minute rollups: per API and for the whole platform, calls, availability
 //! (non-5xx share of the answers that were not deliberately degraded), degraded answers, TP50/90/99/999 from the merged latency histograms, top error codes,
 //! breaker openings, switch flips, the change against the previous period, and a series for
@@ -116,7 +116,7 @@ pub struct Figures {
     /// Calls answered 5xx, degraded answers excluded.
     pub errors: u64,
     /// Calls deliberately degraded (503 `API_DEGRADED` or a switch's fallback answer): counted
-    /// apart, never as failures (docs/OPERATIONS.md, "Availability and degraded answers").
+    /// apart, never as failures (docs/operations/history-and-reports.md, "Availability and degraded answers").
     pub degraded: u64,
     /// The non-5xx share of the calls that were not degraded; `None` without such calls.
     pub availability: Option<f64>,

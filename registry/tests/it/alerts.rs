@@ -1,4 +1,4 @@
-//! Alerts end to end (docs/OPERATIONS.md, "Alerts"), real processes only: a locked ZooKeeper, two
+//! Alerts end to end (docs/operations/alerts.md, "Alerts"), real processes only: a locked ZooKeeper, two
 //! `portico-registry` processes (both evaluate, one sends), the gateway binary, a demo backend
 //! slowed by its fault injection, and a small webhook receiver standing in for the receiver's
 //! owner.

@@ -34,7 +34,7 @@ fn console_alerts_and_reports_in_chromium() {
     let db = work.path().join("history.sqlite");
     seed_history(&db);
     // Half an hour ago, 5000 deliberately degraded answers (a switch on): reported apart, they
-    // leave the API's availability at 98 % (docs/OPERATIONS.md, "Availability and degraded
+    // leave the API's availability at 98 % (docs/operations/history-and-reports.md, "Availability and degraded
     // answers").
     {
         use portico_registry::history::{HistoryStore, Limits};

@@ -429,7 +429,7 @@ fn cell_starts(line: &str) -> Vec<usize> {
 /// `publish --wait` and `switch --wait` wait until every live gateway applied the change: a
 /// real gateway that applies it, then the same gateway paused (SIGSTOP, well within its 6 s
 /// ZooKeeper session, so still registered), named in the error with exit status 3. The
-/// `history` and `status` tables are aligned (docs/OPERATIONS.md, "Waiting for the gateways").
+/// `history` and `status` tables are aligned (docs/operations/registry.md, "Waiting for the gateways").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switch_and_publish_wait_for_every_live_gateway() {
     use crate::common::procs::{in_sync, spawn_gateway, wait_registered};
@@ -560,7 +560,7 @@ async fn switch_and_publish_wait_for_every_live_gateway() {
 
 /// `portico import --dry-run` previews (new / changed, and each route another API owns) and
 /// writes nothing; a re-import that would change a draft is refused (409 WOULD_OVERWRITE,
-/// naming it) until `--overwrite` confirms it (docs/OPERATIONS.md, "Draft → sandbox →
+/// naming it) until `--overwrite` confirms it (docs/operations/registry.md, "Draft → sandbox →
 /// publish → rollback").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn import_previews_and_overwrites_a_draft_only_when_asked() {

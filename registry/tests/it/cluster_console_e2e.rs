@@ -8,7 +8,7 @@
 //! new set. Afterwards this test checks independently: the cluster document in ZooKeeper, the
 //! gateway's `/status`, and the audit log (who, from, to, why).
 //!
-//! The same run then walks the operator workflow the console offers (docs/OPERATIONS.md,
+//! The same run then walks the operator workflow the console offers (docs/operations/registry.md,
 //! "Draft → sandbox → publish → rollback"): a second cluster whose primary endpoint is down
 //! fails over on its own, and the page shows standby (automatic, with the reason) where the
 //! document says primary; an HTTP-backed API is created and edited, the demo proto imported

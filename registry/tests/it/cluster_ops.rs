@@ -1,4 +1,4 @@
-//! Cluster operations (docs/OPERATIONS.md, "Failover, autoscale and sleep marking") end to end,
+//! Cluster operations (docs/operations/clusters.md, "Failover, autoscale and sleep marking") end to end,
 //! real processes only: a locked ZooKeeper, registries on free ports, the gateway binary in
 //! ZooKeeper mode, demo backends, and a small HTTP receiver standing in for the autoscale webhook's
 //! and `sleep_url`'s owner (the external party).

@@ -194,7 +194,7 @@ fn console_hot_keys_view_blocks_a_key_in_chromium() {
     assert_eq!(entry["actor"], "e2e-sre-hotkeys", "{entry:#}");
 }
 
-/// A zkCli typo in a switch (docs/OPERATIONS.md, "What the gateways serve", "Changes outside
+/// A zkCli typo in a switch (docs/operations/registry.md, "What the gateways serve", "Changes outside
 /// the registry"): the API is degraded through the registry, then `{"degraded":fals` is
 /// written straight into ZooKeeper as the operator would with zkCli. The gateway refuses it
 /// and keeps serving the degraded version; the registry's lists say so, Nodes & health lists

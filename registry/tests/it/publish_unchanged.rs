@@ -1,4 +1,4 @@
-//! docs/OPERATIONS.md, "Draft → sandbox → publish → rollback": `portico publish` of a draft
+//! docs/operations/registry.md, "Draft → sandbox → publish → rollback": `portico publish` of a draft
 //! identical to the live version is a no-op: it says so, makes no new version, no history entry and
 //! no audit entry; a changed draft still publishes a new version. Against a real ZooKeeper.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

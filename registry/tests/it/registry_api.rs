@@ -1053,7 +1053,7 @@ async fn notification_topics_and_the_app_fields() {
     );
 }
 
-/// docs/OPERATIONS.md, "Draft → sandbox → publish → rollback": an import is previewed (new,
+/// docs/operations/registry.md, "Draft → sandbox → publish → rollback": an import is previewed (new,
 /// changed, and the routes other APIs own, naming them) and never replaces a draft without
 /// `overwrite`; a draft the sandbox refuses is listed as refused and is not tried (the call
 /// would reach the API that owns the route); unpublish and draft deletion are audited; an

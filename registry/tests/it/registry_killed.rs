@@ -1,4 +1,4 @@
-//! One registry killed (docs/OPERATIONS.md, "Running a cluster", "portico-registry"): two
+//! One registry killed (docs/operations/cluster.md, "Running a cluster", "portico-registry"): two
 //! `portico-registry` processes on one locked ZooKeeper tree, a gateway on it; the first
 //! registry is killed with SIGKILL, and the second keeps serving the console (its page and
 //! the API the console reads) and the `portico` CLI; a switch flipped through the survivor

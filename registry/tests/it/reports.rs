@@ -1,4 +1,4 @@
-//! Reports end to end (docs/OPERATIONS.md, "Reports"): a day of synthetic per-minute rollups (and a
+//! Reports end to end (docs/operations/history-and-reports.md, "Reports"): a day of synthetic per-minute rollups (and a
 //! previous day) written into a history store through its API, then a `portico-registry` process on
 //! that store: `GET /reports` and `portico report` give figures that match the inputs exactly
 //! (calls, availability, quantiles of the known histograms, top codes, change vs the previous

@@ -1,4 +1,4 @@
-//! Every write is checked before it lands (docs/OPERATIONS.md, "What the registry refuses before
+//! Every write is checked before it lands (docs/operations/registry.md, "What the registry refuses before
 //! writing"), with every problem reported at once. Unknown references (a switch, an alert rule or
 //! an app grant naming no API, a topic granted to no app, an API on no cluster) and numbers out of
 //! their documented ranges are refused with 422 and the list of all problems in `details`; nothing

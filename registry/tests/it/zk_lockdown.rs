@@ -1,4 +1,4 @@
-//! Locking down an open tree (docs/OPERATIONS.md, "Migrating an open tree"): a tree written
+//! Locking down an open tree (docs/operations/zookeeper.md, "Migrating an open tree"): a tree written
 //! the way v1 did (every node `world:anyone cdrwa`) by a registry without credentials, then
 //! `portico zk lockdown` (dry run, for real, again), then the registry and a gateway with
 //! their credentials, and an anonymous client that can read nothing. Also the export audit.

@@ -72,7 +72,7 @@ impl Registry {
     }
 }
 
-/// A temporary configuration directory (docs/OPERATIONS.md, "The configuration tree").
+/// A temporary configuration directory (docs/operations/config-tree.md, "The configuration tree").
 pub struct ConfigTree {
     pub dir: tempfile::TempDir,
 }

@@ -57,7 +57,7 @@ const DRY_RUN_DOC: &str = "preview only: answer what the import would do (each d
 const OVERWRITE_DOC: &str = "replace drafts that exist and differ; without it such an import \
      answers 409 WOULD_OVERWRITE listing them";
 
-/// How an import is confirmed (docs/OPERATIONS.md, "Draft → sandbox → publish → rollback"):
+/// How an import is confirmed (docs/operations/registry.md, "Draft → sandbox → publish → rollback"):
 /// `dry_run` previews, and a draft that exists and would change is only replaced with
 /// `overwrite`. Query flags, or fields of a JSON body.
 #[derive(Debug, Clone, Copy, Default, Deserialize)]

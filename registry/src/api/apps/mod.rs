@@ -84,7 +84,7 @@ async fn list(State(state): State<Shared>, Extension(env): Extension<Env>) -> Ap
             item
         })
         .collect();
-    // What the gateways serve of each app (docs/OPERATIONS.md, "What the gateways serve").
+    // What the gateways serve of each app (docs/operations/registry.md, "What the gateways serve").
     let written = docs.iter().map(|(_, d)| d.stat.mtime);
     let nodes = attach_served(&state, env, "apps", &mut items, written).await;
     Ok(json_response(

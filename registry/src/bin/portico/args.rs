@@ -57,19 +57,19 @@ pub(crate) enum Command {
     History(HistoryArgs),
     /// Turn an API's degradation switch on or off.
     Switch(SwitchArgs),
-    /// Move a cluster's traffic to its primary or standby set (docs/OPERATIONS.md, "Failover
+    /// Move a cluster's traffic to its primary or standby set (docs/operations/clusters.md, "Failover
     /// runbook").
     Failover(FailoverArgs),
     /// Show the live gateway nodes, their applied config version and lag.
     Status,
-    /// The daily or weekly report per API (docs/OPERATIONS.md, "Reports"), from the registry's
+    /// The daily or weekly report per API (docs/operations/history-and-reports.md, "Reports"), from the registry's
     /// history store.
     Report(ReportArgs),
     /// Write the configuration tree as a directory (usable with `portico-gateway --config-dir`).
     Export(ExportArgs),
     /// Call any registry route: `portico request GET /apps`.
     Request(RequestArgs),
-    /// Publish a notification on a gateway's internal listener (docs/OPERATIONS.md,
+    /// Publish a notification on a gateway's internal listener (docs/operations/notifications.md,
     /// "Notifications"), as a backend would; prints `app<TAB>event id` per app.
     Notify(NotifyArgs),
     /// Talk to ZooKeeper directly (credentials and ACLs, docs/OPERATIONS.md).
@@ -336,7 +336,7 @@ pub(crate) struct PublishArgs {
     #[arg(long)]
     pub(crate) comment: Option<String>,
     /// Then wait until every live gateway applied the change, at most SECS seconds (10
-    /// without a value); exit status 3 naming the gateways that have not (docs/OPERATIONS.md,
+    /// without a value); exit status 3 naming the gateways that have not (docs/operations/registry.md,
     /// "Waiting for the gateways").
     #[arg(long, value_name = "SECS", num_args = 0..=1, require_equals = true, default_missing_value = "10")]
     pub(crate) wait: Option<u64>,
@@ -430,7 +430,7 @@ pub(crate) struct SwitchArgs {
     #[arg(long = "match")]
     pub(crate) matches: Vec<String>,
     /// Then wait until every live gateway applied the change, at most SECS seconds (10
-    /// without a value); exit status 3 naming the gateways that have not (docs/OPERATIONS.md,
+    /// without a value); exit status 3 naming the gateways that have not (docs/operations/registry.md,
     /// "Waiting for the gateways").
     #[arg(long, conflicts_with = "sandbox", value_name = "SECS", num_args = 0..=1, require_equals = true, default_missing_value = "10")]
     pub(crate) wait: Option<u64>,

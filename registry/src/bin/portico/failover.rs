@@ -1,5 +1,5 @@
 //! `portico failover <cluster> primary|standby --reason ...`: moves a cluster's traffic with
-//! `POST /api/v1/clusters/<cluster>/failover` (docs/OPERATIONS.md, "Failover runbook").
+//! `POST /api/v1/clusters/<cluster>/failover` (docs/operations/clusters.md, "Failover runbook").
 
 use crate::args::{Cli, FailoverArgs};
 use serde_json::json;

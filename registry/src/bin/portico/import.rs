@@ -1,6 +1,6 @@
 //! `portico import`: make drafts from a backend's interface (`.proto` files, a descriptor set,
 //! reflection) and optionally publish them, or load a whole tree directory
-//! (docs/OPERATIONS.md, "The configuration tree").
+//! (docs/operations/config-tree.md, "The configuration tree").
 
 use crate::args::{Cli, DraftOptions, ImportCommand};
 use crate::publish::publish_each;

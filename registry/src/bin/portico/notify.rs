@@ -1,5 +1,5 @@
 //! `portico notify`: publishes a notification on a gateway's internal listener
-//! (`POST /internal/v1/notifications`, docs/OPERATIONS.md "Notifications"), as a backend
+//! (`POST /internal/v1/notifications`, docs/operations/notifications.md "Notifications"), as a backend
 //! would; prints the assigned event ids.
 
 use crate::args::NotifyArgs;

@@ -250,7 +250,7 @@ fn print_nodes(nodes: &[Value]) {
     ]);
     let mut behind = false;
     // Documents a node refuses (it serves the previous version, or nothing, in their place):
-    // listed under the table (docs/OPERATIONS.md, "What the gateways serve").
+    // listed under the table (docs/operations/registry.md, "What the gateways serve").
     let mut refused = Vec::new();
     for n in nodes {
         let node = n["node_id"].as_str().unwrap_or("?");

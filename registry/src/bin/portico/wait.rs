@@ -1,4 +1,4 @@
-//! `--wait[=SECS]` of `portico switch` and `portico publish` (docs/OPERATIONS.md, "Waiting for
+//! `--wait[=SECS]` of `portico switch` and `portico publish` (docs/operations/registry.md, "Waiting for
 //! the gateways"): after the write, the live tree's generation is read from the registry
 //! (`GET /nodes`), then every live gateway node (its `nodes/<id>` registration, which the
 //! gateway updates with the `config_version` it serves) is polled until it serves that

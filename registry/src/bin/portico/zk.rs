@@ -1,4 +1,4 @@
-//! `portico zk lockdown`: locks a ZooKeeper tree down (docs/OPERATIONS.md, "Migrating an open
+//! `portico zk lockdown`: locks a ZooKeeper tree down (docs/operations/zookeeper.md, "Migrating an open
 //! tree"). Talks to ZooKeeper directly, authenticated with the registry's credentials.
 
 use crate::args::LockdownArgs;

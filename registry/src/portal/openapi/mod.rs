@@ -9,7 +9,7 @@
 //! Schemas: for a gRPC-backed API from its descriptor (see [`super::schema`]), through the
 //! same `MethodPlan` the gateway runs, so a binding the gateway could not transcode is not
 //! documented either; for an HTTP-backed API from the `request_schema` / `response_schema`
-//! its owner attached (docs/OPERATIONS.md, "The merchants' portal"), else "any JSON".
+//! its owner attached (docs/operations/portal.md, "The merchants' portal"), else "any JSON".
 //!
 //! Merchant words only: the document names no repository file (merchants have the portal's
 //! Signing, Errors and Notifications pages instead), no gRPC service or method, and no

@@ -1,5 +1,5 @@
 //! Each API described as operations, one per binding, with the schemas they take and answer
-//! (docs/OPERATIONS.md, "The merchants' portal"): for a gRPC-backed API from its descriptor
+//! (docs/operations/portal.md, "The merchants' portal"): for a gRPC-backed API from its descriptor
 //! ([`crate::portal::schema`]), through the same `MethodPlan` the gateway runs, so a binding
 //! the gateway could not transcode is not described either; for an HTTP-backed API from the
 //! `request_schema` / `response_schema` its owner attached, else "any JSON".

@@ -1,4 +1,4 @@
-//! An operation as the document shows it (docs/OPERATIONS.md, "The merchants' portal"): the
+//! An operation as the document shows it (docs/operations/portal.md, "The merchants' portal"): the
 //! OpenAPI operation object and what the portal shows besides (an example request the
 //! gateway accepts as it stands, code that signs and sends it, the rate limits, deadline and
 //! body limit), and the one `POST /router` operation of the router style (docs/PROTOCOL.md,
