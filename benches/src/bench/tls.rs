@@ -1130,7 +1130,11 @@ req/s           :     600.12      700.45      641.07       25.30    68.75%
         assert!((out.mean_us.unwrap() - 15_550.0).abs() < 1e-6);
         let load = out.into_load();
         assert_eq!(load.ok, 123_080);
-        assert!((load.ok_rps - 123_080.0 / 6.0).abs() < 0.01, "{}", load.ok_rps);
+        assert!(
+            (load.ok_rps - 123_080.0 / 6.0).abs() < 0.01,
+            "{}",
+            load.ok_rps
+        );
         assert_eq!(load.errors.get("4xx"), Some(&3));
         assert_eq!(load.errors.get("transport"), Some(&2));
         assert_eq!(load.errors.get("timeout"), Some(&1));
