@@ -55,9 +55,9 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use super::cache_store::Entry;
 pub use super::cache_store::{ApiCache, ApiHot, CacheTicket, HotState, SHARDS};
 pub use crate::model::CACHE_HEADER;
-use super::cache_store::Entry;
 /// Largest body read whole for an API with only a hot-key policy.
 const HOT_ONLY_MAX_BODY: usize = portico_control::validate::DEFAULT_CACHE_BODY_BYTES as usize;
 

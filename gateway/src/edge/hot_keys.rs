@@ -309,10 +309,7 @@ impl Detector {
                 }
             };
             let (key, switch_match) = match (&name, before) {
-                (Some(name), _) => (
-                    display_key(name),
-                    switch_match(&self.spec.key, name),
-                ),
+                (Some(name), _) => (display_key(name), switch_match(&self.spec.key, name)),
                 // Named in an earlier window.
                 (None, Some(before)) => (before.key.clone(), before.switch_match.clone()),
                 // Seen once in a window, in a full shard: known by its hash only.

@@ -58,8 +58,8 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
-pub use super::limiters::{Limiter, RateLimiters, SWEEP_NS};
 use super::limiters::{Charge, NANOS_PER_MS, NANOS_PER_SEC};
+pub use super::limiters::{Limiter, RateLimiters, SWEEP_NS};
 
 /// One part of a rule's key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -340,10 +340,10 @@ impl RateLimitStage {
 mod tests {
     use super::*;
     use crate::fleet::Fleet;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use crate::testing::{api, app, get, routed, NOW_MS};
     use http::HeaderMap;
     use std::net::IpAddr;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use v1::{AppStatus, AuthMode, Per, RateKey, RateLimitRule};
 
     fn rule(key: &[&str], limit: u32, per: Per, burst: Option<u32>) -> RateLimitRule {

@@ -904,7 +904,11 @@ fn call_resumed(addr: SocketAddr, config: &Arc<rustls::ClientConfig>) -> bool {
 }
 
 fn resumptions(metrics: &str, via: &str) -> f64 {
-    metric_value(metrics, &format!("portico_tls_resumptions_total{{via=\"{via}\"}}")).unwrap_or(0.0)
+    metric_value(
+        metrics,
+        &format!("portico_tls_resumptions_total{{via=\"{via}\"}}"),
+    )
+    .unwrap_or(0.0)
 }
 
 /// Returning merchants resume on any gateway of a fleet sharing `--tls-ticket-keys`: after
@@ -920,7 +924,10 @@ fn returning_clients_resume_on_any_gateway_sharing_the_ticket_keys() {
     let e = env(&["--tls-ticket-keys", &shared_arg]);
     let (b, b_tls) = another_gateway(&e, &["--tls-ticket-keys", &shared_arg]);
 
-    for versions in [&[&rustls::version::TLS13][..], &[&rustls::version::TLS12][..]] {
+    for versions in [
+        &[&rustls::version::TLS13][..],
+        &[&rustls::version::TLS12][..],
+    ] {
         let returning: Vec<_> = (0..50).map(|_| resuming_config(&e.pki, versions)).collect();
         for c in &returning {
             assert!(!call_resumed(e.tls, c), "a first visit is a full handshake");
@@ -932,7 +939,11 @@ fn returning_clients_resume_on_any_gateway_sharing_the_ticket_keys() {
         let resumed = returning.iter().filter(|c| call_resumed(b_tls, c)).count();
         assert_eq!(resumed, 50, "{versions:?}: resumed on the other gateway");
     }
-    assert!(resumptions(&b.metrics(), "ticket") >= 100.0, "{}", b.metrics());
+    assert!(
+        resumptions(&b.metrics(), "ticket") >= 100.0,
+        "{}",
+        b.metrics()
+    );
 
     // OpenSSL's client, sessions kept in a file: resumed on the other gateway too.
     let sess = keys_dir.path().join("openssl.session");
@@ -984,8 +995,10 @@ fn returning_clients_resume_on_any_gateway_sharing_the_ticket_keys() {
         let gateways = [&e.gw, &b];
         wait_until(Duration::from_secs(20), || {
             gateways.iter().all(|g| {
-                metric_value(&g.metrics(), "portico_tls_ticket_key_reloads_total{result=\"applied\"}")
-                    == Some(n)
+                metric_value(
+                    &g.metrics(),
+                    "portico_tls_ticket_key_reloads_total{result=\"applied\"}",
+                ) == Some(n)
             })
         })
     };
@@ -996,7 +1009,10 @@ fn returning_clients_resume_on_any_gateway_sharing_the_ticket_keys() {
     call_resumed(b_tls, &after);
     ticket_keys(keys_dir.path(), "fleet", &[3, 2]);
     assert!(applied(2.0), "the second rotation was not applied");
-    assert!(!call_resumed(e.tls, &kept_aside), "a ticket of an erased key");
+    assert!(
+        !call_resumed(e.tls, &kept_aside),
+        "a ticket of an erased key"
+    );
     assert!(call_resumed(e.tls, &after), "a ticket of the previous key");
 }
 
@@ -1024,5 +1040,9 @@ fn without_a_key_file_sessions_resume_on_the_same_gateway_only() {
     let ids_only = Arc::new(ids_only);
     assert!(!call_resumed(e.tls, &ids_only));
     assert!(call_resumed(e.tls, &ids_only));
-    assert!(resumptions(&e.gw.metrics(), "session_id") >= 1.0, "{}", e.gw.metrics());
+    assert!(
+        resumptions(&e.gw.metrics(), "session_id") >= 1.0,
+        "{}",
+        e.gw.metrics()
+    );
 }
