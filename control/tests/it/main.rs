@@ -3,8 +3,8 @@
 //! --test it -- zk_source::`.
 //!
 //! All areas run in this one process, in parallel, so a test changes no process-wide state
-//! (docs/operations/ops-scripts.md, "Test lanes"): no environment variable, current directory, signal
-//! handler or process-wide rustls provider. The ZooKeeper tests (`zk_source`) each start
+//! (docs/operations/ops-scripts.md, "Test lanes"): no environment variable, current directory,
+//! signal handler or process-wide rustls provider. The ZooKeeper tests (`zk_source`) each start
 //! their own server: they stop, restart, pause and kill it, and write the fixed `/portico`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -3,8 +3,8 @@
 //! --test it -- demo_backend::`.
 //!
 //! All areas run in this one process, in parallel, so a test changes no process-wide state
-//! (docs/operations/ops-scripts.md, "Test lanes"): no environment variable, current directory, signal
-//! handler or process-wide rustls provider.
+//! (docs/operations/ops-scripts.md, "Test lanes"): no environment variable, current directory,
+//! signal handler or process-wide rustls provider.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -6,9 +6,9 @@
 //! portal::`.
 //!
 //! All areas run in this one process, in parallel, so a test changes no process-wide state
-//! (docs/operations/ops-scripts.md, "Test lanes"): it sets no environment variable (a child process gets
-//! its own with `Command::env`), changes no current directory, installs no signal handler and
-//! no process-wide rustls provider, and leaves the registry's evaluation cadence
+//! (docs/operations/ops-scripts.md, "Test lanes"): it sets no environment variable (a child
+//! process gets its own with `Command::env`), changes no current directory, installs no signal
+//! handler and no process-wide rustls provider, and leaves the registry's evaluation cadence
 //! (`portico_registry::cadence`) at its default: a test that needs a shorter one runs
 //! `portico-registry` processes with `--evaluation-interval-ms` (cluster_ops, alerts). Ports
 //! come only from `portico_testkit::free_port` (one set of handed-out ports for the process).
