@@ -10,8 +10,8 @@
 //! `portico:notify:{app}:callback` (renewed while it works, expiring after
 //! [`LOCK_TTL_MS`] when the node dies); without Redis, each node its own queue.
 
+use super::hub::{self, Notifier};
 use super::store::Event;
-use super::Notifier;
 use portico_control::sign;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -42,16 +42,16 @@ pub fn start(n: Arc<Notifier>, client: reqwest::Client) {
                 let Some(url) = doc.callback_url.clone() else {
                     continue;
                 };
-                if super::granted_topics(&snap, app).is_empty() {
+                if hub::granted_topics(&snap, app).is_empty() {
                     continue;
                 }
-                if super::lock(&running).contains(app) {
+                if hub::lock(&running).contains(app) {
                     continue;
                 }
                 if !claim(&n, app, &node).await {
                     continue;
                 }
-                super::lock(&running).insert(app.clone());
+                hub::lock(&running).insert(app.clone());
                 let (n2, running2, app2, node2, client2) = (
                     Arc::clone(&n),
                     Arc::clone(&running),
@@ -62,7 +62,7 @@ pub fn start(n: Arc<Notifier>, client: reqwest::Client) {
                 tokio::spawn(async move {
                     tracing::info!(app = %app2, url = %url, "notify: delivering callbacks");
                     worker(&n2, &client2, &app2, &node2).await;
-                    super::lock(&running2).remove(&app2);
+                    hub::lock(&running2).remove(&app2);
                 });
             }
             tokio::time::sleep(SUPERVISE_EVERY).await;
@@ -95,7 +95,7 @@ fn target(n: &Notifier, app: &str) -> Option<(String, String)> {
     let snap = n.snapshot();
     let doc = snap.apps.get(app)?;
     if doc.status != portico_control::v1::AppStatus::Active
-        || super::granted_topics(&snap, app).is_empty()
+        || hub::granted_topics(&snap, app).is_empty()
     {
         return None;
     }

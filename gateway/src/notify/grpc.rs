@@ -2,8 +2,8 @@
 //! listener, beside the HTTP form: the same token, checks and answer (`internal.rs`,
 //! [`super::Notifier::publish`]), with gRPC statuses instead of the envelope.
 
+use super::hub::PublishRequest as Publish;
 use super::publisher::{authorize, InternalState};
-use super::PublishRequest as Publish;
 use crate::error::GatewayError;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};

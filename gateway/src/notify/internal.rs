@@ -8,9 +8,9 @@
 //! endpoint answers 503 `NOTIFY_UNAVAILABLE` saying so. Errors are the envelope of
 //! docs/PROTOCOL.md with the request id of `X-Portico-Request-Id` (kept or made).
 
+use super::hub::PublishRequest;
 use super::publisher::authorize;
 pub use super::publisher::InternalState;
-use super::PublishRequest;
 use crate::error::GatewayError;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};

@@ -2,7 +2,7 @@
 //! "Notifications"): its state and the publisher token check, used by the JSON route
 //! (`internal.rs`) and the gRPC `Publish` (`grpc.rs`).
 
-use super::Notifier;
+use super::hub::Notifier;
 use crate::error::{Code, GatewayError};
 use axum::http::HeaderMap;
 use std::sync::Arc;

@@ -8,8 +8,8 @@
 //! newer session of the app replaced it (`replaced`), or the merchant let `max_backlog`
 //! delivered events wait for an ack for longer than the ack timeout (`slow_consumer`).
 
+use super::hub::{granted, granted_topics, Notifier};
 use super::store::{Event, EventId};
-use super::{granted, Notifier};
 use crate::error::{Code, GatewayError};
 use std::future::Future;
 use std::pin::Pin;
@@ -112,7 +112,7 @@ impl<'a> Delivery<'a> {
             .apps
             .get(self.app)
             .is_some_and(|a| a.status == portico_control::v1::AppStatus::Active);
-        if !active || super::granted_topics(&snap, self.app).is_empty() {
+        if !active || granted_topics(&snap, self.app).is_empty() {
             return Some(Close {
                 reason: "revoked",
                 message: "this app is no longer granted any notification topic".into(),

@@ -5,9 +5,9 @@
 //! "message"}`. The merchant cannot talk back on it: acks are `POST /notify/v1/ack`, and a
 //! reconnect resumes after `Last-Event-ID`.
 
+use super::hub::Notifier;
 use super::session::{self, Close, Delivery, Transport};
 use super::store::{Event, EventId};
-use super::Notifier;
 use crate::error::{Code, GatewayError};
 use crate::model::Response;
 use bytes::Bytes;

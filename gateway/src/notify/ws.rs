@@ -21,10 +21,10 @@
 //! as the first message only (the gateway waits [`RESUME_WAIT`] for it; without it the
 //! session starts after the last acknowledged event, as SSE without `Last-Event-ID`).
 
+use super::hub::{Notifier, MAX_ACK_IDS};
 use super::session::{self, Close, Delivery, Transport};
 use super::store::{Event, EventId};
 use super::wsframe::{self, Decoder, Message, Violation};
-use super::{Notifier, MAX_ACK_IDS};
 use crate::error::GatewayError;
 use crate::model::Response;
 use base64::Engine as _;

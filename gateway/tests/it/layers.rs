@@ -58,42 +58,13 @@ fn no_modules_import_each_other() {
     );
 }
 
-/// Circles between a folder's `mod.rs` and the files under it that are not broken yet, each
-/// written as the test names it (from `mod.rs`, back to it): `notify/mod.rs`'s `Notifier`
-/// hands itself to the SSE and WebSocket files that call back into it. Any other circle
-/// fails the test, and so does one listed here that is gone (strike it from the list).
-const NOT_YET_BROKEN: &[&str] = &[
-    "notify/mod.rs → notify/sse.rs",
-    "notify/mod.rs → notify/ws.rs",
-    "notify/mod.rs → notify/sse.rs → notify/session.rs",
-    "notify/mod.rs → notify/ws.rs → notify/session.rs",
-    "notify/mod.rs → notify/ws.rs → notify/sse.rs",
-];
-
 #[test]
 fn no_files_import_each_other() {
     let circles = graph().file_circles();
-    let named = |c: &portico_testkit::source_graph::Circle| {
-        let files: Vec<&str> = c.steps.iter().map(|s| s.from.as_str()).collect();
-        files.join(" → ")
-    };
-    let new: Vec<_> = circles
-        .iter()
-        .filter(|c| !NOT_YET_BROKEN.contains(&named(c).as_str()))
-        .cloned()
-        .collect();
     assert!(
-        new.is_empty(),
+        circles.is_empty(),
         "circles between the gateway's files:\n{}",
-        describe(&new)
-    );
-    let gone: Vec<_> = NOT_YET_BROKEN
-        .iter()
-        .filter(|n| !circles.iter().any(|c| named(c) == **n))
-        .collect();
-    assert!(
-        gone.is_empty(),
-        "circles listed in NOT_YET_BROKEN that are gone (strike them): {gone:?}"
+        describe(&circles)
     );
 }
 
