@@ -134,6 +134,8 @@ struct Window {
     refused: f64,
     offered: f64,
     other: u64,
+    /// The window's length, in seconds.
+    secs: f64,
 }
 
 /// Offers `per_node` calls a second to each of `targets` for a warm-up, then counts over
@@ -176,6 +178,7 @@ fn measure(targets: &[&GatewayProcess], per_node: u64, window: Duration) -> Wind
         refused: limited as f64 / secs,
         offered: (ok + limited + other) as f64 / secs,
         other,
+        secs,
     }
 }
 
@@ -184,7 +187,9 @@ fn measure(targets: &[&GatewayProcess], per_node: u64, window: Duration) -> Wind
 /// window whose offered load exceeded it by 15% (a busy machine's load generator can fall
 /// short of the 900/s asked: then the window is measured again, up to three times, and the
 /// test fails saying how much load it could offer rather than blaming the limit). In a
-/// conclusive window the fleet admits the limit ±5% and refuses the rest.
+/// conclusive window the fleet admits at least the limit -5% and refuses the rest; in any
+/// window it admits at most the limit plus what the burst and the leases' lead allow over
+/// the window (a GCRA bucket refills to its burst while a stalled load generator waits).
 fn assert_limit_holds(what: &str, targets: &[&GatewayProcess], per_node: u64) {
     let wanted = LIMIT as f64 * 1.15;
     let mut offered = Vec::new();
@@ -195,11 +200,18 @@ fn assert_limit_holds(what: &str, targets: &[&GatewayProcess], per_node: u64) {
             w.offered, w.admitted, w.refused, w.other
         );
         assert_eq!(w.other, 0, "{what}: calls neither admitted nor refused");
-        // Whatever was offered, the fleet never admits more than the limit.
+        // Whatever was offered, the fleet never admits more than a GCRA limit can: the rate
+        // over the window, plus the burst the bucket refills to while the load generator
+        // stalls (a loaded machine's threads do; 150 calls are 19/s over an 8 s window), plus
+        // what the leases taken ahead may still hold (fleet::LEASE_LEAD of a second).
+        let ceiling = LIMIT as f64
+            + (BURST as f64 + LIMIT as f64 * portico_gateway::fleet::LEASE_LEAD) / w.secs;
         assert!(
-            w.admitted <= LIMIT as f64 * 1.05,
-            "{what}: admitted {:.1}/s, over the limit {LIMIT}/s +5% (offered {:.1}/s)",
+            w.admitted <= ceiling,
+            "{what}: admitted {:.1}/s, over the {ceiling:.1}/s a limit of {LIMIT}/s with a \
+             burst of {BURST} admits in {:.1} s (offered {:.1}/s)",
             w.admitted,
+            w.secs,
             w.offered
         );
         if w.offered < wanted {
