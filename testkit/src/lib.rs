@@ -1229,6 +1229,69 @@ impl Drop for Redis {
     }
 }
 
+/// The calls that change the whole test process (the patterns are split so that a scan of
+/// this file would not find itself): an environment variable, the current directory, the
+/// process-wide rustls provider, a signal handler.
+fn process_wide_calls() -> Vec<String> {
+    vec![
+        ["set", "_var("].concat(),
+        ["remove", "_var("].concat(),
+        ["set_current", "_dir("].concat(),
+        ["install", "_default("].concat(),
+        ["signal_hook", "::"].concat(),
+        ["libc::", "signal("].concat(),
+        ["libc::", "sigaction("].concat(),
+    ]
+}
+
+/// The rule of a crate's one integration-test binary (`tests/it/main.rs`; docs/operations/
+/// ops-scripts.md, "Test lanes"): all its modules run in one process, in parallel, so none
+/// may change process-wide state. Reads every `.rs` file under `<manifest_dir>/tests/it` and
+/// panics naming each line that calls one of [`process_wide_calls`] or of `extra` (a crate's
+/// own process-wide settings), or if fewer than `min_files` files were read.
+pub fn assert_no_process_wide_state(manifest_dir: &str, extra: &[String], min_files: usize) {
+    let forbidden: Vec<String> = process_wide_calls()
+        .into_iter()
+        .chain(extra.iter().cloned())
+        .collect();
+    let root = Path::new(manifest_dir).join("tests/it");
+    let mut dirs = vec![root.clone()];
+    let (mut read, mut found) = (0, Vec::new());
+    while let Some(dir) = dirs.pop() {
+        let entries = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()));
+        for entry in entries {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            read += 1;
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+            for (no, line) in text.lines().enumerate() {
+                for f in forbidden.iter().filter(|f| line.contains(f.as_str())) {
+                    let rel = path.strip_prefix(&root).unwrap_or(&path).display();
+                    found.push(format!("it/{rel}:{}: {f}", no + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        read >= min_files,
+        "only {read} files read under {}",
+        root.display()
+    );
+    assert!(
+        found.is_empty(),
+        "process-wide state changed by a test module (all modules share one process):\n{}",
+        found.join("\n")
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
